@@ -1,0 +1,57 @@
+# Imperator Federation. `make help` lists the targets.
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+.DEFAULT_GOAL := help
+
+GO        ?= go
+GOFLAGS   ?=
+BIN       := $(CURDIR)/bin
+TOOLS_DIR  = $(shell hack/tools.sh dir)
+K8S_BIN    = $(shell hack/k8s-bin.sh dir)
+# Packages with unit tests (pure logic, run with -race) and suites that start
+# real control planes (envtest or the process harness).
+UNIT_PKGS        = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/e2e)
+INTEGRATION_PKGS = $(shell $(GO) list ./test/integration/...)
+
+export IMPERATOR_K8S_BIN = $(K8S_BIN)
+export KUBEBUILDER_ASSETS = $(K8S_BIN)
+
+.PHONY: help
+help: ## List the targets.
+	@awk -F':.*## ' '/^[a-z0-9-]+:.*## /{printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: tools
+tools: ## Build the pinned code generators and test tools into the cache.
+	@hack/tools.sh >/dev/null
+
+.PHONY: k8s-bin
+k8s-bin: ## Build kube-apiserver, controller-manager, scheduler, kubectl, etcd and kwok into the cache.
+	@hack/k8s-bin.sh
+
+.PHONY: generate
+generate: tools ## Generate deepcopy, CRDs, RBAC, webhook manifests and protobuf code.
+	@TOOLS_DIR=$(TOOLS_DIR) hack/generate.sh
+
+.PHONY: verify
+verify: generate ## Fail when `make generate` or gofmt would change a tracked file.
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	@git diff --exit-code --stat -- . || { echo "make generate left a diff: run it and commit the result"; exit 1; }
+	@test -z "$$(git status --porcelain --untracked-files=all)" || { git status --porcelain; echo "make generate created untracked files"; exit 1; }
+
+.PHONY: build
+build: ## Build bin/hub, bin/spoke and bin/imperatorctl.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./hub ./spoke ./cmd/imperatorctl
+
+.PHONY: vet
+vet:
+	$(GO) vet ./...
+
+.PHONY: test
+test: k8s-bin vet ## Vet, unit tests with -race, integration suites against real control planes.
+	$(GO) test -race -count=1 $(UNIT_PKGS)
+	$(GO) test -count=1 -timeout 30m $(INTEGRATION_PKGS)
+
+.PHONY: clean
+clean: ## Remove build output (the tool and binary caches stay).
+	rm -rf $(BIN) .fleet

@@ -1,0 +1,64 @@
+package v1alpha1
+
+// The canonical keys of ARCHITECTURE §2. Seed 000 is inconsistent about some of
+// them (nodePool vs node-pool); these are the ones every component uses.
+const (
+	// Prefix is the prefix of every key the system writes.
+	Prefix = "imperator.tenzen-y.io/"
+
+	// MachineGroupKey labels Machines, MachineNodePools, guest and reservation
+	// pods, reservation StatefulSets and Services, and annotates Nodes.
+	MachineGroupKey = Prefix + "machine-group"
+	// MachineTypeKey labels guest and reservation pods, StatefulSets, Services
+	// and Nodes with the machine type name.
+	MachineTypeKey = Prefix + "machine-type"
+	// PodRoleKey labels pods, StatefulSets and Services with their PodRole.
+	PodRoleKey = Prefix + "pod-role"
+	// NodePoolKey labels (and, with taint: true, taints) a Node with its
+	// NodePoolState.
+	NodePoolKey = Prefix + "node-pool"
+	// InjectingContainerKey optionally names the guest container that receives
+	// the machine type's resources (default: the first container).
+	InjectingContainerKey = Prefix + "injecting-container"
+	// InjectResourceKey labels a Namespace in which guest pods are injected.
+	InjectResourceKey = Prefix + "inject-resource"
+	// LegacyInjectResourceKey is seed 000's spelling of InjectResourceKey; it is
+	// honoured too.
+	LegacyInjectResourceKey = "imperator.tenzen.io/inject-resource"
+	// InjectResourceEnabled is the value of InjectResourceKey that enables injection.
+	InjectResourceEnabled = "enabled"
+	// InjectedAnnotation records on a guest pod what the injector did, as JSON.
+	InjectedAnnotation = Prefix + "injected"
+)
+
+// PodRole is the value of PodRoleKey.
+type PodRole string
+
+const (
+	// PodRoleReservation marks the placeholder pods that hold a machine type's capacity.
+	PodRoleReservation PodRole = "reservation"
+	// PodRoleGuest marks user workloads that consume a machine type.
+	PodRoleGuest PodRole = "guest"
+)
+
+// NodePoolState is the value of NodePoolKey on a Node.
+type NodePoolState string
+
+const (
+	NodePoolReady       NodePoolState = "ready"
+	NodePoolNotReady    NodePoolState = "not-ready"
+	NodePoolMaintenance NodePoolState = "maintenance"
+)
+
+// MachineTypeKeyFor returns the per-type node label and taint key
+// imperator.tenzen-y.io/<machine-type>, whose value is the machine group.
+func MachineTypeKeyFor(machineType string) string { return Prefix + machineType }
+
+// ReservationName is the name of the reservation StatefulSet and Service of a
+// machine type in a group: <machine-type>-<machine-group> (seed 000).
+func ReservationName(machineType, machineGroup string) string {
+	return machineType + "-" + machineGroup
+}
+
+// NodePoolName is the name of a Machine's MachineNodePool: <machine>-node-pool.
+func NodePoolName(machineName string) string { return machineName + "-node-pool" }

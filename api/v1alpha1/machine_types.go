@@ -1,0 +1,226 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NodePoolMode is the mode an administrator puts a node in.
+// +kubebuilder:validation:Enum=ready;maintenance
+type NodePoolMode string
+
+const (
+	// NodePoolModeReady offers the node to its machine type.
+	NodePoolModeReady NodePoolMode = "ready"
+	// NodePoolModeMaintenance withdraws the node; it wins over node health.
+	NodePoolModeMaintenance NodePoolMode = "maintenance"
+)
+
+// MachineSpec declares a machine group: the nodes that back it and the machine
+// types carved out of them.
+// +kubebuilder:validation:XValidation:rule="self.nodePool.all(p, p.machineType.all(t, self.machineTypes.exists(m, m.name == t.name)))",message="spec.nodePool[].machineType[].name must name an entry of spec.machineTypes"
+type MachineSpec struct {
+	// nodePool lists the nodes of this group and the machine type each one serves.
+	// A node may appear in one Machine only. Nodes that do not exist yet are
+	// allowed and reported in the MachineNodePool status.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=1000
+	// +optional
+	NodePool []NodePool `json:"nodePool,omitempty"`
+
+	// machineTypes are the named shapes (cpu, memory, GPU) offered by this group,
+	// each with the number of units to keep reserved.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +required
+	MachineTypes []MachineType `json:"machineTypes"`
+}
+
+// NodePool puts one node into the group.
+type NodePool struct {
+	// name is the name of the Node.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+
+	// mode is ready (offered) or maintenance (withdrawn).
+	// +kubebuilder:default=ready
+	// +optional
+	Mode NodePoolMode `json:"mode,omitempty"`
+
+	// taint adds NoSchedule taints matching the pool labels, so that only pods of
+	// this machine type land on the node.
+	// +kubebuilder:default=false
+	// +optional
+	Taint bool `json:"taint,omitempty"`
+
+	// machineType names the single machine type this node serves.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=1
+	// +required
+	MachineType []MachineTypeRef `json:"machineType"`
+}
+
+// MachineTypeRef names a machine type of the same Machine.
+type MachineTypeRef struct {
+	// name of the machine type.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +required
+	Name string `json:"name"`
+}
+
+// MachineType is a named shape and how many units of it are kept reserved.
+type MachineType struct {
+	// name is used as a label-key suffix (imperator.tenzen-y.io/<name>) and in
+	// object names (<name>-<machine-group>): a DNS-1123 label.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +required
+	Name string `json:"name"`
+
+	// spec is the shape of one unit.
+	// +required
+	Spec MachineTypeSpec `json:"spec"`
+
+	// available is the number of units of this type the group offers.
+	// +kubebuilder:validation:Minimum=0
+	// +required
+	Available int32 `json:"available"`
+}
+
+// MachineTypeSpec is the shape of one unit of a machine type. Pods of the type
+// request and are limited to exactly these figures.
+type MachineTypeSpec struct {
+	// cpu of one unit, e.g. 6000m.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="spec.machineTypes[].spec.cpu must be positive"
+	// +required
+	CPU resource.Quantity `json:"cpu"`
+
+	// memory of one unit, e.g. 48Gi.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="spec.machineTypes[].spec.memory must be positive"
+	// +required
+	Memory resource.Quantity `json:"memory"`
+
+	// gpu of one unit; omit for CPU-only types.
+	// +optional
+	GPU *GPUSpec `json:"gpu,omitempty"`
+}
+
+// GPUSpec asks for GPUs and, optionally, narrows the nodes by the labels of
+// NVIDIA GPU Feature Discovery. Several selectors are ANDed.
+type GPUSpec struct {
+	// type is the extended resource name, e.g. nvidia.com/gpu.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Type string `json:"type"`
+
+	// num is the number of GPUs per unit.
+	// +kubebuilder:validation:Minimum=1
+	// +required
+	Num int32 `json:"num"`
+
+	// product selects nodes by nvidia.com/gpu.product, e.g. NVIDIA-GeForce-RTX-3090.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Product string `json:"product,omitempty"`
+
+	// family selects nodes by nvidia.com/gpu.family, e.g. ampere.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Family string `json:"family,omitempty"`
+
+	// machine selects nodes by nvidia.com/gpu.machine, e.g. DGX-1.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Machine string `json:"machine,omitempty"`
+}
+
+// The GPU Feature Discovery node labels the GPU selectors map to.
+const (
+	GPUProductLabel = "nvidia.com/gpu.product"
+	GPUFamilyLabel  = "nvidia.com/gpu.family"
+	GPUMachineLabel = "nvidia.com/gpu.machine"
+)
+
+// MachineStatus is what the spoke observed of the group.
+type MachineStatus struct {
+	// observedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Ready, and InsufficientCapacity when the nodes cannot hold
+	// what available asks for.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// availableMachines reports the usage of each machine type.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	AvailableMachines []AvailableMachine `json:"availableMachines,omitempty"`
+}
+
+// AvailableMachine is the usage of one machine type.
+type AvailableMachine struct {
+	// name of the machine type.
+	Name string `json:"name"`
+	// usage of the machine type.
+	Usage Usage `json:"usage"`
+}
+
+// Usage counts the units of a machine type (seed 000).
+type Usage struct {
+	// maximum is spec.machineTypes[].available.
+	Maximum int32 `json:"maximum"`
+	// reserved counts reservation pods bound to a node, not terminating or finished.
+	Reserved int32 `json:"reserved"`
+	// used counts guest pods bound to a node, not terminating or finished.
+	Used int32 `json:"used"`
+	// waiting counts guest pods not yet bound to a node.
+	Waiting int32 `json:"waiting"`
+}
+
+// Condition types and reasons of a Machine.
+const (
+	ConditionReady                = "Ready"
+	ConditionInsufficientCapacity = "InsufficientCapacity"
+)
+
+// Machine is a machine group: nodes carved into named machine types whose
+// capacity is held by reservation pods until guest pods claim it.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=mc
+// +kubebuilder:printcolumn:name="Group",type=string,JSONPath=`.metadata.labels.imperator\.tenzen-y\.io/machine-group`
+// +kubebuilder:printcolumn:name="Types",type=string,JSONPath=`.spec.machineTypes[*].name`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Machine struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec MachineSpec `json:"spec"`
+	// +optional
+	Status MachineStatus `json:"status,omitempty"`
+}
+
+// MachineList is a list of Machines.
+// +kubebuilder:object:root=true
+type MachineList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Machine `json:"items"`
+}
+
+func init() { SchemeBuilder.Register(&Machine{}, &MachineList{}) }

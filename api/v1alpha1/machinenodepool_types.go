@@ -1,0 +1,96 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// MachineNodePoolSpec is copied from the owning Machine by the spoke.
+type MachineNodePoolSpec struct {
+	// machineGroup is the group of the owning Machine.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +required
+	MachineGroup string `json:"machineGroup"`
+
+	// nodePool is the owning Machine's spec.nodePool.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	NodePool []NodePool `json:"nodePool,omitempty"`
+
+	// machineTypeStock names every machine type of the owning Machine.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	MachineTypeStock []MachineTypeRef `json:"machineTypeStock,omitempty"`
+}
+
+// NodeCondition is the observed state of a node in the pool.
+// +kubebuilder:validation:Enum=Ready;NotReady;Maintenance;Missing
+type NodeCondition string
+
+const (
+	NodeConditionReady       NodeCondition = "Ready"
+	NodeConditionNotReady    NodeCondition = "NotReady"
+	NodeConditionMaintenance NodeCondition = "Maintenance"
+	// NodeConditionMissing is reported for a listed node that does not exist (yet).
+	NodeConditionMissing NodeCondition = "Missing"
+)
+
+// NodePoolStatus is the observed state of one node of the pool.
+type NodePoolStatus struct {
+	// name of the Node.
+	Name string `json:"name"`
+	// condition of the node: Ready, NotReady, Maintenance, or Missing when the
+	// node does not exist.
+	Condition NodeCondition `json:"condition"`
+	// machineType the node serves.
+	// +optional
+	MachineType string `json:"machineType,omitempty"`
+}
+
+// MachineNodePoolStatus is what the node-pool controller observed.
+type MachineNodePoolStatus struct {
+	// observedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Ready is True when every listed node exists and carries the
+	// labels, annotation and taints of its pool.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// nodePool reports each listed node.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	NodePool []NodePoolStatus `json:"nodePool,omitempty"`
+}
+
+// MachineNodePool is the node side of a Machine, named <machine>-node-pool and
+// owned by it.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=mnp
+// +kubebuilder:printcolumn:name="Group",type=string,JSONPath=`.spec.machineGroup`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type MachineNodePool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec MachineNodePoolSpec `json:"spec"`
+	// +optional
+	Status MachineNodePoolStatus `json:"status,omitempty"`
+}
+
+// MachineNodePoolList is a list of MachineNodePools.
+// +kubebuilder:object:root=true
+type MachineNodePoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MachineNodePool `json:"items"`
+}
+
+func init() { SchemeBuilder.Register(&MachineNodePool{}, &MachineNodePoolList{}) }
