@@ -1,0 +1,249 @@
+// Package wrappers builds API objects for tests in a few readable lines, in the
+// style of Kueue's testing wrappers:
+//
+//	wrappers.MakeMachine("general-machine", "general").
+//		Type("compute-xlarge", "40", "128Gi", 1).GPU("nvidia.com/gpu", 2, "NVIDIA-GeForce-RTX-3090", "ampere").
+//		Node("michiru", "compute-xlarge").Obj()
+package wrappers
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+// MachineWrapper builds a Machine.
+type MachineWrapper struct{ imperatorv1alpha1.Machine }
+
+// MakeMachine starts a Machine labelled with its machine group.
+func MakeMachine(name, group string) *MachineWrapper {
+	return &MachineWrapper{imperatorv1alpha1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{imperatorv1alpha1.MachineGroupKey: group}},
+	}}
+}
+
+// Obj returns a copy of the Machine.
+func (w *MachineWrapper) Obj() *imperatorv1alpha1.Machine { return w.DeepCopy() }
+
+// Label sets a label; an empty value removes it.
+func (w *MachineWrapper) Label(key, value string) *MachineWrapper {
+	if value == "" {
+		delete(w.Labels, key)
+		return w
+	}
+	if w.Labels == nil {
+		w.Labels = map[string]string{}
+	}
+	w.Labels[key] = value
+	return w
+}
+
+// Type appends a CPU/memory machine type; GPU adds GPUs to the last one.
+func (w *MachineWrapper) Type(name, cpu, memory string, available int32) *MachineWrapper {
+	w.Spec.MachineTypes = append(w.Spec.MachineTypes, imperatorv1alpha1.MachineType{
+		Name:      name,
+		Available: available,
+		Spec: imperatorv1alpha1.MachineTypeSpec{
+			CPU:    resource.MustParse(cpu),
+			Memory: resource.MustParse(memory),
+		},
+	})
+	return w
+}
+
+// GPU gives the last machine type num GPUs of resource gpuType, selected by
+// product and family (either may be empty).
+func (w *MachineWrapper) GPU(gpuType string, num int32, product, family string) *MachineWrapper {
+	last := &w.Spec.MachineTypes[len(w.Spec.MachineTypes)-1]
+	last.Spec.GPU = &imperatorv1alpha1.GPUSpec{Type: gpuType, Num: num, Product: product, Family: family}
+	return w
+}
+
+// Available sets the available units of the named machine type.
+func (w *MachineWrapper) Available(machineType string, available int32) *MachineWrapper {
+	for i := range w.Spec.MachineTypes {
+		if w.Spec.MachineTypes[i].Name == machineType {
+			w.Spec.MachineTypes[i].Available = available
+		}
+	}
+	return w
+}
+
+// Node appends a node serving machineType in ready mode without taints.
+func (w *MachineWrapper) Node(node, machineType string) *MachineWrapper {
+	w.Spec.NodePool = append(w.Spec.NodePool, imperatorv1alpha1.NodePool{
+		Name:        node,
+		Mode:        imperatorv1alpha1.NodePoolModeReady,
+		MachineType: []imperatorv1alpha1.MachineTypeRef{{Name: machineType}},
+	})
+	return w
+}
+
+// Maintenance puts the last node in maintenance mode.
+func (w *MachineWrapper) Maintenance() *MachineWrapper {
+	w.Spec.NodePool[len(w.Spec.NodePool)-1].Mode = imperatorv1alpha1.NodePoolModeMaintenance
+	return w
+}
+
+// Tainted makes the agent taint the last node.
+func (w *MachineWrapper) Tainted() *MachineWrapper {
+	w.Spec.NodePool[len(w.Spec.NodePool)-1].Taint = true
+	return w
+}
+
+// GeneralMachine is seed 000's example: group "general", compute-xlarge on
+// michiru (2 × RTX-3090), compute-medium on utaha (maintenance) and eriri
+// (1 × RTX-3090), with taints.
+func GeneralMachine() *MachineWrapper {
+	return MakeMachine("general-machine", "general").
+		Type("compute-xlarge", "40", "128Gi", 1).GPU("nvidia.com/gpu", 2, "NVIDIA-GeForce-RTX-3090", "ampere").
+		Type("compute-medium", "6000m", "48Gi", 2).GPU("nvidia.com/gpu", 1, "NVIDIA-GeForce-RTX-3090", "ampere").
+		Node("michiru", "compute-xlarge").Tainted().
+		Node("utaha", "compute-medium").Maintenance().Tainted().
+		Node("eriri", "compute-medium").Tainted()
+}
+
+// NodeWrapper builds a Node.
+type NodeWrapper struct{ corev1.Node }
+
+// MakeNode starts a Ready node with 8 CPUs, 32Gi of memory and 110 pods.
+func MakeNode(name string) *NodeWrapper {
+	return &NodeWrapper{corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}},
+		Status: corev1.NodeStatus{
+			Capacity: corev1.ResourceList{
+				corev1.ResourceCPU:    resource.MustParse("8"),
+				corev1.ResourceMemory: resource.MustParse("32Gi"),
+				corev1.ResourcePods:   resource.MustParse("110"),
+			},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		},
+	}}
+}
+
+// Obj returns a copy of the Node; Allocatable equals Capacity.
+func (w *NodeWrapper) Obj() *corev1.Node {
+	n := w.DeepCopy()
+	n.Status.Allocatable = n.Status.Capacity.DeepCopy()
+	return n
+}
+
+// Capacity sets a capacity figure, e.g. Capacity("cpu", "48").
+func (w *NodeWrapper) Capacity(name corev1.ResourceName, quantity string) *NodeWrapper {
+	w.Status.Capacity[name] = resource.MustParse(quantity)
+	return w
+}
+
+// GPU gives the node num nvidia.com/gpu and the GPU Feature Discovery labels
+// of product and family.
+func (w *NodeWrapper) GPU(num int, product, family string) *NodeWrapper {
+	w.Status.Capacity["nvidia.com/gpu"] = *resource.NewQuantity(int64(num), resource.DecimalSI)
+	w.Label(imperatorv1alpha1.GPUProductLabel, product)
+	w.Label(imperatorv1alpha1.GPUFamilyLabel, family)
+	return w
+}
+
+// Label sets a label; an empty value is skipped.
+func (w *NodeWrapper) Label(key, value string) *NodeWrapper {
+	if value != "" {
+		w.Labels[key] = value
+	}
+	return w
+}
+
+// Annotation sets an annotation.
+func (w *NodeWrapper) Annotation(key, value string) *NodeWrapper {
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Annotations[key] = value
+	return w
+}
+
+// Taint adds a taint.
+func (w *NodeWrapper) Taint(key, value string, effect corev1.TaintEffect) *NodeWrapper {
+	w.Spec.Taints = append(w.Spec.Taints, corev1.Taint{Key: key, Value: value, Effect: effect})
+	return w
+}
+
+// PodWrapper builds a Pod.
+type PodWrapper struct{ corev1.Pod }
+
+// MakePod starts a pod with one container "main" running image "registry.k8s.io/pause:3.10".
+func MakePod(namespace, name string) *PodWrapper {
+	return &PodWrapper{corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10"}},
+		},
+	}}
+}
+
+// Obj returns a copy of the Pod.
+func (w *PodWrapper) Obj() *corev1.Pod { return w.DeepCopy() }
+
+// Guest labels the pod as a guest of machineType in group.
+func (w *PodWrapper) Guest(group, machineType string) *PodWrapper {
+	w.Labels[imperatorv1alpha1.MachineGroupKey] = group
+	w.Labels[imperatorv1alpha1.MachineTypeKey] = machineType
+	w.Labels[imperatorv1alpha1.PodRoleKey] = string(imperatorv1alpha1.PodRoleGuest)
+	return w
+}
+
+// Label sets a label; an empty value removes it.
+func (w *PodWrapper) Label(key, value string) *PodWrapper {
+	if value == "" {
+		delete(w.Labels, key)
+		return w
+	}
+	w.Labels[key] = value
+	return w
+}
+
+// Container appends a container.
+func (w *PodWrapper) Container(name, image string) *PodWrapper {
+	w.Spec.Containers = append(w.Spec.Containers, corev1.Container{Name: name, Image: image})
+	return w
+}
+
+// Request sets a request and limit of the container at index i.
+func (w *PodWrapper) Request(i int, name corev1.ResourceName, quantity string) *PodWrapper {
+	c := &w.Spec.Containers[i]
+	if c.Resources.Requests == nil {
+		c.Resources.Requests = corev1.ResourceList{}
+	}
+	if c.Resources.Limits == nil {
+		c.Resources.Limits = corev1.ResourceList{}
+	}
+	c.Resources.Requests[name] = resource.MustParse(quantity)
+	c.Resources.Limits[name] = resource.MustParse(quantity)
+	return w
+}
+
+// Toleration appends a NoSchedule toleration key=value.
+func (w *PodWrapper) Toleration(key, value string) *PodWrapper {
+	w.Spec.Tolerations = append(w.Spec.Tolerations, corev1.Toleration{
+		Key: key, Operator: corev1.TolerationOpEqual, Value: value, Effect: corev1.TaintEffectNoSchedule,
+	})
+	return w
+}
+
+// NodeName binds the pod to a node directly.
+func (w *PodWrapper) NodeName(node string) *PodWrapper {
+	w.Spec.NodeName = node
+	return w
+}
+
+// RequiredNodeAffinity sets the required node affinity terms.
+func (w *PodWrapper) RequiredNodeAffinity(terms ...corev1.NodeSelectorTerm) *PodWrapper {
+	if w.Spec.Affinity == nil {
+		w.Spec.Affinity = &corev1.Affinity{}
+	}
+	if w.Spec.Affinity.NodeAffinity == nil {
+		w.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	w.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: terms}
+	return w
+}
