@@ -1,0 +1,528 @@
+// Package harness starts real Kubernetes clusters as local processes — etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler and kwok — on free
+// loopback ports, for the integration and e2e suites and for the local demo
+// fleet. Nodes are simulated by kwok: they carry whatever capacity (including
+// nvidia.com/gpu) and labels a test gives them, become Ready, and run the pods
+// the real scheduler binds to them; a deleted pod disappears at its
+// deletionTimestamp, after its grace period, as with a kubelet.
+//
+// The harness starts the binaries itself rather than through kwokctl: it needs
+// to bind every port to 127.0.0.1, choose the ports (kwokctl picks its own and
+// two concurrent creates can collide), fail as soon as a process exits, and
+// stop exactly what it started in the right order; all of that is a few lines
+// here and a set of workarounds around kwokctl.
+//
+// The binaries come from `make k8s-bin` (hack/k8s-bin.sh), found through
+// $IMPERATOR_K8S_BIN or the default cache directory.
+package harness
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"embed"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/imperator-federation/imperator/internal/pki"
+)
+
+const (
+	// K8sVersion is the version of the control-plane binaries, and the name of
+	// their cache directory (k8s-<version>) as built by hack/k8s-bin.sh.
+	K8sVersion = "v1.36.3"
+
+	// KwokNodeAnnotation marks the nodes kwok simulates; nodes without it are
+	// left alone (a test can create a node that never becomes Ready).
+	KwokNodeAnnotation = "kwok.x-k8s.io/node"
+
+	defaultReadyTimeout = 90 * time.Second
+	startAttempts       = 3
+	certValidity        = 24 * time.Hour * 365
+)
+
+//go:embed stages/*.yaml
+var stages embed.FS
+
+// Options configure a cluster.
+type Options struct {
+	// Name identifies the cluster in logs, directories and the kubeconfig context.
+	Name string
+	// BinDir holds the binaries; default $IMPERATOR_K8S_BIN, then
+	// $IMPERATOR_CACHE or $HOME/.cache/imperator, /k8s-<K8sVersion>.
+	BinDir string
+	// Dir is the working directory (data, certificates, logs, kubeconfig).
+	// Default: a new temporary directory, removed by Stop. A given Dir is kept.
+	Dir string
+	// ReadyTimeout bounds the start-up; default 90s.
+	ReadyTimeout time.Duration
+	// APIServerFlags are extra kube-apiserver flags, e.g. "--v=2".
+	APIServerFlags []string
+}
+
+// Cluster is a running control plane with simulated nodes.
+type Cluster struct {
+	Name string
+	// Dir holds the data, certificates, process logs and the kubeconfig.
+	Dir string
+	// KubeconfigPath is an admin (system:masters) kubeconfig for the cluster.
+	KubeconfigPath string
+	// Config is the admin rest.Config of the cluster.
+	Config *rest.Config
+	// CA signs the API server's serving certificate and the client
+	// certificates it trusts; tests can issue further users with it.
+	CA *pki.CA
+
+	binDir   string
+	ownsDir  bool
+	procs    []*process // in start order; stopped in reverse
+	kube     kubernetes.Interface
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// BinDir returns the directory the control-plane binaries are taken from.
+func BinDir() string {
+	if dir := os.Getenv("IMPERATOR_K8S_BIN"); dir != "" {
+		return dir
+	}
+	cache := os.Getenv("IMPERATOR_CACHE")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "imperator")
+	}
+	return filepath.Join(cache, "k8s-"+K8sVersion)
+}
+
+// StartN starts one cluster per name side by side. Either all start, or none
+// is left running.
+func StartN(ctx context.Context, names ...string) ([]*Cluster, error) {
+	clusters := make([]*Cluster, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() { clusters[i], errs[i] = Start(ctx, Options{Name: name}) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, c := range clusters {
+			if c != nil {
+				_ = c.Stop()
+			}
+		}
+		return nil, err
+	}
+	return clusters, nil
+}
+
+// Start starts a cluster and returns once its API server is ready and its
+// controller-manager is working. On error nothing is left running.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if opts.Name == "" {
+		return nil, errors.New("harness: Options.Name is required")
+	}
+	c := &Cluster{Name: opts.Name, binDir: opts.BinDir, Dir: opts.Dir}
+	if c.binDir == "" {
+		c.binDir = BinDir()
+	}
+	for _, bin := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
+		if _, err := os.Stat(filepath.Join(c.binDir, bin)); err != nil {
+			return nil, fmt.Errorf("harness: %s not found in %s (run `make k8s-bin`): %w", bin, c.binDir, err)
+		}
+	}
+	if c.Dir == "" {
+		dir, err := os.MkdirTemp("", "imperator-"+opts.Name+"-")
+		if err != nil {
+			return nil, fmt.Errorf("harness: creating working directory: %w", err)
+		}
+		c.Dir, c.ownsDir = dir, true
+	} else if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("harness: creating working directory: %w", err)
+	}
+	timeout := opts.ReadyTimeout
+	if timeout == 0 {
+		timeout = defaultReadyTimeout
+	}
+	if err := c.writeCertificates(); err != nil {
+		c.removeDir()
+		return nil, err
+	}
+
+	var err error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		startCtx, cancel := context.WithTimeout(ctx, timeout)
+		err = c.start(startCtx, opts)
+		cancel()
+		if err == nil {
+			return c, nil
+		}
+		portClash := false
+		for _, p := range c.procs {
+			portClash = portClash || p.errPortInUse()
+		}
+		c.stopProcesses()
+		if !portClash {
+			break
+		}
+		// Another process took a port between choosing and binding it: retry
+		// with fresh ports and fresh etcd data.
+		_ = os.RemoveAll(filepath.Join(c.Dir, "etcd"))
+	}
+	c.removeDir()
+	return nil, fmt.Errorf("harness: starting cluster %s: %w", opts.Name, err)
+}
+
+func (c *Cluster) start(ctx context.Context, opts Options) error {
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
+	path := func(name string) string { return filepath.Join(c.Dir, name) }
+	loopback := func(port int) string { return "http://127.0.0.1:" + strconv.Itoa(port) }
+
+	etcd, err := startProcess("etcd", c.bin("etcd"), []string{
+		"--name=" + c.Name,
+		"--data-dir=" + path("etcd"),
+		"--listen-client-urls=" + loopback(etcdClient),
+		"--advertise-client-urls=" + loopback(etcdClient),
+		"--listen-peer-urls=" + loopback(etcdPeer),
+		"--initial-advertise-peer-urls=" + loopback(etcdPeer),
+		"--initial-cluster=" + c.Name + "=" + loopback(etcdPeer),
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	}, c.Dir)
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, etcd)
+
+	apiArgs := []string{
+		"--etcd-servers=" + loopback(etcdClient),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(apiPort),
+		"--tls-cert-file=" + path("apiserver.crt"),
+		"--tls-private-key-file=" + path("apiserver.key"),
+		"--client-ca-file=" + path("ca.crt"),
+		"--service-account-key-file=" + path("sa.key"),
+		"--service-account-signing-key-file=" + path("sa.key"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--authorization-mode=RBAC",
+		// Pods are created right after their namespace in tests; without a
+		// kubelet nothing needs the token the ServiceAccount plugin mounts, and
+		// it would reject pods until the namespace's default ServiceAccount exists.
+		"--disable-admission-plugins=ServiceAccount",
+		// The "kubernetes" Service's endpoint would be 127.0.0.1, which
+		// Endpoints validation rejects.
+		"--endpoint-reconciler-type=none",
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--cert-dir=" + path("apiserver-certs"),
+	}
+	apiserver, err := startProcess("kube-apiserver", c.bin("kube-apiserver"), append(apiArgs, opts.APIServerFlags...), c.Dir)
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, apiserver)
+
+	c.Config = &rest.Config{
+		Host: "https://127.0.0.1:" + strconv.Itoa(apiPort),
+		TLSClientConfig: rest.TLSClientConfig{
+			CAFile:   path("ca.crt"),
+			CertFile: path("admin.crt"),
+			KeyFile:  path("admin.key"),
+		},
+		QPS:   200,
+		Burst: 400,
+	}
+	if err := c.writeKubeconfig(); err != nil {
+		return err
+	}
+	if c.kube, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	err = waitFor(ctx, "kube-apiserver /readyz", 100*time.Millisecond, c.procs, func(ctx context.Context) bool {
+		return c.kube.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error() == nil
+	})
+	if err != nil {
+		return err
+	}
+
+	if err := c.startAfterAPIServer(); err != nil {
+		return err
+	}
+	// The controller-manager creates every namespace's default ServiceAccount:
+	// once it exists, the controller-manager is working.
+	return waitFor(ctx, "kube-controller-manager", 200*time.Millisecond, c.procs, func(ctx context.Context) bool {
+		_, err := c.kube.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil
+	})
+}
+
+func (c *Cluster) startAfterAPIServer() error {
+	path := func(name string) string { return filepath.Join(c.Dir, name) }
+	kubeconfig := "--kubeconfig=" + c.KubeconfigPath
+	stagesPath := path("kwok-stages.yaml")
+	if err := writeStages(stagesPath); err != nil {
+		return err
+	}
+	for _, p := range []struct {
+		name string
+		args []string
+	}{
+		{"kube-controller-manager", []string{
+			kubeconfig,
+			"--secure-port=0",
+			"--leader-elect=false",
+			"--use-service-account-credentials=false",
+			"--service-account-private-key-file=" + path("sa.key"),
+			"--root-ca-file=" + path("ca.crt"),
+			"--cluster-signing-cert-file=" + path("ca.crt"),
+			"--cluster-signing-key-file=" + path("ca.key"),
+			"--concurrent-statefulset-syncs=10",
+		}},
+		{"kube-scheduler", []string{kubeconfig, "--secure-port=0", "--leader-elect=false"}},
+		{"kwok", []string{
+			kubeconfig,
+			"--config=" + stagesPath,
+			"--manage-all-nodes=false",
+			"--manage-nodes-with-annotation-selector=" + KwokNodeAnnotation + "=fake",
+			"--node-lease-duration-seconds=40",
+			"--cidr=10.244.0.0/16",
+		}},
+	} {
+		proc, err := startProcess(p.name, c.bin(p.name), p.args, c.Dir)
+		if err != nil {
+			return err
+		}
+		c.procs = append(c.procs, proc)
+	}
+	return nil
+}
+
+// Stop stops every process of the cluster, newest first, and removes its
+// working directory unless the caller chose it. It is safe to call twice.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() {
+		c.stopErr = c.stopProcesses()
+		c.removeDir()
+	})
+	return c.stopErr
+}
+
+func (c *Cluster) stopProcesses() error {
+	var errs []error
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		errs = append(errs, c.procs[i].stop())
+	}
+	c.procs = nil
+	return errors.Join(errs...)
+}
+
+func (c *Cluster) removeDir() {
+	if c.ownsDir {
+		_ = os.RemoveAll(c.Dir)
+	}
+}
+
+// Logs returns the last lines of every process log, for failure reports.
+func (c *Cluster) Logs(lines int) string {
+	var out string
+	for _, p := range c.procs {
+		out += fmt.Sprintf("==> %s/%s (%s)\n%s\n", c.Name, p.name, p.logPath, p.tail(lines))
+	}
+	return out
+}
+
+// Kubernetes returns a typed client with admin rights.
+func (c *Cluster) Kubernetes() kubernetes.Interface { return c.kube }
+
+// Kubectl runs the cached kubectl against the cluster and returns its
+// combined output.
+func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, c.bin("kubectl"), append([]string{"--kubeconfig=" + c.KubeconfigPath}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %v: %w: %s", args, err, out)
+	}
+	return string(out), nil
+}
+
+// InstallCRDs installs the CRDs found in dirs (files or directories) and waits
+// until they are served.
+func (c *Cluster) InstallCRDs(ctx context.Context, dirs ...string) error {
+	_, err := envtest.InstallCRDs(c.Config, envtest.CRDInstallOptions{Paths: dirs, ErrorIfPathMissing: true})
+	if err != nil {
+		return fmt.Errorf("installing CRDs from %v in %s: %w", dirs, c.Name, err)
+	}
+	return nil
+}
+
+// AddNode creates node as a kwok-simulated node and waits until it is Ready
+// and schedulable (the controller-manager has lifted the not-ready taint the
+// API server puts on new nodes).
+func (c *Cluster) AddNode(ctx context.Context, node *corev1.Node) error {
+	node = node.DeepCopy()
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	node.Annotations[KwokNodeAnnotation] = "fake"
+	if node.Labels == nil {
+		node.Labels = map[string]string{}
+	}
+	node.Labels["type"] = "kwok"
+	if _, err := c.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating node %s in %s: %w", node.Name, c.Name, err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	return waitFor(waitCtx, "node "+node.Name+" to become Ready", 100*time.Millisecond, c.procs, func(ctx context.Context) bool {
+		n, err := c.kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		for _, t := range n.Spec.Taints {
+			if t.Key == corev1.TaintNodeNotReady {
+				return false
+			}
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	})
+}
+
+// DeleteNode deletes a node and waits until it is gone.
+func (c *Cluster) DeleteNode(ctx context.Context, name string) error {
+	err := c.kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting node %s in %s: %w", name, c.Name, err)
+	}
+	return nil
+}
+
+func (c *Cluster) bin(name string) string { return filepath.Join(c.binDir, name) }
+
+// writeCertificates creates the cluster CA, the API server's serving
+// certificate, the admin client certificate and the service-account key.
+func (c *Cluster) writeCertificates() error {
+	ca, err := pki.NewCA(c.Name+"-ca", certValidity)
+	if err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	c.CA = ca
+	caKey, err := ca.KeyPEM()
+	if err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	serving, servingKey, err := ca.IssueServer("kube-apiserver",
+		[]string{"127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "10.96.0.1"}, certValidity)
+	if err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	admin, adminKey, err := ca.IssueClient("admin", []string{"system:masters"}, certValidity)
+	if err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	// The API server reads the service-account key as a public key too, which
+	// it only accepts in the SEC 1 "EC PRIVATE KEY" form, not PKCS#8.
+	sa, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("harness: generating service-account key: %w", err)
+	}
+	saDER, err := x509.MarshalECPrivateKey(sa)
+	if err != nil {
+		return fmt.Errorf("harness: encoding service-account key: %w", err)
+	}
+	saKey := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: saDER})
+	for name, data := range map[string][]byte{
+		"ca.crt": ca.CertPEM, "ca.key": caKey,
+		"apiserver.crt": serving, "apiserver.key": servingKey,
+		"admin.crt": admin, "admin.key": adminKey,
+		"sa.key": saKey,
+	} {
+		if err := os.WriteFile(filepath.Join(c.Dir, name), data, 0o600); err != nil {
+			return fmt.Errorf("harness: writing %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) writeKubeconfig() error {
+	c.KubeconfigPath = filepath.Join(c.Dir, "kubeconfig")
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[c.Name] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthority: c.Config.CAFile}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificate: c.Config.CertFile, ClientKey: c.Config.KeyFile}
+	cfg.Contexts[c.Name] = &clientcmdapi.Context{Cluster: c.Name, AuthInfo: "admin"}
+	cfg.CurrentContext = c.Name
+	if err := clientcmd.WriteToFile(*cfg, c.KubeconfigPath); err != nil {
+		return fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	return nil
+}
+
+// writeStages writes the kwok Stages the harness runs with into one file.
+func writeStages(path string) error {
+	entries, err := stages.ReadDir("stages")
+	if err != nil {
+		return fmt.Errorf("reading embedded kwok stages: %w", err)
+	}
+	var all []byte
+	for _, e := range entries {
+		data, err := stages.ReadFile("stages/" + e.Name())
+		if err != nil {
+			return fmt.Errorf("reading embedded kwok stage %s: %w", e.Name(), err)
+		}
+		all = append(all, "---\n"...)
+		all = append(all, data...)
+	}
+	if err := os.WriteFile(path, all, 0o644); err != nil {
+		return fmt.Errorf("writing kwok stages: %w", err)
+	}
+	return nil
+}
+
+// freePorts returns n distinct free TCP ports on 127.0.0.1. They are free when
+// chosen; Start retries when one was taken before it was bound.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	listeners := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("choosing a free port: %w", err)
+		}
+		listeners = append(listeners, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

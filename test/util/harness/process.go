@@ -1,0 +1,133 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// stopGrace is how long a process has to exit after SIGTERM before SIGKILL.
+const stopGrace = 10 * time.Second
+
+// process is one control-plane binary running in its own process group, with
+// its output in <dir>/<name>.log.
+type process struct {
+	name    string
+	logPath string
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when the process has exited
+	err     error         // exit status, valid once exited is closed
+}
+
+// startProcess starts bin with args. The process gets its own process group
+// (so a Ctrl-C in the terminal reaches the test binary, which stops it in
+// order, instead of killing it half way) and, on Linux, is killed by the
+// kernel if the test binary dies without cleaning up.
+func startProcess(name, bin string, args []string, dir string) (*process, error) {
+	logPath := filepath.Join(dir, name+".log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening log of %s: %w", name, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting %s (%s): %w", name, bin, err)
+	}
+	p := &process{name: name, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// running reports whether the process has not exited yet.
+func (p *process) running() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends SIGTERM to the process group, waits up to stopGrace, then sends
+// SIGKILL. It returns once the process is gone.
+func (p *process) stop() error {
+	if !p.running() {
+		return nil
+	}
+	pgid := -p.cmd.Process.Pid
+	_ = syscall.Kill(pgid, syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(stopGrace):
+	}
+	_ = syscall.Kill(pgid, syscall.SIGKILL)
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(stopGrace):
+		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.name, p.cmd.Process.Pid)
+	}
+}
+
+// tail returns the last n lines of the process log.
+func (p *process) tail(n int) string {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return fmt.Sprintf("(reading %s: %v)", p.logPath, err)
+	}
+	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// exitError describes an unexpected exit, with the end of the log.
+func (p *process) exitError() error {
+	return fmt.Errorf("%s exited early (%v); last lines of %s:\n%s", p.name, p.err, p.logPath, p.tail(20))
+}
+
+// errPortInUse reports whether a process failed because a port was taken
+// between choosing it and binding it.
+func (p *process) errPortInUse() bool {
+	return strings.Contains(p.tail(50), "address already in use")
+}
+
+// waitFor polls check every interval until it returns true, ctx ends, or one
+// of procs exits.
+func waitFor(ctx context.Context, what string, interval time.Duration, procs []*process, check func(context.Context) bool) error {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		for _, p := range procs {
+			if !p.running() {
+				return p.exitError()
+			}
+		}
+		if check(ctx) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, errors.Join(ctx.Err(), context.Cause(ctx)))
+		case <-ticker.C:
+		}
+	}
+}
