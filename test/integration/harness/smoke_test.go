@@ -52,7 +52,7 @@ var _ = Describe("A cluster of the harness", Ordered, func() {
 				Selector:            &metav1.LabelSelector{MatchLabels: labels},
 				Template: corev1.PodTemplateSpec{
 					ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec: gpuPodSpec(true),
+					Spec:       gpuPodSpec(true),
 				},
 			},
 		}
