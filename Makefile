@@ -38,13 +38,16 @@ verify: generate ## Fail when `make generate` or gofmt would change a tracked fi
 	@git diff --exit-code --stat -- . || { echo "make generate left a diff: run it and commit the result"; exit 1; }
 	@test -z "$$(git status --porcelain --untracked-files=all)" || { git status --porcelain; echo "make generate created untracked files"; exit 1; }
 
+# The binaries: hub, spoke (the agent) and imperatorctl.
+BINARIES = $(foreach d,hub spoke cmd/imperatorctl,$(if $(wildcard $(d)/main.go),./$(d)))
+
 .PHONY: build
 build: ## Build bin/hub, bin/spoke and bin/imperatorctl.
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./hub ./spoke ./cmd/imperatorctl
+	$(GO) build -o $(BIN)/ $(BINARIES)
 
 .PHONY: vet
-vet:
+vet: ## Run go vet on every package.
 	$(GO) vet ./...
 
 .PHONY: test
