@@ -1,0 +1,202 @@
+// Package config is the spoke agent's typed configuration: every setting with
+// its default, bound to command-line flags, and validated before anything
+// starts. With no flags at all the agent runs in-cluster in imperator-system;
+// to join a hub it needs only the hub address and a bootstrap token.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Config is everything the agent can be told.
+type Config struct {
+	// Namespace holds the agent's reservation StatefulSets, Services, the
+	// webhook certificate and the hub credentials. Default: $POD_NAMESPACE,
+	// else imperator-system.
+	Namespace string
+
+	// MetricsAddr and HealthAddr are the listen addresses of the Prometheus
+	// metrics and the health/readiness endpoints ("0" disables metrics).
+	MetricsAddr string
+	HealthAddr  string
+
+	// LeaderElection makes one replica run the controllers; every replica
+	// serves the webhooks.
+	LeaderElection   bool
+	LeaderElectionID string
+
+	Webhook     Webhook
+	Reservation Reservation
+	Hub         Hub
+}
+
+// Webhook configures the admission webhooks the agent serves.
+type Webhook struct {
+	// BindAddress and Port are where the webhook server listens.
+	BindAddress string
+	Port        int
+	// Hosts are the names the serving certificate is valid for. Default: the
+	// webhook Service's DNS names in Namespace.
+	Hosts []string
+	// CertSecret names the Secret holding the webhook CA and serving certificate.
+	CertSecret string
+	// MutatingConfiguration and ValidatingConfiguration name the webhook
+	// configurations that receive the CA bundle.
+	MutatingConfiguration   string
+	ValidatingConfiguration string
+}
+
+// Reservation configures the pods that hold a machine type's capacity.
+type Reservation struct {
+	// Image of the placeholder container; it must exit at once on SIGTERM.
+	Image string
+	// PriorityClassName is the low priority class of reservation pods, created
+	// by the agent, so that a guest preempts a reservation at once.
+	PriorityClassName string
+}
+
+// Hub configures the connection to the hub. An empty Address runs the agent
+// stand-alone.
+type Hub struct {
+	// Address is host:port of the hub's gRPC endpoint.
+	Address string
+	// ClusterName is this cluster's name at the hub; it becomes the common
+	// name of the client certificate.
+	ClusterName string
+	// CAFile is the hub's CA bundle (PEM), used to verify the hub.
+	CAFile string
+	// TokenFile holds the one-time bootstrap token used to join when
+	// CredentialsSecret holds no certificate yet. $IMPERATOR_JOIN_TOKEN is
+	// read when TokenFile is empty.
+	TokenFile string
+	// CredentialsSecret stores the client certificate obtained by joining.
+	CredentialsSecret string
+	// ReportDebounce batches Machine changes into one delta.
+	ReportDebounce time.Duration
+}
+
+// Default returns the configuration used when no flag is given.
+func Default() Config {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "imperator-system"
+	}
+	return Config{
+		Namespace:        ns,
+		MetricsAddr:      ":8080",
+		HealthAddr:       ":8081",
+		LeaderElection:   true,
+		LeaderElectionID: "imperator-spoke-agent",
+		Webhook: Webhook{
+			Port:                    9443,
+			CertSecret:              "imperator-webhook-cert",
+			MutatingConfiguration:   "imperator-pod-injector",
+			ValidatingConfiguration: "imperator-machine-validator",
+		},
+		Reservation: Reservation{
+			Image:             "registry.k8s.io/pause:3.10",
+			PriorityClassName: "imperator-reservation",
+		},
+		Hub: Hub{
+			CredentialsSecret: "imperator-hub-credentials",
+			ReportDebounce:    500 * time.Millisecond,
+		},
+	}
+}
+
+// BindFlags registers every setting on fs, with c's values as defaults.
+func (c *Config) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "Namespace of the agent's reservation workloads, webhook certificate and hub credentials.")
+	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", c.MetricsAddr, "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.StringVar(&c.HealthAddr, "health-probe-bind-address", c.HealthAddr, "Address of the /healthz and /readyz endpoints.")
+	fs.BoolVar(&c.LeaderElection, "leader-elect", c.LeaderElection, "Run the controllers on one replica at a time (webhooks are served by all).")
+	fs.StringVar(&c.LeaderElectionID, "leader-election-id", c.LeaderElectionID, "Name of the leader election Lease.")
+	fs.StringVar(&c.Webhook.BindAddress, "webhook-bind-address", c.Webhook.BindAddress, "Address the webhook server listens on (empty: all interfaces).")
+	fs.IntVar(&c.Webhook.Port, "webhook-port", c.Webhook.Port, "Port of the webhook server.")
+	fs.Func("webhook-hosts", "Comma-separated DNS names/IPs of the webhook serving certificate (default: the imperator-webhook Service in --namespace).", func(s string) error {
+		c.Webhook.Hosts = splitList(s)
+		return nil
+	})
+	fs.StringVar(&c.Webhook.CertSecret, "webhook-cert-secret", c.Webhook.CertSecret, "Secret holding the webhook CA and serving certificate.")
+	fs.StringVar(&c.Webhook.MutatingConfiguration, "mutating-webhook-configuration", c.Webhook.MutatingConfiguration, "MutatingWebhookConfiguration that gets the CA bundle.")
+	fs.StringVar(&c.Webhook.ValidatingConfiguration, "validating-webhook-configuration", c.Webhook.ValidatingConfiguration, "ValidatingWebhookConfiguration that gets the CA bundle.")
+	fs.StringVar(&c.Reservation.Image, "reservation-image", c.Reservation.Image, "Image of the reservation placeholder container.")
+	fs.StringVar(&c.Reservation.PriorityClassName, "reservation-priority-class", c.Reservation.PriorityClassName, "PriorityClass of reservation pods (created by the agent).")
+	fs.StringVar(&c.Hub.Address, "hub-address", c.Hub.Address, "host:port of the hub; empty runs the agent stand-alone.")
+	fs.StringVar(&c.Hub.ClusterName, "cluster-name", c.Hub.ClusterName, "Name of this cluster at the hub.")
+	fs.StringVar(&c.Hub.CAFile, "hub-ca-file", c.Hub.CAFile, "PEM CA bundle that signed the hub's serving certificate.")
+	fs.StringVar(&c.Hub.TokenFile, "join-token-file", c.Hub.TokenFile, "File with the one-time bootstrap token (default: $IMPERATOR_JOIN_TOKEN).")
+	fs.StringVar(&c.Hub.CredentialsSecret, "hub-credentials-secret", c.Hub.CredentialsSecret, "Secret that stores the hub client certificate.")
+	fs.DurationVar(&c.Hub.ReportDebounce, "report-debounce", c.Hub.ReportDebounce, "How long Machine changes are batched before they are sent to the hub.")
+}
+
+// Complete fills the settings that derive from others.
+func (c *Config) Complete() {
+	if len(c.Webhook.Hosts) == 0 {
+		svc := "imperator-webhook." + c.Namespace
+		c.Webhook.Hosts = []string{svc + ".svc", svc + ".svc.cluster.local"}
+	}
+}
+
+// Validate returns every problem of the configuration, each naming its flag.
+func (c *Config) Validate() error {
+	var errs []error
+	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--namespace %q: %s", c.Namespace, strings.Join(msgs, "; ")))
+	}
+	if c.Webhook.Port < 1 || c.Webhook.Port > 65535 {
+		errs = append(errs, fmt.Errorf("--webhook-port %d: must be between 1 and 65535", c.Webhook.Port))
+	}
+	if c.Reservation.Image == "" {
+		errs = append(errs, errors.New("--reservation-image: must not be empty"))
+	}
+	if msgs := validation.IsDNS1123Subdomain(c.Reservation.PriorityClassName); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--reservation-priority-class %q: %s", c.Reservation.PriorityClassName, strings.Join(msgs, "; ")))
+	}
+	if c.Hub.Address != "" {
+		if _, _, err := net.SplitHostPort(c.Hub.Address); err != nil {
+			errs = append(errs, fmt.Errorf("--hub-address %q: %w", c.Hub.Address, err))
+		}
+		if msgs := validation.IsDNS1123Label(c.Hub.ClusterName); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--cluster-name %q: required with --hub-address, and %s", c.Hub.ClusterName, strings.Join(msgs, "; ")))
+		}
+		if c.Hub.CAFile == "" {
+			errs = append(errs, errors.New("--hub-ca-file: required with --hub-address"))
+		}
+		if c.Hub.ReportDebounce < 0 {
+			errs = append(errs, fmt.Errorf("--report-debounce %s: must not be negative", c.Hub.ReportDebounce))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// JoinToken returns the bootstrap token from TokenFile or $IMPERATOR_JOIN_TOKEN,
+// or "" when there is none.
+func (c *Config) JoinToken() (string, error) {
+	if c.Hub.TokenFile == "" {
+		return strings.TrimSpace(os.Getenv("IMPERATOR_JOIN_TOKEN")), nil
+	}
+	data, err := os.ReadFile(c.Hub.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("reading --join-token-file: %w", err)
+	}
+	return strings.TrimSpace(string(data)), nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}

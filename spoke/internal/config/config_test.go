@@ -1,0 +1,77 @@
+package config
+
+import (
+	"flag"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDefaultsNeedNoFlags(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "")
+	c := Default()
+	c.Complete()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("default configuration is invalid: %v", err)
+	}
+	want := []string{"imperator-webhook.imperator-system.svc", "imperator-webhook.imperator-system.svc.cluster.local"}
+	if diff := cmp.Diff(want, c.Webhook.Hosts); diff != "" {
+		t.Errorf("webhook hosts (-want +got):\n%s", diff)
+	}
+}
+
+func TestValidateNamesTheFlag(t *testing.T) {
+	cases := map[string]struct {
+		args     []string
+		wantErrs []string
+	}{
+		"valid hub settings": {
+			args: []string{"--hub-address=hub.example.com:8443", "--cluster-name=spoke-a", "--hub-ca-file=/ca.crt"},
+		},
+		"bad namespace":        {args: []string{"--namespace=Not_Valid"}, wantErrs: []string{"--namespace"}},
+		"bad port":             {args: []string{"--webhook-port=70000"}, wantErrs: []string{"--webhook-port"}},
+		"hub without port":     {args: []string{"--hub-address=hub", "--cluster-name=a", "--hub-ca-file=x"}, wantErrs: []string{"--hub-address"}},
+		"hub without identity": {args: []string{"--hub-address=hub:1"}, wantErrs: []string{"--cluster-name", "--hub-ca-file"}},
+		"empty image":          {args: []string{"--reservation-image="}, wantErrs: []string{"--reservation-image"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := Default()
+			fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+			c.BindFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			c.Complete()
+			err := c.Validate()
+			if len(tc.wantErrs) == 0 {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want no error", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate() accepted %v", tc.args)
+			}
+			for _, want := range tc.wantErrs {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %s", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestWebhookHostsFlag(t *testing.T) {
+	c := Default()
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	c.BindFlags(fs)
+	if err := fs.Parse([]string{"--webhook-hosts=127.0.0.1, localhost,"}); err != nil {
+		t.Fatal(err)
+	}
+	c.Complete()
+	if diff := cmp.Diff([]string{"127.0.0.1", "localhost"}, c.Webhook.Hosts); diff != "" {
+		t.Errorf("webhook hosts (-want +got):\n%s", diff)
+	}
+}
