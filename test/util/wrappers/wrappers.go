@@ -1,9 +1,9 @@
 // Package wrappers builds API objects for tests in a few readable lines, in the
 // style of Kueue's testing wrappers:
 //
-//	wrappers.MakeMachine("general-machine", "general").
-//		Type("compute-xlarge", "40", "128Gi", 1).GPU("nvidia.com/gpu", 2, "NVIDIA-GeForce-RTX-3090", "ampere").
-//		Node("michiru", "compute-xlarge").Obj()
+//	wrappers.MakeMachine("general-machine", "general-machine").
+//		Type("compute-xlarge", "40000m", "128Gi", 1).GPU("nvidia.com/gpu", 2, "NVIDIA-GeForce-RTX-3090", "").
+//		Node("michiru", "compute-xlarge").Tainted().Obj()
 package wrappers
 
 import (
@@ -93,15 +93,25 @@ func (w *MachineWrapper) Tainted() *MachineWrapper {
 	return w
 }
 
-// GeneralMachine is seed 000's example: group "general", compute-xlarge on
-// michiru (2 × RTX-3090), compute-medium on utaha (maintenance) and eriri
-// (1 × RTX-3090), with taints.
+// GPUMachine narrows the last machine type's GPU to nodes labelled
+// nvidia.com/gpu.machine=machine.
+func (w *MachineWrapper) GPUMachine(machine string) *MachineWrapper {
+	w.Spec.MachineTypes[len(w.Spec.MachineTypes)-1].Spec.GPU.Machine = machine
+	return w
+}
+
+// GeneralMachine is seed 000's example Machine, exactly: group
+// general-machine; compute-xlarge (40 CPU, 128Gi, 2 × RTX-3090, 1 available)
+// on michiru; compute-medium (6 CPU, 48Gi, 1 GPU of a DGX-1, 4 available) on
+// utaha (maintenance, untainted) and eriri; compute-large (20 CPU, 64Gi, 1
+// ampere GPU, 2 available) on no node.
 func GeneralMachine() *MachineWrapper {
-	return MakeMachine("general-machine", "general").
-		Type("compute-xlarge", "40", "128Gi", 1).GPU("nvidia.com/gpu", 2, "NVIDIA-GeForce-RTX-3090", "ampere").
-		Type("compute-medium", "6000m", "48Gi", 2).GPU("nvidia.com/gpu", 1, "NVIDIA-GeForce-RTX-3090", "ampere").
+	return MakeMachine("general-machine", "general-machine").
+		Type("compute-medium", "6000m", "48Gi", 4).GPU("nvidia.com/gpu", 1, "", "").GPUMachine("DGX-1").
+		Type("compute-xlarge", "40000m", "128Gi", 1).GPU("nvidia.com/gpu", 2, "NVIDIA-GeForce-RTX-3090", "").
+		Type("compute-large", "20000m", "64Gi", 2).GPU("nvidia.com/gpu", 1, "", "ampere").
 		Node("michiru", "compute-xlarge").Tainted().
-		Node("utaha", "compute-medium").Maintenance().Tainted().
+		Node("utaha", "compute-medium").Maintenance().
 		Node("eriri", "compute-medium").Tainted()
 }
 
@@ -246,4 +256,18 @@ func (w *PodWrapper) RequiredNodeAffinity(terms ...corev1.NodeSelectorTerm) *Pod
 	}
 	w.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: terms}
 	return w
+}
+
+// SeedNodes are nodes for GeneralMachine, as a cluster would have them:
+// michiru with 4 RTX-3090 (room for two compute-xlarge units), utaha and eriri
+// DGX-1 machines with 8 GPUs each, labelled by GPU Feature Discovery.
+func SeedNodes() []*corev1.Node {
+	return []*corev1.Node{
+		MakeNode("michiru").Capacity(corev1.ResourceCPU, "96").Capacity(corev1.ResourceMemory, "384Gi").
+			GPU(4, "NVIDIA-GeForce-RTX-3090", "ampere").Obj(),
+		MakeNode("utaha").Capacity(corev1.ResourceCPU, "64").Capacity(corev1.ResourceMemory, "512Gi").
+			GPU(8, "Tesla-V100-SXM2-32GB", "volta").Label(imperatorv1alpha1.GPUMachineLabel, "DGX-1").Obj(),
+		MakeNode("eriri").Capacity(corev1.ResourceCPU, "64").Capacity(corev1.ResourceMemory, "512Gi").
+			GPU(8, "Tesla-V100-SXM2-32GB", "volta").Label(imperatorv1alpha1.GPUMachineLabel, "DGX-1").Obj(),
+	}
 }
