@@ -94,7 +94,7 @@ type Cluster struct {
 
 	binDir   string
 	ownsDir  bool
-	procs    []*process // in start order; stopped in reverse
+	procs    []*Process // in start order; stopped in reverse
 	kube     kubernetes.Interface
 	stopOnce sync.Once
 	stopErr  error
@@ -192,7 +192,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 }
 
 func (c *Cluster) start(ctx context.Context, opts Options) error {
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return err
 	}
@@ -200,7 +200,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	path := func(name string) string { return filepath.Join(c.Dir, name) }
 	loopback := func(port int) string { return "http://127.0.0.1:" + strconv.Itoa(port) }
 
-	etcd, err := startProcess("etcd", c.bin("etcd"), []string{
+	etcd, err := StartProcess("etcd", c.bin("etcd"), []string{
 		"--name=" + c.Name,
 		"--data-dir=" + path("etcd"),
 		"--listen-client-urls=" + loopback(etcdClient),
@@ -240,7 +240,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		"--profiling=false",
 		"--cert-dir=" + path("apiserver-certs"),
 	}
-	apiserver, err := startProcess("kube-apiserver", c.bin("kube-apiserver"), append(apiArgs, opts.APIServerFlags...), c.Dir)
+	apiserver, err := StartProcess("kube-apiserver", c.bin("kube-apiserver"), append(apiArgs, opts.APIServerFlags...), c.Dir)
 	if err != nil {
 		return err
 	}
@@ -312,7 +312,7 @@ func (c *Cluster) startAfterAPIServer() error {
 			"--cidr=10.244.0.0/16",
 		}},
 	} {
-		proc, err := startProcess(p.name, c.bin(p.name), p.args, c.Dir)
+		proc, err := StartProcess(p.name, c.bin(p.name), p.args, c.Dir)
 		if err != nil {
 			return err
 		}
@@ -334,7 +334,7 @@ func (c *Cluster) Stop() error {
 func (c *Cluster) stopProcesses() error {
 	var errs []error
 	for i := len(c.procs) - 1; i >= 0; i-- {
-		errs = append(errs, c.procs[i].stop())
+		errs = append(errs, c.procs[i].Stop())
 	}
 	c.procs = nil
 	return errors.Join(errs...)
@@ -350,7 +350,7 @@ func (c *Cluster) removeDir() {
 func (c *Cluster) Logs(lines int) string {
 	var out string
 	for _, p := range c.procs {
-		out += fmt.Sprintf("==> %s/%s (%s)\n%s\n", c.Name, p.name, p.logPath, p.tail(lines))
+		out += fmt.Sprintf("==> %s/%s (%s)\n%s\n", c.Name, p.name, p.logPath, p.Tail(lines))
 	}
 	return out
 }
@@ -506,9 +506,9 @@ func writeStages(path string) error {
 	return nil
 }
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1. They are free when
+// FreePorts returns n distinct free TCP ports on 127.0.0.1. They are free when
 // chosen; Start retries when one was taken before it was bound.
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	listeners := make([]net.Listener, 0, n)
 	defer func() {

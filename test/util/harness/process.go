@@ -16,9 +16,9 @@ import (
 // stopGrace is how long a process has to exit after SIGTERM before SIGKILL.
 const stopGrace = 10 * time.Second
 
-// process is one control-plane binary running in its own process group, with
-// its output in <dir>/<name>.log.
-type process struct {
+// Process is a binary the harness started in its own process group, with its
+// output appended to <dir>/<name>.log.
+type Process struct {
 	name    string
 	logPath string
 	cmd     *exec.Cmd
@@ -26,11 +26,12 @@ type process struct {
 	err     error         // exit status, valid once exited is closed
 }
 
-// startProcess starts bin with args. The process gets its own process group
-// (so a Ctrl-C in the terminal reaches the test binary, which stops it in
-// order, instead of killing it half way) and, on Linux, is killed by the
-// kernel if the test binary dies without cleaning up.
-func startProcess(name, bin string, args []string, dir string) (*process, error) {
+// StartProcess starts bin with args in dir. The process gets its own process
+// group (so a Ctrl-C in the terminal reaches the test binary, which stops it
+// in order, instead of killing it half way) and, on Linux, is killed by the
+// kernel if the test binary dies without cleaning up. env entries are added
+// to the environment of the test binary.
+func StartProcess(name, bin string, args []string, dir string, env ...string) (*Process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -38,6 +39,7 @@ func startProcess(name, bin string, args []string, dir string) (*process, error)
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = sysProcAttr()
@@ -45,7 +47,7 @@ func startProcess(name, bin string, args []string, dir string) (*process, error)
 		logFile.Close()
 		return nil, fmt.Errorf("starting %s (%s): %w", name, bin, err)
 	}
-	p := &process{name: name, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
+	p := &Process{name: name, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		logFile.Close()
@@ -54,8 +56,17 @@ func startProcess(name, bin string, args []string, dir string) (*process, error)
 	return p, nil
 }
 
-// running reports whether the process has not exited yet.
-func (p *process) running() bool {
+// Name is the name the process was started with.
+func (p *Process) Name() string { return p.name }
+
+// LogPath is the file that receives the process output.
+func (p *Process) LogPath() string { return p.logPath }
+
+// Exited is closed when the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Running reports whether the process has not exited yet.
+func (p *Process) Running() bool {
 	select {
 	case <-p.exited:
 		return false
@@ -64,10 +75,10 @@ func (p *process) running() bool {
 	}
 }
 
-// stop sends SIGTERM to the process group, waits up to stopGrace, then sends
+// Stop sends SIGTERM to the process group, waits up to stopGrace, then sends
 // SIGKILL. It returns once the process is gone.
-func (p *process) stop() error {
-	if !p.running() {
+func (p *Process) Stop() error {
+	if !p.Running() {
 		return nil
 	}
 	pgid := -p.cmd.Process.Pid
@@ -86,8 +97,8 @@ func (p *process) stop() error {
 	}
 }
 
-// tail returns the last n lines of the process log.
-func (p *process) tail(n int) string {
+// Tail returns the last n lines of the process log.
+func (p *Process) Tail(n int) string {
 	data, err := os.ReadFile(p.logPath)
 	if err != nil {
 		return fmt.Sprintf("(reading %s: %v)", p.logPath, err)
@@ -100,24 +111,24 @@ func (p *process) tail(n int) string {
 }
 
 // exitError describes an unexpected exit, with the end of the log.
-func (p *process) exitError() error {
-	return fmt.Errorf("%s exited early (%v); last lines of %s:\n%s", p.name, p.err, p.logPath, p.tail(20))
+func (p *Process) exitError() error {
+	return fmt.Errorf("%s exited early (%v); last lines of %s:\n%s", p.name, p.err, p.logPath, p.Tail(20))
 }
 
 // errPortInUse reports whether a process failed because a port was taken
 // between choosing it and binding it.
-func (p *process) errPortInUse() bool {
-	return strings.Contains(p.tail(50), "address already in use")
+func (p *Process) errPortInUse() bool {
+	return strings.Contains(p.Tail(50), "address already in use")
 }
 
 // waitFor polls check every interval until it returns true, ctx ends, or one
 // of procs exits.
-func waitFor(ctx context.Context, what string, interval time.Duration, procs []*process, check func(context.Context) bool) error {
+func waitFor(ctx context.Context, what string, interval time.Duration, procs []*Process, check func(context.Context) bool) error {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
 		for _, p := range procs {
-			if !p.running() {
+			if !p.Running() {
 				return p.exitError()
 			}
 		}
