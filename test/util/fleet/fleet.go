@@ -1,0 +1,177 @@
+// Package fleet runs a whole Imperator fleet on one machine: a hub cluster and
+// spoke clusters from the harness, each spoke with simulated GPU nodes, the
+// hub and one spoke agent per spoke as local processes with real mTLS. The
+// e2e suite and `make up`/`make demo` use it; Description (fleet.json) tells
+// people and tools how to reach every part.
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/imperator-federation/imperator/test/util/harness"
+)
+
+// Options configure a fleet.
+type Options struct {
+	// Dir receives the clusters' working directories, process logs,
+	// certificates and fleet.json. It is kept after Stop.
+	Dir string
+	// BinDir holds the hub, spoke and imperatorctl binaries (make build).
+	BinDir string
+	// Spokes default to DefaultSpokes().
+	Spokes []SpokeSpec
+}
+
+// Fleet is a running hub cluster and its spoke clusters.
+type Fleet struct {
+	opts   Options
+	Hub    *harness.Cluster
+	Spokes map[string]*harness.Cluster
+	// names keeps the spokes in the order they were given.
+	names []string
+
+	mu sync.Mutex
+}
+
+// Start starts the hub cluster and every spoke cluster side by side and adds
+// each spoke's nodes. On error nothing is left running.
+func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
+	if opts.Dir == "" {
+		return nil, errors.New("fleet: Options.Dir is required")
+	}
+	if len(opts.Spokes) == 0 {
+		opts.Spokes = DefaultSpokes()
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	f := &Fleet{opts: opts, Spokes: map[string]*harness.Cluster{}}
+	defer func() {
+		if err != nil {
+			_ = f.Stop()
+		}
+	}()
+
+	names := append([]string{"hub"}, spokeNames(opts.Spokes)...)
+	clusters := make([]*harness.Cluster, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			clusters[i], errs[i] = harness.Start(ctx, harness.Options{Name: name, Dir: filepath.Join(opts.Dir, name)})
+		})
+	}
+	wg.Wait()
+	f.Hub = clusters[0]
+	for i, spoke := range opts.Spokes {
+		if clusters[i+1] != nil {
+			f.Spokes[spoke.Name] = clusters[i+1]
+			f.names = append(f.names, spoke.Name)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	for _, spoke := range opts.Spokes {
+		for _, node := range spoke.Nodes {
+			if err := f.Spokes[spoke.Name].AddNode(ctx, node); err != nil {
+				return nil, fmt.Errorf("fleet: %w", err)
+			}
+		}
+	}
+	return f, nil
+}
+
+// SpokeNames returns the spokes in the order they were configured.
+func (f *Fleet) SpokeNames() []string { return append([]string(nil), f.names...) }
+
+// Stop stops every process and cluster of the fleet.
+func (f *Fleet) Stop() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var errs []error
+	for _, name := range f.names {
+		errs = append(errs, f.Spokes[name].Stop())
+	}
+	if f.Hub != nil {
+		errs = append(errs, f.Hub.Stop())
+	}
+	return errors.Join(errs...)
+}
+
+// Logs returns the end of every log of the fleet, for failure reports.
+func (f *Fleet) Logs(lines int) string {
+	out := ""
+	if f.Hub != nil {
+		out += f.Hub.Logs(lines)
+	}
+	for _, name := range f.names {
+		out += f.Spokes[name].Logs(lines)
+	}
+	return out
+}
+
+// Description is fleet.json: how to reach each part of a running fleet.
+type Description struct {
+	Hub    ClusterDescription   `json:"hub"`
+	Spokes []ClusterDescription `json:"spokes"`
+}
+
+// ClusterDescription locates one cluster of the fleet.
+type ClusterDescription struct {
+	Name       string `json:"name"`
+	Kubeconfig string `json:"kubeconfig"`
+	APIServer  string `json:"apiServer"`
+}
+
+// Describe returns the fleet's Description.
+func (f *Fleet) Describe() Description {
+	d := Description{Hub: describe(f.Hub)}
+	for _, name := range f.names {
+		d.Spokes = append(d.Spokes, describe(f.Spokes[name]))
+	}
+	return d
+}
+
+// WriteDescription writes the Description to path as indented JSON.
+func (f *Fleet) WriteDescription(path string) error {
+	data, err := json.MarshalIndent(f.Describe(), "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding fleet description: %w", err)
+	}
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing fleet description: %w", err)
+	}
+	return nil
+}
+
+// ReadDescription reads a fleet.json written by WriteDescription.
+func ReadDescription(path string) (*Description, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading fleet description: %w", err)
+	}
+	d := &Description{}
+	if err := json.Unmarshal(data, d); err != nil {
+		return nil, fmt.Errorf("reading fleet description %s: %w", path, err)
+	}
+	return d, nil
+}
+
+func describe(c *harness.Cluster) ClusterDescription {
+	return ClusterDescription{Name: c.Name, Kubeconfig: c.KubeconfigPath, APIServer: c.Config.Host}
+}
+
+func spokeNames(spokes []SpokeSpec) []string {
+	names := make([]string, len(spokes))
+	for i, s := range spokes {
+		names[i] = s.Name
+	}
+	return names
+}

@@ -1,0 +1,31 @@
+package fleet
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/imperator-federation/imperator/test/util/wrappers"
+)
+
+// SpokeSpec describes a spoke cluster of the fleet: its name (also its name
+// at the hub) and the simulated nodes it starts with.
+type SpokeSpec struct {
+	Name  string
+	Nodes []*corev1.Node
+}
+
+// DefaultSpokes are the two spokes of `make up`: spoke-a with seed 000's
+// RTX-3090/DGX-1 nodes (michiru, utaha, eriri) and spoke-b with two H100
+// (hopper) nodes.
+func DefaultSpokes() []SpokeSpec {
+	return []SpokeSpec{
+		{Name: "spoke-a", Nodes: wrappers.SeedNodes()},
+		{Name: "spoke-b", Nodes: []*corev1.Node{h100Node("kasumi"), h100Node("megumi")}},
+	}
+}
+
+func h100Node(name string) *corev1.Node {
+	return wrappers.MakeNode(name).
+		Capacity(corev1.ResourceCPU, "192").Capacity(corev1.ResourceMemory, "2Ti").
+		GPU(8, "NVIDIA-H100-80GB-HBM3", "hopper").
+		Label("nvidia.com/gpu.machine", "DGX-H100").Obj()
+}
