@@ -8,10 +8,12 @@ GOFLAGS   ?=
 BIN       := $(CURDIR)/bin
 TOOLS_DIR  = $(shell hack/tools.sh dir)
 K8S_BIN    = $(shell hack/k8s-bin.sh dir)
-# Packages with unit tests (pure logic, run with -race) and suites that start
-# real control planes (envtest or the process harness).
-UNIT_PKGS        = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/e2e)
-INTEGRATION_PKGS = $(shell $(GO) list ./test/integration/...)
+# Packages with unit tests (pure logic, run with -race) and the suites that
+# start real control planes (envtest or the harness): every package in an
+# `integration` directory, test/integration/ for cross-cutting ones and
+# <package>/integration/ beside the internal package a suite exercises.
+UNIT_PKGS        = $(shell $(GO) list ./... | grep -v -e /integration -e /test/e2e)
+INTEGRATION_PKGS = $(shell $(GO) list ./... | grep /integration)
 
 export IMPERATOR_K8S_BIN = $(K8S_BIN)
 export KUBEBUILDER_ASSETS = $(K8S_BIN)

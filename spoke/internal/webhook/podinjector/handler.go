@@ -1,0 +1,154 @@
+package podinjector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+// WebhookPath is where the agent's webhook server serves the injector.
+const WebhookPath = "/mutate-v1-pod"
+
+// +kubebuilder:webhook:path=/mutate-v1-pod,mutating=true,failurePolicy=fail,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=pod-injector.imperator.tenzen-y.io,admissionReviewVersions=v1,timeoutSeconds=5,reinvocationPolicy=Never,matchPolicy=Equivalent
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
+
+// Handler is the admission handler of the Pod Resource Injector. It injects
+// guest pods on CREATE and lets every other operation through untouched.
+type Handler struct {
+	// Reader finds Machines by their machine-group label; the manager's cache.
+	Reader  client.Reader
+	decoder admission.Decoder
+}
+
+var _ admission.Handler = (*Handler)(nil)
+
+// NewHandler returns a Handler that reads Machines through reader and decodes
+// pods with scheme.
+func NewHandler(reader client.Reader, scheme *runtime.Scheme) *Handler {
+	return &Handler{Reader: reader, decoder: admission.NewDecoder(scheme)}
+}
+
+// SetupWebhookWithManager serves the injector at WebhookPath on the manager's
+// webhook server, reading Machines from the manager's cache. The Machine
+// informer is registered now, so that it syncs with the cache instead of on
+// the first admission request.
+func SetupWebhookWithManager(mgr ctrl.Manager) error {
+	// Before the manager starts, GetInformer only registers the informer and
+	// does not block on the context.
+	if _, err := mgr.GetCache().GetInformer(context.Background(), &imperatorv1alpha1.Machine{}); err != nil {
+		return fmt.Errorf("registering the Machine informer of the pod injector: %w", err)
+	}
+	mgr.GetWebhookServer().Register(WebhookPath, &webhook.Admission{
+		Handler: NewHandler(mgr.GetCache(), mgr.GetScheme()),
+	})
+	return nil
+}
+
+// Handle injects a guest pod being created with its machine type.
+func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	log := ctrl.LoggerFrom(ctx)
+	if req.Operation != admissionv1.Create {
+		// Existing guest pods are never re-injected nor blocked.
+		return admission.Allowed("")
+	}
+	if len(req.Object.Raw) == 0 {
+		return admission.Errored(http.StatusBadRequest, errors.New("decoding the pod: the request carries no object"))
+	}
+	pod := &corev1.Pod{}
+	if err := h.decoder.DecodeRaw(req.Object, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod: %w", err))
+	}
+	if pod.Labels[imperatorv1alpha1.PodRoleKey] != string(imperatorv1alpha1.PodRoleGuest) {
+		return admission.Allowed("not a guest pod")
+	}
+
+	machine, err := h.machineOfGroup(ctx, pod.Labels[imperatorv1alpha1.MachineGroupKey])
+	if err != nil {
+		var deniedErr *DeniedError
+		if errors.As(err, &deniedErr) {
+			log.V(1).Info("Denied guest pod", "reason", deniedErr.Reason)
+			return admission.Denied(deniedErr.Reason)
+		}
+		log.Error(err, "Looking up the machine group of a guest pod failed")
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+
+	injected, record, err := Inject(pod, machine)
+	if err != nil {
+		var deniedErr *DeniedError
+		if errors.As(err, &deniedErr) {
+			log.V(1).Info("Denied guest pod", "reason", deniedErr.Reason)
+			return admission.Denied(deniedErr.Reason)
+		}
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+
+	current, err := json.Marshal(injected)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding the injected pod: %w", err))
+	}
+	log.V(1).Info("Injected guest pod", "machine", klog.KRef("", record.Machine),
+		"machineType", record.MachineType, "container", record.Container, "replaced", len(record.Replaced))
+	return withoutRemovals(admission.PatchResponseFromRaw(req.Object.Raw, current))
+}
+
+// withoutRemovals drops the "remove" operations of a patch. Inject only adds
+// and replaces, so a removal can only come from the round trip through this
+// binary's API types: a field they do not know (an API server newer than the
+// agent) or one they omit when empty. Applying it would silently drop what
+// the user wrote.
+func withoutRemovals(resp admission.Response) admission.Response {
+	if !resp.Allowed || resp.PatchType == nil {
+		return resp
+	}
+	resp.Patches = slices.DeleteFunc(resp.Patches, func(op jsonpatch.JsonPatchOperation) bool {
+		return op.Operation == "remove"
+	})
+	if len(resp.Patches) == 0 {
+		resp.PatchType = nil
+	}
+	return resp
+}
+
+// machineOfGroup returns the Machine labelled with group, nil when there is
+// none (or the pod names no group; Inject denies both), or a DeniedError when
+// several Machines claim the group.
+func (h *Handler) machineOfGroup(ctx context.Context, group string) (*imperatorv1alpha1.Machine, error) {
+	if group == "" {
+		return nil, nil
+	}
+	var machines imperatorv1alpha1.MachineList
+	if err := h.Reader.List(ctx, &machines, client.MatchingLabels{imperatorv1alpha1.MachineGroupKey: group}); err != nil {
+		return nil, fmt.Errorf("listing Machines labelled %s=%s: %w", imperatorv1alpha1.MachineGroupKey, group, err)
+	}
+	switch len(machines.Items) {
+	case 0:
+		return nil, nil
+	case 1:
+		return &machines.Items[0], nil
+	default:
+		names := make([]string, 0, len(machines.Items))
+		for _, m := range machines.Items {
+			names = append(names, m.Name)
+		}
+		slices.Sort(names)
+		return nil, denied("ambiguous machine group %q: Machines %s are all labelled %s=%s",
+			group, strings.Join(names, ", "), imperatorv1alpha1.MachineGroupKey, group)
+	}
+}

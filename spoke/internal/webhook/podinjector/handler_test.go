@@ -1,0 +1,255 @@
+package podinjector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/google/go-cmp/cmp"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
+)
+
+func testScheme(t testing.TB) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := imperatorv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return scheme
+}
+
+func request(t testing.TB, op admissionv1.Operation, raw []byte) admission.Request {
+	t.Helper()
+	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "req-1", Operation: op, Namespace: "team-a", Object: runtime.RawExtension{Raw: raw},
+	}}
+}
+
+func rawPod(t testing.TB, pod *corev1.Pod) []byte {
+	t.Helper()
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// applyPatch applies the response's JSON patch to raw, as the API server does.
+func applyPatch(t *testing.T, raw []byte, resp admission.Response) []byte {
+	t.Helper()
+	if len(resp.Patches) == 0 {
+		return raw
+	}
+	ops, err := json.Marshal(resp.Patches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := jsonpatch.DecodePatch(ops)
+	if err != nil {
+		t.Fatalf("decoding the response patch: %v", err)
+	}
+	patched, err := patch.Apply(raw)
+	if err != nil {
+		t.Fatalf("applying the response patch: %v", err)
+	}
+	return patched
+}
+
+type failingReader struct{ client.Reader }
+
+func (failingReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return errors.New("cache is gone")
+}
+
+func TestHandle(t *testing.T) {
+	scheme := testScheme(t)
+	general := wrappers.GeneralMachine().Obj()
+	guestPod := guest().Label(containerL, "main").Obj()
+	injected, _, err := Inject(guestPod, general)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cases := map[string]struct {
+		machines []client.Object
+		reader   client.Reader
+		req      admission.Request
+		// wantPod is the pod after applying the response's patch to the request.
+		wantPod     *corev1.Pod
+		wantRaw     string // checked instead of wantPod when set: a substring of the patched JSON
+		wantAllowed bool
+		wantCode    int32
+		wantMessage string
+	}{
+		"create of a guest: patched into the injected pod": {
+			machines:    []client.Object{general},
+			req:         request(t, admissionv1.Create, rawPod(t, guestPod)),
+			wantAllowed: true,
+			wantPod:     injected,
+		},
+		"update of a guest: allowed untouched": {
+			machines:    []client.Object{general},
+			req:         request(t, admissionv1.Update, rawPod(t, guestPod)),
+			wantAllowed: true,
+			wantPod:     guestPod,
+		},
+		"update of a guest whose group is gone: still allowed": {
+			req:         request(t, admissionv1.Update, rawPod(t, guestPod)),
+			wantAllowed: true,
+			wantPod:     guestPod,
+		},
+		"delete: allowed untouched": {
+			req:         request(t, admissionv1.Delete, nil),
+			wantAllowed: true,
+		},
+		"create of a pod that is not a guest: allowed untouched": {
+			machines:    []client.Object{general},
+			req:         request(t, admissionv1.Create, rawPod(t, wrappers.MakePod("team-a", "web").Label("app", "web").Obj())),
+			wantAllowed: true,
+			wantPod:     wrappers.MakePod("team-a", "web").Label("app", "web").Obj(),
+		},
+		"create with an undecodable object: 400 with the decoding error": {
+			req:         request(t, admissionv1.Create, []byte(`{"spec":{"containers":"not-a-list"}}`)),
+			wantCode:    http.StatusBadRequest,
+			wantMessage: "decoding the pod",
+		},
+		"create without an object: 400": {
+			req:         request(t, admissionv1.Create, nil),
+			wantCode:    http.StatusBadRequest,
+			wantMessage: "carries no object",
+		},
+		"create of a guest of an unknown group: denied with the reason": {
+			req:         request(t, admissionv1.Create, rawPod(t, guestPod)),
+			wantCode:    http.StatusForbidden,
+			wantMessage: `unknown machine group "general-machine"`,
+		},
+		"create of a guest of a group claimed by two Machines: denied naming both": {
+			machines: []client.Object{
+				general,
+				wrappers.MakeMachine("impostor", group).Type("compute-xlarge", "1", "1Gi", 1).Obj(),
+			},
+			req:         request(t, admissionv1.Create, rawPod(t, guestPod)),
+			wantCode:    http.StatusForbidden,
+			wantMessage: "Machines general-machine, impostor are all labelled",
+		},
+		"cache failure: 500, not a denial": {
+			reader:      failingReader{},
+			req:         request(t, admissionv1.Create, rawPod(t, guestPod)),
+			wantCode:    http.StatusInternalServerError,
+			wantMessage: "cache is gone",
+		},
+		"fields unknown to the agent's API types survive the patch": {
+			machines: []client.Object{general},
+			req: request(t, admissionv1.Create, []byte(`{"metadata":{"name":"guest","labels":{`+
+				`"imperator.tenzen-y.io/machine-group":"general-machine","imperator.tenzen-y.io/machine-type":"compute-xlarge",`+
+				`"imperator.tenzen-y.io/pod-role":"guest"}},"spec":{"futureField":{"x":1},`+
+				`"containers":[{"name":"main","image":"pause","futureContainerField":true}]}}`)),
+			wantAllowed: true,
+			wantRaw:     `"futureContainerField":true`,
+		},
+		"spelling of the user's quantities and empty lists survive": {
+			machines: []client.Object{general},
+			req: request(t, admissionv1.Create, []byte(`{"metadata":{"name":"guest","labels":{`+
+				`"imperator.tenzen-y.io/machine-group":"general-machine","imperator.tenzen-y.io/machine-type":"compute-xlarge",`+
+				`"imperator.tenzen-y.io/pod-role":"guest"}},"spec":{"volumes":[],`+
+				`"containers":[{"name":"main","image":"pause","resources":{"requests":{"ephemeral-storage":"10Gi"}}}]}}`)),
+			wantAllowed: true,
+			wantRaw:     `"volumes":[]`,
+		},
+	}
+
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			reader := tc.reader
+			if reader == nil {
+				reader = fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.machines...).Build()
+			}
+			resp := NewHandler(reader, scheme).Handle(context.Background(), tc.req)
+
+			if resp.Allowed != tc.wantAllowed {
+				t.Fatalf("Allowed = %v, want %v (result %+v)", resp.Allowed, tc.wantAllowed, resp.Result)
+			}
+			if !tc.wantAllowed {
+				if resp.Result == nil || resp.Result.Code != tc.wantCode || !strings.Contains(resp.Result.Message, tc.wantMessage) {
+					t.Fatalf("Result = %+v, want code %d and a message containing %q", resp.Result, tc.wantCode, tc.wantMessage)
+				}
+				if len(resp.Patches) > 0 {
+					t.Errorf("a refused request carries a patch: %v", resp.Patches)
+				}
+				return
+			}
+
+			patched := applyPatch(t, tc.req.Object.Raw, resp)
+			if tc.wantRaw != "" {
+				if !strings.Contains(string(patched), tc.wantRaw) || !strings.Contains(string(patched), imperatorv1alpha1.InjectedAnnotation) {
+					t.Errorf("patched pod %s lacks %s or the injection annotation", patched, tc.wantRaw)
+				}
+				return
+			}
+			if tc.wantPod == nil {
+				if len(resp.Patches) > 0 {
+					t.Errorf("unexpected patch %v", resp.Patches)
+				}
+				return
+			}
+			got := &corev1.Pod{}
+			if err := json.Unmarshal(patched, got); err != nil {
+				t.Fatalf("decoding the patched pod: %v", err)
+			}
+			if diff := cmp.Diff(tc.wantPod, got, quantities); diff != "" {
+				t.Errorf("patched pod mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// FuzzHandle sends arbitrary bytes as the pod of a CREATE request: the
+// handler answers every one of them without panicking.
+func FuzzHandle(f *testing.F) {
+	f.Add([]byte(`{"metadata":{"labels":{"imperator.tenzen-y.io/pod-role":"guest"}}}`))
+	f.Add([]byte(`{"metadata":{"labels":{"imperator.tenzen-y.io/pod-role":"guest","imperator.tenzen-y.io/machine-group":"general-machine","imperator.tenzen-y.io/machine-type":"compute-xlarge"}},"spec":{"containers":[{"name":"main"}]}}`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(`{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":null}}}}`))
+	scheme := testScheme(f)
+	h := NewHandler(fake.NewClientBuilder().WithScheme(scheme).WithObjects(wrappers.GeneralMachine().Obj()).Build(), scheme)
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		resp := h.Handle(context.Background(), request(t, admissionv1.Create, raw))
+		if !resp.Allowed && (resp.Result == nil || resp.Result.Message == "") {
+			t.Fatalf("refused without a message: %+v", resp)
+		}
+	})
+}
+
+// BenchmarkHandle measures one CREATE admission of the seed's guest pod:
+// decoding, the Machine lookup, the mutation and the JSON patch.
+func BenchmarkHandle(b *testing.B) {
+	scheme := testScheme(b)
+	h := NewHandler(fake.NewClientBuilder().WithScheme(scheme).WithObjects(wrappers.GeneralMachine().Obj()).Build(), scheme)
+	pod := guest().Label(containerL, "main").Request(0, corev1.ResourceEphemeralStorage, "10Gi").
+		RequiredNodeAffinity(term(in("topology.kubernetes.io/zone", "a")), term(in("topology.kubernetes.io/zone", "b"))).Obj()
+	req := request(b, admissionv1.Create, rawPod(b, pod))
+	ctx := context.Background()
+
+	b.ReportAllocs()
+	for b.Loop() {
+		if resp := h.Handle(ctx, req); !resp.Allowed || len(resp.Patches) == 0 {
+			b.Fatalf("guest pod not injected: %+v", resp.Result)
+		}
+	}
+}

@@ -1,0 +1,410 @@
+package podinjector
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+// Record is what the injector did to a pod. It is stored, as JSON, in the
+// pod's imperatorv1alpha1.InjectedAnnotation so that a user can see why the
+// pod looks the way it does.
+type Record struct {
+	// Machine is the name of the Machine whose machine type was injected.
+	Machine string `json:"machine"`
+	// MachineGroup and MachineType name the injected machine type.
+	MachineGroup string `json:"machineGroup"`
+	MachineType  string `json:"machineType"`
+	// Container is the container that received the requests and limits.
+	Container string `json:"container"`
+	// Replaced lists the resources the container already set to other values,
+	// with the values they had, sorted by resource name.
+	Replaced []ReplacedResource `json:"replaced,omitempty"`
+}
+
+// ReplacedResource is a resource of the target container whose request or
+// limit differed from the machine type and was overwritten.
+type ReplacedResource struct {
+	// Resource is the resource name, e.g. cpu.
+	Resource corev1.ResourceName `json:"resource"`
+	// Request and Limit are the values the container set before injection;
+	// empty when it did not set them.
+	Request string `json:"request,omitempty"`
+	Limit   string `json:"limit,omitempty"`
+}
+
+// DeniedError is returned by Inject when a pod must not be admitted. Its
+// message is shown to the user who created the pod.
+type DeniedError struct{ Reason string }
+
+func (e *DeniedError) Error() string { return e.Reason }
+
+func denied(format string, args ...any) *DeniedError {
+	return &DeniedError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// Inject returns a copy of pod carrying the machine type it asks for, taken
+// from machine (the Machine of the pod's machine group, nil when there is
+// none), and the record of what was injected. pod is never modified.
+//
+// Pods without pod-role=guest are not the injector's business: they come back
+// unchanged with a nil Record. A guest pod is denied (*DeniedError) when its
+// labels are incomplete, its machine group or type is unknown, its injecting
+// container does not exist, or its node affinity or nodeSelector contradicts
+// the machine type's placement.
+//
+// The target container gets requests = limits = the machine type's cpu,
+// memory and GPUs, merged into what it already sets. The pod tolerates the
+// machine type's and the node pool's NoSchedule taints, and every required
+// node selector term is narrowed (ANDed) to the machine type's ready nodes.
+// Inject is idempotent: Inject(Inject(pod)) equals Inject(pod).
+func Inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine) (*corev1.Pod, *Record, error) {
+	if pod == nil {
+		return nil, nil, denied("no pod in the request")
+	}
+	if pod.Labels[imperatorv1alpha1.PodRoleKey] != string(imperatorv1alpha1.PodRoleGuest) {
+		return pod.DeepCopy(), nil, nil
+	}
+
+	group := pod.Labels[imperatorv1alpha1.MachineGroupKey]
+	typeName := pod.Labels[imperatorv1alpha1.MachineTypeKey]
+	var missing []string
+	if group == "" {
+		missing = append(missing, imperatorv1alpha1.MachineGroupKey)
+	}
+	if typeName == "" {
+		missing = append(missing, imperatorv1alpha1.MachineTypeKey)
+	}
+	if len(missing) > 0 {
+		return nil, nil, denied("incomplete guest pod labels: a pod labelled %s=%s must also set %s",
+			imperatorv1alpha1.PodRoleKey, imperatorv1alpha1.PodRoleGuest, strings.Join(missing, " and "))
+	}
+
+	if machine == nil {
+		return nil, nil, denied("unknown machine group %q (label %s): no Machine is labelled %s=%s",
+			group, imperatorv1alpha1.MachineGroupKey, imperatorv1alpha1.MachineGroupKey, group)
+	}
+	machineType := findMachineType(machine, typeName)
+	if machineType == nil {
+		return nil, nil, denied("unknown machine type %q (label %s) in machine group %q: Machine %s offers %s",
+			typeName, imperatorv1alpha1.MachineTypeKey, group, machine.Name, machineTypeNames(machine))
+	}
+
+	out := pod.DeepCopy()
+	container, err := targetContainer(out)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	if err := checkNodeSelector(out.Spec.NodeSelector, typeName, placement(group, machineType)); err != nil {
+		return nil, nil, err
+	}
+	if err := injectNodeAffinity(out, typeName, placement(group, machineType)); err != nil {
+		return nil, nil, err
+	}
+	injectTolerations(out, typeName, group)
+	replaced := injectResources(container, machineType.Spec)
+
+	record := &Record{
+		Machine:      machine.Name,
+		MachineGroup: group,
+		MachineType:  typeName,
+		Container:    container.Name,
+		Replaced:     mergeReplaced(previousReplaced(pod, machine.Name, group, typeName, container.Name), replaced),
+	}
+	encoded, err := json.Marshal(record)
+	if err != nil {
+		// A Record holds only strings; this cannot fail, but never panic on it.
+		return nil, nil, fmt.Errorf("encoding annotation %s: %w", imperatorv1alpha1.InjectedAnnotation, err)
+	}
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	out.Annotations[imperatorv1alpha1.InjectedAnnotation] = string(encoded)
+	return out, record, nil
+}
+
+func findMachineType(machine *imperatorv1alpha1.Machine, name string) *imperatorv1alpha1.MachineType {
+	for i := range machine.Spec.MachineTypes {
+		if machine.Spec.MachineTypes[i].Name == name {
+			return &machine.Spec.MachineTypes[i]
+		}
+	}
+	return nil
+}
+
+func machineTypeNames(machine *imperatorv1alpha1.Machine) string {
+	if len(machine.Spec.MachineTypes) == 0 {
+		return "no machine types"
+	}
+	names := make([]string, 0, len(machine.Spec.MachineTypes))
+	for _, t := range machine.Spec.MachineTypes {
+		names = append(names, strconv.Quote(t.Name))
+	}
+	return strings.Join(names, ", ")
+}
+
+// targetContainer returns the container named by the injecting-container
+// label, or the first container when the label is absent or empty. Init and
+// ephemeral containers are never targets.
+func targetContainer(pod *corev1.Pod) (*corev1.Container, error) {
+	name := pod.Labels[imperatorv1alpha1.InjectingContainerKey]
+	if name == "" {
+		if len(pod.Spec.Containers) == 0 {
+			return nil, denied("pod has no containers to inject the machine type into")
+		}
+		return &pod.Spec.Containers[0], nil
+	}
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == name {
+			return &pod.Spec.Containers[i], nil
+		}
+	}
+	names := make([]string, 0, len(pod.Spec.Containers))
+	for _, c := range pod.Spec.Containers {
+		names = append(names, strconv.Quote(c.Name))
+	}
+	return nil, denied("unknown injecting container %q (label %s): the pod's containers are [%s]",
+		name, imperatorv1alpha1.InjectingContainerKey, strings.Join(names, ", "))
+}
+
+// placement is the node label requirements of a machine type of a group, in
+// the order they are added to node selector terms: the type's own key, the
+// node pool, then the GPU Feature Discovery selectors (family, product,
+// machine). Each requires its key to equal one value.
+func placement(group string, machineType *imperatorv1alpha1.MachineType) []corev1.NodeSelectorRequirement {
+	reqs := []corev1.NodeSelectorRequirement{
+		inRequirement(imperatorv1alpha1.MachineTypeKeyFor(machineType.Name), group),
+		inRequirement(imperatorv1alpha1.NodePoolKey, string(imperatorv1alpha1.NodePoolReady)),
+	}
+	if gpu := machineType.Spec.GPU; gpu != nil {
+		for _, sel := range []struct{ key, value string }{
+			{imperatorv1alpha1.GPUFamilyLabel, gpu.Family},
+			{imperatorv1alpha1.GPUProductLabel, gpu.Product},
+			{imperatorv1alpha1.GPUMachineLabel, gpu.Machine},
+		} {
+			if sel.value != "" {
+				reqs = append(reqs, inRequirement(sel.key, sel.value))
+			}
+		}
+	}
+	return reqs
+}
+
+func inRequirement(key, value string) corev1.NodeSelectorRequirement {
+	return corev1.NodeSelectorRequirement{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{value}}
+}
+
+// checkNodeSelector denies a pod whose spec.nodeSelector pins one of our keys
+// to another value: such a pod could never be scheduled.
+func checkNodeSelector(selector map[string]string, typeName string, reqs []corev1.NodeSelectorRequirement) error {
+	for _, req := range reqs {
+		if value, ok := selector[req.Key]; ok && value != req.Values[0] {
+			return denied("spec.nodeSelector[%s]=%q contradicts machine type %q, which requires %s=%s",
+				req.Key, value, typeName, req.Key, req.Values[0])
+		}
+	}
+	return nil
+}
+
+// injectNodeAffinity ANDs reqs into every required node selector term of the
+// pod, or makes them the single term when the pod has none. Preferred terms
+// are left alone. An existing expression on one of our keys is kept when a
+// node satisfying ours also satisfies it; otherwise the pod is denied.
+func injectNodeAffinity(pod *corev1.Pod, typeName string, reqs []corev1.NodeSelectorRequirement) error {
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	if pod.Spec.Affinity.NodeAffinity == nil {
+		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	nodeAffinity := pod.Spec.Affinity.NodeAffinity
+	if nodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		nodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+	}
+	required := nodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	if len(required.NodeSelectorTerms) == 0 {
+		required.NodeSelectorTerms = []corev1.NodeSelectorTerm{{}}
+	}
+	for i := range required.NodeSelectorTerms {
+		term := &required.NodeSelectorTerms[i]
+		for _, req := range reqs {
+			present := false
+			for _, existing := range term.MatchExpressions {
+				if existing.Key != req.Key {
+					continue
+				}
+				if !satisfiedBy(existing, req.Values[0]) {
+					return denied("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[%d]: "+
+						"expression on %s (%s) contradicts machine type %q, which requires %s=%s",
+						i, req.Key, describeRequirement(existing), typeName, req.Key, req.Values[0])
+				}
+				present = present || isRequirement(existing, req)
+			}
+			if !present {
+				term.MatchExpressions = append(term.MatchExpressions, *req.DeepCopy())
+			}
+		}
+	}
+	return nil
+}
+
+// satisfiedBy reports whether a node labelled req.Key=value satisfies req.
+func satisfiedBy(req corev1.NodeSelectorRequirement, value string) bool {
+	switch req.Operator {
+	case corev1.NodeSelectorOpIn:
+		return slices.Contains(req.Values, value)
+	case corev1.NodeSelectorOpNotIn:
+		return !slices.Contains(req.Values, value)
+	case corev1.NodeSelectorOpExists:
+		return true
+	case corev1.NodeSelectorOpDoesNotExist:
+		return false
+	case corev1.NodeSelectorOpGt, corev1.NodeSelectorOpLt:
+		if len(req.Values) != 1 {
+			return false
+		}
+		bound, err := strconv.ParseInt(req.Values[0], 10, 64)
+		if err != nil {
+			return false
+		}
+		n, err := strconv.ParseInt(value, 10, 64)
+		if err != nil {
+			return false
+		}
+		if req.Operator == corev1.NodeSelectorOpGt {
+			return n > bound
+		}
+		return n < bound
+	default:
+		return false
+	}
+}
+
+func isRequirement(a, b corev1.NodeSelectorRequirement) bool {
+	return a.Key == b.Key && a.Operator == b.Operator && slices.Equal(a.Values, b.Values)
+}
+
+func describeRequirement(req corev1.NodeSelectorRequirement) string {
+	if len(req.Values) == 0 {
+		return string(req.Operator)
+	}
+	return fmt.Sprintf("%s [%s]", req.Operator, strings.Join(req.Values, ", "))
+}
+
+// injectTolerations adds the NoSchedule tolerations of the machine type's and
+// the node pool's taints unless the pod already has them.
+func injectTolerations(pod *corev1.Pod, typeName, group string) {
+	for _, want := range []corev1.Toleration{
+		{Key: imperatorv1alpha1.MachineTypeKeyFor(typeName), Operator: corev1.TolerationOpEqual, Value: group, Effect: corev1.TaintEffectNoSchedule},
+		{Key: imperatorv1alpha1.NodePoolKey, Operator: corev1.TolerationOpEqual, Value: string(imperatorv1alpha1.NodePoolReady), Effect: corev1.TaintEffectNoSchedule},
+	} {
+		if !slices.ContainsFunc(pod.Spec.Tolerations, func(t corev1.Toleration) bool { return sameToleration(t, want) }) {
+			pod.Spec.Tolerations = append(pod.Spec.Tolerations, want)
+		}
+	}
+}
+
+// sameToleration compares tolerations as the API does: an empty operator
+// means Equal. TolerationSeconds only matters for NoExecute, which ours are not.
+func sameToleration(a, b corev1.Toleration) bool {
+	op := func(o corev1.TolerationOperator) corev1.TolerationOperator {
+		if o == "" {
+			return corev1.TolerationOpEqual
+		}
+		return o
+	}
+	return a.Key == b.Key && op(a.Operator) == op(b.Operator) && a.Value == b.Value && a.Effect == b.Effect
+}
+
+// injectResources sets requests = limits = the machine type's cpu, memory
+// and GPUs on the container, keeping every other resource it sets, and
+// returns the resources whose request or limit held another value.
+func injectResources(container *corev1.Container, spec imperatorv1alpha1.MachineTypeSpec) []ReplacedResource {
+	want := corev1.ResourceList{
+		corev1.ResourceCPU:    spec.CPU,
+		corev1.ResourceMemory: spec.Memory,
+	}
+	if spec.GPU != nil && spec.GPU.Type != "" {
+		want[corev1.ResourceName(spec.GPU.Type)] = *resource.NewQuantity(int64(spec.GPU.Num), resource.DecimalSI)
+	}
+	if container.Resources.Requests == nil {
+		container.Resources.Requests = corev1.ResourceList{}
+	}
+	if container.Resources.Limits == nil {
+		container.Resources.Limits = corev1.ResourceList{}
+	}
+	var replaced []ReplacedResource
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		quantity := want[name]
+		request, hasRequest := container.Resources.Requests[name]
+		limit, hasLimit := container.Resources.Limits[name]
+		requestDiffers := hasRequest && request.Cmp(quantity) != 0
+		limitDiffers := hasLimit && limit.Cmp(quantity) != 0
+		if requestDiffers || limitDiffers {
+			r := ReplacedResource{Resource: name}
+			if hasRequest {
+				r.Request = request.String()
+			}
+			if hasLimit {
+				r.Limit = limit.String()
+			}
+			replaced = append(replaced, r)
+		}
+		// Keep the user's spelling of an equal quantity: nothing to patch.
+		if !hasRequest || requestDiffers {
+			container.Resources.Requests[name] = quantity.DeepCopy()
+		}
+		if !hasLimit || limitDiffers {
+			container.Resources.Limits[name] = quantity.DeepCopy()
+		}
+	}
+	return replaced
+}
+
+// previousReplaced returns the replacements recorded by an earlier injection
+// of the same machine type into the same container, so that re-injecting an
+// injected pod keeps the user's original values on record. A record for
+// anything else, or one that does not parse, is ignored and overwritten.
+func previousReplaced(pod *corev1.Pod, machine, group, typeName, container string) []ReplacedResource {
+	raw, ok := pod.Annotations[imperatorv1alpha1.InjectedAnnotation]
+	if !ok {
+		return nil
+	}
+	var previous Record
+	if err := json.Unmarshal([]byte(raw), &previous); err != nil {
+		return nil
+	}
+	if previous.Machine != machine || previous.MachineGroup != group ||
+		previous.MachineType != typeName || previous.Container != container {
+		return nil
+	}
+	return previous.Replaced
+}
+
+// mergeReplaced keeps the earliest record of each resource, sorted by name.
+func mergeReplaced(previous, current []ReplacedResource) []ReplacedResource {
+	byName := make(map[corev1.ResourceName]ReplacedResource, len(previous)+len(current))
+	for _, r := range current {
+		byName[r.Resource] = r
+	}
+	for _, r := range previous {
+		byName[r.Resource] = r
+	}
+	if len(byName) == 0 {
+		return nil
+	}
+	merged := make([]ReplacedResource, 0, len(byName))
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		merged = append(merged, byName[name])
+	}
+	return merged
+}

@@ -1,0 +1,127 @@
+// Command spoke is the Imperator agent of one member cluster. It embeds every
+// controller of the spoke — Machine (reservations, usage), node pool (node
+// labels, annotation, taints), the Pod Resource Injector and the Machine
+// validator — and, given a hub address, reports to the hub. It keeps working
+// when the hub is unreachable.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/config"
+	"github.com/imperator-federation/imperator/spoke/internal/webhook/certs"
+	"github.com/imperator-federation/imperator/spoke/internal/webhook/podinjector"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "spoke:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg := config.Default()
+	cfg.BindFlags(flag.CommandLine)
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	cfg.Complete()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("spoke")
+	ctx := ctrl.SetupSignalHandler()
+
+	restConfig, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), imperatorv1alpha1.AddToScheme(scheme)); err != nil {
+		return fmt.Errorf("building scheme: %w", err)
+	}
+	// The certificate manager reads one Secret and two webhook
+	// configurations by name: a direct client, not a cache of every Secret.
+	direct, err := client.New(restConfig, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	certManager, err := certs.New(direct, certs.Options{
+		Namespace:          cfg.Namespace,
+		SecretName:         cfg.Webhook.CertSecret,
+		Hosts:              cfg.Webhook.Hosts,
+		MutatingWebhooks:   []string{cfg.Webhook.MutatingConfiguration},
+		ValidatingWebhooks: []string{cfg.Webhook.ValidatingConfiguration},
+	})
+	if err != nil {
+		return err
+	}
+
+	mgr, err := mcmanager.New(restConfig, nil, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		HealthProbeBindAddress:  cfg.HealthAddr,
+		LeaderElection:          cfg.LeaderElection,
+		LeaderElectionID:        cfg.LeaderElectionID,
+		LeaderElectionNamespace: cfg.Namespace,
+		// Hand over leadership at once on shutdown instead of waiting for the
+		// lease to expire.
+		LeaderElectionReleaseOnCancel: true,
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host:    cfg.Webhook.BindAddress,
+			Port:    cfg.Webhook.Port,
+			TLSOpts: []func(*tls.Config){certManager.TLSOption, func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }},
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	local := mgr.GetLocalManager()
+
+	// The webhook server needs its certificate before it starts; the API
+	// server may still be coming up, so retry for a while.
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := certManager.Ensure(ctx); err != nil {
+			log.Info("Webhook certificate not ready yet", "err", err.Error())
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("preparing webhook certificate: %w", err)
+	}
+	if err := errors.Join(
+		local.Add(certManager),
+		podinjector.SetupWebhookWithManager(local),
+		local.AddHealthzCheck("ping", healthz.Ping),
+		local.AddReadyzCheck("webhook", local.GetWebhookServer().StartedChecker()),
+	); err != nil {
+		return fmt.Errorf("setting up the agent: %w", err)
+	}
+
+	log.Info("Starting agent", "namespace", cfg.Namespace, "hub", cfg.Hub.Address)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}
