@@ -1,0 +1,397 @@
+// Package store is the hub's in-memory index of every spoke cluster: the last
+// inventory each spoke reported (its Machines, usage and node-pool health),
+// the generation state machine that applies Snapshots and Deltas, and each
+// cluster's liveness. It is the only place queries read from; the API server
+// copy (ClusterInventory) is written from it and reloaded into it on restart.
+//
+// Every Cluster value handed out is an immutable snapshot: writers build a new
+// value (copy-on-write) and swap it in under the lock, so readers never copy
+// and never see a half-applied Delta.
+package store
+
+import (
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+)
+
+// DefaultGracePeriod is how long a cluster may stay silent before it becomes
+// Unknown: several missed heartbeats, well under OCM's 5 minutes.
+const DefaultGracePeriod = 40 * time.Second
+
+// State is the liveness of a cluster.
+type State string
+
+const (
+	// StateAvailable: the spoke heartbeated within the grace period.
+	StateAvailable State = "Available"
+	// StateUnknown: the spoke has been silent past the grace period (or was
+	// never heard from since the hub started).
+	StateUnknown State = "Unknown"
+)
+
+// Cluster is what the hub knows about one spoke cluster. Values returned by
+// the Store are shared and must not be modified.
+type Cluster struct {
+	Name         string
+	AgentVersion string
+	Capabilities []string
+
+	// Epoch and Generation identify the inventory held: Generation is only
+	// meaningful within Epoch (one run of the spoke agent).
+	Epoch      uint64
+	Generation uint64
+	// ObservedAt is when the spoke read the figures from its API server.
+	ObservedAt time.Time
+	// LastHeartbeat is when the hub last heard from the spoke (any message).
+	LastHeartbeat time.Time
+
+	// Machines are sorted by name.
+	Machines []*federationv1.Machine
+
+	// Connected is true while a Report stream of the cluster is open on this hub.
+	Connected bool
+	// Restored is true while the inventory comes from the API server copy and
+	// the spoke has not confirmed it with a Snapshot since the hub started.
+	Restored bool
+	// State is the liveness as of the last evaluation.
+	State State
+
+	// synced is true once a Snapshot of Epoch was applied; Deltas need it.
+	synced bool
+	// resyncPending is true while the hub waits for the Snapshot it asked for.
+	resyncPending bool
+}
+
+// Stale is true when the figures may not reflect the cluster any more:
+// restored from the API server and not yet confirmed, or the spoke is silent.
+// Stale clusters never count as free capacity.
+func (c *Cluster) Stale() bool { return c.Restored || c.State != StateAvailable }
+
+// Machine returns the Machine with the given name.
+func (c *Cluster) Machine(name string) (*federationv1.Machine, bool) {
+	i, ok := slices.BinarySearchFunc(c.Machines, name, func(m *federationv1.Machine, n string) int {
+		return strings.Compare(m.GetName(), n)
+	})
+	if !ok {
+		return nil, false
+	}
+	return c.Machines[i], true
+}
+
+// Result tells the stream handler what to answer a spoke message with.
+type Result struct {
+	// Ack is true when the hub should acknowledge Generation.
+	Ack        bool
+	Generation uint64
+	// Resync is non-empty when the hub must ask for a Snapshot; it says why.
+	Resync string
+	// Stale is true when the message was older than what the hub holds and
+	// was ignored.
+	Stale bool
+}
+
+// Store is the thread-safe index of clusters.
+type Store struct {
+	clock clock.PassiveClock
+	grace time.Duration
+
+	mu        sync.RWMutex
+	clusters  map[string]*Cluster
+	listeners []func(cluster string)
+}
+
+// New returns an empty store whose clusters become Unknown after grace
+// without a message (DefaultGracePeriod when grace <= 0).
+func New(clk clock.PassiveClock, grace time.Duration) *Store {
+	if grace <= 0 {
+		grace = DefaultGracePeriod
+	}
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Store{clock: clk, grace: grace, clusters: map[string]*Cluster{}}
+}
+
+// GracePeriod is how long a cluster may stay silent before it becomes Unknown.
+func (s *Store) GracePeriod() time.Duration { return s.grace }
+
+// OnChange registers fn to be called, outside the store's lock, with the name
+// of every cluster whose inventory, connection or liveness changed (not on
+// heartbeats that change nothing else). Register before the store is used.
+func (s *Store) OnChange(fn func(cluster string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listeners = append(s.listeners, fn)
+}
+
+// Get returns the cluster named name.
+func (s *Store) Get(name string) (*Cluster, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c, ok := s.clusters[name]
+	return c, ok
+}
+
+// List returns every cluster, sorted by name.
+func (s *Store) List() []*Cluster {
+	s.mu.RLock()
+	out := make([]*Cluster, 0, len(s.clusters))
+	for _, c := range s.clusters {
+		out = append(out, c)
+	}
+	s.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// update applies fn to a copy of the named cluster (a new one when absent)
+// and stores the copy. fn returns the result and whether listeners must hear
+// of the change.
+func (s *Store) update(name string, fn func(c *Cluster) (Result, bool)) Result {
+	s.mu.Lock()
+	next := &Cluster{Name: name, State: StateUnknown}
+	if cur, ok := s.clusters[name]; ok {
+		copied := *cur
+		next = &copied
+	}
+	res, changed := fn(next)
+	s.clusters[name] = next
+	listeners := s.listeners
+	s.mu.Unlock()
+	if changed {
+		for _, l := range listeners {
+			l(name)
+		}
+	}
+	return res
+}
+
+// Connect records that a Report stream of the cluster opened with hello. The
+// spoke must send a Snapshot next: until then Deltas are refused.
+func (s *Store) Connect(name string, hello *federationv1.Hello) {
+	now := s.clock.Now()
+	s.update(name, func(c *Cluster) (Result, bool) {
+		c.AgentVersion = hello.GetAgentVersion()
+		c.Capabilities = slices.Clone(hello.GetCapabilities())
+		c.Connected = true
+		c.LastHeartbeat = now
+		c.State = StateAvailable
+		if c.Epoch != hello.GetEpoch() {
+			c.synced = false
+		}
+		c.resyncPending = false
+		return Result{}, true
+	})
+}
+
+// Disconnect records that the cluster's Report stream ended. Its figures stay
+// and it stays Available until the grace period runs out.
+func (s *Store) Disconnect(name string) {
+	s.update(name, func(c *Cluster) (Result, bool) {
+		changed := c.Connected
+		c.Connected = false
+		return Result{}, changed
+	})
+}
+
+// ApplySnapshot replaces the cluster's inventory with snap, sent in epoch.
+// A Snapshot older than (or as old as) the one held in the same epoch is ignored.
+func (s *Store) ApplySnapshot(name string, epoch uint64, snap *federationv1.Snapshot) Result {
+	now := s.clock.Now()
+	return s.update(name, func(c *Cluster) (Result, bool) {
+		c.LastHeartbeat = now
+		if c.Epoch == epoch && c.synced && snap.GetGeneration() <= c.Generation {
+			return Result{Ack: true, Generation: c.Generation, Stale: true}, false
+		}
+		machines := slices.Clone(snap.GetMachines())
+		sortMachines(machines)
+		machines = dedupMachines(machines)
+		c.Machines = machines
+		c.Epoch = epoch
+		c.Generation = snap.GetGeneration()
+		c.ObservedAt = snap.GetObservedAt().AsTime()
+		c.Restored = false
+		c.synced = true
+		c.resyncPending = false
+		c.State = StateAvailable
+		return Result{Ack: true, Generation: c.Generation}, true
+	})
+}
+
+// ApplyDelta applies delta, sent in epoch, when the cluster holds exactly
+// generation-1 of that epoch; it ignores older Deltas and asks for a Resync
+// (once until the Snapshot arrives) when it cannot apply one.
+func (s *Store) ApplyDelta(name string, epoch uint64, delta *federationv1.Delta) Result {
+	now := s.clock.Now()
+	return s.update(name, func(c *Cluster) (Result, bool) {
+		c.LastHeartbeat = now
+		switch {
+		case c.resyncPending:
+			// Deltas sent before the spoke saw our Resync: the Snapshot
+			// will supersede them.
+			return Result{}, false
+		case !c.synced || c.Epoch != epoch:
+			c.resyncPending = true
+			return Result{Resync: "no snapshot of this epoch"}, false
+		case delta.GetGeneration() <= c.Generation:
+			return Result{Ack: true, Generation: c.Generation, Stale: true}, false
+		case delta.GetGeneration() != c.Generation+1:
+			c.resyncPending = true
+			return Result{Resync: "generation gap"}, false
+		}
+		c.Machines = applyDelta(c.Machines, delta)
+		c.Generation = delta.GetGeneration()
+		if at := delta.GetObservedAt(); at != nil {
+			c.ObservedAt = at.AsTime()
+		}
+		c.State = StateAvailable
+		return Result{Ack: true, Generation: c.Generation}, true
+	})
+}
+
+// Heartbeat records a heartbeat sent in epoch and asks for a Resync when the
+// spoke is ahead of what the hub holds (a Delta was lost).
+func (s *Store) Heartbeat(name string, epoch uint64, hb *federationv1.Heartbeat) Result {
+	now := s.clock.Now()
+	return s.update(name, func(c *Cluster) (Result, bool) {
+		c.LastHeartbeat = now
+		changed := c.State != StateAvailable
+		c.State = StateAvailable
+		if c.synced && !c.resyncPending && c.Epoch == epoch && hb.GetGeneration() > c.Generation {
+			c.resyncPending = true
+			return Result{Resync: "hub is behind the spoke's generation"}, changed
+		}
+		return Result{}, changed
+	})
+}
+
+// Restore loads a persisted inventory (from the API server, on hub start).
+// It is marked Restored, and it is ignored when the spoke already reported.
+func (s *Store) Restore(c Cluster) {
+	s.update(c.Name, func(cur *Cluster) (Result, bool) {
+		if cur.synced || cur.Connected {
+			return Result{}, false
+		}
+		machines := slices.Clone(c.Machines)
+		sortMachines(machines)
+		*cur = Cluster{
+			Name:          c.Name,
+			AgentVersion:  c.AgentVersion,
+			Epoch:         c.Epoch,
+			Generation:    c.Generation,
+			ObservedAt:    c.ObservedAt,
+			LastHeartbeat: c.LastHeartbeat,
+			Machines:      dedupMachines(machines),
+			Restored:      true,
+			State:         s.stateAt(c.LastHeartbeat, s.clock.Now()),
+		}
+		return Result{}, true
+	})
+}
+
+// Remove forgets a cluster (its ManagedCluster was deleted).
+func (s *Store) Remove(name string) {
+	s.mu.Lock()
+	_, ok := s.clusters[name]
+	delete(s.clusters, name)
+	listeners := s.listeners
+	s.mu.Unlock()
+	if ok {
+		for _, l := range listeners {
+			l(name)
+		}
+	}
+}
+
+// EvaluateLiveness turns clusters silent past the grace period Unknown and
+// returns the names of those whose state changed. Clusters become Available
+// again on their next message.
+func (s *Store) EvaluateLiveness() []string {
+	now := s.clock.Now()
+	var changed []string
+	s.mu.Lock()
+	for name, c := range s.clusters {
+		if st := s.stateAt(c.LastHeartbeat, now); st != c.State {
+			next := *c
+			next.State = st
+			s.clusters[name] = &next
+			changed = append(changed, name)
+		}
+	}
+	listeners := s.listeners
+	s.mu.Unlock()
+	sort.Strings(changed)
+	for _, name := range changed {
+		for _, l := range listeners {
+			l(name)
+		}
+	}
+	return changed
+}
+
+// HeartbeatAge returns how long ago every cluster was last heard from.
+func (s *Store) HeartbeatAge() map[string]time.Duration {
+	now := s.clock.Now()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[string]time.Duration, len(s.clusters))
+	for name, c := range s.clusters {
+		if !c.LastHeartbeat.IsZero() {
+			out[name] = now.Sub(c.LastHeartbeat)
+		}
+	}
+	return out
+}
+
+func (s *Store) stateAt(lastHeartbeat, now time.Time) State {
+	if lastHeartbeat.IsZero() || now.Sub(lastHeartbeat) > s.grace {
+		return StateUnknown
+	}
+	return StateAvailable
+}
+
+// applyDelta returns a new sorted slice: machines with delta's upserts
+// replacing or adding Machines by name and its removals dropped.
+func applyDelta(machines []*federationv1.Machine, delta *federationv1.Delta) []*federationv1.Machine {
+	byName := make(map[string]*federationv1.Machine, len(machines)+len(delta.GetUpserts()))
+	for _, m := range machines {
+		byName[m.GetName()] = m
+	}
+	for _, m := range delta.GetUpserts() {
+		byName[m.GetName()] = m
+	}
+	for _, name := range delta.GetRemovals() {
+		delete(byName, name)
+	}
+	out := make([]*federationv1.Machine, 0, len(byName))
+	for _, m := range byName {
+		out = append(out, m)
+	}
+	sortMachines(out)
+	return out
+}
+
+func sortMachines(machines []*federationv1.Machine) {
+	slices.SortStableFunc(machines, func(a, b *federationv1.Machine) int {
+		return strings.Compare(a.GetName(), b.GetName())
+	})
+}
+
+// dedupMachines keeps the last of sorted Machines sharing a name.
+func dedupMachines(sorted []*federationv1.Machine) []*federationv1.Machine {
+	out := sorted[:0]
+	for i, m := range sorted {
+		if i+1 < len(sorted) && sorted[i+1].GetName() == m.GetName() {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}

@@ -1,0 +1,272 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+)
+
+// step is one message of a spoke, or a hub event, in a state-machine test.
+type step struct {
+	hello     *federationv1.Hello
+	snapshot  *federationv1.Snapshot
+	delta     *federationv1.Delta
+	heartbeat *federationv1.Heartbeat
+	epoch     uint64
+	wantRes   Result
+}
+
+func machine(name string, available int32) *federationv1.Machine {
+	return &federationv1.Machine{Name: name, Group: "g", Types: []*federationv1.MachineType{{Name: "t", Available: available}}}
+}
+
+func snapshot(gen uint64, machines ...*federationv1.Machine) *federationv1.Snapshot {
+	return &federationv1.Snapshot{Generation: gen, ObservedAt: timestamppb.New(time.Unix(int64(gen), 0)), Machines: machines}
+}
+
+func delta(gen uint64, upserts []*federationv1.Machine, removals ...string) *federationv1.Delta {
+	return &federationv1.Delta{Generation: gen, ObservedAt: timestamppb.New(time.Unix(int64(gen), 0)), Upserts: upserts, Removals: removals}
+}
+
+// available returns machine name → available of its first type.
+func available(c *Cluster) map[string]int32 {
+	out := map[string]int32{}
+	for _, m := range c.Machines {
+		out[m.GetName()] = m.GetTypes()[0].GetAvailable()
+	}
+	return out
+}
+
+func TestStateMachine(t *testing.T) {
+	hello := &federationv1.Hello{ClusterName: "a", AgentVersion: "v1", Epoch: 1}
+	hello2 := &federationv1.Hello{ClusterName: "a", AgentVersion: "v2", Epoch: 2}
+	cases := map[string]struct {
+		steps          []step
+		wantGeneration uint64
+		wantMachines   map[string]int32
+	}{
+		"snapshot then deltas": {
+			steps: []step{
+				{hello: hello},
+				{epoch: 1, snapshot: snapshot(1, machine("m1", 1), machine("m2", 2)), wantRes: Result{Ack: true, Generation: 1}},
+				{epoch: 1, delta: delta(2, []*federationv1.Machine{machine("m1", 5), machine("m3", 3)}), wantRes: Result{Ack: true, Generation: 2}},
+				{epoch: 1, delta: delta(3, nil, "m2"), wantRes: Result{Ack: true, Generation: 3}},
+			},
+			wantGeneration: 3,
+			wantMachines:   map[string]int32{"m1": 5, "m3": 3},
+		},
+		"stale delta is ignored": {
+			steps: []step{
+				{hello: hello},
+				{epoch: 1, snapshot: snapshot(4, machine("m1", 1)), wantRes: Result{Ack: true, Generation: 4}},
+				{epoch: 1, delta: delta(3, []*federationv1.Machine{machine("m1", 9)}), wantRes: Result{Ack: true, Generation: 4, Stale: true}},
+			},
+			wantGeneration: 4,
+			wantMachines:   map[string]int32{"m1": 1},
+		},
+		"stale snapshot is ignored": {
+			steps: []step{
+				{hello: hello},
+				{epoch: 1, snapshot: snapshot(4, machine("m1", 1)), wantRes: Result{Ack: true, Generation: 4}},
+				{epoch: 1, snapshot: snapshot(2, machine("m1", 9)), wantRes: Result{Ack: true, Generation: 4, Stale: true}},
+			},
+			wantGeneration: 4,
+			wantMachines:   map[string]int32{"m1": 1},
+		},
+		"gap asks for one resync, snapshot recovers": {
+			steps: []step{
+				{hello: hello},
+				{epoch: 1, snapshot: snapshot(1, machine("m1", 1)), wantRes: Result{Ack: true, Generation: 1}},
+				{epoch: 1, delta: delta(3, []*federationv1.Machine{machine("m1", 3)}), wantRes: Result{Resync: "generation gap"}},
+				{epoch: 1, delta: delta(4, []*federationv1.Machine{machine("m1", 4)}), wantRes: Result{}},
+				{epoch: 1, snapshot: snapshot(4, machine("m1", 4), machine("m2", 2)), wantRes: Result{Ack: true, Generation: 4}},
+				{epoch: 1, delta: delta(5, nil, "m1"), wantRes: Result{Ack: true, Generation: 5}},
+			},
+			wantGeneration: 5,
+			wantMachines:   map[string]int32{"m2": 2},
+		},
+		"delta before any snapshot asks for resync": {
+			steps: []step{
+				{hello: hello},
+				{epoch: 1, delta: delta(1, []*federationv1.Machine{machine("m1", 1)}), wantRes: Result{Resync: "no snapshot of this epoch"}},
+			},
+			wantMachines: map[string]int32{},
+		},
+		"new epoch needs a snapshot; lower generation accepted then": {
+			steps: []step{
+				{hello: hello},
+				{epoch: 1, snapshot: snapshot(7, machine("m1", 1)), wantRes: Result{Ack: true, Generation: 7}},
+				{hello: hello2},
+				{epoch: 2, delta: delta(2, []*federationv1.Machine{machine("m1", 2)}), wantRes: Result{Resync: "no snapshot of this epoch"}},
+				{epoch: 2, snapshot: snapshot(1, machine("m1", 6)), wantRes: Result{Ack: true, Generation: 1}},
+			},
+			wantGeneration: 1,
+			wantMachines:   map[string]int32{"m1": 6},
+		},
+		"heartbeat ahead of the hub asks for resync": {
+			steps: []step{
+				{hello: hello},
+				{epoch: 1, snapshot: snapshot(1, machine("m1", 1)), wantRes: Result{Ack: true, Generation: 1}},
+				{epoch: 1, heartbeat: &federationv1.Heartbeat{Generation: 1}, wantRes: Result{}},
+				{epoch: 1, heartbeat: &federationv1.Heartbeat{Generation: 2}, wantRes: Result{Resync: "hub is behind the spoke's generation"}},
+				{epoch: 1, heartbeat: &federationv1.Heartbeat{Generation: 2}, wantRes: Result{}},
+			},
+			wantGeneration: 1,
+			wantMachines:   map[string]int32{"m1": 1},
+		},
+		"duplicate names in a snapshot keep the last": {
+			steps: []step{
+				{hello: hello},
+				{epoch: 1, snapshot: snapshot(1, machine("m1", 1), machine("m1", 2)), wantRes: Result{Ack: true, Generation: 1}},
+			},
+			wantGeneration: 1,
+			wantMachines:   map[string]int32{"m1": 2},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := New(clocktesting.NewFakePassiveClock(time.Unix(1000, 0)), 0)
+			for i, st := range tc.steps {
+				var got Result
+				switch {
+				case st.hello != nil:
+					s.Connect("a", st.hello)
+					continue
+				case st.snapshot != nil:
+					got = s.ApplySnapshot("a", st.epoch, st.snapshot)
+				case st.delta != nil:
+					got = s.ApplyDelta("a", st.epoch, st.delta)
+				case st.heartbeat != nil:
+					got = s.Heartbeat("a", st.epoch, st.heartbeat)
+				}
+				if diff := cmp.Diff(st.wantRes, got); diff != "" {
+					t.Errorf("step %d result (-want +got):\n%s", i, diff)
+				}
+			}
+			c, ok := s.Get("a")
+			if !ok {
+				t.Fatal("cluster a not in the store")
+			}
+			if c.Generation != tc.wantGeneration {
+				t.Errorf("generation = %d, want %d", c.Generation, tc.wantGeneration)
+			}
+			if diff := cmp.Diff(tc.wantMachines, available(c), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("machines (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestReadersSeeImmutableSnapshots(t *testing.T) {
+	s := New(nil, 0)
+	s.Connect("a", &federationv1.Hello{Epoch: 1})
+	s.ApplySnapshot("a", 1, snapshot(1, machine("m1", 1)))
+	before, _ := s.Get("a")
+	s.ApplyDelta("a", 1, delta(2, []*federationv1.Machine{machine("m2", 2)}, "m1"))
+	if diff := cmp.Diff(map[string]int32{"m1": 1}, available(before)); diff != "" {
+		t.Errorf("a value read before the delta changed (-want +got):\n%s", diff)
+	}
+	after, _ := s.Get("a")
+	if _, ok := after.Machine("m2"); !ok {
+		t.Error("Machine(m2) not found after the delta")
+	}
+	if _, ok := after.Machine("m1"); ok {
+		t.Error("Machine(m1) still found after its removal")
+	}
+}
+
+func TestLiveness(t *testing.T) {
+	start := time.Unix(1000, 0)
+	cases := map[string]struct {
+		restore       *Cluster
+		connect       bool
+		advance       time.Duration
+		heartbeat     bool
+		wantState     State
+		wantStale     bool
+		wantChanged   []string
+		wantConnected bool
+	}{
+		"within grace stays available": {
+			connect: true, advance: 30 * time.Second,
+			wantState: StateAvailable, wantConnected: true,
+		},
+		"silent past grace becomes unknown": {
+			connect: true, advance: 41 * time.Second,
+			wantState: StateUnknown, wantStale: true, wantChanged: []string{"a"}, wantConnected: true,
+		},
+		"heartbeat after silence is available again": {
+			connect: true, advance: 41 * time.Second, heartbeat: true,
+			wantState: StateAvailable, wantChanged: []string{"a"}, wantConnected: true,
+		},
+		"restored with an old heartbeat is unknown and stale": {
+			restore:   &Cluster{Name: "a", Generation: 3, LastHeartbeat: start.Add(-time.Hour), Machines: []*federationv1.Machine{machine("m1", 1)}},
+			wantState: StateUnknown, wantStale: true,
+		},
+		"restored with a recent heartbeat is available but stale": {
+			restore:   &Cluster{Name: "a", Generation: 3, LastHeartbeat: start.Add(-time.Second)},
+			wantState: StateAvailable, wantStale: true,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			clk := clocktesting.NewFakePassiveClock(start)
+			s := New(clk, 40*time.Second)
+			if tc.restore != nil {
+				s.Restore(*tc.restore)
+			}
+			if tc.connect {
+				s.Connect("a", &federationv1.Hello{Epoch: 1})
+			}
+			clk.SetTime(start.Add(tc.advance))
+			gotChanged := s.EvaluateLiveness()
+			if tc.heartbeat {
+				s.Heartbeat("a", 1, &federationv1.Heartbeat{})
+			}
+			c, _ := s.Get("a")
+			if diff := cmp.Diff(tc.wantChanged, gotChanged, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("changed (-want +got):\n%s", diff)
+			}
+			if c.State != tc.wantState || c.Stale() != tc.wantStale || c.Connected != tc.wantConnected {
+				t.Errorf("state=%s stale=%t connected=%t, want %s %t %t", c.State, c.Stale(), c.Connected, tc.wantState, tc.wantStale, tc.wantConnected)
+			}
+		})
+	}
+}
+
+func TestRestoreThenReconnect(t *testing.T) {
+	s := New(clocktesting.NewFakePassiveClock(time.Unix(1000, 0)), 0)
+	var notified []string
+	s.OnChange(func(name string) { notified = append(notified, name) })
+	s.Restore(Cluster{Name: "a", Epoch: 1, Generation: 5, LastHeartbeat: time.Unix(990, 0), Machines: []*federationv1.Machine{machine("m1", 1)}})
+	c, _ := s.Get("a")
+	if !c.Restored || !c.Stale() || len(c.Machines) != 1 {
+		t.Fatalf("restored cluster: restored=%t stale=%t machines=%d, want true true 1", c.Restored, c.Stale(), len(c.Machines))
+	}
+	// The same agent run reconnects: a delta is refused until its snapshot.
+	s.Connect("a", &federationv1.Hello{Epoch: 1})
+	if got := s.ApplyDelta("a", 1, delta(6, nil, "m1")); got.Resync == "" {
+		t.Errorf("delta on a restored inventory: %+v, want a resync", got)
+	}
+	if got := s.ApplySnapshot("a", 1, snapshot(6, machine("m1", 2))); !got.Ack || got.Generation != 6 {
+		t.Errorf("snapshot after reconnect: %+v, want ack of 6", got)
+	}
+	c, _ = s.Get("a")
+	if c.Restored || c.Stale() {
+		t.Errorf("after the snapshot restored=%t stale=%t, want false false", c.Restored, c.Stale())
+	}
+	// A late restore must not clobber live figures.
+	s.Restore(Cluster{Name: "a", Generation: 1})
+	if c, _ = s.Get("a"); c.Generation != 6 {
+		t.Errorf("generation after a late restore = %d, want 6", c.Generation)
+	}
+	if len(notified) < 3 {
+		t.Errorf("listeners heard %v, want at least restore, connect and snapshot", notified)
+	}
+}
