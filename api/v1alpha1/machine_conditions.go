@@ -1,0 +1,43 @@
+package v1alpha1
+
+// ConditionOverSubscribed is True when guest pods ask for more units of a
+// machine type than it makes available: the extra guests wait.
+const ConditionOverSubscribed = "OverSubscribed"
+
+// Reasons of the Ready condition of a Machine.
+const (
+	// ReasonReservationsReconciled: every served machine type has its
+	// reservation StatefulSet and Service, in line with the spec.
+	ReasonReservationsReconciled = "ReservationsReconciled"
+	// ReasonMachineGroupMissing: the Machine has no machine-group label, so
+	// nothing can be reserved for it.
+	ReasonMachineGroupMissing = "MachineGroupMissing"
+	// ReasonReservationConflict: an object with a reservation's name exists and
+	// belongs to something else.
+	ReasonReservationConflict = "ReservationConflict"
+	// ReasonReconcileFailed: the agent could not bring the reservations in line
+	// with the spec; the message carries the error.
+	ReasonReconcileFailed = "ReconcileFailed"
+)
+
+// Reasons of the InsufficientCapacity condition of a Machine.
+const (
+	// ReasonReservationsUnschedulable: reservation pods of a machine type cannot
+	// be scheduled, the nodes cannot hold what available asks for.
+	ReasonReservationsUnschedulable = "ReservationsUnschedulable"
+	// ReasonNoNodePool: a machine type with available units is served by no
+	// node of spec.nodePool.
+	ReasonNoNodePool = "NoNodePool"
+	// ReasonCapacitySufficient: every reservation pod is scheduled.
+	ReasonCapacitySufficient = "CapacitySufficient"
+)
+
+// Reasons of the OverSubscribed condition of a Machine.
+const (
+	// ReasonGuestsExceedAvailable: more guests than available units; the
+	// extra ones wait.
+	ReasonGuestsExceedAvailable = "GuestsExceedAvailable"
+	// ReasonWithinAvailable: every machine type has at most as many guests as
+	// available units.
+	ReasonWithinAvailable = "WithinAvailable"
+)

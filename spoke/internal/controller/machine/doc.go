@@ -1,0 +1,16 @@
+// Package machine is the spoke agent's Machine controller. For every machine
+// type a Machine's node pool serves, it keeps a reservation StatefulSet and a
+// headless Service named <machine-type>-<machine-group> in the agent's
+// namespace, owned by the Machine: placeholder pods that request exactly the
+// type's cpu, memory and GPUs on the type's ready nodes and so hold its
+// capacity. Reservations shrink as guest pods of the type arrive
+// (replicas = available − used − waiting) and grow back when they leave;
+// reservation pods run at a low PriorityClass the controller creates, with no
+// grace period, so a guest preempts one at once. The Machine's status reports
+// maximum/reserved/used/waiting per type and the Ready, InsufficientCapacity
+// and OverSubscribed conditions; the same figures are Prometheus gauges, and
+// the time a guest takes to run is a histogram.
+//
+// It is a multicluster-runtime reconciler: SetupWithManager registers it with
+// a multi-cluster manager, which runs it against every cluster it engages.
+package machine

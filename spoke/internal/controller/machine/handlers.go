@@ -1,0 +1,128 @@
+package machine
+
+import (
+	"context"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	mchandler "sigs.k8s.io/multicluster-runtime/pkg/handler"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+type queue = workqueue.TypedRateLimitingInterface[mcreconcile.Request]
+
+// enqueueGroup adds the Machines labelled with group, read from the
+// cluster's cache, to the queue.
+func enqueueGroup(ctx context.Context, name multicluster.ClusterName, cl cluster.Cluster, q queue, group string) {
+	if group == "" {
+		return
+	}
+	machines := &imperatorv1alpha1.MachineList{}
+	if err := cl.GetCache().List(ctx, machines, client.MatchingLabels{imperatorv1alpha1.MachineGroupKey: group}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the Machines of a machine group failed", "machineGroup", group)
+		return
+	}
+	for _, m := range machines.Items {
+		q.Add(mcreconcile.Request{Request: reconcile.Request{NamespacedName: types.NamespacedName{Name: m.Name}}, ClusterName: name})
+	}
+}
+
+func groupOf(obj client.Object) string { return obj.GetLabels()[imperatorv1alpha1.MachineGroupKey] }
+
+// podHandler maps a pod to the Machines of its machine-group label. Updates
+// that change nothing the usage depends on are dropped, and a guest that
+// starts running is timed for the handover histogram.
+func (r *Reconciler) podHandler(name multicluster.ClusterName, cl cluster.Cluster) mchandler.EventHandler {
+	return handler.TypedFuncs[client.Object, mcreconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q queue) {
+			enqueueGroup(ctx, name, cl, q, groupOf(e.Object))
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q queue) {
+			oldPod, okOld := e.ObjectOld.(*corev1.Pod)
+			newPod, okNew := e.ObjectNew.(*corev1.Pod)
+			if okOld && okNew {
+				observeHandover(ctx, name, cl, oldPod, newPod)
+				if podView(oldPod) == podView(newPod) {
+					return
+				}
+			}
+			enqueueGroup(ctx, name, cl, q, groupOf(e.ObjectOld))
+			if groupOf(e.ObjectNew) != groupOf(e.ObjectOld) {
+				enqueueGroup(ctx, name, cl, q, groupOf(e.ObjectNew))
+			}
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q queue) {
+			enqueueGroup(ctx, name, cl, q, groupOf(e.Object))
+		},
+		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[client.Object], q queue) {
+			enqueueGroup(ctx, name, cl, q, groupOf(e.Object))
+		},
+	}
+}
+
+// podState is what the usage of a pod depends on.
+type podState struct {
+	group, machineType, role, nodeName, ordinal string
+	phase                                       corev1.PodPhase
+	deleting, unschedulable                     bool
+}
+
+func podView(pod *corev1.Pod) podState {
+	return podState{
+		group:         pod.Labels[imperatorv1alpha1.MachineGroupKey],
+		machineType:   pod.Labels[imperatorv1alpha1.MachineTypeKey],
+		role:          pod.Labels[imperatorv1alpha1.PodRoleKey],
+		ordinal:       pod.Labels[appsv1.PodIndexLabel],
+		nodeName:      pod.Spec.NodeName,
+		phase:         pod.Status.Phase,
+		deleting:      pod.DeletionTimestamp != nil,
+		unschedulable: unschedulable(pod),
+	}
+}
+
+// observeHandover records the time from a guest's creation until it runs,
+// once, when the pod turns Running.
+func observeHandover(ctx context.Context, name multicluster.ClusterName, cl cluster.Cluster, oldPod, newPod *corev1.Pod) {
+	if newPod.Labels[imperatorv1alpha1.PodRoleKey] != string(imperatorv1alpha1.PodRoleGuest) ||
+		oldPod.Status.Phase == corev1.PodRunning || newPod.Status.Phase != corev1.PodRunning || !active(newPod) {
+		return
+	}
+	ns := &corev1.Namespace{}
+	if err := cl.GetCache().Get(ctx, client.ObjectKey{Name: newPod.Namespace}, ns); err != nil || !injectionEnabled(ns.Labels) {
+		return
+	}
+	guestHandoverSeconds.WithLabelValues(name.String(), newPod.Labels[imperatorv1alpha1.MachineGroupKey],
+		newPod.Labels[imperatorv1alpha1.MachineTypeKey]).Observe(time.Since(newPod.CreationTimestamp.Time).Seconds())
+}
+
+// namespaceHandler reconciles every Machine of the cluster when a namespace
+// turns guest injection on or off: its guests start or stop counting.
+func (r *Reconciler) namespaceHandler(name multicluster.ClusterName, cl cluster.Cluster) mchandler.EventHandler {
+	return handler.TypedFuncs[client.Object, mcreconcile.Request]{
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q queue) {
+			if injectionEnabled(e.ObjectOld.GetLabels()) == injectionEnabled(e.ObjectNew.GetLabels()) {
+				return
+			}
+			machines := &imperatorv1alpha1.MachineList{}
+			if err := cl.GetCache().List(ctx, machines); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Listing Machines failed")
+				return
+			}
+			for _, m := range machines.Items {
+				q.Add(mcreconcile.Request{Request: reconcile.Request{NamespacedName: types.NamespacedName{Name: m.Name}}, ClusterName: name})
+			}
+		},
+	}
+}

@@ -1,0 +1,415 @@
+package machine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+const (
+	// ControllerName names the controller in logs, metrics and events.
+	ControllerName = "imperator-machine"
+	// FieldOwner is the server-side apply field manager of the reservation
+	// StatefulSets and Services.
+	FieldOwner = "imperator-machine-controller"
+
+	// DefaultImage is the placeholder image: pause does nothing and exits at
+	// once on SIGTERM.
+	DefaultImage = "registry.k8s.io/pause:3.10"
+	// DefaultPriorityClassName is the PriorityClass of reservation pods.
+	DefaultPriorityClassName = "imperator-reservation"
+)
+
+// Options configure the Machine controller.
+type Options struct {
+	// Namespace holds the reservation StatefulSets and Services (the agent's
+	// namespace). Required.
+	Namespace string
+	// Image of the placeholder container. Default DefaultImage.
+	Image string
+	// PriorityClassName of reservation pods; the controller creates it when it
+	// is missing. Default DefaultPriorityClassName.
+	PriorityClassName string
+	// MaxConcurrentReconciles defaults to 1.
+	MaxConcurrentReconciles int
+}
+
+func (o *Options) complete() error {
+	if o.Image == "" {
+		o.Image = DefaultImage
+	}
+	if o.PriorityClassName == "" {
+		o.PriorityClassName = DefaultPriorityClassName
+	}
+	var errs []error
+	if msgs := validation.IsDNS1123Label(o.Namespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("machine controller: namespace %q: %v", o.Namespace, msgs))
+	}
+	if msgs := validation.IsDNS1123Subdomain(o.PriorityClassName); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("machine controller: priority class name %q: %v", o.PriorityClassName, msgs))
+	}
+	return errors.Join(errs...)
+}
+
+// CacheOptions restricts the manager's cache to what the Machine controller
+// reads: pods carrying a machine-group label (guests and reservations), and
+// StatefulSets and Services of the agent's namespace. Pass it as
+// cache.Options.ByObject when no other component needs the rest.
+func CacheOptions(namespace string) map[client.Object]cache.ByObject {
+	grouped, _ := labels.NewRequirement(imperatorv1alpha1.MachineGroupKey, selection.Exists, nil)
+	inNamespace := map[string]cache.Config{namespace: {}}
+	return map[client.Object]cache.ByObject{
+		&corev1.Pod{}:         {Label: labels.NewSelector().Add(*grouped)},
+		&appsv1.StatefulSet{}: {Namespaces: inNamespace},
+		&corev1.Service{}:     {Namespaces: inNamespace},
+	}
+}
+
+// Reconciler keeps, for every Machine, one reservation StatefulSet and
+// Service per served machine type and the Machine's usage status.
+type Reconciler struct {
+	mgr    mcmanager.Manager
+	opts   Options
+	series usageSeries
+}
+
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=priorityclasses,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager registers the Machine controller, its pod index and its
+// metrics with a multi-cluster manager. It reconciles Machines of every
+// cluster the manager engages (only the local one without a provider).
+func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
+	if err := opts.complete(); err != nil {
+		return err
+	}
+	register()
+	if err := SetupIndexer(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	r := &Reconciler{mgr: mgr, opts: opts}
+	err := mcbuilder.ControllerManagedBy(mgr).
+		Named("machine").
+		For(&imperatorv1alpha1.Machine{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&corev1.Service{}).
+		Watches(&corev1.Pod{}, r.podHandler).
+		Watches(&corev1.Namespace{}, r.namespaceHandler).
+		WithOptions(controller.TypedOptions[mcreconcile.Request]{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("setting up the machine controller: %w", err)
+	}
+	return nil
+}
+
+// reconcileState is what one reconcile learns, for the status.
+type reconcileState struct {
+	// readyReason is set when the Machine cannot be reconciled for a reason
+	// other than an error (which sets ReasonReconcileFailed).
+	readyReason, readyMessage string
+	// usage is per machine type, nil when it could not be counted.
+	usage map[string]*typeUsage
+	// served are the machine types with reservations, in spec order.
+	served []string
+}
+
+// Reconcile brings the reservations of one Machine in line with its spec and
+// the guests that use them, then reports the usage in its status.
+func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ ctrl.Result, retErr error) {
+	log := ctrl.LoggerFrom(ctx).WithValues("cluster", req.ClusterName)
+	ctx = ctrl.LoggerInto(ctx, log)
+	seriesKey := req.ClusterName.String() + "/" + req.Name
+
+	cl, err := r.mgr.GetCluster(ctx, req.ClusterName)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("getting cluster %q: %w", req.ClusterName, err)
+	}
+	c := cl.GetClient()
+	machine := &imperatorv1alpha1.Machine{}
+	if err := c.Get(ctx, req.NamespacedName, machine); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.series.set(seriesKey, "", "", nil)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("getting Machine: %w", err)
+	}
+	// No finalizer: the garbage collector removes the StatefulSets and
+	// Services the Machine owns, and the PriorityClass is shared by all
+	// Machines.
+	if !machine.DeletionTimestamp.IsZero() {
+		r.series.set(seriesKey, "", "", nil)
+		return ctrl.Result{}, nil
+	}
+
+	state := &reconcileState{}
+	recorder := cl.GetEventRecorder(ControllerName)
+	defer func() {
+		retErr = errors.Join(retErr, r.patchStatus(ctx, c, recorder, machine, state, retErr))
+		r.series.set(seriesKey, req.ClusterName.String(), machine.Labels[imperatorv1alpha1.MachineGroupKey],
+			machine.Status.AvailableMachines)
+	}()
+
+	group := machine.Labels[imperatorv1alpha1.MachineGroupKey]
+	if group == "" {
+		state.readyReason = imperatorv1alpha1.ReasonMachineGroupMissing
+		state.readyMessage = fmt.Sprintf("label %s is not set: nothing is reserved", imperatorv1alpha1.MachineGroupKey)
+		log.V(1).Info("Machine has no machine group, removing its reservations", "machine", klog.KObj(machine))
+		return ctrl.Result{}, r.prune(ctx, c, machine, nil)
+	}
+
+	usage, err := r.countUsage(ctx, c, machine, group)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	state.usage = usage
+	state.served = servedTypes(machine)
+
+	if len(state.served) > 0 {
+		if err := r.ensurePriorityClass(ctx, c); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	keep := make(map[string]bool, len(state.served))
+	var errs []error
+	for _, name := range state.served {
+		keep[imperatorv1alpha1.ReservationName(name, group)] = true
+		machineType := findMachineType(machine, name)
+		if err := r.applyReservation(ctx, c, recorder, machine, group, machineType, usage[name].replicas); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, r.prune(ctx, c, machine, keep))
+	return ctrl.Result{}, errors.Join(errs...)
+}
+
+// servedTypes are the machine types of the spec that a node pool entry
+// serves, in the order of spec.machineTypes.
+func servedTypes(machine *imperatorv1alpha1.Machine) []string {
+	referenced := map[string]bool{}
+	for _, pool := range machine.Spec.NodePool {
+		for _, ref := range pool.MachineType {
+			referenced[ref.Name] = true
+		}
+	}
+	var served []string
+	for _, t := range machine.Spec.MachineTypes {
+		if referenced[t.Name] {
+			served = append(served, t.Name)
+		}
+	}
+	return served
+}
+
+func findMachineType(machine *imperatorv1alpha1.Machine, name string) *imperatorv1alpha1.MachineType {
+	for i := range machine.Spec.MachineTypes {
+		if machine.Spec.MachineTypes[i].Name == name {
+			return &machine.Spec.MachineTypes[i]
+		}
+	}
+	return nil
+}
+
+// countUsage reads the pods of the Machine's group from the cache, through
+// the machine-group index, and counts them per machine type of the spec.
+func (r *Reconciler) countUsage(ctx context.Context, c client.Client, machine *imperatorv1alpha1.Machine, group string) (map[string]*typeUsage, error) {
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.MatchingFields{PodMachineGroupIndex: group}); err != nil {
+		return nil, fmt.Errorf("listing pods of machine group %s: %w", group, err)
+	}
+	enabledByNamespace := map[string]bool{}
+	var lookupErr error
+	enabled := func(name string) bool {
+		if v, ok := enabledByNamespace[name]; ok {
+			return v
+		}
+		ns := &corev1.Namespace{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+			if !apierrors.IsNotFound(err) {
+				lookupErr = errors.Join(lookupErr, fmt.Errorf("getting namespace %s: %w", name, err))
+			}
+			enabledByNamespace[name] = false
+			return false
+		}
+		enabledByNamespace[name] = injectionEnabled(ns.Labels) && name != r.opts.Namespace
+		return enabledByNamespace[name]
+	}
+	available := make(map[string]int32, len(machine.Spec.MachineTypes))
+	for _, t := range machine.Spec.MachineTypes {
+		available[t.Name] = t.Available
+	}
+	usage := podCounts(pods.Items, group, r.opts.Namespace, enabled, available)
+	if lookupErr != nil {
+		return nil, lookupErr
+	}
+	return usage, nil
+}
+
+// ensurePriorityClass creates the reservation PriorityClass when it is
+// missing. An existing one is left as it is: its value is immutable and an
+// administrator may have created it on purpose.
+func (r *Reconciler) ensurePriorityClass(ctx context.Context, c client.Client) error {
+	existing := &schedulingv1.PriorityClass{}
+	err := c.Get(ctx, client.ObjectKey{Name: r.opts.PriorityClassName}, existing)
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("getting PriorityClass %s: %w", r.opts.PriorityClassName, err)
+	}
+	if err := c.Create(ctx, reservationPriorityClass(r.opts.PriorityClassName)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating PriorityClass %s: %w", r.opts.PriorityClassName, err)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Created the reservation PriorityClass", "priorityClass", r.opts.PriorityClassName)
+	return nil
+}
+
+// conflictError is an object with a reservation's name that the Machine does
+// not control.
+type conflictError struct{ kind, namespace, name, machine string }
+
+func (e *conflictError) Error() string {
+	return fmt.Sprintf("%s %s/%s exists and is not controlled by Machine %s", e.kind, e.namespace, e.name, e.machine)
+}
+
+// applyReservation server-side applies the Service and StatefulSet of one
+// machine type when the cached ones differ from what they should be.
+func (r *Reconciler) applyReservation(ctx context.Context, c client.Client, recorder events.EventRecorder,
+	machine *imperatorv1alpha1.Machine, group string, machineType *imperatorv1alpha1.MachineType, replicas int32) error {
+	log := ctrl.LoggerFrom(ctx)
+	name := imperatorv1alpha1.ReservationName(machineType.Name, group)
+	key := client.ObjectKey{Namespace: r.opts.Namespace, Name: name}
+
+	svc := &corev1.Service{}
+	if err := getControlled(ctx, c, key, svc, machine); err != nil {
+		return err
+	}
+	desiredSvc := reservationService(machine, group, r.opts.Namespace, machineType.Name)
+	inSync, err := serviceInSync(svc, desiredSvc)
+	if err != nil {
+		return err
+	}
+	if !inSync {
+		if err := c.Apply(ctx, desiredSvc, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying Service %s: %w", klog.KRef(key.Namespace, key.Name), err)
+		}
+		log.V(1).Info("Applied reservation Service", "service", klog.KRef(key.Namespace, key.Name))
+	}
+
+	sts := &appsv1.StatefulSet{}
+	if err := getControlled(ctx, c, key, sts, machine); err != nil {
+		return err
+	}
+	desired := reservationStatefulSet(machine, group, r.opts.Namespace, machineType, replicas, r.opts)
+	inSync, err = statefulSetInSync(sts, desired)
+	if err != nil {
+		return err
+	}
+	if inSync {
+		return nil
+	}
+	if err := c.Apply(ctx, desired, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying StatefulSet %s: %w", klog.KRef(key.Namespace, key.Name), err)
+	}
+	switch {
+	case sts.UID == "":
+		log.V(1).Info("Created reservation StatefulSet", "statefulSet", klog.KRef(key.Namespace, key.Name), "replicas", replicas)
+		recorder.Eventf(machine, nil, corev1.EventTypeNormal, "ReservationCreated", "Create",
+			"Created StatefulSet %s/%s reserving %d of %d %s", key.Namespace, name, replicas, machineType.Available, machineType.Name)
+	case sts.Spec.Replicas == nil || *sts.Spec.Replicas != replicas:
+		from := int32(0)
+		if sts.Spec.Replicas != nil {
+			from = *sts.Spec.Replicas
+		}
+		log.V(1).Info("Scaled reservation StatefulSet", "statefulSet", klog.KRef(key.Namespace, key.Name), "from", from, "to", replicas)
+		recorder.Eventf(machine, nil, corev1.EventTypeNormal, "ReservationScaled", "Scale",
+			"Scaled the %s reservation from %d to %d of %d available", machineType.Name, from, replicas, machineType.Available)
+	default:
+		log.V(1).Info("Updated reservation StatefulSet", "statefulSet", klog.KRef(key.Namespace, key.Name))
+	}
+	return nil
+}
+
+// getControlled reads obj from the cache and fails with a conflictError when
+// it exists without the Machine as its controller. A missing obj is left
+// empty.
+func getControlled(ctx context.Context, c client.Client, key client.ObjectKey, obj client.Object, machine *imperatorv1alpha1.Machine) error {
+	if err := c.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("getting %T %s: %w", obj, key, err)
+	}
+	if !metav1.IsControlledBy(obj, machine) {
+		kind := "StatefulSet"
+		if _, ok := obj.(*corev1.Service); ok {
+			kind = "Service"
+		}
+		return &conflictError{kind: kind, namespace: key.Namespace, name: key.Name, machine: machine.Name}
+	}
+	return nil
+}
+
+// prune deletes the reservation StatefulSets and Services the Machine
+// controls whose names are not in keep: machine types no longer served, or a
+// machine group that changed.
+func (r *Reconciler) prune(ctx context.Context, c client.Client, machine *imperatorv1alpha1.Machine, keep map[string]bool) error {
+	selector := client.MatchingLabels{imperatorv1alpha1.PodRoleKey: string(imperatorv1alpha1.PodRoleReservation)}
+	statefulSets := &appsv1.StatefulSetList{}
+	if err := c.List(ctx, statefulSets, client.InNamespace(r.opts.Namespace), selector); err != nil {
+		return fmt.Errorf("listing reservation StatefulSets: %w", err)
+	}
+	services := &corev1.ServiceList{}
+	if err := c.List(ctx, services, client.InNamespace(r.opts.Namespace), selector); err != nil {
+		return fmt.Errorf("listing reservation Services: %w", err)
+	}
+	var stale []client.Object
+	for i := range statefulSets.Items {
+		stale = append(stale, &statefulSets.Items[i])
+	}
+	for i := range services.Items {
+		stale = append(stale, &services.Items[i])
+	}
+	stale = slices.DeleteFunc(stale, func(obj client.Object) bool {
+		return keep[obj.GetName()] || !metav1.IsControlledBy(obj, machine) || !obj.GetDeletionTimestamp().IsZero()
+	})
+	var errs []error
+	for _, obj := range stale {
+		err := c.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground),
+			client.Preconditions{UID: ptr.To(obj.GetUID())})
+		if client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("deleting %T %s: %w", obj, klog.KObj(obj), err))
+			continue
+		}
+		ctrl.LoggerFrom(ctx).V(1).Info("Deleted stale reservation object", "object", klog.KObj(obj), "kind", fmt.Sprintf("%T", obj))
+	}
+	return errors.Join(errs...)
+}

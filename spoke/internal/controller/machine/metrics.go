@@ -1,0 +1,100 @@
+package machine
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+// Metric label names.
+const (
+	labelCluster      = "cluster"
+	labelMachineGroup = "machine_group"
+	labelMachineType  = "machine_type"
+	labelState        = "state"
+)
+
+// The states of machineTypeUnits, one per field of the Machine's usage.
+const (
+	stateMaximum  = "maximum"
+	stateReserved = "reserved"
+	stateUsed     = "used"
+	stateWaiting  = "waiting"
+)
+
+var (
+	// machineTypeUnits is status.availableMachines[].usage as a gauge.
+	machineTypeUnits = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "imperator",
+		Subsystem: "machine",
+		Name:      "type_units",
+		Help: "Units of a machine type by state: maximum (available), reserved (bound reservation pods), " +
+			"used (bound guest pods) and waiting (guest pods not yet bound).",
+	}, []string{labelCluster, labelMachineGroup, labelMachineType, labelState})
+
+	// guestHandoverSeconds is the time from a guest pod's creation until the
+	// agent sees it Running.
+	guestHandoverSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "imperator",
+		Subsystem: "machine",
+		Name:      "guest_handover_seconds",
+		Help:      "Time from the creation of a guest pod until it runs (the creation time has a resolution of one second).",
+		Buckets:   []float64{0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300},
+	}, []string{labelCluster, labelMachineGroup, labelMachineType})
+
+	registerMetrics sync.Once
+)
+
+// register adds the Machine controller's metrics to controller-runtime's
+// registry, served on the agent's metrics endpoint.
+func register() {
+	registerMetrics.Do(func() {
+		metrics.Registry.MustRegister(machineTypeUnits, guestHandoverSeconds)
+	})
+}
+
+// seriesKey names the gauge series of one machine type.
+type seriesKey struct{ cluster, group, machineType string }
+
+// usageSeries remembers which series each Machine reported, so that the
+// series of a removed type or a deleted Machine disappear.
+type usageSeries struct {
+	mu       sync.Mutex
+	reported map[string]map[seriesKey]struct{} // by cluster/machine name
+}
+
+// set reports the usage of every type of a Machine and drops the series it
+// reported before and no longer has. A nil usage drops them all.
+func (s *usageSeries) set(machineKey string, cluster, group string, usage []imperatorv1alpha1.AvailableMachine) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reported == nil {
+		s.reported = map[string]map[seriesKey]struct{}{}
+	}
+	current := make(map[seriesKey]struct{}, len(usage))
+	for _, m := range usage {
+		key := seriesKey{cluster, group, m.Name}
+		current[key] = struct{}{}
+		for state, value := range map[string]int32{
+			stateMaximum: m.Usage.Maximum, stateReserved: m.Usage.Reserved,
+			stateUsed: m.Usage.Used, stateWaiting: m.Usage.Waiting,
+		} {
+			machineTypeUnits.WithLabelValues(cluster, group, m.Name, state).Set(float64(value))
+		}
+	}
+	for key := range s.reported[machineKey] {
+		if _, ok := current[key]; !ok {
+			machineTypeUnits.DeletePartialMatch(prometheus.Labels{
+				labelCluster: key.cluster, labelMachineGroup: key.group, labelMachineType: key.machineType,
+			})
+		}
+	}
+	if len(current) == 0 {
+		delete(s.reported, machineKey)
+		return
+	}
+	s.reported[machineKey] = current
+}

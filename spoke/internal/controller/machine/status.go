@@ -1,0 +1,158 @@
+package machine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+// patchStatus computes the Machine's status from what the reconcile learnt
+// and its error, and patches it, once, when it changed. Conditions that turn
+// True (or change their message while True) are also sent as Warning events.
+func (r *Reconciler) patchStatus(ctx context.Context, c client.Client, recorder events.EventRecorder,
+	machine *imperatorv1alpha1.Machine, state *reconcileState, reconcileErr error) error {
+	before := machine.DeepCopy()
+	setStatus(&machine.Status, machine, state, reconcileErr)
+	if equality.Semantic.DeepEqual(before.Status, machine.Status) {
+		return nil
+	}
+	if err := c.Status().Patch(ctx, machine, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("patching Machine status: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).V(2).Info("Patched Machine status", "availableMachines", machine.Status.AvailableMachines)
+	for _, t := range []string{imperatorv1alpha1.ConditionInsufficientCapacity, imperatorv1alpha1.ConditionOverSubscribed} {
+		was := meta.FindStatusCondition(before.Status.Conditions, t)
+		now := meta.FindStatusCondition(machine.Status.Conditions, t)
+		switch {
+		case now == nil:
+		case now.Status == metav1.ConditionTrue && (was == nil || was.Status != metav1.ConditionTrue || was.Message != now.Message):
+			recorder.Eventf(machine, nil, corev1.EventTypeWarning, now.Reason, "Reconcile", "%s", now.Message)
+		case now.Status == metav1.ConditionFalse && was != nil && was.Status == metav1.ConditionTrue:
+			recorder.Eventf(machine, nil, corev1.EventTypeNormal, now.Reason, "Reconcile", "%s", now.Message)
+		}
+	}
+	return nil
+}
+
+// setStatus writes the usage and the conditions into status. Usage is kept as
+// it was when it could not be counted.
+func setStatus(status *imperatorv1alpha1.MachineStatus, machine *imperatorv1alpha1.Machine, state *reconcileState, reconcileErr error) {
+	status.ObservedGeneration = machine.Generation
+	meta.SetStatusCondition(&status.Conditions, readyCondition(machine, state, reconcileErr))
+	if state.readyReason == imperatorv1alpha1.ReasonMachineGroupMissing {
+		status.AvailableMachines = nil
+		meta.RemoveStatusCondition(&status.Conditions, imperatorv1alpha1.ConditionInsufficientCapacity)
+		meta.RemoveStatusCondition(&status.Conditions, imperatorv1alpha1.ConditionOverSubscribed)
+		return
+	}
+	if state.usage == nil {
+		return
+	}
+	status.AvailableMachines = make([]imperatorv1alpha1.AvailableMachine, 0, len(machine.Spec.MachineTypes))
+	for _, t := range machine.Spec.MachineTypes {
+		u := imperatorv1alpha1.Usage{Maximum: t.Available}
+		if counted := state.usage[t.Name]; counted != nil {
+			u = counted.Usage
+		}
+		status.AvailableMachines = append(status.AvailableMachines, imperatorv1alpha1.AvailableMachine{Name: t.Name, Usage: u})
+	}
+	meta.SetStatusCondition(&status.Conditions, capacityCondition(machine, state))
+	meta.SetStatusCondition(&status.Conditions, overSubscribedCondition(machine, state))
+}
+
+func readyCondition(machine *imperatorv1alpha1.Machine, state *reconcileState, reconcileErr error) metav1.Condition {
+	cond := metav1.Condition{
+		Type:               imperatorv1alpha1.ConditionReady,
+		Status:             metav1.ConditionFalse,
+		ObservedGeneration: machine.Generation,
+	}
+	var conflict *conflictError
+	switch {
+	case state.readyReason != "":
+		cond.Reason, cond.Message = state.readyReason, state.readyMessage
+	case errors.As(reconcileErr, &conflict):
+		cond.Reason, cond.Message = imperatorv1alpha1.ReasonReservationConflict, conflict.Error()
+	case reconcileErr != nil:
+		cond.Reason, cond.Message = imperatorv1alpha1.ReasonReconcileFailed, reconcileErr.Error()
+	default:
+		cond.Status, cond.Reason = metav1.ConditionTrue, imperatorv1alpha1.ReasonReservationsReconciled
+		if len(state.served) == 0 {
+			cond.Message = "no machine type is served by a node of spec.nodePool: nothing is reserved"
+		} else {
+			cond.Message = "reservations in place for " + strings.Join(state.served, ", ")
+		}
+	}
+	return cond
+}
+
+// capacityCondition is True when reservation pods of a served machine type
+// cannot be scheduled, or a machine type with available units is served by
+// no node. It never feeds back into the number of reservations.
+func capacityCondition(machine *imperatorv1alpha1.Machine, state *reconcileState) metav1.Condition {
+	served := make(map[string]bool, len(state.served))
+	for _, name := range state.served {
+		served[name] = true
+	}
+	var unschedulable, unserved []string
+	for _, t := range machine.Spec.MachineTypes {
+		u := state.usage[t.Name]
+		switch {
+		case !served[t.Name] && t.Available > 0:
+			unserved = append(unserved, fmt.Sprintf("%s: no node of spec.nodePool serves it, %d available cannot be reserved", t.Name, t.Available))
+		case served[t.Name] && u != nil && u.unschedulable > 0:
+			unschedulable = append(unschedulable, fmt.Sprintf("%s: %d of %d reservation pods cannot be scheduled", t.Name, u.unschedulable, u.replicas))
+		}
+	}
+	cond := metav1.Condition{
+		Type:               imperatorv1alpha1.ConditionInsufficientCapacity,
+		Status:             metav1.ConditionTrue,
+		ObservedGeneration: machine.Generation,
+		Message:            strings.Join(append(unschedulable, unserved...), "; "),
+	}
+	switch {
+	case len(unschedulable) > 0:
+		cond.Reason = imperatorv1alpha1.ReasonReservationsUnschedulable
+	case len(unserved) > 0:
+		cond.Reason = imperatorv1alpha1.ReasonNoNodePool
+	default:
+		cond.Status, cond.Reason = metav1.ConditionFalse, imperatorv1alpha1.ReasonCapacitySufficient
+		cond.Message = "every reservation pod is scheduled"
+	}
+	return cond
+}
+
+// overSubscribedCondition is True when a machine type has more guests than
+// available units; the extra guests wait.
+func overSubscribedCondition(machine *imperatorv1alpha1.Machine, state *reconcileState) metav1.Condition {
+	var over []string
+	for _, t := range machine.Spec.MachineTypes {
+		u := state.usage[t.Name]
+		if u == nil || u.Used+u.Waiting <= t.Available {
+			continue
+		}
+		over = append(over, fmt.Sprintf("%s: %d guests for %d available, %d waiting", t.Name, u.Used+u.Waiting, t.Available, u.Waiting))
+	}
+	cond := metav1.Condition{
+		Type:               imperatorv1alpha1.ConditionOverSubscribed,
+		Status:             metav1.ConditionTrue,
+		ObservedGeneration: machine.Generation,
+		Reason:             imperatorv1alpha1.ReasonGuestsExceedAvailable,
+		Message:            strings.Join(over, "; "),
+	}
+	if len(over) == 0 {
+		cond.Status, cond.Reason = metav1.ConditionFalse, imperatorv1alpha1.ReasonWithinAvailable
+		cond.Message = "no machine type has more guests than available"
+	}
+	return cond
+}

@@ -1,0 +1,127 @@
+package machine
+
+import (
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+// typeUsage is what the agent observed of one machine type of a group.
+type typeUsage struct {
+	imperatorv1alpha1.Usage
+	// replicas is the number of reservation pods the type should run.
+	replicas int32
+	// unschedulable counts reservation pods the StatefulSet keeps (ordinal
+	// below replicas) that the scheduler could not place.
+	unschedulable int32
+}
+
+// podCounts counts the pods of one machine group per machine type of
+// available (the spec's available units by type name). Reservation pods
+// count only in the agent's namespace; guests only in namespaces for which
+// enabled returns true. Pods of other types are ignored.
+func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(namespace string) bool,
+	available map[string]int32) map[string]*typeUsage {
+	usage := make(map[string]*typeUsage, len(available))
+	for name, units := range available {
+		usage[name] = &typeUsage{Usage: imperatorv1alpha1.Usage{Maximum: units}}
+	}
+	var reservations []*corev1.Pod
+	for i := range pods {
+		pod := &pods[i]
+		u := usage[pod.Labels[imperatorv1alpha1.MachineTypeKey]]
+		if u == nil || pod.Labels[imperatorv1alpha1.MachineGroupKey] != group || !active(pod) {
+			continue
+		}
+		switch imperatorv1alpha1.PodRole(pod.Labels[imperatorv1alpha1.PodRoleKey]) {
+		case imperatorv1alpha1.PodRoleReservation:
+			if pod.Namespace != agentNamespace {
+				continue
+			}
+			if bound(pod) {
+				u.Reserved++
+			} else {
+				reservations = append(reservations, pod)
+			}
+		case imperatorv1alpha1.PodRoleGuest:
+			if !enabled(pod.Namespace) {
+				continue
+			}
+			if bound(pod) {
+				u.Used++
+			} else {
+				u.Waiting++
+			}
+		}
+	}
+	for name, u := range usage {
+		u.replicas = reservationReplicas(available[name], u.Usage)
+	}
+	// Pods at or above the replicas are being scaled away: whether they fit
+	// does not matter.
+	for _, pod := range reservations {
+		machineType := pod.Labels[imperatorv1alpha1.MachineTypeKey]
+		u := usage[machineType]
+		ordinal, ok := podOrdinal(pod, imperatorv1alpha1.ReservationName(machineType, group))
+		if ok && ordinal < u.replicas && unschedulable(pod) {
+			u.unschedulable++
+		}
+	}
+	return usage
+}
+
+// reservationReplicas is how many units stay reserved: what is available and
+// neither used nor asked for by a waiting guest. It depends on guests only, so
+// reservation pods that cannot be scheduled never make it move.
+func reservationReplicas(available int32, u imperatorv1alpha1.Usage) int32 {
+	return max(0, available-u.Used-u.Waiting)
+}
+
+// active is a pod that holds or will hold its node's resources: neither
+// terminating nor finished.
+func active(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp == nil &&
+		pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+}
+
+// bound is a pod the scheduler placed on a node (Running or ContainerCreating
+// in seed 000's words).
+func bound(pod *corev1.Pod) bool { return pod.Spec.NodeName != "" }
+
+// unschedulable is a pod the scheduler tried and failed to place.
+func unschedulable(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+		}
+	}
+	return false
+}
+
+// podOrdinal is the StatefulSet ordinal of a pod: the pod-index label the
+// StatefulSet controller sets, else the number after "<statefulset>-".
+func podOrdinal(pod *corev1.Pod, statefulSet string) (int32, bool) {
+	value, ok := pod.Labels[appsv1.PodIndexLabel]
+	if !ok {
+		value, ok = strings.CutPrefix(pod.Name, statefulSet+"-")
+		if !ok {
+			return 0, false
+		}
+	}
+	ordinal, err := strconv.ParseInt(value, 10, 32)
+	if err != nil || ordinal < 0 {
+		return 0, false
+	}
+	return int32(ordinal), true
+}
+
+// injectionEnabled tells whether guest pods of a namespace with these labels
+// are injected, under either spelling of the label.
+func injectionEnabled(labels map[string]string) bool {
+	return labels[imperatorv1alpha1.InjectResourceKey] == imperatorv1alpha1.InjectResourceEnabled ||
+		labels[imperatorv1alpha1.LegacyInjectResourceKey] == imperatorv1alpha1.InjectResourceEnabled
+}

@@ -1,0 +1,154 @@
+package machine
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
+)
+
+const (
+	agentNS = "imperator-system"
+	guestNS = "team-a"
+	group   = "general-machine"
+)
+
+// reservationPod is reservation pod <ordinal> of machineType's StatefulSet.
+func reservationPod(machineType, ordinal string) *wrappers.PodWrapper {
+	return wrappers.MakePod(agentNS, imperatorv1alpha1.ReservationName(machineType, group)+"-"+ordinal).
+		Label(imperatorv1alpha1.MachineGroupKey, group).
+		Label(imperatorv1alpha1.MachineTypeKey, machineType).
+		Label(imperatorv1alpha1.PodRoleKey, string(imperatorv1alpha1.PodRoleReservation))
+}
+
+func withUnschedulable(pod *corev1.Pod) *corev1.Pod {
+	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+	})
+	return pod
+}
+
+func deleting(pod *corev1.Pod) *corev1.Pod {
+	pod.DeletionTimestamp = &metav1.Time{}
+	return pod
+}
+
+func withPhase(pod *corev1.Pod, phase corev1.PodPhase) *corev1.Pod {
+	pod.Status.Phase = phase
+	return pod
+}
+
+func TestPodCounts(t *testing.T) {
+	enabled := func(ns string) bool { return ns == guestNS }
+	type counts struct {
+		Usage                   imperatorv1alpha1.Usage
+		Replicas, Unschedulable int32
+	}
+	cases := map[string]struct {
+		pods      []*corev1.Pod
+		available map[string]int32
+		want      map[string]counts
+	}{
+		"bound reservations are reserved, bound guests used, unbound guests waiting": {
+			pods: []*corev1.Pod{
+				reservationPod("compute-medium", "0").NodeName("eriri").Obj(),
+				reservationPod("compute-medium", "1").NodeName("eriri").Obj(),
+				wrappers.MakePod(guestNS, "g1").Guest(group, "compute-medium").NodeName("eriri").Obj(),
+				wrappers.MakePod(guestNS, "g2").Guest(group, "compute-medium").Obj(),
+			},
+			available: map[string]int32{"compute-medium": 4},
+			want: map[string]counts{
+				"compute-medium": {Usage: imperatorv1alpha1.Usage{Maximum: 4, Reserved: 2, Used: 1, Waiting: 1}, Replicas: 2},
+			},
+		},
+		"terminating and finished pods do not count": {
+			pods: []*corev1.Pod{
+				deleting(reservationPod("compute-medium", "0").NodeName("eriri").Obj()),
+				withPhase(wrappers.MakePod(guestNS, "done").Guest(group, "compute-medium").NodeName("eriri").Obj(), corev1.PodSucceeded),
+				withPhase(wrappers.MakePod(guestNS, "failed").Guest(group, "compute-medium").NodeName("eriri").Obj(), corev1.PodFailed),
+				deleting(wrappers.MakePod(guestNS, "leaving").Guest(group, "compute-medium").Obj()),
+			},
+			available: map[string]int32{"compute-medium": 4},
+			want:      map[string]counts{"compute-medium": {Usage: imperatorv1alpha1.Usage{Maximum: 4}, Replicas: 4}},
+		},
+		"guests of disabled namespaces, other groups, unknown types and reservations elsewhere are ignored": {
+			pods: []*corev1.Pod{
+				wrappers.MakePod("team-off", "g").Guest(group, "compute-medium").NodeName("eriri").Obj(),
+				wrappers.MakePod(guestNS, "other").Guest("other-group", "compute-medium").NodeName("eriri").Obj(),
+				wrappers.MakePod(guestNS, "unknown").Guest(group, "compute-huge").NodeName("eriri").Obj(),
+				func() *corev1.Pod {
+					p := reservationPod("compute-medium", "0").NodeName("eriri").Obj()
+					p.Namespace = guestNS
+					return p
+				}(),
+			},
+			available: map[string]int32{"compute-medium": 4},
+			want:      map[string]counts{"compute-medium": {Usage: imperatorv1alpha1.Usage{Maximum: 4}, Replicas: 4}},
+		},
+		"more guests than available: no reservations, never negative": {
+			pods: []*corev1.Pod{
+				wrappers.MakePod(guestNS, "g1").Guest(group, "compute-xlarge").NodeName("michiru").Obj(),
+				wrappers.MakePod(guestNS, "g2").Guest(group, "compute-xlarge").Obj(),
+				wrappers.MakePod(guestNS, "g3").Guest(group, "compute-xlarge").Obj(),
+			},
+			available: map[string]int32{"compute-xlarge": 1},
+			want: map[string]counts{
+				"compute-xlarge": {Usage: imperatorv1alpha1.Usage{Maximum: 1, Used: 1, Waiting: 2}},
+			},
+		},
+		"unschedulable reservations count below the replicas only and never change them": {
+			pods: []*corev1.Pod{
+				reservationPod("compute-xlarge", "0").NodeName("michiru").Obj(),
+				reservationPod("compute-xlarge", "1").NodeName("michiru").Obj(),
+				withUnschedulable(reservationPod("compute-xlarge", "2").Obj()),
+				withUnschedulable(reservationPod("compute-xlarge", "3").Label("apps.kubernetes.io/pod-index", "3").Obj()),
+				// Being scaled away: ordinal 4 is not below the 4 replicas.
+				withUnschedulable(reservationPod("compute-xlarge", "4").Obj()),
+				// Not tried by the scheduler yet.
+				reservationPod("compute-xlarge", "5").Obj(),
+			},
+			available: map[string]int32{"compute-xlarge": 4},
+			want: map[string]counts{
+				"compute-xlarge": {Usage: imperatorv1alpha1.Usage{Maximum: 4, Reserved: 2}, Replicas: 4, Unschedulable: 2},
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			pods := make([]corev1.Pod, 0, len(tc.pods))
+			for _, p := range tc.pods {
+				pods = append(pods, *p)
+			}
+			got := map[string]counts{}
+			for typeName, u := range podCounts(pods, group, agentNS, enabled, tc.available) {
+				got[typeName] = counts{Usage: u.Usage, Replicas: u.replicas, Unschedulable: u.unschedulable}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("podCounts() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestInjectionEnabled(t *testing.T) {
+	cases := map[string]struct {
+		labels map[string]string
+		want   bool
+	}{
+		"canonical":     {labels: map[string]string{imperatorv1alpha1.InjectResourceKey: "enabled"}, want: true},
+		"seed spelling": {labels: map[string]string{imperatorv1alpha1.LegacyInjectResourceKey: "enabled"}, want: true},
+		"disabled":      {labels: map[string]string{imperatorv1alpha1.InjectResourceKey: "disabled"}},
+		"no labels":     {},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := injectionEnabled(tc.labels); got != tc.want {
+				t.Errorf("injectionEnabled(%v) = %v, want %v", tc.labels, got, tc.want)
+			}
+		})
+	}
+}
