@@ -1,0 +1,155 @@
+// Package app assembles the hub from its parts — CA, store, persister,
+// liveness checker, gRPC server — on a controller-runtime manager of the hub
+// cluster. The hub binary and the integration suites both run it.
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/hub/internal/config"
+	"github.com/imperator-federation/imperator/hub/internal/hubca"
+	"github.com/imperator-federation/imperator/hub/internal/join"
+	"github.com/imperator-federation/imperator/hub/internal/liveness"
+	"github.com/imperator-federation/imperator/hub/internal/persist"
+	"github.com/imperator-federation/imperator/hub/internal/registry"
+	"github.com/imperator-federation/imperator/hub/internal/server"
+	"github.com/imperator-federation/imperator/hub/internal/store"
+	"github.com/imperator-federation/imperator/internal/identity"
+)
+
+// servingCertValidity is the lifetime of the serving certificate issued at
+// every start.
+const servingCertValidity = 365 * 24 * time.Hour
+
+// Options are what the binary and tests set beyond the configuration.
+type Options struct {
+	// Listener, when set, is served instead of cfg.ListenAddress.
+	Listener net.Listener
+	// Registerer receives the hub's metrics (controller-runtime's registry
+	// when nil).
+	Registerer prometheus.Registerer
+	// Ready, when set, is called with the store once the hub is assembled
+	// (and restored), just before it starts serving.
+	Ready func(*store.Store)
+}
+
+// Scheme returns the hub's scheme: core, Imperator and OCM cluster kinds.
+func Scheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), imperatorv1alpha1.AddToScheme(scheme), clusterv1.Install(scheme)); err != nil {
+		return nil, fmt.Errorf("building scheme: %w", err)
+	}
+	return scheme, nil
+}
+
+// Run runs the hub until ctx is done.
+func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts Options) error {
+	log := ctrl.Log.WithName("hub")
+	scheme, err := Scheme()
+	if err != nil {
+		return err
+	}
+	// Secrets (CA, tokens) and the restore are read directly: no cache of
+	// every Secret in the hub cluster.
+	direct, err := client.New(restConfig, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	ca, err := hubca.LoadOrCreate(ctx, direct, cfg.Namespace, cfg.CASecret)
+	if err != nil {
+		return err
+	}
+	certPEM, keyPEM, err := ca.IssueServer("imperator-hub", cfg.ServingHosts, servingCertValidity)
+	if err != nil {
+		return fmt.Errorf("issuing serving certificate: %w", err)
+	}
+	serving, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return fmt.Errorf("loading serving certificate: %w", err)
+	}
+
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		HealthProbeBindAddress: cfg.HealthAddr,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	st := store.New(nil, cfg.GracePeriod)
+	persister := persist.New(mgr.GetClient(), st, cfg.PersistInterval, log.WithName("persist"))
+	if err := persister.Restore(ctx, direct); err != nil {
+		return err
+	}
+	reg := opts.Registerer
+	if reg == nil {
+		reg = ctrlmetrics.Registry
+	}
+	metrics, err := server.NewMetrics(reg, st)
+	if err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	cached, apiReader := mgr.GetClient(), mgr.GetAPIReader()
+	srv, err := server.New(server.Options{
+		Listener:      opts.Listener,
+		ListenAddress: cfg.ListenAddress,
+		TLS: identity.ServerTLS(func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return &serving, nil
+		}, poolOf(ca.Cert.Raw)),
+		Store: st,
+		Joiner: &join.Service{
+			Tokens:   join.NewTokens(direct, cfg.Namespace, nil),
+			CA:       ca,
+			Client:   direct,
+			Validity: cfg.ClientCertValidity,
+		},
+		Admit: func(ctx context.Context, cluster string) (bool, error) {
+			ok, err := registry.AcceptsClient(ctx, cached, cluster)
+			if err != nil || ok {
+				return ok, err
+			}
+			// Just joined: the cache may not have seen the ManagedCluster yet.
+			return registry.AcceptsClient(ctx, apiReader, cluster)
+		},
+		Metrics:         metrics,
+		Log:             log.WithName("grpc"),
+		MaxRecvMsgBytes: cfg.MaxRecvMsgBytes,
+	})
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(
+		mgr.Add(srv),
+		mgr.Add(persister),
+		mgr.Add(liveness.New(st, log.WithName("liveness"))),
+		mgr.AddHealthzCheck("ping", healthz.Ping),
+		mgr.AddReadyzCheck("ping", healthz.Ping),
+	); err != nil {
+		return fmt.Errorf("setting up the hub: %w", err)
+	}
+	if opts.Ready != nil {
+		opts.Ready(st)
+	}
+	log.Info("Starting hub", "namespace", cfg.Namespace, "listen", cfg.ListenAddress, "gracePeriod", cfg.GracePeriod)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+// Package config is the hub's typed configuration: every setting with its
+// default, bound to command-line flags and validated before anything starts.
+// With no flags at all the hub runs in-cluster (or against $KUBECONFIG) in
+// imperator-system, creating its CA on first start.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/imperator-federation/imperator/hub/internal/join"
+	"github.com/imperator-federation/imperator/hub/internal/persist"
+	"github.com/imperator-federation/imperator/hub/internal/server"
+	"github.com/imperator-federation/imperator/hub/internal/store"
+)
+
+// Config is everything the hub can be told.
+type Config struct {
+	// Kubeconfig of the hub cluster; empty: in-cluster, else $KUBECONFIG or
+	// ~/.kube/config.
+	Kubeconfig string
+	// Namespace holds the hub CA and the bootstrap tokens. Default:
+	// $POD_NAMESPACE, else imperator-system.
+	Namespace string
+	// ListenAddress is where the gRPC server listens.
+	ListenAddress string
+	// MetricsAddr and HealthAddr are the Prometheus metrics and health probe
+	// endpoints ("0" disables).
+	MetricsAddr string
+	HealthAddr  string
+	// CASecret names the Secret in Namespace holding the hub CA (created
+	// when missing).
+	CASecret string
+	// ServingHosts are the DNS names/IPs of the hub's serving certificate.
+	// Default: localhost, 127.0.0.1 and the imperator-hub Service in Namespace.
+	ServingHosts []string
+	// GracePeriod is how long a spoke may stay silent before it is Unknown.
+	GracePeriod time.Duration
+	// PersistInterval is the shortest time between two writes of one
+	// cluster's inventory.
+	PersistInterval time.Duration
+	// ClientCertValidity is the lifetime of spoke certificates issued on join.
+	ClientCertValidity time.Duration
+	// MaxRecvMsgBytes bounds one spoke message.
+	MaxRecvMsgBytes int
+}
+
+// Default returns the configuration used when no flag is given.
+func Default() Config {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "imperator-system"
+	}
+	return Config{
+		Namespace:          ns,
+		ListenAddress:      ":9443",
+		MetricsAddr:        ":8080",
+		HealthAddr:         ":8081",
+		CASecret:           "imperator-hub-ca",
+		GracePeriod:        store.DefaultGracePeriod,
+		PersistInterval:    persist.DefaultInterval,
+		ClientCertValidity: join.DefaultCertificateValidity,
+		MaxRecvMsgBytes:    server.DefaultMaxRecvMsgBytes,
+	}
+}
+
+// BindFlags registers every setting on fs, with c's values as defaults.
+func (c *Config) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "Kubeconfig of the hub cluster (default: in-cluster, $KUBECONFIG, ~/.kube/config).")
+	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "Namespace of the hub CA and bootstrap tokens.")
+	fs.StringVar(&c.ListenAddress, "listen-address", c.ListenAddress, "Address of the gRPC server.")
+	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", c.MetricsAddr, "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.StringVar(&c.HealthAddr, "health-probe-bind-address", c.HealthAddr, "Address of the /healthz and /readyz endpoints; 0 disables them.")
+	fs.StringVar(&c.CASecret, "ca-secret", c.CASecret, "Secret in --namespace holding the hub CA (created when missing).")
+	fs.Func("serving-hosts", "Comma-separated DNS names/IPs of the serving certificate (default: localhost, 127.0.0.1, the imperator-hub Service).", func(s string) error {
+		c.ServingHosts = nil
+		for _, h := range strings.Split(s, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				c.ServingHosts = append(c.ServingHosts, h)
+			}
+		}
+		return nil
+	})
+	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "How long a spoke may stay silent before it becomes Unknown.")
+	fs.DurationVar(&c.PersistInterval, "persist-interval", c.PersistInterval, "Shortest time between two writes of one cluster's inventory.")
+	fs.DurationVar(&c.ClientCertValidity, "client-cert-validity", c.ClientCertValidity, "Lifetime of spoke client certificates issued on join.")
+	fs.IntVar(&c.MaxRecvMsgBytes, "max-recv-msg-bytes", c.MaxRecvMsgBytes, "Largest spoke message accepted, in bytes.")
+}
+
+// Complete fills the settings that derive from others.
+func (c *Config) Complete() {
+	if len(c.ServingHosts) == 0 {
+		svc := "imperator-hub." + c.Namespace
+		c.ServingHosts = []string{"localhost", "127.0.0.1", svc + ".svc", svc + ".svc.cluster.local"}
+	}
+}
+
+// Validate returns every problem of the configuration, each naming its flag.
+func (c *Config) Validate() error {
+	var errs []error
+	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--namespace %q: %s", c.Namespace, strings.Join(msgs, "; ")))
+	}
+	if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--listen-address %q: %w", c.ListenAddress, err))
+	}
+	if msgs := validation.IsDNS1123Subdomain(c.CASecret); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--ca-secret %q: %s", c.CASecret, strings.Join(msgs, "; ")))
+	}
+	if c.GracePeriod < time.Second {
+		errs = append(errs, fmt.Errorf("--grace-period %s: must be at least 1s", c.GracePeriod))
+	}
+	if c.PersistInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--persist-interval %s: must be positive", c.PersistInterval))
+	}
+	if c.ClientCertValidity < time.Hour {
+		errs = append(errs, fmt.Errorf("--client-cert-validity %s: must be at least 1h", c.ClientCertValidity))
+	}
+	if c.MaxRecvMsgBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("--max-recv-msg-bytes %d: must be at least 1MiB", c.MaxRecvMsgBytes))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,83 @@
+package join
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/util/validation"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imperator-federation/imperator/hub/internal/registry"
+	"github.com/imperator-federation/imperator/internal/identity"
+	"github.com/imperator-federation/imperator/internal/pki"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+)
+
+// DefaultCertificateValidity is how long a spoke client certificate is valid.
+const DefaultCertificateValidity = 365 * 24 * time.Hour
+
+// maxCSRBytes bounds the CSR a joining spoke may send.
+const maxCSRBytes = 16 << 10
+
+// Service answers the Join call.
+type Service struct {
+	Tokens *Tokens
+	CA     *pki.CA
+	// Client writes the ManagedCluster and the cluster's namespace.
+	Client client.Client
+	// Validity of issued certificates (DefaultCertificateValidity when zero).
+	Validity time.Duration
+}
+
+// Join validates the request, consumes the token, registers the cluster and
+// returns a client certificate for the CSR's key with CN = cluster name.
+// Errors are gRPC status errors whose message tells the spoke's operator
+// what to do.
+func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*federationv1.JoinResponse, error) {
+	log := ctrl.LoggerFrom(ctx).WithValues("cluster", req.GetClusterName())
+	if msgs := validation.IsDNS1123Label(req.GetClusterName()); len(msgs) > 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "cluster_name %q: %s", req.GetClusterName(), strings.Join(msgs, "; "))
+	}
+	if len(req.GetCsr()) == 0 || len(req.GetCsr()) > maxCSRBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "csr: want a PEM certificate request of at most %d bytes", maxCSRBytes)
+	}
+	validity := s.Validity
+	if validity <= 0 {
+		validity = DefaultCertificateValidity
+	}
+	// Sign first (pure computation) so that a bad CSR does not burn the token.
+	certPEM, err := s.CA.SignClientCSR(req.GetCsr(), req.GetClusterName(), []string{identity.SpokeOrganization}, validity)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "csr: %v", err)
+	}
+	cert, err := pki.ParseCertificate(certPEM)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "reading issued certificate: %v", err)
+	}
+	if err := s.Tokens.Consume(ctx, req.GetToken(), req.GetClusterName()); err != nil {
+		log.Info("Join refused", "reason", err.Error())
+		switch {
+		case errors.Is(err, ErrWrongCluster):
+			return nil, status.Error(codes.PermissionDenied, err.Error())
+		case errors.Is(err, ErrMalformedToken), errors.Is(err, ErrUnknownToken), errors.Is(err, ErrExpiredToken), errors.Is(err, ErrUsedToken):
+			return nil, status.Error(codes.Unauthenticated, err.Error())
+		default:
+			return nil, status.Errorf(codes.Unavailable, "checking bootstrap token: %v", err)
+		}
+	}
+	if err := registry.EnsureCluster(ctx, s.Client, req.GetClusterName()); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "registering cluster: %v", err)
+	}
+	log.Info("Cluster joined", "agentVersion", req.GetAgentVersion(), "notAfter", cert.NotAfter)
+	return &federationv1.JoinResponse{
+		Certificate: certPEM,
+		Ca:          s.CA.CertPEM,
+		NotAfter:    timestamppb.New(cert.NotAfter),
+	}, nil
+}

@@ -1,0 +1,232 @@
+// Package join owns cluster registration at the hub: one-time bootstrap
+// tokens (created by the platform team, stored hashed as Secrets in the hub
+// namespace, expiring, revocable) and the Join call that turns such a token
+// and a certificate signing request into a spoke client certificate.
+package join
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"regexp"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+// Bootstrap token Secrets: their type, label and data keys. Only the SHA-256
+// of the token's secret part is stored.
+const (
+	SecretType        corev1.SecretType = imperatorv1alpha1.Prefix + "bootstrap-token"
+	TokenLabel                          = imperatorv1alpha1.Prefix + "bootstrap-token"
+	secretNamePrefix                    = "imperator-bootstrap-token-"
+	keyID                               = "token-id"
+	keySecretSHA256                     = "token-secret-sha256"
+	keyExpiration                       = "expiration"
+	keyCluster                          = "cluster-name"
+	keyDescription                      = "description"
+	keyUsedBy                           = "used-by"
+	keyUsedAt                           = "used-at"
+	tokenIDLength                       = 6
+	tokenSecretLength                   = 16
+	tokenAlphabet                       = "abcdefghijklmnopqrstuvwxyz0123456789"
+	DefaultTokenTTL                     = 24 * time.Hour
+)
+
+var tokenPattern = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
+
+// Errors of Consume. Each message says what the operator must do.
+var (
+	ErrMalformedToken = errors.New("bootstrap token is malformed: want <6 chars>.<16 chars> of [a-z0-9]")
+	ErrUnknownToken   = errors.New("bootstrap token is unknown or revoked: ask the platform team for a new one")
+	ErrExpiredToken   = errors.New("bootstrap token has expired: ask the platform team for a new one")
+	ErrUsedToken      = errors.New("bootstrap token was already used: tokens are single-use, ask the platform team for a new one")
+	ErrWrongCluster   = errors.New("bootstrap token is bound to another cluster name")
+)
+
+// TokenInfo describes a bootstrap token without its secret.
+type TokenInfo struct {
+	ID          string
+	Expiration  time.Time
+	ClusterName string
+	Description string
+	UsedBy      string
+	UsedAt      time.Time
+}
+
+// CreateOptions shape a new token.
+type CreateOptions struct {
+	// TTL is how long the token can be used (DefaultTokenTTL when zero).
+	TTL time.Duration
+	// ClusterName, when set, is the only cluster name the token can join as.
+	ClusterName string
+	Description string
+}
+
+// Tokens manages bootstrap tokens in the hub namespace.
+type Tokens struct {
+	client    client.Client
+	namespace string
+	clock     clock.PassiveClock
+}
+
+// NewTokens manages the tokens of namespace with c (an uncached client is
+// best: tokens are read rarely and Secrets should not be cached hub-wide).
+func NewTokens(c client.Client, namespace string, clk clock.PassiveClock) *Tokens {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Tokens{client: c, namespace: namespace, clock: clk}
+}
+
+// Create stores a new token and returns it ("<id>.<secret>"); it is shown
+// once and cannot be read back.
+func (t *Tokens) Create(ctx context.Context, opts CreateOptions) (string, TokenInfo, error) {
+	ttl := opts.TTL
+	if ttl <= 0 {
+		ttl = DefaultTokenTTL
+	}
+	id, err := randomString(tokenIDLength)
+	if err != nil {
+		return "", TokenInfo{}, err
+	}
+	secret, err := randomString(tokenSecretLength)
+	if err != nil {
+		return "", TokenInfo{}, err
+	}
+	info := TokenInfo{ID: id, Expiration: t.clock.Now().Add(ttl).UTC().Truncate(time.Second), ClusterName: opts.ClusterName, Description: opts.Description}
+	obj := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      secretNamePrefix + id,
+			Namespace: t.namespace,
+			Labels:    map[string]string{TokenLabel: "true"},
+		},
+		Type: SecretType,
+		Data: map[string][]byte{
+			keyID:           []byte(id),
+			keySecretSHA256: []byte(hashSecret(secret)),
+			keyExpiration:   []byte(info.Expiration.Format(time.RFC3339)),
+			keyCluster:      []byte(opts.ClusterName),
+			keyDescription:  []byte(opts.Description),
+		},
+	}
+	if err := t.client.Create(ctx, obj); err != nil {
+		return "", TokenInfo{}, fmt.Errorf("creating bootstrap token secret: %w", err)
+	}
+	return id + "." + secret, info, nil
+}
+
+// List returns every token, sorted by ID.
+func (t *Tokens) List(ctx context.Context) ([]TokenInfo, error) {
+	var list corev1.SecretList
+	if err := t.client.List(ctx, &list, client.InNamespace(t.namespace), client.MatchingLabels{TokenLabel: "true"}); err != nil {
+		return nil, fmt.Errorf("listing bootstrap token secrets: %w", err)
+	}
+	out := make([]TokenInfo, 0, len(list.Items))
+	for i := range list.Items {
+		if list.Items[i].Type == SecretType {
+			out = append(out, infoFrom(&list.Items[i]))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Revoke deletes the token with the given ID; revoking an unknown token is
+// an error so that typos do not go unnoticed.
+func (t *Tokens) Revoke(ctx context.Context, id string) error {
+	obj := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secretNamePrefix + id, Namespace: t.namespace}}
+	if err := t.client.Delete(ctx, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("revoking bootstrap token %q: %w", id, ErrUnknownToken)
+		}
+		return fmt.Errorf("revoking bootstrap token %q: %w", id, err)
+	}
+	return nil
+}
+
+// Consume checks token for clusterName and marks it used, atomically: of two
+// concurrent joins with the same token (even on two hub replicas) one wins,
+// the other gets ErrUsedToken. The Secret is kept, as a record of the join.
+func (t *Tokens) Consume(ctx context.Context, token, clusterName string) error {
+	m := tokenPattern.FindStringSubmatch(token)
+	if m == nil {
+		return ErrMalformedToken
+	}
+	id, secret := m[1], m[2]
+	var obj corev1.Secret
+	if err := t.client.Get(ctx, client.ObjectKey{Namespace: t.namespace, Name: secretNamePrefix + id}, &obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ErrUnknownToken
+		}
+		return fmt.Errorf("reading bootstrap token secret: %w", err)
+	}
+	want := obj.Data[keySecretSHA256]
+	got := []byte(hashSecret(secret))
+	if obj.Type != SecretType || subtle.ConstantTimeCompare(want, got) != 1 {
+		return ErrUnknownToken
+	}
+	info := infoFrom(&obj)
+	if info.UsedBy != "" {
+		return ErrUsedToken
+	}
+	if !t.clock.Now().Before(info.Expiration) {
+		return ErrExpiredToken
+	}
+	if info.ClusterName != "" && info.ClusterName != clusterName {
+		return ErrWrongCluster
+	}
+	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	obj.Data[keyUsedBy] = []byte(clusterName)
+	obj.Data[keyUsedAt] = []byte(t.clock.Now().UTC().Format(time.RFC3339))
+	if err := t.client.Patch(ctx, &obj, patch); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return ErrUsedToken
+		}
+		return fmt.Errorf("marking bootstrap token used: %w", err)
+	}
+	return nil
+}
+
+func infoFrom(s *corev1.Secret) TokenInfo {
+	info := TokenInfo{
+		ID:          string(s.Data[keyID]),
+		ClusterName: string(s.Data[keyCluster]),
+		Description: string(s.Data[keyDescription]),
+		UsedBy:      string(s.Data[keyUsedBy]),
+	}
+	// A missing or unreadable expiration reads as the zero time: expired.
+	info.Expiration, _ = time.Parse(time.RFC3339, string(s.Data[keyExpiration]))
+	info.UsedAt, _ = time.Parse(time.RFC3339, string(s.Data[keyUsedAt]))
+	return info
+}
+
+func hashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+func randomString(n int) (string, error) {
+	b := make([]byte, n)
+	max := big.NewInt(int64(len(tokenAlphabet)))
+	for i := range b {
+		v, err := rand.Int(rand.Reader, max)
+		if err != nil {
+			return "", fmt.Errorf("generating bootstrap token: %w", err)
+		}
+		b[i] = tokenAlphabet[v.Int64()]
+	}
+	return string(b), nil
+}

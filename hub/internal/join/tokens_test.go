@@ -1,0 +1,134 @@
+package join
+
+import (
+	"context"
+	"errors"
+	corev1 "k8s.io/api/core/v1"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+func TestConsume(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cases := map[string]struct {
+		opts      CreateOptions
+		mangle    func(token string) string
+		advance   time.Duration
+		revoke    bool
+		cluster   string
+		consumeN  int
+		wantErrs  []error
+		wantUsage string
+	}{
+		"first use joins, second is refused": {
+			cluster: "a", consumeN: 2,
+			wantErrs: []error{nil, ErrUsedToken}, wantUsage: "a",
+		},
+		"expired": {
+			opts: CreateOptions{TTL: time.Hour}, advance: time.Hour, cluster: "a", consumeN: 1,
+			wantErrs: []error{ErrExpiredToken},
+		},
+		"bound to another cluster": {
+			opts: CreateOptions{ClusterName: "b"}, cluster: "a", consumeN: 1,
+			wantErrs: []error{ErrWrongCluster},
+		},
+		"bound to this cluster": {
+			opts: CreateOptions{ClusterName: "a"}, cluster: "a", consumeN: 1,
+			wantErrs: []error{nil}, wantUsage: "a",
+		},
+		"revoked": {
+			revoke: true, cluster: "a", consumeN: 1,
+			wantErrs: []error{ErrUnknownToken},
+		},
+		"wrong secret": {
+			mangle:  func(tok string) string { return tok[:7] + strings.Repeat("0", 16) },
+			cluster: "a", consumeN: 1,
+			wantErrs: []error{ErrUnknownToken},
+		},
+		"malformed": {
+			mangle:  func(string) string { return "not-a-token" },
+			cluster: "a", consumeN: 1,
+			wantErrs: []error{ErrMalformedToken},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			scheme := runtime.NewScheme()
+			if err := clientgoscheme.AddToScheme(scheme); err != nil {
+				t.Fatal(err)
+			}
+			clk := clocktesting.NewFakePassiveClock(start)
+			tokens := NewTokens(fake.NewClientBuilder().WithScheme(scheme).Build(), "hub", clk)
+			token, info, err := tokens.Create(ctx, tc.opts)
+			if err != nil {
+				t.Fatalf("Create: %v", err)
+			}
+			if tc.revoke {
+				if err := tokens.Revoke(ctx, info.ID); err != nil {
+					t.Fatalf("Revoke: %v", err)
+				}
+			}
+			if tc.mangle != nil {
+				token = tc.mangle(token)
+			}
+			clk.SetTime(start.Add(tc.advance))
+			for i := 0; i < tc.consumeN; i++ {
+				if err := tokens.Consume(ctx, token, tc.cluster); !errors.Is(err, tc.wantErrs[i]) {
+					t.Errorf("Consume #%d = %v, want %v", i+1, err, tc.wantErrs[i])
+				}
+			}
+			list, err := tokens.List(ctx)
+			if err != nil {
+				t.Fatalf("List: %v", err)
+			}
+			if tc.revoke {
+				if len(list) != 0 {
+					t.Errorf("List after revoke = %+v, want none", list)
+				}
+				return
+			}
+			if len(list) != 1 || list[0].UsedBy != tc.wantUsage {
+				t.Errorf("List = %+v, want one token used by %q", list, tc.wantUsage)
+			}
+		})
+	}
+}
+
+func TestTokenStoredHashed(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	token, _, err := NewTokens(c, "hub", nil).Create(ctx, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tokenPattern.MatchString(token) {
+		t.Fatalf("token %q does not match %s", token, tokenPattern)
+	}
+	secretPart := strings.SplitN(token, ".", 2)[1]
+	var secrets corev1.SecretList
+	if err := c.List(ctx, &secrets); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets.Items {
+		for k, v := range s.Data {
+			if strings.Contains(string(v), secretPart) {
+				t.Errorf("secret %s key %s holds the token secret in clear", s.Name, k)
+			}
+		}
+	}
+	tokens := NewTokens(c, "hub", nil)
+	if err := tokens.Revoke(ctx, "zzzzzz"); !errors.Is(err, ErrUnknownToken) {
+		t.Errorf("Revoke(unknown) = %v, want ErrUnknownToken", err)
+	}
+}

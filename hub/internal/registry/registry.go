@@ -1,0 +1,101 @@
+// Package registry keeps the hub's cluster registry in the hub cluster's
+// Kubernetes API with OCM's ManagedCluster (cluster.open-cluster-management.io/v1),
+// so that the hub is compatible with an existing OCM hub: a joining spoke gets
+// a ManagedCluster (or adopts the existing one) and a namespace named like the
+// cluster, spec.hubAcceptsClient decides whether it may report, and the
+// ManagedClusterConditionAvailable condition mirrors its liveness.
+package registry
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+// ManagedByLabel marks ManagedClusters and namespaces this hub created.
+const ManagedByLabel = imperatorv1alpha1.Prefix + "managed-by"
+
+// ManagedByValue is the value of ManagedByLabel.
+const ManagedByValue = "imperator-hub"
+
+// Reasons of the ManagedClusterConditionAvailable condition the hub writes.
+const (
+	ReasonAvailable = "ImperatorSpokeHeartbeating"
+	ReasonUnknown   = "ImperatorSpokeSilent"
+)
+
+// +kubebuilder:rbac:groups=cluster.open-cluster-management.io,resources=managedclusters,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=cluster.open-cluster-management.io,resources=managedclusters/status,verbs=get;patch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;create
+
+// EnsureCluster makes sure the ManagedCluster named cluster and its namespace
+// exist. A new ManagedCluster accepts its client; an existing one is adopted
+// as it is, including hubAcceptsClient=false.
+func EnsureCluster(ctx context.Context, c client.Client, cluster string) error {
+	mc := &clusterv1.ManagedCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: cluster, Labels: map[string]string{ManagedByLabel: ManagedByValue}},
+		Spec:       clusterv1.ManagedClusterSpec{HubAcceptsClient: true, LeaseDurationSeconds: 60},
+	}
+	if err := c.Create(ctx, mc); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ManagedCluster %q: %w", cluster, err)
+	}
+	return EnsureNamespace(ctx, c, cluster)
+}
+
+// EnsureNamespace creates the cluster's namespace when it is missing.
+func EnsureNamespace(ctx context.Context, c client.Client, cluster string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cluster, Labels: map[string]string{ManagedByLabel: ManagedByValue}}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %q: %w", cluster, err)
+	}
+	return nil
+}
+
+// AcceptsClient reports whether the cluster's ManagedCluster exists and has
+// spec.hubAcceptsClient=true.
+func AcceptsClient(ctx context.Context, r client.Reader, cluster string) (bool, error) {
+	var mc clusterv1.ManagedCluster
+	if err := r.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading ManagedCluster %q: %w", cluster, err)
+	}
+	return mc.Spec.HubAcceptsClient && mc.DeletionTimestamp.IsZero(), nil
+}
+
+// SetAvailable sets ManagedClusterConditionAvailable to True or Unknown,
+// writing only when the condition changes.
+func SetAvailable(ctx context.Context, c client.Client, cluster string, available bool, message string) error {
+	var mc clusterv1.ManagedCluster
+	if err := c.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	cond := metav1.Condition{
+		Type:               clusterv1.ManagedClusterConditionAvailable,
+		Status:             metav1.ConditionTrue,
+		Reason:             ReasonAvailable,
+		Message:            message,
+		ObservedGeneration: mc.Generation,
+	}
+	if !available {
+		cond.Status = metav1.ConditionUnknown
+		cond.Reason = ReasonUnknown
+	}
+	patch := client.MergeFrom(mc.DeepCopy())
+	if !meta.SetStatusCondition(&mc.Status.Conditions, cond) {
+		return nil
+	}
+	if err := c.Status().Patch(ctx, &mc, patch); err != nil {
+		return fmt.Errorf("patching ManagedCluster %q status: %w", cluster, err)
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/imperator-federation/imperator/hub/internal/store"
+	"github.com/imperator-federation/imperator/internal/identity"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+)
+
+// session is one open Report stream; a newer stream of the same cluster
+// replaces it.
+type session struct {
+	id       uint64
+	replaced chan struct{}
+}
+
+// Join delegates to the Joiner.
+func (s *Server) Join(ctx context.Context, req *federationv1.JoinRequest) (*federationv1.JoinResponse, error) {
+	return s.opts.Joiner.Join(ctx, req)
+}
+
+// Report runs one spoke's stream: Hello, then Snapshots, Deltas and
+// Heartbeats applied to the store, each answered with an Ack or a Resync.
+func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
+	ctx := stream.Context()
+	log := ctrl.LoggerFrom(ctx)
+	cluster, ok := identity.ClusterFrom(ctx)
+	if !ok {
+		return status.Error(codes.Unauthenticated, "Report requires a spoke client certificate")
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	hello := first.GetHello()
+	if hello == nil {
+		s.metrics.rejectedConnections.WithLabelValues(rejectProtocol).Inc()
+		return status.Error(codes.InvalidArgument, "the first message of Report must be a Hello")
+	}
+	s.metrics.streamMessages.WithLabelValues("received", "hello").Inc()
+	if hello.GetClusterName() != cluster {
+		s.metrics.rejectedConnections.WithLabelValues(rejectWrongCluster).Inc()
+		log.Info("Rejected report for another cluster", "claimedCluster", hello.GetClusterName())
+		return status.Errorf(codes.PermissionDenied, "the client certificate identifies cluster %q, which may not report for %q", cluster, hello.GetClusterName())
+	}
+	if err := s.admit(ctx, cluster); err != nil {
+		return err
+	}
+
+	sess := s.openSession(cluster)
+	defer s.closeSession(cluster, sess)
+	s.store.Connect(cluster, hello)
+	log.Info("Spoke connected", "agentVersion", hello.GetAgentVersion(), "epoch", hello.GetEpoch())
+
+	// One goroutine receives; this one applies and sends, so that a stream
+	// replaced or stopped ends without waiting for the spoke's next message.
+	msgs := make(chan *federationv1.SpokeMessage)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case msgs <- msg:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	epoch := hello.GetEpoch()
+	for {
+		select {
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-s.stopping:
+			return status.Error(codes.Unavailable, "hub is shutting down; reconnect")
+		case <-sess.replaced:
+			return status.Error(codes.Aborted, "a newer Report stream of this cluster replaced this one")
+		case err := <-recvErr:
+			return err
+		case msg := <-msgs:
+			if err := s.handle(ctx, stream, cluster, epoch, msg); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (s *Server) handle(ctx context.Context, stream federationv1.Federation_ReportServer, cluster string, epoch uint64, msg *federationv1.SpokeMessage) error {
+	start := time.Now()
+	var (
+		res  store.Result
+		kind string
+	)
+	switch m := msg.GetKind().(type) {
+	case *federationv1.SpokeMessage_Snapshot:
+		kind = "snapshot"
+		res = s.store.ApplySnapshot(cluster, epoch, m.Snapshot)
+		s.metrics.ingestLatency.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	case *federationv1.SpokeMessage_Delta:
+		kind = "delta"
+		res = s.store.ApplyDelta(cluster, epoch, m.Delta)
+		s.metrics.ingestLatency.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	case *federationv1.SpokeMessage_Heartbeat:
+		kind = "heartbeat"
+		// hubAcceptsClient may have been turned off while connected.
+		if err := s.admit(ctx, cluster); err != nil {
+			return err
+		}
+		res = s.store.Heartbeat(cluster, epoch, m.Heartbeat)
+	case *federationv1.SpokeMessage_Hello:
+		s.metrics.rejectedConnections.WithLabelValues(rejectProtocol).Inc()
+		return status.Error(codes.InvalidArgument, "Hello may only be the first message of a Report stream")
+	default:
+		// A message kind from a newer protocol: ignore it.
+		kind = "unknown"
+	}
+	s.metrics.streamMessages.WithLabelValues("received", kind).Inc()
+	log := ctrl.LoggerFrom(ctx)
+	if res.Resync != "" {
+		log.V(1).Info("Asking spoke for a snapshot", "reason", res.Resync)
+		s.metrics.streamMessages.WithLabelValues("sent", "resync").Inc()
+		return stream.Send(&federationv1.HubMessage{Kind: &federationv1.HubMessage_Resync{Resync: &federationv1.Resync{Reason: res.Resync}}})
+	}
+	if res.Ack {
+		if res.Stale {
+			log.V(1).Info("Ignored stale inventory message", "type", kind)
+		}
+		s.metrics.streamMessages.WithLabelValues("sent", "ack").Inc()
+		return stream.Send(&federationv1.HubMessage{Kind: &federationv1.HubMessage_Ack{Ack: &federationv1.Ack{Generation: res.Generation}}})
+	}
+	return nil
+}
+
+func (s *Server) admit(ctx context.Context, cluster string) error {
+	ok, err := s.opts.Admit(ctx, cluster)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "checking whether the hub accepts cluster %q: %v", cluster, err)
+	}
+	if !ok {
+		s.metrics.rejectedConnections.WithLabelValues(rejectNotAccepted).Inc()
+		ctrl.LoggerFrom(ctx).Info("Refused report: hub does not accept the cluster")
+		return status.Errorf(codes.PermissionDenied, "the hub does not accept cluster %q: its ManagedCluster is missing or has spec.hubAcceptsClient=false", cluster)
+	}
+	return nil
+}
+
+func (s *Server) openSession(cluster string) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	sess := &session{id: s.nextID, replaced: make(chan struct{})}
+	if old, ok := s.sessions[cluster]; ok {
+		close(old.replaced)
+	} else {
+		s.metrics.connectedSpokes.Inc()
+	}
+	s.sessions[cluster] = sess
+	return sess
+}
+
+func (s *Server) closeSession(cluster string, sess *session) {
+	s.mu.Lock()
+	cur, ok := s.sessions[cluster]
+	current := ok && cur.id == sess.id
+	if current {
+		delete(s.sessions, cluster)
+		s.metrics.connectedSpokes.Dec()
+	}
+	s.mu.Unlock()
+	if current {
+		s.store.Disconnect(cluster)
+	}
+}
