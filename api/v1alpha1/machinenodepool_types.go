@@ -13,27 +13,58 @@ type MachineNodePoolSpec struct {
 	// nodePool is the owning Machine's spec.nodePool.
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=1000
 	// +optional
 	NodePool []NodePool `json:"nodePool,omitempty"`
 
 	// machineTypeStock names every machine type of the owning Machine.
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	MachineTypeStock []MachineTypeRef `json:"machineTypeStock,omitempty"`
 }
 
 // NodeCondition is the observed state of a node in the pool.
-// +kubebuilder:validation:Enum=Ready;NotReady;Maintenance;Missing
+// +kubebuilder:validation:Enum=Ready;NotReady;Maintenance;Missing;Conflict
 type NodeCondition string
 
 const (
-	NodeConditionReady       NodeCondition = "Ready"
-	NodeConditionNotReady    NodeCondition = "NotReady"
+	// NodeConditionReady: mode ready and none of the unhealthy node taints.
+	NodeConditionReady NodeCondition = "Ready"
+	// NodeConditionNotReady: the node carries one of the
+	// node.kubernetes.io/{not-ready,unschedulable,network-unavailable,unreachable} taints.
+	NodeConditionNotReady NodeCondition = "NotReady"
+	// NodeConditionMaintenance: mode maintenance; it wins over node health.
 	NodeConditionMaintenance NodeCondition = "Maintenance"
 	// NodeConditionMissing is reported for a listed node that does not exist (yet).
 	NodeConditionMissing NodeCondition = "Missing"
+	// NodeConditionConflict is reported for a listed node that an older
+	// MachineNodePool lists too; that pool keeps the node and this one leaves it
+	// alone. The Machine validator prevents this; it can only follow a race
+	// between two admissions or hand-made MachineNodePools.
+	NodeConditionConflict NodeCondition = "Conflict"
 )
+
+// Condition types and reasons of a MachineNodePool.
+const (
+	// NodePoolConditionReady is True when every listed node exists and carries
+	// the labels, annotation and taints of its pool.
+	NodePoolConditionReady = "Ready"
+
+	// NodePoolReasonNodesConfigured: every listed node carries what it should.
+	NodePoolReasonNodesConfigured = "NodesConfigured"
+	// NodePoolReasonNodeMissing: a listed node does not exist (yet).
+	NodePoolReasonNodeMissing = "NodeMissing"
+	// NodePoolReasonNodeConflict: a listed node belongs to another pool.
+	NodePoolReasonNodeConflict = "NodeConflict"
+	// NodePoolReasonNodeUpdateFailed: writing a node failed; it is retried.
+	NodePoolReasonNodeUpdateFailed = "NodeUpdateFailed"
+)
+
+// NodePoolFinalizer lets the node-pool controller remove what it put on the
+// nodes before a MachineNodePool goes away.
+const NodePoolFinalizer = Prefix + "node-pool-cleanup"
 
 // NodePoolStatus is the observed state of one node of the pool.
 type NodePoolStatus struct {

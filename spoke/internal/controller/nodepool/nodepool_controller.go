@@ -1,0 +1,384 @@
+package nodepool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
+	mchandler "sigs.k8s.io/multicluster-runtime/pkg/handler"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machinenodepools,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machinenodepools/status,verbs=get;patch
+
+// conflictRetry is how soon a node write that lost an optimistic-lock race
+// is retried; the event of the winning write usually comes first.
+const conflictRetry = time.Second
+
+// Reconciler puts the labels, annotation and taints of a MachineNodePool on
+// its nodes, takes them off nodes that left it, and reports each node in the
+// pool's status.
+//
+// A node listed by several live pools (the Machine validator forbids it, but
+// two admissions can race, and pools can be written by hand) belongs to the
+// oldest one; the others report it as Conflict and leave it alone, and a pool
+// takes nothing off a node that another live pool lists. So no two pools
+// ever write the same node back and forth.
+type Reconciler struct {
+	mgr mcmanager.Manager
+}
+
+// NewReconciler returns a node-pool Reconciler for the clusters of mgr.
+func NewReconciler(mgr mcmanager.Manager) *Reconciler {
+	return &Reconciler{mgr: mgr}
+}
+
+// SetupWithManager registers the reconciler. It needs the indexes of
+// SetupIndexer.
+func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
+	return mcbuilder.ControllerManagedBy(mgr).
+		Named("nodepool").
+		For(&imperatorv1alpha1.MachineNodePool{}).
+		// A pool that changes or goes away may hand nodes over to a pool
+		// that listed them too.
+		Watches(&imperatorv1alpha1.MachineNodePool{}, mapWithCache(poolToPeers)).
+		Watches(&corev1.Node{}, mapWithCache(nodeToPools), mcbuilder.WithPredicates(nodeChanged())).
+		Complete(r)
+}
+
+// mapWithCache lifts a map function that reads a cluster's cache into a
+// multicluster event handler for that cluster.
+func mapWithCache(fn func(client.Reader) handler.MapFunc) mchandler.EventHandlerFunc {
+	return func(name multicluster.ClusterName, cl cluster.Cluster) mchandler.EventHandler {
+		return mchandler.Lift(handler.EnqueueRequestsFromMapFunc(fn(cl.GetCache())))(name, cl)
+	}
+}
+
+// nodeToPools maps a node to the pools that list it.
+func nodeToPools(reader client.Reader) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		return poolsListing(ctx, reader, obj.GetName(), "")
+	}
+}
+
+// poolToPeers maps a pool to the other pools listing one of its nodes.
+func poolToPeers(reader client.Reader) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		pool, ok := obj.(*imperatorv1alpha1.MachineNodePool)
+		if !ok {
+			return nil
+		}
+		seen := map[reconcile.Request]struct{}{}
+		for _, entry := range pool.Spec.NodePool {
+			for _, req := range poolsListing(ctx, reader, entry.Name, pool.Name) {
+				seen[req] = struct{}{}
+			}
+		}
+		return slices.Collect(maps.Keys(seen))
+	}
+}
+
+func poolsListing(ctx context.Context, reader client.Reader, node, except string) []reconcile.Request {
+	pools := &imperatorv1alpha1.MachineNodePoolList{}
+	if err := reader.List(ctx, pools, client.MatchingFields{PoolNodeNameKey: node}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the MachineNodePools of a node failed", "node", node)
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, pool := range pools.Items {
+		if pool.Name != except {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: pool.Name}})
+		}
+	}
+	return reqs
+}
+
+// nodeChanged lets through node creations, deletions and the updates that
+// can change a decision: labels, annotations or taints. Heartbeats and other
+// status updates are dropped.
+func nodeChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			oldNode, okOld := e.ObjectOld.(*corev1.Node)
+			newNode, okNew := e.ObjectNew.(*corev1.Node)
+			if !okOld || !okNew {
+				return true
+			}
+			return !maps.Equal(oldNode.Labels, newNode.Labels) ||
+				!maps.Equal(oldNode.Annotations, newNode.Annotations) ||
+				!equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints)
+		},
+	}
+}
+
+// Reconcile configures the nodes of one MachineNodePool.
+func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ ctrl.Result, reterr error) {
+	log := ctrl.LoggerFrom(ctx)
+	cl, err := r.mgr.GetCluster(ctx, req.ClusterName)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("getting cluster %q: %w", req.ClusterName, err)
+	}
+	c := cl.GetClient()
+
+	pool := &imperatorv1alpha1.MachineNodePool{}
+	if err := c.Get(ctx, req.NamespacedName, pool); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+
+	if !pool.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, c, pool)
+	}
+	if !controllerutil.ContainsFinalizer(pool, imperatorv1alpha1.NodePoolFinalizer) {
+		patch := client.MergeFromWithOptions(pool.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(pool, imperatorv1alpha1.NodePoolFinalizer)
+		if err := c.Patch(ctx, pool, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding the finalizer: %w", err)
+		}
+		// The update event brings the pool back.
+		return ctrl.Result{}, nil
+	}
+
+	original := pool.DeepCopy()
+	defer func() {
+		if err := patchStatus(ctx, c, original, pool); err != nil {
+			reterr = errors.Join(reterr, err)
+		}
+	}()
+
+	results, requeue, configureErr := r.configureNodes(ctx, c, pool)
+	listed := make(map[string]bool, len(pool.Spec.NodePool))
+	for _, entry := range pool.Spec.NodePool {
+		listed[entry.Name] = true
+	}
+	releaseRequeue, releaseErr := r.releaseNodes(ctx, c, pool, listed)
+	setStatus(pool, results)
+
+	if err := errors.Join(configureErr, releaseErr); err != nil {
+		return ctrl.Result{}, err
+	}
+	if requeue || releaseRequeue {
+		log.V(1).Info("Retrying after a conflicting node update", "machineNodePool", klog.KObj(pool))
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// reconcileDelete takes everything the pool put on nodes off them, then
+// releases the pool.
+func (r *Reconciler) reconcileDelete(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(pool, imperatorv1alpha1.NodePoolFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	requeue, err := r.releaseNodes(ctx, c, pool, nil)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if requeue {
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	patch := client.MergeFromWithOptions(pool.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(pool, imperatorv1alpha1.NodePoolFinalizer)
+	if err := c.Patch(ctx, pool, patch); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("removing the finalizer: %w", err))
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Released the nodes of a deleted MachineNodePool", "machineNodePool", klog.KObj(pool))
+	return ctrl.Result{}, nil
+}
+
+// nodeResult is what happened to one listed node.
+type nodeResult struct {
+	status imperatorv1alpha1.NodePoolStatus
+	// owner names the pool the node belongs to when it is not this one.
+	owner string
+	// failed is set when the node could not be written.
+	failed bool
+}
+
+// configureNodes brings every listed node this pool owns to its desired state.
+// requeue reports a lost optimistic-lock race.
+func (r *Reconciler) configureNodes(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool) ([]nodeResult, bool, error) {
+	log := ctrl.LoggerFrom(ctx)
+	results := make([]nodeResult, 0, len(pool.Spec.NodePool))
+	var errs []error
+	requeue := false
+	for _, entry := range pool.Spec.NodePool {
+		result := nodeResult{status: imperatorv1alpha1.NodePoolStatus{Name: entry.Name}}
+		if len(entry.MachineType) > 0 {
+			result.status.MachineType = entry.MachineType[0].Name
+		}
+
+		node := &corev1.Node{}
+		if err := c.Get(ctx, client.ObjectKey{Name: entry.Name}, node); err != nil {
+			if !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("getting node %s: %w", entry.Name, err))
+				result.failed = true
+			}
+			result.status.Condition = imperatorv1alpha1.NodeConditionMissing
+			results = append(results, result)
+			continue
+		}
+
+		owner, err := ownerOf(ctx, c, entry.Name)
+		if err != nil {
+			errs = append(errs, err)
+			result.failed = true
+		}
+		if owner != "" && owner != pool.Name {
+			result.owner = owner
+			result.status.Condition = imperatorv1alpha1.NodeConditionConflict
+			results = append(results, result)
+			continue
+		}
+
+		state := Health(node, entry.Mode)
+		result.status.Condition = conditionOf(state)
+		changed, err := patchNode(ctx, c, node, DesiredState(entry, pool.Spec.MachineGroup, state))
+		switch {
+		case apierrors.IsConflict(err):
+			requeue = true
+		case err != nil:
+			errs = append(errs, err)
+			result.failed = true
+		case changed:
+			log.V(1).Info("Configured node", "node", klog.KObj(node), "machineNodePool", klog.KObj(pool), "state", state)
+		}
+		results = append(results, result)
+	}
+	return results, requeue, errors.Join(errs...)
+}
+
+// releaseNodes takes everything this package put on a node off the nodes
+// annotated with the pool's group that are not in keep (all of them when keep
+// is nil) and that no other live pool lists; when the pool is being deleted,
+// listed nodes without the annotation are cleaned too.
+func (r *Reconciler) releaseNodes(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool, keep map[string]bool) (bool, error) {
+	log := ctrl.LoggerFrom(ctx)
+	group := pool.Spec.MachineGroup
+	annotated := &corev1.NodeList{}
+	if err := c.List(ctx, annotated, client.MatchingFields{NodeMachineGroupKey: group}); err != nil {
+		return false, fmt.Errorf("listing the nodes of machine group %s: %w", group, err)
+	}
+	candidates := annotated.Items
+	if keep == nil {
+		for _, entry := range pool.Spec.NodePool {
+			node := corev1.Node{}
+			if err := c.Get(ctx, client.ObjectKey{Name: entry.Name}, &node); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				return false, fmt.Errorf("getting node %s: %w", entry.Name, err)
+			}
+			if _, ok := node.Annotations[imperatorv1alpha1.MachineGroupKey]; !ok {
+				candidates = append(candidates, node)
+			}
+		}
+	}
+
+	var errs []error
+	requeue := false
+	for i := range candidates {
+		node := &candidates[i]
+		if keep[node.Name] {
+			continue
+		}
+		owner, err := ownerOf(ctx, c, node.Name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if owner != "" && owner != pool.Name {
+			// The pool that owns the node now rewrites it.
+			continue
+		}
+		changed, err := patchNode(ctx, c, node, OwnedState{})
+		switch {
+		case apierrors.IsConflict(err):
+			requeue = true
+		case err != nil:
+			errs = append(errs, err)
+		case changed:
+			log.V(1).Info("Released node", "node", klog.KObj(node), "machineNodePool", klog.KObj(pool))
+		}
+	}
+	return requeue, errors.Join(errs...)
+}
+
+// ownerOf is the oldest live pool listing node (ties broken by name), or ""
+// when none does.
+func ownerOf(ctx context.Context, c client.Reader, node string) (string, error) {
+	pools := &imperatorv1alpha1.MachineNodePoolList{}
+	if err := c.List(ctx, pools, client.MatchingFields{PoolNodeNameKey: node}); err != nil {
+		return "", fmt.Errorf("listing the MachineNodePools of node %s: %w", node, err)
+	}
+	var owner *imperatorv1alpha1.MachineNodePool
+	for i := range pools.Items {
+		pool := &pools.Items[i]
+		if !pool.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if owner == nil || olderThan(pool, owner) {
+			owner = pool
+		}
+	}
+	if owner == nil {
+		return "", nil
+	}
+	return owner.Name, nil
+}
+
+func olderThan(a, b *imperatorv1alpha1.MachineNodePool) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
+}
+
+// patchNode makes node carry desired among our keys, writing it only when
+// something changes.
+//
+// One JSON merge patch carries the label, annotation and taint changes
+// together with the node's resourceVersion. Labels and annotations are maps,
+// so the patch names only the keys that change and foreign keys are never
+// sent. spec.taints is an atomic list for a merge patch (and for server-side
+// apply: an applier would own the whole list, foreign taints included), so
+// the patch carries the whole list, ours appended to the foreign ones as they
+// were read; the resourceVersion turns a concurrent taint change by the node
+// lifecycle controller or an administrator into a conflict, retried with a
+// fresh read, instead of a lost update.
+func patchNode(ctx context.Context, c client.Client, node *corev1.Node, desired OwnedState) (bool, error) {
+	original := node.DeepCopy()
+	if !Apply(node, desired) {
+		return false, nil
+	}
+	if err := c.Patch(ctx, node, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Deleted meanwhile: its delete event brings the pool back.
+			return false, nil
+		}
+		return false, fmt.Errorf("patching node %s: %w", node.Name, err)
+	}
+	return true, nil
+}
