@@ -104,6 +104,8 @@ type NodeCounts struct {
 	Maintenance int32 `json:"maintenance,omitempty"`
 	// +optional
 	Missing int32 `json:"missing,omitempty"`
+	// +optional
+	Conflict int32 `json:"conflict,omitempty"`
 }
 
 // ConditionAvailable is the ClusterInventory condition mirroring the spoke's

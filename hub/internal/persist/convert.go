@@ -15,6 +15,7 @@ var nodeConditionToAPI = map[federationv1.NodeCondition]imperatorv1alpha1.NodeCo
 	federationv1.NodeCondition_NODE_CONDITION_NOT_READY:   imperatorv1alpha1.NodeConditionNotReady,
 	federationv1.NodeCondition_NODE_CONDITION_MAINTENANCE: imperatorv1alpha1.NodeConditionMaintenance,
 	federationv1.NodeCondition_NODE_CONDITION_MISSING:     imperatorv1alpha1.NodeConditionMissing,
+	federationv1.NodeCondition_NODE_CONDITION_CONFLICT:    imperatorv1alpha1.NodeConditionConflict,
 }
 
 var conditionStatusToAPI = map[federationv1.ConditionStatus]metav1.ConditionStatus{
@@ -56,7 +57,7 @@ func machinesToAPI(machines []*federationv1.Machine) []imperatorv1alpha1.Invento
 				},
 				Nodes: imperatorv1alpha1.NodeCounts{
 					Ready: t.GetNodes().GetReady(), NotReady: t.GetNodes().GetNotReady(),
-					Maintenance: t.GetNodes().GetMaintenance(), Missing: t.GetNodes().GetMissing(),
+					Maintenance: t.GetNodes().GetMaintenance(), Missing: t.GetNodes().GetMissing(), Conflict: t.GetNodes().GetConflict(),
 				},
 			}
 			if g := t.GetGpu(); g != nil {
@@ -81,7 +82,7 @@ func machinesFromAPI(machines []imperatorv1alpha1.InventoryMachine) []*federatio
 			t := &federationv1.MachineType{
 				Name: it.Name, Cpu: it.CPU, Memory: it.Memory, Available: it.Available,
 				Usage: &federationv1.Usage{Maximum: it.Usage.Maximum, Reserved: it.Usage.Reserved, Used: it.Usage.Used, Waiting: it.Usage.Waiting},
-				Nodes: &federationv1.NodeCounts{Ready: it.Nodes.Ready, NotReady: it.Nodes.NotReady, Maintenance: it.Nodes.Maintenance, Missing: it.Nodes.Missing},
+				Nodes: &federationv1.NodeCounts{Ready: it.Nodes.Ready, NotReady: it.Nodes.NotReady, Maintenance: it.Nodes.Maintenance, Missing: it.Nodes.Missing, Conflict: it.Nodes.Conflict},
 			}
 			if g := it.GPU; g != nil {
 				t.Gpu = &federationv1.GPU{Type: g.Type, Num: g.Num, Product: g.Product, Family: g.Family, Machine: g.Machine}

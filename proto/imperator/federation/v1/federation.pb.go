@@ -39,6 +39,8 @@ const (
 	NodeCondition_NODE_CONDITION_NOT_READY   NodeCondition = 2
 	NodeCondition_NODE_CONDITION_MAINTENANCE NodeCondition = 3
 	NodeCondition_NODE_CONDITION_MISSING     NodeCondition = 4
+	// The node is listed by another Machine that claimed it first.
+	NodeCondition_NODE_CONDITION_CONFLICT NodeCondition = 5
 )
 
 // Enum value maps for NodeCondition.
@@ -49,6 +51,7 @@ var (
 		2: "NODE_CONDITION_NOT_READY",
 		3: "NODE_CONDITION_MAINTENANCE",
 		4: "NODE_CONDITION_MISSING",
+		5: "NODE_CONDITION_CONFLICT",
 	}
 	NodeCondition_value = map[string]int32{
 		"NODE_CONDITION_UNSPECIFIED": 0,
@@ -56,6 +59,7 @@ var (
 		"NODE_CONDITION_NOT_READY":   2,
 		"NODE_CONDITION_MAINTENANCE": 3,
 		"NODE_CONDITION_MISSING":     4,
+		"NODE_CONDITION_CONFLICT":    5,
 	}
 )
 
@@ -1201,7 +1205,9 @@ type NodeCounts struct {
 	NotReady    int32                  `protobuf:"varint,2,opt,name=not_ready,json=notReady,proto3" json:"not_ready,omitempty"`
 	Maintenance int32                  `protobuf:"varint,3,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
 	// missing counts listed nodes that do not exist.
-	Missing       int32 `protobuf:"varint,4,opt,name=missing,proto3" json:"missing,omitempty"`
+	Missing int32 `protobuf:"varint,4,opt,name=missing,proto3" json:"missing,omitempty"`
+	// conflict counts listed nodes that belong to another Machine's pool.
+	Conflict      int32 `protobuf:"varint,5,opt,name=conflict,proto3" json:"conflict,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1260,6 +1266,13 @@ func (x *NodeCounts) GetMaintenance() int32 {
 func (x *NodeCounts) GetMissing() int32 {
 	if x != nil {
 		return x.Missing
+	}
+	return 0
+}
+
+func (x *NodeCounts) GetConflict() int32 {
+	if x != nil {
+		return x.Conflict
 	}
 	return 0
 }
@@ -1408,23 +1421,25 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\amaximum\x18\x01 \x01(\x05R\amaximum\x12\x1a\n" +
 	"\breserved\x18\x02 \x01(\x05R\breserved\x12\x12\n" +
 	"\x04used\x18\x03 \x01(\x05R\x04used\x12\x18\n" +
-	"\awaiting\x18\x04 \x01(\x05R\awaiting\"{\n" +
+	"\awaiting\x18\x04 \x01(\x05R\awaiting\"\x97\x01\n" +
 	"\n" +
 	"NodeCounts\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\x05R\x05ready\x12\x1b\n" +
 	"\tnot_ready\x18\x02 \x01(\x05R\bnotReady\x12 \n" +
 	"\vmaintenance\x18\x03 \x01(\x05R\vmaintenance\x12\x18\n" +
-	"\amissing\x18\x04 \x01(\x05R\amissing\"\x87\x01\n" +
+	"\amissing\x18\x04 \x01(\x05R\amissing\x12\x1a\n" +
+	"\bconflict\x18\x05 \x01(\x05R\bconflict\"\x87\x01\n" +
 	"\bPoolNode\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fmachine_type\x18\x02 \x01(\tR\vmachineType\x12D\n" +
-	"\tcondition\x18\x03 \x01(\x0e2&.imperator.federation.v1.NodeConditionR\tcondition*\xa3\x01\n" +
+	"\tcondition\x18\x03 \x01(\x0e2&.imperator.federation.v1.NodeConditionR\tcondition*\xc0\x01\n" +
 	"\rNodeCondition\x12\x1e\n" +
 	"\x1aNODE_CONDITION_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14NODE_CONDITION_READY\x10\x01\x12\x1c\n" +
 	"\x18NODE_CONDITION_NOT_READY\x10\x02\x12\x1e\n" +
 	"\x1aNODE_CONDITION_MAINTENANCE\x10\x03\x12\x1a\n" +
-	"\x16NODE_CONDITION_MISSING\x10\x04*\x88\x01\n" +
+	"\x16NODE_CONDITION_MISSING\x10\x04\x12\x1b\n" +
+	"\x17NODE_CONDITION_CONFLICT\x10\x05*\x88\x01\n" +
 	"\x0fConditionStatus\x12 \n" +
 	"\x1cCONDITION_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CONDITION_STATUS_TRUE\x10\x01\x12\x1a\n" +
