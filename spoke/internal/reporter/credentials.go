@@ -1,0 +1,149 @@
+package reporter
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imperator-federation/imperator/internal/identity"
+	"github.com/imperator-federation/imperator/internal/pki"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+)
+
+// joinTimeout bounds the Join call.
+const joinTimeout = 30 * time.Second
+
+// renewBefore is how long before expiry a stored certificate is no longer used.
+const renewBefore = time.Hour
+
+// errNoToken means the agent has no usable certificate and no token to join.
+var errNoToken = errors.New("no hub client certificate in the credentials Secret and no bootstrap token (--join-token-file or $IMPERATOR_JOIN_TOKEN)")
+
+// credentials returns the client certificate from the credentials Secret,
+// joining the hub first when the Secret holds none (or one for another
+// cluster, or one about to expire).
+func (r *Reporter) credentials(ctx context.Context) (*tls.Certificate, error) {
+	key := client.ObjectKey{Namespace: r.opts.Namespace, Name: r.opts.Hub.CredentialsSecret}
+	var secret corev1.Secret
+	err := r.opts.Client.Get(ctx, key, &secret)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading hub credentials secret %s: %w", key, err)
+	}
+	if err == nil {
+		cert, reason := r.usableCertificate(&secret)
+		if cert != nil {
+			return cert, nil
+		}
+		r.log.Info("Stored hub certificate not usable; joining", "reason", reason)
+	}
+	return r.join(ctx, key)
+}
+
+func (r *Reporter) usableCertificate(secret *corev1.Secret) (*tls.Certificate, string) {
+	certPEM, keyPEM := secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey]
+	if len(certPEM) == 0 || len(keyPEM) == 0 {
+		return nil, "no certificate"
+	}
+	cert, err := pki.ParseCertificate(certPEM)
+	if err != nil {
+		return nil, "unreadable certificate: " + err.Error()
+	}
+	if cert.Subject.CommonName != r.opts.Hub.ClusterName {
+		return nil, "certificate is for cluster " + cert.Subject.CommonName
+	}
+	if time.Until(cert.NotAfter) < renewBefore {
+		return nil, "certificate expires at " + cert.NotAfter.String()
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, "unusable key pair: " + err.Error()
+	}
+	return &pair, ""
+}
+
+// join exchanges the bootstrap token and a new key's CSR for a certificate
+// and stores both in the credentials Secret.
+func (r *Reporter) join(ctx context.Context, key client.ObjectKey) (*tls.Certificate, error) {
+	token, err := r.opts.Token()
+	if err != nil {
+		return nil, err
+	}
+	if token == "" {
+		return nil, errNoToken
+	}
+	csrPEM, keyPEM, err := pki.NewCSR(r.opts.Hub.ClusterName)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := r.dial(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	callCtx, cancel := context.WithTimeout(ctx, joinTimeout)
+	defer cancel()
+	resp, err := federationv1.NewFederationClient(conn).Join(callCtx, &federationv1.JoinRequest{
+		ClusterName:  r.opts.Hub.ClusterName,
+		Token:        token,
+		Csr:          csrPEM,
+		AgentVersion: r.opts.AgentVersion,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("joining the hub at %s: %w", r.opts.Hub.Address, err)
+	}
+	pair, err := tls.X509KeyPair(resp.GetCertificate(), keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("loading the certificate the hub issued: %w", err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	data := map[string][]byte{
+		corev1.TLSCertKey:       resp.GetCertificate(),
+		corev1.TLSPrivateKeyKey: keyPEM,
+		"ca.crt":                resp.GetCa(),
+	}
+	if err := r.opts.Client.Get(ctx, key, secret); apierrors.IsNotFound(err) {
+		secret.Type = corev1.SecretTypeTLS
+		secret.Data = data
+		err = r.opts.Client.Create(ctx, secret)
+		if err != nil {
+			return nil, fmt.Errorf("storing hub credentials in secret %s: %w", key, err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("reading hub credentials secret %s: %w", key, err)
+	} else {
+		patch := client.MergeFrom(secret.DeepCopy())
+		secret.Data = data
+		if err := r.opts.Client.Patch(ctx, secret, patch); err != nil {
+			return nil, fmt.Errorf("storing hub credentials in secret %s: %w", key, err)
+		}
+	}
+	r.log.Info("Joined the hub", "hub", r.opts.Hub.Address, "notAfter", resp.GetNotAfter().AsTime())
+	return &pair, nil
+}
+
+// dial returns a connection to the hub, with cert as client certificate
+// (none for Join).
+func (r *Reporter) dial(cert *tls.Certificate) (*grpc.ClientConn, error) {
+	tlsConfig, err := identity.ClientTLS(r.caPEM, cert, r.serverName)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(r.opts.Hub.Address,
+		grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig)),
+		grpc.WithKeepaliveParams(clientKeepalive),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxSendMsgBytes)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the hub at %s: %w", r.opts.Hub.Address, err)
+	}
+	return conn, nil
+}
