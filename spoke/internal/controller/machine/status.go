@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -28,6 +29,13 @@ func (r *Reconciler) patchStatus(ctx context.Context, c client.Client, recorder 
 		return nil
 	}
 	if err := c.Status().Patch(ctx, machine, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) {
+			// The Machine changed since the cache gave it to us; that change
+			// has queued the Machine again, and the next reconcile writes the
+			// status from the newer version.
+			ctrl.LoggerFrom(ctx).V(1).Info("Machine changed while reconciling, status left to the next reconcile")
+			return nil
+		}
 		return fmt.Errorf("patching Machine status: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).V(2).Info("Patched Machine status", "availableMachines", machine.Status.AvailableMachines)

@@ -16,8 +16,12 @@ type typeUsage struct {
 	// replicas is the number of reservation pods the type should run.
 	replicas int32
 	// unschedulable counts reservation pods the StatefulSet keeps (ordinal
-	// below replicas) that the scheduler could not place.
+	// below replicas) that the scheduler could not place, beyond those that
+	// the pods of the type still terminating on its nodes will make room for.
 	unschedulable int32
+	// terminating counts the type's bound pods (guests and reservations) that
+	// are terminating: they still hold their node's resources.
+	terminating int32
 }
 
 // podCounts counts the pods of one machine group per machine type of
@@ -34,23 +38,28 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 	for i := range pods {
 		pod := &pods[i]
 		u := usage[pod.Labels[imperatorv1alpha1.MachineTypeKey]]
-		if u == nil || pod.Labels[imperatorv1alpha1.MachineGroupKey] != group || !active(pod) {
+		if u == nil || pod.Labels[imperatorv1alpha1.MachineGroupKey] != group {
 			continue
 		}
-		switch imperatorv1alpha1.PodRole(pod.Labels[imperatorv1alpha1.PodRoleKey]) {
-		case imperatorv1alpha1.PodRoleReservation:
-			if pod.Namespace != agentNamespace {
-				continue
+		role := imperatorv1alpha1.PodRole(pod.Labels[imperatorv1alpha1.PodRoleKey])
+		switch {
+		case role == imperatorv1alpha1.PodRoleReservation && pod.Namespace != agentNamespace,
+			role == imperatorv1alpha1.PodRoleGuest && !enabled(pod.Namespace):
+			continue
+		case !active(pod):
+			if pod.DeletionTimestamp != nil && bound(pod) && !finished(pod) {
+				u.terminating++
 			}
+			continue
+		}
+		switch role {
+		case imperatorv1alpha1.PodRoleReservation:
 			if bound(pod) {
 				u.Reserved++
 			} else {
 				reservations = append(reservations, pod)
 			}
 		case imperatorv1alpha1.PodRoleGuest:
-			if !enabled(pod.Namespace) {
-				continue
-			}
 			if bound(pod) {
 				u.Used++
 			} else {
@@ -71,6 +80,11 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 			u.unschedulable++
 		}
 	}
+	// A guest that leaves holds its slot for its grace period: the
+	// reservation taking it back waits, it does not lack capacity.
+	for _, u := range usage {
+		u.unschedulable = max(0, u.unschedulable-u.terminating)
+	}
 	return usage
 }
 
@@ -84,8 +98,12 @@ func reservationReplicas(available int32, u imperatorv1alpha1.Usage) int32 {
 // active is a pod that holds or will hold its node's resources: neither
 // terminating nor finished.
 func active(pod *corev1.Pod) bool {
-	return pod.DeletionTimestamp == nil &&
-		pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+	return pod.DeletionTimestamp == nil && !finished(pod)
+}
+
+// finished is a pod whose containers have all stopped for good.
+func finished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
 // bound is a pod the scheduler placed on a node (Running or ContainerCreating

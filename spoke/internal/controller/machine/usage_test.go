@@ -116,6 +116,18 @@ func TestPodCounts(t *testing.T) {
 				"compute-xlarge": {Usage: imperatorv1alpha1.Usage{Maximum: 4, Reserved: 2}, Replicas: 4, Unschedulable: 2},
 			},
 		},
+		"a leaving guest still holds its slot: the reservation taking it back waits without lacking capacity": {
+			pods: []*corev1.Pod{
+				reservationPod("compute-xlarge", "0").NodeName("michiru").Obj(),
+				withUnschedulable(reservationPod("compute-xlarge", "1").Obj()),
+				withUnschedulable(reservationPod("compute-xlarge", "2").Obj()),
+				deleting(wrappers.MakePod(guestNS, "leaving").Guest(group, "compute-xlarge").NodeName("michiru").Obj()),
+			},
+			available: map[string]int32{"compute-xlarge": 3},
+			want: map[string]counts{
+				"compute-xlarge": {Usage: imperatorv1alpha1.Usage{Maximum: 3, Reserved: 1}, Replicas: 3, Unschedulable: 1},
+			},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
