@@ -174,7 +174,9 @@ func statefulSet(ctx context.Context, g Gomega, machineType string) *appsv1.Stat
 }
 
 // running is a pod kwok runs.
-func running(pod *corev1.Pod) bool { return pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil }
+func running(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil
+}
 
 // eventsAbout lists the events.k8s.io Events whose regarding object is the
 // Machine name, with the given reason.

@@ -392,4 +392,3 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 	}
 	return found == len(want)
 }
-
