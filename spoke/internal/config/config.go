@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -43,8 +44,15 @@ type Webhook struct {
 	// BindAddress and Port are where the webhook server listens.
 	BindAddress string
 	Port        int
+	// ServiceName is the Service in Namespace through which the API server
+	// reaches the webhook server (port 443).
+	ServiceName string
+	// URL, when set, is the https base URL at which the API server reaches the
+	// webhook server instead of the Service: an agent running outside its
+	// cluster, as in the local fleet.
+	URL string
 	// Hosts are the names the serving certificate is valid for. Default: the
-	// webhook Service's DNS names in Namespace.
+	// host of URL, else the webhook Service's DNS names in Namespace.
 	Hosts []string
 	// CertSecret names the Secret holding the webhook CA and serving certificate.
 	CertSecret string
@@ -97,6 +105,7 @@ func Default() Config {
 		LeaderElectionID: "imperator-spoke-agent",
 		Webhook: Webhook{
 			Port:                    9443,
+			ServiceName:             "imperator-webhook",
 			CertSecret:              "imperator-webhook-cert",
 			MutatingConfiguration:   "imperator-pod-injector",
 			ValidatingConfiguration: "imperator-machine-validator",
@@ -121,7 +130,9 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LeaderElectionID, "leader-election-id", c.LeaderElectionID, "Name of the leader election Lease.")
 	fs.StringVar(&c.Webhook.BindAddress, "webhook-bind-address", c.Webhook.BindAddress, "Address the webhook server listens on (empty: all interfaces).")
 	fs.IntVar(&c.Webhook.Port, "webhook-port", c.Webhook.Port, "Port of the webhook server.")
-	fs.Func("webhook-hosts", "Comma-separated DNS names/IPs of the webhook serving certificate (default: the imperator-webhook Service in --namespace).", func(s string) error {
+	fs.StringVar(&c.Webhook.ServiceName, "webhook-service", c.Webhook.ServiceName, "Service in --namespace through which the API server reaches the webhooks.")
+	fs.StringVar(&c.Webhook.URL, "webhook-url", c.Webhook.URL, "https base URL at which the API server reaches the webhooks, for an agent outside its cluster (overrides --webhook-service).")
+	fs.Func("webhook-hosts", "Comma-separated DNS names/IPs of the webhook serving certificate (default: the host of --webhook-url, else the --webhook-service Service in --namespace).", func(s string) error {
 		c.Webhook.Hosts = splitList(s)
 		return nil
 	})
@@ -140,10 +151,15 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 
 // Complete fills the settings that derive from others.
 func (c *Config) Complete() {
-	if len(c.Webhook.Hosts) == 0 {
-		svc := "imperator-webhook." + c.Namespace
-		c.Webhook.Hosts = []string{svc + ".svc", svc + ".svc.cluster.local"}
+	if len(c.Webhook.Hosts) > 0 {
+		return
 	}
+	if u, err := url.Parse(c.Webhook.URL); err == nil && u.Hostname() != "" {
+		c.Webhook.Hosts = []string{u.Hostname()}
+		return
+	}
+	svc := c.Webhook.ServiceName + "." + c.Namespace
+	c.Webhook.Hosts = []string{svc + ".svc", svc + ".svc.cluster.local"}
 }
 
 // Validate returns every problem of the configuration, each naming its flag.
@@ -151,6 +167,13 @@ func (c *Config) Validate() error {
 	var errs []error
 	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--namespace %q: %s", c.Namespace, strings.Join(msgs, "; ")))
+	}
+	if c.Webhook.URL != "" {
+		if u, err := url.Parse(c.Webhook.URL); err != nil || u.Scheme != "https" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--webhook-url %q: must be an absolute https URL", c.Webhook.URL))
+		}
+	} else if msgs := validation.IsDNS1035Label(c.Webhook.ServiceName); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--webhook-service %q: %s", c.Webhook.ServiceName, strings.Join(msgs, "; ")))
 	}
 	if c.Webhook.Port < 1 || c.Webhook.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--webhook-port %d: must be between 1 and 65535", c.Webhook.Port))

@@ -34,6 +34,8 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		"hub without port":     {args: []string{"--hub-address=hub", "--cluster-name=a", "--hub-ca-file=x"}, wantErrs: []string{"--hub-address"}},
 		"hub without identity": {args: []string{"--hub-address=hub:1"}, wantErrs: []string{"--cluster-name", "--hub-ca-file"}},
 		"empty image":          {args: []string{"--reservation-image="}, wantErrs: []string{"--reservation-image"}},
+		"plain-http webhook":   {args: []string{"--webhook-url=http://127.0.0.1:9443"}, wantErrs: []string{"--webhook-url"}},
+		"bad webhook service":  {args: []string{"--webhook-service=Web_Hook"}, wantErrs: []string{"--webhook-service"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -72,6 +74,22 @@ func TestWebhookHostsFlag(t *testing.T) {
 	}
 	c.Complete()
 	if diff := cmp.Diff([]string{"127.0.0.1", "localhost"}, c.Webhook.Hosts); diff != "" {
+		t.Errorf("webhook hosts (-want +got):\n%s", diff)
+	}
+}
+
+func TestWebhookURLGivesTheCertificateItsHost(t *testing.T) {
+	c := Default()
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	c.BindFlags(fs)
+	if err := fs.Parse([]string{"--webhook-url=https://127.0.0.1:19443"}); err != nil {
+		t.Fatal(err)
+	}
+	c.Complete()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate() = %v", err)
+	}
+	if diff := cmp.Diff([]string{"127.0.0.1"}, c.Webhook.Hosts); diff != "" {
 		t.Errorf("webhook hosts (-want +got):\n%s", diff)
 	}
 }

@@ -60,6 +60,7 @@ type Manager struct {
 	client client.Client
 	opts   Options
 	cert   atomic.Pointer[tls.Certificate]
+	ca     atomic.Pointer[[]byte]
 }
 
 // New returns a Manager that works through c (which should read Secrets and
@@ -91,6 +92,15 @@ func (m *Manager) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	return nil, errors.New("webhook serving certificate not loaded yet")
 }
 
+// CABundle returns the PEM CA that signed the serving certificate, nil until
+// Ensure succeeded once.
+func (m *Manager) CABundle() []byte {
+	if ca := m.ca.Load(); ca != nil {
+		return *ca
+	}
+	return nil
+}
+
 // TLSOption installs GetCertificate into a webhook server's TLS config.
 func (m *Manager) TLSOption(cfg *tls.Config) { cfg.GetCertificate = m.GetCertificate }
 
@@ -107,7 +117,9 @@ func (m *Manager) Ensure(ctx context.Context) error {
 		return fmt.Errorf("loading serving certificate from secret %s/%s: %w", m.opts.Namespace, m.opts.SecretName, err)
 	}
 	m.cert.Store(&cert)
-	return m.injectCABundle(ctx, secret.Data[CACertKey])
+	caBundle := secret.Data[CACertKey]
+	m.ca.Store(&caBundle)
+	return m.injectCABundle(ctx, caBundle)
 }
 
 // Start re-runs Ensure every CheckInterval until ctx ends. It runs on every

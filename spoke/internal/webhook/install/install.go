@@ -1,0 +1,71 @@
+// Package install registers the agent's admission webhooks with its cluster.
+// The webhook configurations are built in code by the webhook packages (the
+// injector's needs two namespace selectors and exclusions that markers cannot
+// express), so the agent applies them itself at start-up with server-side
+// apply, pointing either at its webhook Service (in a cluster) or at a URL
+// (an agent running outside the cluster, as in the local fleet), and carrying
+// the CA bundle of its serving certificate. The certs package keeps that
+// bundle current afterwards.
+package install
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// FieldOwner is the server-side apply field manager of the configurations.
+const FieldOwner = "imperator-spoke-agent"
+
+// Target says where the API server reaches the webhook server.
+type Target struct {
+	// URL, when set, is the base URL of the webhook server (e.g.
+	// https://127.0.0.1:9443); each webhook's path is appended to it.
+	URL string
+	// ServiceNamespace, ServiceName and ServicePort locate the webhook Service
+	// used when URL is empty.
+	ServiceNamespace string
+	ServiceName      string
+	ServicePort      int32
+}
+
+// ClientConfig returns the client configuration of a webhook served at path.
+func (t Target) ClientConfig(path string, caBundle []byte) (admissionregistrationv1.WebhookClientConfig, error) {
+	if t.URL != "" {
+		base, err := url.Parse(t.URL)
+		if err != nil || base.Scheme != "https" || base.Host == "" {
+			return admissionregistrationv1.WebhookClientConfig{}, fmt.Errorf("webhook URL %q: must be an absolute https URL", t.URL)
+		}
+		return admissionregistrationv1.WebhookClientConfig{
+			URL:      ptr.To(base.JoinPath(path).String()),
+			CABundle: caBundle,
+		}, nil
+	}
+	if t.ServiceNamespace == "" || t.ServiceName == "" {
+		return admissionregistrationv1.WebhookClientConfig{}, fmt.Errorf("webhook service: namespace and name are required when no URL is given")
+	}
+	return admissionregistrationv1.WebhookClientConfig{
+		Service: &admissionregistrationv1.ServiceReference{
+			Namespace: t.ServiceNamespace,
+			Name:      t.ServiceName,
+			Path:      ptr.To(path),
+			Port:      ptr.To(t.ServicePort),
+		},
+		CABundle: caBundle,
+	}, nil
+}
+
+// Apply creates or updates each configuration with server-side apply, taking
+// ownership of every field it sets; fields other managers own are kept.
+func Apply(ctx context.Context, c client.Client, configs ...client.Object) error {
+	for _, cfg := range configs {
+		if err := c.Patch(ctx, cfg, client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying webhook configuration %s: %w", cfg.GetName(), err)
+		}
+	}
+	return nil
+}
