@@ -48,6 +48,15 @@ build: ## Build bin/hub, bin/spoke and bin/imperatorctl.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(BINARIES)
 
+.PHONY: up
+up: k8s-bin build ## Start the local fleet in the background: hub + 2 spoke clusters with GPU nodes, the hub and an agent per spoke.
+	$(GO) build -o $(BIN)/fleet ./hack/fleet
+	@hack/fleet.sh up
+
+.PHONY: down
+down: ## Stop the local fleet and every process it started.
+	@hack/fleet.sh down
+
 .PHONY: vet
 vet: ## Run go vet on every package.
 	$(GO) vet ./...

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/imperator-federation/imperator/test/util/harness"
 )
@@ -23,9 +24,13 @@ type Options struct {
 	// certificates and fleet.json. It is kept after Stop.
 	Dir string
 	// BinDir holds the hub, spoke and imperatorctl binaries (make build).
+	// When empty, only the clusters are started.
 	BinDir string
 	// Spokes default to DefaultSpokes().
 	Spokes []SpokeSpec
+	// GracePeriod is how long the hub waits for a silent spoke before it
+	// marks it Unknown; default 15s, short so that the fleet shows it soon.
+	GracePeriod time.Duration
 }
 
 // Fleet is a running hub cluster and its spoke clusters.
@@ -36,7 +41,9 @@ type Fleet struct {
 	// names keeps the spokes in the order they were given.
 	names []string
 
-	mu sync.Mutex
+	mu     sync.Mutex
+	hub    *hubProcess
+	agents map[string]*agentProcess
 }
 
 // Start starts the hub cluster and every spoke cluster side by side and adds
@@ -48,10 +55,13 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	if len(opts.Spokes) == 0 {
 		opts.Spokes = DefaultSpokes()
 	}
+	if opts.GracePeriod == 0 {
+		opts.GracePeriod = 15 * time.Second
+	}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	f := &Fleet{opts: opts, Spokes: map[string]*harness.Cluster{}}
+	f := &Fleet{opts: opts, Spokes: map[string]*harness.Cluster{}, agents: map[string]*agentProcess{}}
 	defer func() {
 		if err != nil {
 			_ = f.Stop()
@@ -85,17 +95,22 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 			}
 		}
 	}
+	if opts.BinDir != "" {
+		if err := f.installImperator(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return f, nil
 }
 
 // SpokeNames returns the spokes in the order they were configured.
 func (f *Fleet) SpokeNames() []string { return append([]string(nil), f.names...) }
 
-// Stop stops every process and cluster of the fleet.
+// Stop stops the agents, the hub and every cluster of the fleet.
 func (f *Fleet) Stop() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var errs []error
+	errs := []error{f.stopImperator()}
 	for _, name := range f.names {
 		errs = append(errs, f.Spokes[name].Stop())
 	}
@@ -107,12 +122,20 @@ func (f *Fleet) Stop() error {
 
 // Logs returns the end of every log of the fleet, for failure reports.
 func (f *Fleet) Logs(lines int) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	out := ""
 	if f.Hub != nil {
 		out += f.Hub.Logs(lines)
 	}
+	if f.hub != nil {
+		out += fmt.Sprintf("==> %s <==\n%s\n", f.hub.proc.LogPath(), f.hub.proc.Tail(lines))
+	}
 	for _, name := range f.names {
 		out += f.Spokes[name].Logs(lines)
+		if a := f.agents[name]; a != nil {
+			out += fmt.Sprintf("==> %s <==\n%s\n", a.proc.LogPath(), a.proc.Tail(lines))
+		}
 	}
 	return out
 }
@@ -121,6 +144,10 @@ func (f *Fleet) Logs(lines int) string {
 type Description struct {
 	Hub    ClusterDescription   `json:"hub"`
 	Spokes []ClusterDescription `json:"spokes"`
+	// HubAddress is host:port of the hub's gRPC endpoint and HubCAFile the
+	// PEM bundle that verifies it; empty when only clusters run.
+	HubAddress string `json:"hubAddress,omitempty"`
+	HubCAFile  string `json:"hubCAFile,omitempty"`
 }
 
 // ClusterDescription locates one cluster of the fleet.
@@ -133,6 +160,9 @@ type ClusterDescription struct {
 // Describe returns the fleet's Description.
 func (f *Fleet) Describe() Description {
 	d := Description{Hub: describe(f.Hub)}
+	if addr := f.HubAddress(); addr != "" {
+		d.HubAddress, d.HubCAFile = addr, f.HubCAFile()
+	}
 	for _, name := range f.names {
 		d.Spokes = append(d.Spokes, describe(f.Spokes[name]))
 	}

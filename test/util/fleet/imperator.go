@@ -1,0 +1,304 @@
+package fleet
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/imperator-federation/imperator/test/util/harness"
+)
+
+// Namespace is where the hub and the spoke agents keep their objects (CA,
+// tokens, webhook certificate, reservation workloads) in their clusters.
+const Namespace = "imperator-system"
+
+// startTimeout bounds the start of the hub or an agent until it is ready.
+const startTimeout = 2 * time.Minute
+
+// hubProcess is the running hub and where it listens.
+type hubProcess struct {
+	proc       *harness.Process
+	grpcPort   int
+	healthPort int
+}
+
+// agentProcess is a running spoke agent and where it listens.
+type agentProcess struct {
+	proc        *harness.Process
+	webhookPort int
+	healthPort  int
+}
+
+// repoRoot finds the directory of go.mod upwards from the working directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("finding the repository root: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("finding the repository root: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// installImperator installs the CRDs of each side and the agents' namespace,
+// then starts the hub and one agent per spoke, each joining with its own
+// one-time token.
+func (f *Fleet) installImperator(ctx context.Context) error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	hubCRDs := []string{filepath.Join(root, "deploy", "hub", "crd"), filepath.Join(root, "deploy", "hub", "crd", "ocm")}
+	if err := f.Hub.InstallCRDs(ctx, hubCRDs...); err != nil {
+		return err
+	}
+	if err := ensureNamespace(ctx, f.Hub); err != nil {
+		return err
+	}
+	for _, name := range f.names {
+		spoke := f.Spokes[name]
+		if err := spoke.InstallCRDs(ctx, filepath.Join(root, "deploy", "spoke", "crd")); err != nil {
+			return err
+		}
+		if err := ensureNamespace(ctx, spoke); err != nil {
+			return err
+		}
+	}
+	if err := f.StartHub(ctx); err != nil {
+		return err
+	}
+	caPath := f.hubCAPath()
+	ca, err := f.hubCommand(ctx, "ca")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(caPath, []byte(ca), 0o644); err != nil {
+		return fmt.Errorf("fleet: writing the hub CA: %w", err)
+	}
+	for _, name := range f.names {
+		token, err := f.hubCommand(ctx, "token", "create", "--cluster", name, "--ttl", "1h", "--description", "local fleet")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(f.tokenPath(name), []byte(strings.TrimSpace(token)+"\n"), 0o600); err != nil {
+			return fmt.Errorf("fleet: writing the join token of %s: %w", name, err)
+		}
+		if err := f.StartAgent(ctx, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func ensureNamespace(ctx context.Context, c *harness.Cluster) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
+	if _, err := c.Kubernetes().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("fleet: creating namespace %s in %s: %w", Namespace, c.Name, err)
+	}
+	return nil
+}
+
+func (f *Fleet) hubCAPath() string             { return filepath.Join(f.opts.Dir, "hub-ca.crt") }
+func (f *Fleet) tokenPath(spoke string) string { return filepath.Join(f.opts.Dir, spoke, "join-token") }
+
+// HubAddress is host:port of the hub's gRPC endpoint.
+func (f *Fleet) HubAddress() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hubAddressLocked()
+}
+
+func (f *Fleet) hubAddressLocked() string {
+	if f.hub == nil {
+		return ""
+	}
+	return "127.0.0.1:" + strconv.Itoa(f.hub.grpcPort)
+}
+
+// HubCAFile is the PEM bundle of the hub's CA.
+func (f *Fleet) HubCAFile() string { return f.hubCAPath() }
+
+// hubCommand runs an admin subcommand of the hub binary against the hub
+// cluster and returns its standard output.
+func (f *Fleet) hubCommand(ctx context.Context, args ...string) (string, error) {
+	full := append(append([]string{}, args...), "--kubeconfig", f.Hub.KubeconfigPath, "--namespace", Namespace)
+	cmd := exec.CommandContext(ctx, filepath.Join(f.opts.BinDir, "hub"), full...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("fleet: hub %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
+}
+
+// StartHub starts the hub process (again, after StopHub) on the same gRPC
+// port, and waits until it is ready.
+func (f *Fleet) StartHub(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hub != nil && f.hub.proc.Running() {
+		return nil
+	}
+	h := &hubProcess{}
+	if f.hub != nil {
+		h.grpcPort = f.hub.grpcPort
+	}
+	ports, err := harness.FreePorts(3)
+	if err != nil {
+		return err
+	}
+	h.healthPort = ports[0]
+	metricsPort := ports[1]
+	if h.grpcPort == 0 {
+		// A restarted hub keeps its address: the agents dial it.
+		h.grpcPort = ports[2]
+	}
+	args := []string{
+		"--kubeconfig", f.Hub.KubeconfigPath,
+		"--namespace", Namespace,
+		"--listen-address", "127.0.0.1:" + strconv.Itoa(h.grpcPort),
+		"--serving-hosts", "127.0.0.1,localhost",
+		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(h.healthPort),
+		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metricsPort),
+		"--grace-period", f.opts.GracePeriod.String(),
+	}
+	h.proc, err = harness.StartProcess("imperator-hub", filepath.Join(f.opts.BinDir, "hub"), args, f.Hub.Dir)
+	if err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	if err := waitReady(ctx, h.proc, h.healthPort); err != nil {
+		_ = h.proc.Stop()
+		return fmt.Errorf("fleet: hub: %w\n%s", err, h.proc.Tail(30))
+	}
+	f.hub = h
+	return nil
+}
+
+// StopHub stops the hub process; the clusters keep running.
+func (f *Fleet) StopHub() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hub == nil {
+		return nil
+	}
+	return f.hub.proc.Stop()
+}
+
+// StartAgent starts the spoke agent of spoke (again, after StopAgent) and
+// waits until it is ready. Its webhooks are registered at a URL on
+// 127.0.0.1, so the spoke's API server reaches the agent directly.
+func (f *Fleet) StartAgent(ctx context.Context, spoke string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cluster, ok := f.Spokes[spoke]
+	if !ok {
+		return fmt.Errorf("fleet: no spoke %q", spoke)
+	}
+	if a := f.agents[spoke]; a != nil && a.proc.Running() {
+		return nil
+	}
+	ports, err := harness.FreePorts(3)
+	if err != nil {
+		return err
+	}
+	a := &agentProcess{webhookPort: ports[0], healthPort: ports[1]}
+	if old := f.agents[spoke]; old != nil {
+		// The webhook configuration points at this port: keep it.
+		a.webhookPort = old.webhookPort
+	}
+	args := []string{
+		"--namespace", Namespace,
+		"--webhook-bind-address", "127.0.0.1",
+		"--webhook-port", strconv.Itoa(a.webhookPort),
+		"--webhook-url", "https://127.0.0.1:" + strconv.Itoa(a.webhookPort),
+		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(a.healthPort),
+		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(ports[2]),
+		"--hub-address", f.hubAddressLocked(),
+		"--cluster-name", spoke,
+		"--hub-ca-file", f.hubCAPath(),
+		"--join-token-file", f.tokenPath(spoke),
+	}
+	a.proc, err = harness.StartProcess("imperator-agent", filepath.Join(f.opts.BinDir, "spoke"), args, cluster.Dir,
+		"KUBECONFIG="+cluster.KubeconfigPath)
+	if err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	if err := waitReady(ctx, a.proc, a.healthPort); err != nil {
+		_ = a.proc.Stop()
+		return fmt.Errorf("fleet: agent of %s: %w\n%s", spoke, err, a.proc.Tail(30))
+	}
+	f.agents[spoke] = a
+	return nil
+}
+
+// StopAgent stops the spoke agent of spoke; its cluster keeps running.
+func (f *Fleet) StopAgent(spoke string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.agents[spoke]
+	if a == nil {
+		return nil
+	}
+	return a.proc.Stop()
+}
+
+// stopImperator stops every agent, then the hub.
+func (f *Fleet) stopImperator() error {
+	var errs []error
+	for _, name := range f.names {
+		if a := f.agents[name]; a != nil {
+			errs = append(errs, a.proc.Stop())
+		}
+	}
+	if f.hub != nil {
+		errs = append(errs, f.hub.proc.Stop())
+	}
+	return errors.Join(errs...)
+}
+
+// waitReady polls the process's /readyz until it answers 200.
+func waitReady(ctx context.Context, p *harness.Process, healthPort int) error {
+	client := &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}},
+	}
+	url := "http://127.0.0.1:" + strconv.Itoa(healthPort) + "/readyz"
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	return wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if !p.Running() {
+			return false, fmt.Errorf("%s exited", p.Name())
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
