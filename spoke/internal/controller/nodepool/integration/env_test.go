@@ -1,0 +1,157 @@
+package nodepool_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
+	"github.com/imperator-federation/imperator/test/util/harness"
+)
+
+// environment is a real API server (envtest) with the spoke CRDs and a
+// multicluster manager without provider, as the agent runs it, running the
+// node-pool controllers against it. envtest runs no controller-manager, so no
+// garbage collector and no node lifecycle controller: the suite deletes the
+// MachineNodePool of a deleted Machine itself and sets node taints by hand.
+type environment struct {
+	env *envtest.Environment
+	// Client talks to the API server directly.
+	Client client.Client
+
+	cancel  context.CancelFunc
+	stopped chan error
+}
+
+func newScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), imperatorv1alpha1.AddToScheme(scheme)); err != nil {
+		return nil, err
+	}
+	return scheme, nil
+}
+
+// startEnvironment starts the API server and the manager; stop undoes both.
+func startEnvironment() (_ *environment, err error) {
+	scheme, err := newScheme()
+	if err != nil {
+		return nil, fmt.Errorf("building the scheme: %w", err)
+	}
+	root, err := repositoryRoot()
+	if err != nil {
+		return nil, err
+	}
+	e := &environment{env: &envtest.Environment{
+		BinaryAssetsDirectory: harness.BinDir(),
+		CRDDirectoryPaths:     []string{filepath.Join(root, "deploy", "spoke", "crd")},
+		ErrorIfCRDPathMissing: true,
+	}}
+	cfg, err := e.env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting envtest: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, e.stop())
+		}
+	}()
+
+	e.Client, err = client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating the client: %w", err)
+	}
+	mgr, err := mcmanager.New(cfg, nil, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := nodepool.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the node-pool controllers: %w", err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	e.stopped = make(chan error, 1)
+	go func() { e.stopped <- mgr.Start(ctx) }()
+	syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer syncCancel()
+	if !mgr.GetLocalManager().GetCache().WaitForCacheSync(syncCtx) {
+		return nil, errors.New("waiting for the manager's cache to sync")
+	}
+	return e, nil
+}
+
+// kubectl runs the kubectl of the control-plane binaries against the API server.
+func (e *environment) kubectl(args ...string) (string, error) {
+	user, err := e.env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", fmt.Errorf("adding a kubectl user: %w", err)
+	}
+	k, err := user.Kubectl()
+	if err != nil {
+		return "", fmt.Errorf("configuring kubectl: %w", err)
+	}
+	k.Path = filepath.Join(harness.BinDir(), "kubectl")
+	stdout, stderr, err := k.Run(args...)
+	if err != nil {
+		errOut, _ := io.ReadAll(stderr)
+		return "", fmt.Errorf("kubectl %v: %w: %s", args, err, errOut)
+	}
+	out, err := io.ReadAll(stdout)
+	return string(out), err
+}
+
+// repositoryRoot is the directory of go.mod, found upwards from the test's
+// working directory.
+func repositoryRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("finding the repository root: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("finding the repository root: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// stop stops the manager, then the API server.
+func (e *environment) stop() error {
+	var errs []error
+	if e.cancel != nil {
+		e.cancel()
+		select {
+		case err := <-e.stopped:
+			if err != nil {
+				errs = append(errs, fmt.Errorf("manager: %w", err))
+			}
+		case <-time.After(30 * time.Second):
+			errs = append(errs, errors.New("manager did not stop within 30s"))
+		}
+	}
+	if err := e.env.Stop(); err != nil {
+		errs = append(errs, fmt.Errorf("stopping envtest: %w", err))
+	}
+	return errors.Join(errs...)
+}
