@@ -1,0 +1,277 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/hub/hubtest"
+	"github.com/imperator-federation/imperator/internal/identity"
+	"github.com/imperator-federation/imperator/internal/pki"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+)
+
+const machineName = "general-machine"
+
+// usedAtHub returns the used units of a machine type of cluster's
+// general-machine in the hub's index, -1 when unknown.
+func usedAtHub(cluster, machineType string) int32 {
+	c, ok := hub.Cluster(cluster)
+	if !ok {
+		return -1
+	}
+	m, ok := c.Machine(machineName)
+	if !ok {
+		return -1
+	}
+	for _, t := range m.GetTypes() {
+		if t.GetName() == machineType && t.GetUsage() != nil {
+			return t.GetUsage().GetUsed()
+		}
+	}
+	return -1
+}
+
+// setUsed writes status.availableMachines of general-machine on a spoke, as
+// the spoke's Machine controller would.
+func setUsed(ctx context.Context, s *spoke, machineType string, used int32) {
+	GinkgoHelper()
+	var m imperatorv1alpha1.Machine
+	Expect(s.client.Get(ctx, client.ObjectKey{Name: machineName}, &m)).To(Succeed())
+	patch := client.MergeFrom(m.DeepCopy())
+	m.Status.AvailableMachines = []imperatorv1alpha1.AvailableMachine{{
+		Name: machineType, Usage: imperatorv1alpha1.Usage{Maximum: 1, Reserved: 1 - min(used, 1), Used: used},
+	}}
+	Expect(s.client.Status().Patch(ctx, &m, patch)).To(Succeed())
+}
+
+func managedClusterAvailable(ctx context.Context, name string) metav1.ConditionStatus {
+	var mc clusterv1.ManagedCluster
+	if err := hubServer.client.Get(ctx, client.ObjectKey{Name: name}, &mc); err != nil {
+		return ""
+	}
+	if c := meta.FindStatusCondition(mc.Status.Conditions, clusterv1.ManagedClusterConditionAvailable); c != nil {
+		return c.Status
+	}
+	return ""
+}
+
+func hubCA() []byte {
+	GinkgoHelper()
+	var secret corev1.Secret
+	Expect(hubServer.client.Get(context.Background(), client.ObjectKey{Namespace: agentNamespace, Name: "imperator-hub-ca"}, &secret)).To(Succeed())
+	return secret.Data[corev1.TLSCertKey]
+}
+
+// dialHub connects to the hub over TLS with cert (nil: no client certificate).
+func dialHub(cert *tls.Certificate) federationv1.FederationClient {
+	GinkgoHelper()
+	cfg, err := identity.ClientTLS(hubCA(), cert, "127.0.0.1")
+	Expect(err).NotTo(HaveOccurred())
+	conn, err := grpc.NewClient(hubAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(conn.Close)
+	return federationv1.NewFederationClient(conn)
+}
+
+// spokeCertificate is the client certificate a spoke stored after joining.
+func spokeCertificate(ctx context.Context, s *spoke) *tls.Certificate {
+	GinkgoHelper()
+	var secret corev1.Secret
+	Expect(s.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: credentialsSecret}, &secret)).To(Succeed())
+	cert, err := tls.X509KeyPair(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey])
+	Expect(err).NotTo(HaveOccurred())
+	return &cert
+}
+
+func joinRequest(cluster, token string) *federationv1.JoinRequest {
+	GinkgoHelper()
+	csr, _, err := pki.NewCSR(cluster)
+	Expect(err).NotTo(HaveOccurred())
+	return &federationv1.JoinRequest{ClusterName: cluster, Token: token, Csr: csr}
+}
+
+var _ = Describe("Federation", Ordered, func() {
+	It("registers joined spokes: ManagedCluster, ClusterInventory and the hub's index", func(ctx SpecContext) {
+		for name := range spokes {
+			Eventually(func(g Gomega) {
+				c, ok := hub.Cluster(name)
+				g.Expect(ok).To(BeTrue(), "cluster %s in the hub index", name)
+				g.Expect(c.Connected).To(BeTrue())
+				g.Expect(c.Stale()).To(BeFalse())
+				m, ok := c.Machine(machineName)
+				g.Expect(ok).To(BeTrue())
+				g.Expect(m.GetGroup()).To(Equal(machineName))
+				g.Expect(m.GetTypes()).To(HaveLen(3))
+			}).WithTimeout(30 * time.Second).Should(Succeed())
+
+			Eventually(func(g Gomega) {
+				var mc clusterv1.ManagedCluster
+				g.Expect(hubServer.client.Get(ctx, client.ObjectKey{Name: name}, &mc)).To(Succeed())
+				g.Expect(mc.Spec.HubAcceptsClient).To(BeTrue())
+				g.Expect(managedClusterAvailable(ctx, name)).To(Equal(metav1.ConditionTrue))
+
+				var inv imperatorv1alpha1.ClusterInventory
+				g.Expect(hubServer.client.Get(ctx, client.ObjectKey{Namespace: name, Name: name}, &inv)).To(Succeed())
+				g.Expect(inv.Spec.ClusterName).To(Equal(name))
+				g.Expect(inv.Status.ObservedAt).NotTo(BeNil())
+				g.Expect(inv.Status.Machines).To(ConsistOf(HaveField("Name", machineName)))
+			}).WithTimeout(10 * time.Second).Should(Succeed())
+		}
+	})
+
+	It("shows a Machine status change on a spoke at the hub within 2 seconds", func(ctx SpecContext) {
+		setUsed(ctx, spokes["alpha"], "compute-xlarge", 1)
+		Eventually(func() int32 { return usedAtHub("alpha", "compute-xlarge") }).
+			WithTimeout(2 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal(int32(1)))
+		// The other cluster's figures are untouched.
+		Consistently(func() int32 { return usedAtHub("beta", "compute-xlarge") }).
+			WithTimeout(500 * time.Millisecond).Should(Equal(int32(-1)))
+	})
+
+	It("refuses a spoke that presents another cluster's certificate", func(ctx SpecContext) {
+		fed := dialHub(spokeCertificate(ctx, spokes["alpha"]))
+		stream, err := fed.Report(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{ClusterName: "beta", Epoch: 1}}})).To(Succeed())
+		_, err = stream.Recv()
+		Expect(status.Code(err)).To(Equal(codes.PermissionDenied), "error: %v", err)
+		Expect(err.Error()).To(ContainSubstring(`identifies cluster "alpha"`))
+		c, _ := hub.Cluster("beta")
+		Expect(c.Connected).To(BeTrue(), "beta's own stream must survive")
+	})
+
+	It("refuses Report without a client certificate", func(ctx SpecContext) {
+		stream, err := dialHub(nil).Report(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = stream.Recv()
+		Expect(status.Code(err)).To(Equal(codes.Unauthenticated), "error: %v", err)
+	})
+
+	It("refuses a plain-text client", func(ctx SpecContext) {
+		conn, err := grpc.NewClient(hubAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(conn.Close)
+		callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err = federationv1.NewFederationClient(conn).Join(callCtx, joinRequest("gamma", "abcdef.0123456789abcdef"))
+		Expect(err).To(HaveOccurred())
+		Expect(status.Code(err)).To(Equal(codes.Unavailable), "error: %v", err)
+	})
+
+	It("refuses a reused token", func(ctx SpecContext) {
+		_, err := dialHub(nil).Join(ctx, joinRequest("gamma", spokes["alpha"].token))
+		Expect(status.Code(err)).To(Equal(codes.Unauthenticated), "error: %v", err)
+		Expect(err.Error()).To(ContainSubstring("already used"))
+	})
+
+	It("refuses an expired token", func(ctx SpecContext) {
+		token, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
+		Expect(err).NotTo(HaveOccurred())
+		var secret corev1.Secret
+		Expect(hubServer.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: "imperator-bootstrap-token-" + token[:6]}, &secret)).To(Succeed())
+		patch := client.MergeFrom(secret.DeepCopy())
+		secret.Data["expiration"] = []byte(time.Now().Add(-time.Minute).UTC().Format(time.RFC3339))
+		Expect(hubServer.client.Patch(ctx, &secret, patch)).To(Succeed())
+
+		_, err = dialHub(nil).Join(ctx, joinRequest("gamma", token))
+		Expect(status.Code(err)).To(Equal(codes.Unauthenticated), "error: %v", err)
+		Expect(err.Error()).To(ContainSubstring("expired"))
+	})
+
+	It("refuses reports while the ManagedCluster does not accept the client", func(ctx SpecContext) {
+		setAccepts := func(accept bool) {
+			var mc clusterv1.ManagedCluster
+			Expect(hubServer.client.Get(ctx, client.ObjectKey{Name: "beta"}, &mc)).To(Succeed())
+			patch := client.MergeFrom(mc.DeepCopy())
+			mc.Spec.HubAcceptsClient = accept
+			Expect(hubServer.client.Patch(ctx, &mc, patch)).To(Succeed())
+		}
+		setAccepts(false)
+		Eventually(func() bool { c, _ := hub.Cluster("beta"); return c.Connected }).
+			WithTimeout(10 * time.Second).Should(BeFalse())
+		Consistently(func() bool { c, _ := hub.Cluster("beta"); return c.Connected }).
+			WithTimeout(time.Second).Should(BeFalse())
+		setAccepts(true)
+		Eventually(func() bool { c, _ := hub.Cluster("beta"); return c.Connected }).
+			WithTimeout(10 * time.Second).Should(BeTrue())
+	})
+
+	It("turns a silent spoke Unknown after the grace period and back when it returns", func(ctx SpecContext) {
+		beta := spokes["beta"]
+		Expect(beta.stopReporter()).To(Succeed())
+		Eventually(func(g Gomega) {
+			c, _ := hub.Cluster("beta")
+			g.Expect(string(c.State)).To(Equal("Unknown"))
+			g.Expect(c.Stale()).To(BeTrue())
+			m, ok := c.Machine(machineName)
+			g.Expect(ok).To(BeTrue(), "figures are kept")
+			g.Expect(m.GetTypes()).To(HaveLen(3))
+			g.Expect(managedClusterAvailable(ctx, "beta")).To(Equal(metav1.ConditionUnknown))
+		}).WithTimeout(gracePeriod + 5*time.Second).Should(Succeed())
+
+		// Restarted without a token: it reuses the certificate it stored.
+		beta.token = ""
+		Expect(beta.startReporter(hubAddr)).To(Succeed())
+		Eventually(func(g Gomega) {
+			c, _ := hub.Cluster("beta")
+			g.Expect(string(c.State)).To(Equal("Available"))
+			g.Expect(c.Connected).To(BeTrue())
+			g.Expect(managedClusterAvailable(ctx, "beta")).To(Equal(metav1.ConditionTrue))
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+	})
+
+	It("serves persisted figures at once as stale after a hub restart, and is current after reconnect", func(ctx SpecContext) {
+		setUsed(ctx, spokes["alpha"], "compute-xlarge", 0)
+		Eventually(func(g Gomega) {
+			var inv imperatorv1alpha1.ClusterInventory
+			g.Expect(hubServer.client.Get(ctx, client.ObjectKey{Namespace: "alpha", Name: "alpha"}, &inv)).To(Succeed())
+			g.Expect(inv.Status.Machines).To(HaveLen(1))
+			var used int32 = -1
+			for _, t := range inv.Status.Machines[0].Types {
+				if t.Name == "compute-xlarge" {
+					used = t.Usage.Used
+				}
+			}
+			g.Expect(used).To(Equal(int32(0)))
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+
+		Expect(hub.Stop()).To(Succeed())
+		var err error
+		hub, err = hubtest.Start(hubServer.config, hubtest.Options{Address: hubAddr, Namespace: agentNamespace, GracePeriod: gracePeriod, PersistInterval: persistInterval})
+		Expect(err).NotTo(HaveOccurred())
+
+		// Figures are served before any spoke reconnected, marked stale.
+		c, ok := hub.Cluster("alpha")
+		Expect(ok).To(BeTrue())
+		Expect(c.Restored).To(BeTrue())
+		Expect(c.Stale()).To(BeTrue())
+		Expect(usedAtHub("alpha", "compute-xlarge")).To(Equal(int32(0)))
+
+		Eventually(func(g Gomega) {
+			for name := range spokes {
+				c, _ := hub.Cluster(name)
+				g.Expect(c.Connected).To(BeTrue(), "%s reconnected", name)
+				g.Expect(c.Stale()).To(BeFalse(), "%s current", name)
+			}
+		}).WithTimeout(15 * time.Second).Should(Succeed())
+
+		setUsed(ctx, spokes["alpha"], "compute-xlarge", 1)
+		Eventually(func() int32 { return usedAtHub("alpha", "compute-xlarge") }).
+			WithTimeout(2 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal(int32(1)))
+	})
+})
