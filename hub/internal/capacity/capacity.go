@@ -1,0 +1,246 @@
+// Package capacity builds the hub's query answers from the in-memory index:
+// the clusters, machine types and usage views, and the FindCapacity ranking
+// (which clusters can take N more units of a machine type or resource shape,
+// which were excluded and why). Its functions are pure: they read immutable
+// store.Cluster snapshots and a caller-supplied time, and never block.
+//
+// Free units. A unit of a machine type is free when a reservation pod holds
+// it (reserved) and no guest is about to claim it: free = min(reserved,
+// maximum − used − waiting), never negative. At steady state the spoke keeps
+// reserved = maximum − used − waiting, so free equals reserved; during a
+// handover (a waiting guest whose reservation pod has not stopped yet) the
+// minimum keeps the slot the guest will take from being offered twice.
+// Offline and stale clusters never count as free capacity.
+package capacity
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/util/duration"
+
+	"github.com/imperator-federation/imperator/hub/internal/store"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
+)
+
+// Request is a validated FindCapacity request.
+type Request struct {
+	// Group (optional) and Type name a machine type; used when Shape is nil.
+	Group string
+	Type  string
+	// Shape, when set, matches every machine type whose unit offers at least
+	// the shape.
+	Shape *Shape
+	// Count is the number of units wanted (at least 1).
+	Count int32
+	// Spread allows the units to be placed across clusters.
+	Spread bool
+}
+
+// Shape is what one unit must offer at least; zero fields match anything.
+type Shape struct {
+	MilliCPU    int64
+	MemoryBytes int64
+	GPUs        int32
+	// GPUProduct and GPUFamily match the type's GPU selectors
+	// case-insensitively.
+	GPUProduct string
+	GPUFamily  string
+}
+
+// StateOf is the query-API state of a cluster.
+func StateOf(c *store.Cluster) queryv1.ClusterState {
+	switch {
+	case c.State != store.StateAvailable:
+		return queryv1.ClusterState_CLUSTER_STATE_OFFLINE
+	case c.Restored:
+		return queryv1.ClusterState_CLUSTER_STATE_STALE
+	default:
+		return queryv1.ClusterState_CLUSTER_STATE_AVAILABLE
+	}
+}
+
+// Free is the number of units of t a new guest can get now (see the package
+// documentation).
+func Free(t *federationv1.MachineType) int32 {
+	u := t.GetUsage()
+	if u == nil {
+		return 0
+	}
+	return max(0, min(u.GetReserved(), u.GetMaximum()-u.GetUsed()-u.GetWaiting()))
+}
+
+// matches reports whether the type t of Machine m is one the request asks for.
+func (r *Request) matches(m *federationv1.Machine, t *federationv1.MachineType) bool {
+	s := r.Shape
+	if s == nil {
+		return t.GetName() == r.Type && (r.Group == "" || m.GetGroup() == r.Group)
+	}
+	if s.MilliCPU > 0 && milliCPU(t.GetCpu()) < s.MilliCPU {
+		return false
+	}
+	if s.MemoryBytes > 0 && memoryBytes(t.GetMemory()) < s.MemoryBytes {
+		return false
+	}
+	g := t.GetGpu()
+	if s.GPUs > 0 && g.GetNum() < s.GPUs {
+		return false
+	}
+	if s.GPUProduct != "" && !strings.EqualFold(g.GetProduct(), s.GPUProduct) {
+		return false
+	}
+	if s.GPUFamily != "" && !strings.EqualFold(g.GetFamily(), s.GPUFamily) {
+		return false
+	}
+	return true
+}
+
+// describe names what was asked for, for exclusion messages.
+func (r *Request) describe() string {
+	if r.Shape != nil {
+		return "no machine type offers the requested shape"
+	}
+	if r.Group != "" {
+		return fmt.Sprintf("no machine type %q in group %q", r.Type, r.Group)
+	}
+	return fmt.Sprintf("no machine type %q", r.Type)
+}
+
+// Find answers a capacity request over clusters (as Store.List returns them)
+// at now.
+func Find(clusters []*store.Cluster, req Request, now time.Time) *queryv1.FindCapacityResponse {
+	resp := &queryv1.FindCapacityResponse{Count: req.Count}
+	for _, c := range clusters {
+		free, matched := freeMatching(c, &req)
+		ex := func(reason queryv1.ExclusionReason, msg string) {
+			resp.Excluded = append(resp.Excluded, &queryv1.Exclusion{
+				Cluster:       c.Name,
+				Reason:        reason,
+				Message:       msg,
+				Free:          free,
+				ObservedAt:    timestamp(c.ObservedAt),
+				LastHeartbeat: timestamp(c.LastHeartbeat),
+			})
+		}
+		switch {
+		case c.State != store.StateAvailable:
+			ex(queryv1.ExclusionReason_EXCLUSION_REASON_OFFLINE, OfflineMessage(c, now))
+		case c.Restored:
+			ex(queryv1.ExclusionReason_EXCLUSION_REASON_STALE, fmt.Sprintf("figures observed %s ago were restored after a hub restart and are not confirmed by the spoke yet", age(c.ObservedAt, now)))
+		case !matched:
+			ex(queryv1.ExclusionReason_EXCLUSION_REASON_NO_SUCH_TYPE, req.describe())
+		case free == 0:
+			ex(queryv1.ExclusionReason_EXCLUSION_REASON_NOT_ENOUGH, "no free units")
+		case !req.Spread && free < req.Count:
+			ex(queryv1.ExclusionReason_EXCLUSION_REASON_NOT_ENOUGH, fmt.Sprintf("%d free, %d wanted in one cluster", free, req.Count))
+		default:
+			resp.Candidates = append(resp.Candidates, &queryv1.CapacityCandidate{
+				Cluster:    c.Name,
+				Free:       free,
+				Types:      matchingTypes(c, &req),
+				ObservedAt: timestamp(c.ObservedAt),
+			})
+		}
+	}
+	slices.SortFunc(resp.Excluded, func(a, b *queryv1.Exclusion) int { return strings.Compare(a.Cluster, b.Cluster) })
+	slices.SortFunc(resp.Candidates, func(a, b *queryv1.CapacityCandidate) int {
+		return cmp.Or(cmp.Compare(b.Free, a.Free), strings.Compare(a.Cluster, b.Cluster))
+	})
+	remaining := req.Count
+	for _, cand := range resp.Candidates {
+		if remaining == 0 {
+			break
+		}
+		cand.Take = min(cand.Free, remaining)
+		remaining -= cand.Take
+		if !req.Spread {
+			break
+		}
+	}
+	resp.Placed = req.Count - remaining
+	resp.Satisfiable = remaining == 0
+	return resp
+}
+
+// freeMatching sums the free units of the cluster's matching types and says
+// whether any type matched, without allocating.
+func freeMatching(c *store.Cluster, req *Request) (free int32, matched bool) {
+	for _, m := range c.Machines {
+		for _, t := range m.GetTypes() {
+			if req.matches(m, t) {
+				matched = true
+				free += Free(t)
+			}
+		}
+	}
+	return free, matched
+}
+
+// matchingTypes lists the matching types with free units, summed per group
+// and type, most free first.
+func matchingTypes(c *store.Cluster, req *Request) []*queryv1.TypeUsage {
+	var out []*queryv1.TypeUsage
+	for _, m := range c.Machines {
+		for _, t := range m.GetTypes() {
+			if !req.matches(m, t) || Free(t) == 0 {
+				continue
+			}
+			out = addUsage(out, m.GetGroup(), t)
+		}
+	}
+	slices.SortFunc(out, func(a, b *queryv1.TypeUsage) int {
+		return cmp.Or(cmp.Compare(b.Free, a.Free), strings.Compare(a.Group, b.Group), strings.Compare(a.Type, b.Type))
+	})
+	return out
+}
+
+// addUsage adds t's figures to the entry of (group, t's name) in list,
+// appending one when missing. Lists are short (a cluster's types).
+func addUsage(list []*queryv1.TypeUsage, group string, t *federationv1.MachineType) []*queryv1.TypeUsage {
+	var entry *queryv1.TypeUsage
+	for _, e := range list {
+		if e.Group == group && e.Type == t.GetName() {
+			entry = e
+			break
+		}
+	}
+	if entry == nil {
+		entry = &queryv1.TypeUsage{Group: group, Type: t.GetName()}
+		list = append(list, entry)
+	}
+	u := t.GetUsage()
+	entry.Maximum += u.GetMaximum()
+	entry.Reserved += u.GetReserved()
+	entry.Used += u.GetUsed()
+	entry.Waiting += u.GetWaiting()
+	entry.Free += Free(t)
+	return list
+}
+
+// OfflineMessage says since when a cluster is offline, e.g. "offline since
+// 3m (last heartbeat 2024-05-01T10:00:00Z)".
+func OfflineMessage(c *store.Cluster, now time.Time) string {
+	if c.LastHeartbeat.IsZero() {
+		return "offline: has not reported to this hub since it started"
+	}
+	return fmt.Sprintf("offline since %s (last heartbeat %s)", age(c.LastHeartbeat, now), c.LastHeartbeat.UTC().Format(time.RFC3339))
+}
+
+func age(t, now time.Time) string {
+	if t.IsZero() {
+		return "an unknown time"
+	}
+	return duration.HumanDuration(now.Sub(t))
+}
+
+func timestamp(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
