@@ -52,7 +52,7 @@ type Options struct {
 	// PriorityClassName of reservation pods; the controller creates it when it
 	// is missing. Default DefaultPriorityClassName.
 	PriorityClassName string
-	// MaxConcurrentReconciles defaults to 1.
+	// MaxConcurrentReconciles defaults to the manager's setting, else 1.
 	MaxConcurrentReconciles int
 }
 
@@ -116,6 +116,10 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 		return err
 	}
 	r := &Reconciler{mgr: mgr, opts: opts}
+	ctrlOpts := controller.TypedOptions[mcreconcile.Request]{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}
+	// The multi-cluster builder takes only some of the manager's controller
+	// settings (not SkipNameValidation); take all of them here.
+	ctrlOpts.DefaultFromConfig(mgr.GetControllerOptions())
 	err := mcbuilder.ControllerManagedBy(mgr).
 		Named("machine").
 		For(&imperatorv1alpha1.Machine{}).
@@ -123,7 +127,7 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 		Owns(&corev1.Service{}).
 		Watches(&corev1.Pod{}, r.podHandler).
 		Watches(&corev1.Namespace{}, r.namespaceHandler).
-		WithOptions(controller.TypedOptions[mcreconcile.Request]{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
+		WithOptions(ctrlOpts).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("setting up the machine controller: %w", err)
@@ -242,7 +246,8 @@ func findMachineType(machine *imperatorv1alpha1.Machine, name string) *imperator
 // the machine-group index, and counts them per machine type of the spec.
 func (r *Reconciler) countUsage(ctx context.Context, c client.Client, machine *imperatorv1alpha1.Machine, group string) (map[string]*typeUsage, error) {
 	pods := &corev1.PodList{}
-	if err := c.List(ctx, pods, client.MatchingFields{PodMachineGroupIndex: group}); err != nil {
+	// The pods are only read: no need to copy every one out of the cache.
+	if err := c.List(ctx, pods, client.MatchingFields{PodMachineGroupIndex: group}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing pods of machine group %s: %w", group, err)
 	}
 	enabledByNamespace := map[string]bool{}

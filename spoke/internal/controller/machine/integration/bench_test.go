@@ -1,0 +1,226 @@
+package machine_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
+)
+
+// handoverGuests is how many guests one run of BenchmarkGuestHandover hands
+// a reserved slot to, one after the other.
+const handoverGuests = 20
+
+// BenchmarkGuestHandover measures, on a node whose every compute-xlarge slot
+// is reserved, how long a guest takes from its creation until it runs (the
+// scheduler preempts a reservation pod, the controller scales the
+// reservation down), and how long the reservation takes to run again after
+// the guest is deleted. It reports the median, 90th percentile and maximum
+// over handoverGuests guests. Run with
+//
+//	go test ./spoke/internal/controller/machine/integration/ -run '^$' -bench GuestHandover -benchtime 1x
+func BenchmarkGuestHandover(b *testing.B) {
+	ctx := context.Background()
+	e := startBenchEnvironment(b, "machine-handover")
+	guests := benchNamespace(b, e, injectionEnabled)
+	if err := e.Client.Create(ctx, wrappers.GeneralMachine().Available("compute-xlarge", 2).Obj()); err != nil {
+		b.Fatal(err)
+	}
+	waitRunningReservations(b, e, "compute-xlarge", 2)
+
+	var handover, restore []time.Duration
+	for b.Loop() {
+		for i := range handoverGuests {
+			pod := guest(guests, "guest-"+strconv.Itoa(i), "compute-xlarge")
+			handover = append(handover, timeUntilRunning(b, e, pod))
+			start := time.Now()
+			if err := e.Client.Delete(ctx, pod); err != nil {
+				b.Fatal(err)
+			}
+			waitRunningReservations(b, e, "compute-xlarge", 2)
+			restore = append(restore, time.Since(start))
+		}
+	}
+	b.StopTimer()
+	reportLatencies(b, "handover", handover)
+	reportLatencies(b, "restore", restore)
+}
+
+// BenchmarkReconcile measures what one reconcile of general-machine costs in
+// the running controller (controller-runtime's reconcile time histogram),
+// first in an empty cluster, then with 1,000 pods more: 500 guests of the
+// machine group in a namespace without injection (read through the index,
+// then ignored) and 500 pods without Imperator labels (kept out of the cache
+// by machine.CacheOptions). Each iteration changes an annotation of the
+// Machine and waits for the reconcile it causes. Run with
+//
+//	go test ./spoke/internal/controller/machine/integration/ -run '^$' -bench Reconcile
+func BenchmarkReconcile(b *testing.B) {
+	ctx := context.Background()
+	e := startBenchEnvironment(b, "machine-reconcile")
+	m := wrappers.GeneralMachine().Obj()
+	if err := e.Client.Create(ctx, m); err != nil {
+		b.Fatal(err)
+	}
+	waitRunningReservations(b, e, "compute-medium", 4)
+
+	run := func(b *testing.B) {
+		count, sum := reconcileTime(b)
+		i := 0
+		for b.Loop() {
+			i++
+			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{"bench.imperator.tenzen-y.io/touch":"%d"}}}`, time.Now().UnixNano()))
+			if err := e.Client.Patch(ctx, m, patch); err != nil {
+				b.Fatal(err)
+			}
+			err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+				n, _ := reconcileTime(b)
+				return n >= count+uint64(i), nil
+			})
+			if err != nil {
+				b.Fatalf("waiting for reconcile %d: %v", i, err)
+			}
+		}
+		b.StopTimer()
+		countAfter, sumAfter := reconcileTime(b)
+		if countAfter > count {
+			b.ReportMetric((sumAfter-sum)/float64(countAfter-count)*1e6, "µs/reconcile")
+		}
+	}
+	b.Run("empty-cluster", run)
+
+	plain := benchNamespace(b, e, nil)
+	for i := range 1000 {
+		pod := wrappers.MakePod(plain, "pod-"+strconv.Itoa(i)).NodeName("ghost").Obj()
+		if i%2 == 0 {
+			pod = wrappers.MakePod(plain, "guest-"+strconv.Itoa(i)).Guest(group, "compute-medium").NodeName("ghost").Obj()
+		}
+		if err := e.Client.Create(ctx, pod); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("1000-pods", run)
+}
+
+func startBenchEnvironment(b *testing.B, name string) *environment {
+	b.Helper()
+	ctrl.SetLogger(logr.Discard())
+	e, err := startEnvironment(context.Background(), name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := e.stop(); err != nil {
+			b.Error(err)
+		}
+	})
+	return e
+}
+
+func benchNamespace(b *testing.B, e *environment, labels map[string]string) string {
+	b.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-", Labels: labels}}
+	if err := e.Client.Create(context.Background(), ns); err != nil {
+		b.Fatal(err)
+	}
+	return ns.Name
+}
+
+// timeUntilRunning creates pod and returns the time from just before the
+// create call until a watch reports it Running.
+func timeUntilRunning(b *testing.B, e *environment, pod *corev1.Pod) time.Duration {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w, err := e.Cluster.Kubernetes().CoreV1().Pods(pod.Namespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	start := time.Now()
+	if err := e.Client.Create(ctx, pod); err != nil {
+		b.Fatal(err)
+	}
+	for ev := range w.ResultChan() {
+		if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type != watch.Deleted && p.Status.Phase == corev1.PodRunning {
+			return time.Since(start)
+		}
+	}
+	b.Fatalf("guest %s did not run within 60s", pod.Name)
+	return 0
+}
+
+// waitRunningReservations waits until machineType has want Running
+// reservation pods and nothing else.
+func waitRunningReservations(b *testing.B, e *environment, machineType string, want int) {
+	b.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		if err := e.Client.List(ctx, pods, client.InNamespace(agentNamespace), client.MatchingLabels{
+			imperatorv1alpha1.MachineGroupKey: group, imperatorv1alpha1.MachineTypeKey: machineType,
+		}); err != nil {
+			return false, err
+		}
+		runningPods := 0
+		for _, p := range pods.Items {
+			if running(&p) {
+				runningPods++
+			}
+		}
+		return runningPods == want && len(pods.Items) == want, nil
+	})
+	if err != nil {
+		b.Fatalf("waiting for %d running %s reservation pods: %v", want, machineType, err)
+	}
+}
+
+// reconcileTime reads the sample count and sum of the machine controller's
+// reconcile time histogram.
+func reconcileTime(b *testing.B) (uint64, float64) {
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_time_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "machine" {
+					return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+	}
+	return 0, 0
+}
+
+func reportLatencies(b *testing.B, name string, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	b.ReportMetric(float64(d[len(d)/2].Milliseconds()), name+"-p50-ms")
+	b.ReportMetric(float64(d[len(d)*9/10].Milliseconds()), name+"-p90-ms")
+	b.ReportMetric(float64(d[len(d)-1].Milliseconds()), name+"-max-ms")
+	b.ReportMetric(float64(len(d)), name+"-samples")
+}
