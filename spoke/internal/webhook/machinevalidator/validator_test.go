@@ -1,0 +1,191 @@
+package machinevalidator
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
+)
+
+const groupKey = imperatorv1alpha1.MachineGroupKey
+
+// errorSummary keeps what a user reads of a field error: its type and path.
+var errorSummary = cmpopts.IgnoreFields(field.Error{}, "BadValue", "Detail", "Origin", "CoveredByDeclarative")
+
+func TestValidateMachine(t *testing.T) {
+	labelPath := field.NewPath("metadata", "labels").Key(groupKey)
+	cases := map[string]struct {
+		machine  *imperatorv1alpha1.Machine
+		wantErrs field.ErrorList
+	}{
+		"seed 000's Machine": {
+			machine: wrappers.GeneralMachine().Obj(),
+		},
+		"missing group label": {
+			machine:  wrappers.GeneralMachine().Label(groupKey, "").Obj(),
+			wantErrs: field.ErrorList{field.Required(labelPath, "")},
+		},
+		"group not usable in object names": {
+			machine:  wrappers.GeneralMachine().Label(groupKey, "General_Machine").Obj(),
+			wantErrs: field.ErrorList{field.Invalid(labelPath, nil, "")},
+		},
+		"zero cpu and negative memory": {
+			machine: wrappers.MakeMachine("m", "g").Type("small", "0", "-1Gi", 1).Obj(),
+			wantErrs: field.ErrorList{
+				field.Invalid(field.NewPath("spec", "machineTypes").Index(0).Child("spec", "cpu"), nil, ""),
+				field.Invalid(field.NewPath("spec", "machineTypes").Index(0).Child("spec", "memory"), nil, ""),
+			},
+		},
+		"reservation name starting with a digit": {
+			machine:  wrappers.MakeMachine("m", "g").Type("small", "1", "1Gi", 1).Type("4xl", "1", "1Gi", 1).Obj(),
+			wantErrs: field.ErrorList{field.Invalid(field.NewPath("spec", "machineTypes").Index(1).Child("name"), nil, "")},
+		},
+		"reservation name too long": {
+			machine: wrappers.MakeMachine("m", strings.Repeat("g", 40)).
+				Type(strings.Repeat("t", 30), "1", "1Gi", 1).Obj(),
+			wantErrs: field.ErrorList{field.Invalid(field.NewPath("spec", "machineTypes").Index(0).Child("name"), nil, "")},
+		},
+		"unknown machine type": {
+			machine: wrappers.MakeMachine("m", "g").Type("small", "1", "1Gi", 1).
+				Node("n1", "small").Node("n2", "large").Obj(),
+			wantErrs: field.ErrorList{field.NotFound(field.NewPath("spec", "nodePool").Index(1).Child("machineType").Index(0).Child("name"), nil)},
+		},
+		"two machine types on one node": {
+			machine: func() *imperatorv1alpha1.Machine {
+				m := wrappers.MakeMachine("m", "g").Type("small", "1", "1Gi", 1).Type("large", "2", "2Gi", 1).
+					Node("n1", "small").Obj()
+				m.Spec.NodePool[0].MachineType = append(m.Spec.NodePool[0].MachineType, imperatorv1alpha1.MachineTypeRef{Name: "large"})
+				return m
+			}(),
+			wantErrs: field.ErrorList{field.Invalid(field.NewPath("spec", "nodePool").Index(0).Child("machineType"), nil, "")},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := ValidateMachine(tc.machine)
+			if diff := cmp.Diff(tc.wantErrs, got, errorSummary, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("ValidateMachine() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestValidateLabelUpdate(t *testing.T) {
+	cases := map[string]struct {
+		oldGroup, newGroup string
+		wantErr            bool
+	}{
+		"unchanged":                 {oldGroup: "a", newGroup: "a"},
+		"changed":                   {oldGroup: "a", newGroup: "b", wantErr: true},
+		"removed":                   {oldGroup: "a", newGroup: "", wantErr: true},
+		"set on an old Machine":     {oldGroup: "", newGroup: "a"},
+		"still unset on an old one": {},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := ValidateLabelUpdate(wrappers.MakeMachine("m", tc.oldGroup).Label(groupKey, tc.oldGroup).Obj(),
+				wrappers.MakeMachine("m", tc.newGroup).Label(groupKey, tc.newGroup).Obj())
+			if (len(got) > 0) != tc.wantErr {
+				t.Errorf("ValidateLabelUpdate() = %v, want an error: %v", got, tc.wantErr)
+			}
+		})
+	}
+}
+
+func newReader(t *testing.T, machines ...*imperatorv1alpha1.Machine) client.Reader {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := imperatorv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	objs := make([]client.Object, 0, len(machines))
+	for _, m := range machines {
+		objs = append(objs, m)
+	}
+	return fake.NewClientBuilder().WithScheme(scheme).
+		WithIndex(&imperatorv1alpha1.Machine{}, MachineNodeNameKey, indexMachineNodeNames).
+		WithObjects(objs...).Build()
+}
+
+func TestValidateAgainstOthers(t *testing.T) {
+	existing := wrappers.MakeMachine("first", "first").Type("small", "1", "1Gi", 1).
+		Node("shared", "small").Node("first-only", "small").Obj()
+	cases := map[string]struct {
+		machine, oldMachine *imperatorv1alpha1.Machine
+		wantErrs            field.ErrorList
+		wantDetail          string
+	}{
+		"other nodes and group": {
+			machine: wrappers.MakeMachine("second", "second").Type("small", "1", "1Gi", 1).Node("own", "small").Obj(),
+		},
+		"node of another Machine": {
+			machine: wrappers.MakeMachine("second", "second").Type("small", "1", "1Gi", 1).
+				Node("own", "small").Node("shared", "small").Obj(),
+			wantErrs:   field.ErrorList{field.Invalid(field.NewPath("spec", "nodePool").Index(1).Child("name"), nil, "")},
+			wantDetail: `node shared is already in Machine first (machine group "first"); a node belongs to one Machine`,
+		},
+		"group of another Machine": {
+			machine:    wrappers.MakeMachine("second", "first").Type("small", "1", "1Gi", 1).Obj(),
+			wantErrs:   field.ErrorList{field.Invalid(field.NewPath("metadata", "labels").Key(groupKey), nil, "")},
+			wantDetail: `machine group "first" is already used by Machine first; a machine group belongs to one Machine`,
+		},
+		"updating the Machine itself": {
+			machine:    wrappers.MakeMachine("first", "first").Type("small", "1", "1Gi", 1).Node("shared", "small").Obj(),
+			oldMachine: existing,
+		},
+		"an update keeping a node admitted by a race": {
+			machine: wrappers.MakeMachine("second", "second").Type("small", "1", "1Gi", 2).Node("shared", "small").Obj(),
+			oldMachine: wrappers.MakeMachine("second", "second").Type("small", "1", "1Gi", 1).
+				Node("shared", "small").Obj(),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			v := &Validator{Reader: newReader(t, existing.DeepCopy())}
+			got, err := v.validateAgainstOthers(context.Background(), tc.machine, tc.oldMachine)
+			if err != nil {
+				t.Fatalf("validateAgainstOthers() error = %v", err)
+			}
+			if diff := cmp.Diff(tc.wantErrs, got, errorSummary, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("validateAgainstOthers() mismatch (-want +got):\n%s", diff)
+			}
+			if tc.wantDetail != "" && len(got) > 0 && got[0].Detail != tc.wantDetail {
+				t.Errorf("detail = %q, want %q", got[0].Detail, tc.wantDetail)
+			}
+		})
+	}
+}
+
+func TestValidateCreateReturnsInvalid(t *testing.T) {
+	v := &Validator{Reader: newReader(t)}
+	_, err := v.ValidateCreate(context.Background(), wrappers.GeneralMachine().Label(groupKey, "").Obj())
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("ValidateCreate() error = %v, want an Invalid status error", err)
+	}
+	if !strings.Contains(err.Error(), "metadata.labels[imperator.tenzen-y.io/machine-group]: Required value") {
+		t.Errorf("ValidateCreate() error = %q, want it to name the label", err)
+	}
+}
+
+func TestValidateUpdateOfDeletedMachine(t *testing.T) {
+	v := &Validator{Reader: newReader(t)}
+	machine := wrappers.GeneralMachine().Label(groupKey, "").Obj()
+	machine.DeletionTimestamp = ptr.To(metav1.Now())
+	machine.Spec.MachineTypes[0].Spec.CPU = resource.MustParse("0")
+	if _, err := v.ValidateUpdate(context.Background(), wrappers.GeneralMachine().Obj(), machine); err != nil {
+		t.Errorf("ValidateUpdate() of a Machine being deleted = %v, want it admitted", err)
+	}
+}
