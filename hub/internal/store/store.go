@@ -296,19 +296,6 @@ func (s *Store) Restore(c Cluster) {
 	})
 }
 
-// Remove forgets a cluster (its ManagedCluster was deleted).
-func (s *Store) Remove(name string) {
-	s.mu.Lock()
-	_, ok := s.clusters[name]
-	delete(s.clusters, name)
-	listeners := s.listeners
-	s.mu.Unlock()
-	if ok {
-		for _, l := range listeners {
-			l(name)
-		}
-	}
-}
 
 // EvaluateLiveness turns clusters silent past the grace period Unknown and
 // returns the names of those whose state changed. Clusters become Available

@@ -1,0 +1,135 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/imperator-federation/imperator/hub/internal/store"
+	"github.com/imperator-federation/imperator/internal/identity"
+	"github.com/imperator-federation/imperator/internal/pki"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+)
+
+// testHub is a Server on a loopback listener with an in-memory CA, a store,
+// and an admission list instead of ManagedClusters.
+type testHub struct {
+	ca    *pki.CA
+	store *store.Store
+	addr  string
+
+	mu       sync.Mutex
+	rejected map[string]bool
+}
+
+type refusingJoiner struct{}
+
+func (refusingJoiner) Join(context.Context, *federationv1.JoinRequest) (*federationv1.JoinResponse, error) {
+	return nil, status.Error(codes.Unauthenticated, "test joiner refuses every token")
+}
+
+func startTestHub(tb testing.TB) *testHub {
+	tb.Helper()
+	ca, err := pki.NewCA("test-ca", time.Hour)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.IssueServer("hub", []string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	serving, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	h := &testHub{ca: ca, store: store.New(nil, time.Minute), rejected: map[string]bool{}}
+	metrics, err := NewMetrics(prometheus.NewRegistry(), h.store)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h.addr = lis.Addr().String()
+	srv, err := New(Options{
+		Listener: lis,
+		TLS:      identity.ServerTLS(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &serving, nil }, pool),
+		Store:    h.store,
+		Joiner:   refusingJoiner{},
+		Admit: func(_ context.Context, cluster string) (bool, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return !h.rejected[cluster], nil
+		},
+		Metrics: metrics,
+		Log:     logr.Discard(),
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("server: %v", err)
+		}
+	})
+	return h
+}
+
+// certificate issues a client certificate for cn with organizations.
+func (h *testHub) certificate(tb testing.TB, cn string, organizations ...string) *tls.Certificate {
+	tb.Helper()
+	certPEM, keyPEM, err := h.ca.IssueClient(cn, organizations, time.Hour)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &cert
+}
+
+// client dials the hub with cert (nil: none).
+func (h *testHub) client(tb testing.TB, cert *tls.Certificate) federationv1.FederationClient {
+	tb.Helper()
+	cfg, err := identity.ClientTLS(h.ca.CertPEM, cert, "127.0.0.1")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	return federationv1.NewFederationClient(conn)
+}
+
+func hello(cluster string, epoch uint64) *federationv1.SpokeMessage {
+	return &federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{ClusterName: cluster, AgentVersion: "test", Epoch: epoch}}}
+}
+
+func snapshotMsg(gen uint64, machines ...*federationv1.Machine) *federationv1.SpokeMessage {
+	return &federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Snapshot{Snapshot: &federationv1.Snapshot{Generation: gen, Machines: machines}}}
+}
+
+func deltaMsg(gen uint64, upserts ...*federationv1.Machine) *federationv1.SpokeMessage {
+	return &federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Delta{Delta: &federationv1.Delta{Generation: gen, Upserts: upserts}}}
+}

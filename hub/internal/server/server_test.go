@@ -1,0 +1,164 @@
+package server
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/imperator-federation/imperator/internal/identity"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+)
+
+func ack(gen uint64) *federationv1.HubMessage {
+	return &federationv1.HubMessage{Kind: &federationv1.HubMessage_Ack{Ack: &federationv1.Ack{Generation: gen}}}
+}
+
+func resync(reason string) *federationv1.HubMessage {
+	return &federationv1.HubMessage{Kind: &federationv1.HubMessage_Resync{Resync: &federationv1.Resync{Reason: reason}}}
+}
+
+func TestReport(t *testing.T) {
+	machine := &federationv1.Machine{Name: "m", Group: "g"}
+	cases := map[string]struct {
+		certCN, certOrg string
+		noCert          bool
+		rejected        bool
+		send            []*federationv1.SpokeMessage
+		wantReplies     []*federationv1.HubMessage
+		wantCode        codes.Code
+		wantInIndex     bool
+	}{
+		"own cluster: snapshot and delta are acknowledged": {
+			certCN: "a", certOrg: identity.SpokeOrganization,
+			send:        []*federationv1.SpokeMessage{hello("a", 1), snapshotMsg(1, machine), deltaMsg(2, machine)},
+			wantReplies: []*federationv1.HubMessage{ack(1), ack(2)},
+			wantCode:    codes.OK, wantInIndex: true,
+		},
+		"generation gap asks for a snapshot": {
+			certCN: "a", certOrg: identity.SpokeOrganization,
+			send:        []*federationv1.SpokeMessage{hello("a", 1), snapshotMsg(1, machine), deltaMsg(5, machine)},
+			wantReplies: []*federationv1.HubMessage{ack(1), resync("generation gap")},
+			wantCode:    codes.OK, wantInIndex: true,
+		},
+		"hello naming another cluster": {
+			certCN: "a", certOrg: identity.SpokeOrganization,
+			send:     []*federationv1.SpokeMessage{hello("b", 1)},
+			wantCode: codes.PermissionDenied,
+		},
+		"hub does not accept the cluster": {
+			certCN: "a", certOrg: identity.SpokeOrganization, rejected: true,
+			send:     []*federationv1.SpokeMessage{hello("a", 1)},
+			wantCode: codes.PermissionDenied,
+		},
+		"first message is not a hello": {
+			certCN: "a", certOrg: identity.SpokeOrganization,
+			send:     []*federationv1.SpokeMessage{snapshotMsg(1, machine)},
+			wantCode: codes.InvalidArgument,
+		},
+		"second hello": {
+			certCN: "a", certOrg: identity.SpokeOrganization,
+			send:        []*federationv1.SpokeMessage{hello("a", 1), snapshotMsg(1, machine), hello("a", 1)},
+			wantReplies: []*federationv1.HubMessage{ack(1)},
+			wantCode:    codes.InvalidArgument, wantInIndex: true,
+		},
+		"certificate of the hub CA that is not a spoke's": {
+			certCN: "a", certOrg: "platform-admins",
+			send:     []*federationv1.SpokeMessage{hello("a", 1)},
+			wantCode: codes.Unauthenticated,
+		},
+		"no client certificate": {
+			noCert:   true,
+			send:     []*federationv1.SpokeMessage{hello("a", 1)},
+			wantCode: codes.Unauthenticated,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := startTestHub(t)
+			h.mu.Lock()
+			h.rejected["a"] = tc.rejected
+			h.mu.Unlock()
+			var cert = h.certificate(t, tc.certCN, tc.certOrg)
+			if tc.noCert {
+				cert = nil
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			stream, err := h.client(t, cert).Report(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range tc.send {
+				if err := stream.Send(m); err != nil {
+					break // the server ended the stream; Recv says why
+				}
+			}
+			var gotReplies []*federationv1.HubMessage
+			for len(gotReplies) < len(tc.wantReplies) {
+				msg, err := stream.Recv()
+				if err != nil {
+					break
+				}
+				gotReplies = append(gotReplies, msg)
+			}
+			if diff := cmp.Diff(tc.wantReplies, gotReplies, protocmp.Transform()); diff != "" {
+				t.Errorf("replies (-want +got):\n%s", diff)
+			}
+			if tc.wantCode != codes.OK {
+				_, err := stream.Recv()
+				if got := status.Code(err); got != tc.wantCode {
+					t.Errorf("stream ended with %v (%v), want %v", got, err, tc.wantCode)
+				}
+			}
+			c, ok := h.store.Get("a")
+			inIndex := ok && len(c.Machines) == 1
+			if inIndex != tc.wantInIndex {
+				t.Errorf("machine in the index = %t, want %t", inIndex, tc.wantInIndex)
+			}
+		})
+	}
+}
+
+func TestNewerStreamReplacesOlder(t *testing.T) {
+	h := startTestHub(t)
+	fed := h.client(t, h.certificate(t, "a", identity.SpokeOrganization))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	open := func(epoch uint64) federationv1.Federation_ReportClient {
+		stream, err := fed.Report(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(hello("a", epoch)); err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(snapshotMsg(1)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatalf("waiting for the ack: %v", err)
+		}
+		return stream
+	}
+	old := open(1)
+	open(2)
+	if _, err := old.Recv(); status.Code(err) != codes.Aborted {
+		t.Errorf("older stream ended with %v, want Aborted", err)
+	}
+	if c, _ := h.store.Get("a"); !c.Connected || c.Epoch != 2 {
+		t.Errorf("cluster connected=%t epoch=%d, want true 2", c.Connected, c.Epoch)
+	}
+}
+
+func TestJoinWithoutClientCertificate(t *testing.T) {
+	h := startTestHub(t)
+	_, err := h.client(t, nil).Join(context.Background(), &federationv1.JoinRequest{ClusterName: "a"})
+	// The test joiner refuses: the call got past authentication to it.
+	if status.Code(err) != codes.Unauthenticated || status.Convert(err).Message() != "test joiner refuses every token" {
+		t.Errorf("Join = %v, want the joiner's refusal", err)
+	}
+}
