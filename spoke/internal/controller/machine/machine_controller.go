@@ -96,7 +96,8 @@ type Reconciler struct {
 }
 
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
-// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines/status,verbs=get;patch
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
