@@ -1,0 +1,229 @@
+// Package query is the hub's Query gRPC service (imperator.query.v1): the
+// read-only queries over the in-memory store (clusters, machine types,
+// usage, FindCapacity), the Watch stream of cluster changes, and the
+// administration of bootstrap tokens. It never reads the API server for a
+// query; only the token calls reach it, through join.Tokens.
+//
+// Authentication is mTLS: the caller's client certificate, signed by the hub
+// CA, carries its role in its organization (see RoleOf). Every handler
+// authorizes the call itself, so the service is safe whatever interceptors
+// the server chains before it.
+package query
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/imperator-federation/imperator/hub/internal/capacity"
+	"github.com/imperator-federation/imperator/hub/internal/join"
+	"github.com/imperator-federation/imperator/hub/internal/store"
+	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
+)
+
+// TokenAdmin manages bootstrap tokens; *join.Tokens implements it.
+type TokenAdmin interface {
+	Create(ctx context.Context, opts join.CreateOptions) (string, join.TokenInfo, error)
+	List(ctx context.Context) ([]join.TokenInfo, error)
+	Revoke(ctx context.Context, id string) error
+}
+
+// Service implements queryv1.QueryServer. It is also a controller-runtime
+// Runnable: when its manager stops, open Watch streams end so that the gRPC
+// server can stop gracefully.
+type Service struct {
+	queryv1.UnimplementedQueryServer
+
+	store  *store.Store
+	tokens TokenAdmin
+	clock  clock.PassiveClock
+	watch  *broadcaster
+}
+
+// New returns the service over st; it registers a change listener on st, so
+// call it before the hub starts serving. tokens may be nil, then the token
+// calls answer Unimplemented.
+func New(st *store.Store, tokens TokenAdmin, clk clock.PassiveClock) *Service {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	s := &Service{store: st, tokens: tokens, clock: clk, watch: newBroadcaster()}
+	st.OnChange(s.watch.publish)
+	return s
+}
+
+// Register registers the service on a gRPC server.
+func (s *Service) Register(r grpc.ServiceRegistrar) { queryv1.RegisterQueryServer(r, s) }
+
+// NeedLeaderElection is false: every hub replica answers queries.
+func (s *Service) NeedLeaderElection() bool { return false }
+
+// Start blocks until ctx is done, then ends every open Watch stream.
+func (s *Service) Start(ctx context.Context) error {
+	<-ctx.Done()
+	s.watch.close()
+	return nil
+}
+
+// ListClusters implements queryv1.QueryServer.
+func (s *Service) ListClusters(ctx context.Context, _ *queryv1.ListClustersRequest) (*queryv1.ListClustersResponse, error) {
+	if _, err := authorize(ctx, RoleViewer); err != nil {
+		return nil, err
+	}
+	now := s.clock.Now()
+	clusters := s.store.List()
+	resp := &queryv1.ListClustersResponse{Clusters: make([]*queryv1.Cluster, 0, len(clusters))}
+	for _, c := range clusters {
+		resp.Clusters = append(resp.Clusters, capacity.ClusterInfo(c, now))
+	}
+	return resp, nil
+}
+
+// ListMachines implements queryv1.QueryServer.
+func (s *Service) ListMachines(ctx context.Context, req *queryv1.ListMachinesRequest) (*queryv1.ListMachinesResponse, error) {
+	if _, err := authorize(ctx, RoleViewer); err != nil {
+		return nil, err
+	}
+	filter, err := validateListMachines(req)
+	if err != nil {
+		return nil, err
+	}
+	return &queryv1.ListMachinesResponse{MachineTypes: capacity.Machines(s.clusters(filter.Cluster), filter)}, nil
+}
+
+// GetUsage implements queryv1.QueryServer.
+func (s *Service) GetUsage(ctx context.Context, req *queryv1.GetUsageRequest) (*queryv1.GetUsageResponse, error) {
+	if _, err := authorize(ctx, RoleViewer); err != nil {
+		return nil, err
+	}
+	if err := dnsLabel("cluster", req.GetCluster()); err != nil {
+		return nil, err
+	}
+	if req.GetCluster() != "" {
+		if _, ok := s.store.Get(req.GetCluster()); !ok {
+			return nil, status.Errorf(codes.NotFound, "cluster %q is not known to the hub", req.GetCluster())
+		}
+	}
+	return capacity.Usage(s.clusters(req.GetCluster())), nil
+}
+
+// FindCapacity implements queryv1.QueryServer.
+func (s *Service) FindCapacity(ctx context.Context, req *queryv1.FindCapacityRequest) (*queryv1.FindCapacityResponse, error) {
+	if _, err := authorize(ctx, RoleViewer); err != nil {
+		return nil, err
+	}
+	creq, err := validateFindCapacity(req)
+	if err != nil {
+		return nil, err
+	}
+	resp := capacity.Find(s.store.List(), creq, s.clock.Now())
+	ctrl.LoggerFrom(ctx).V(1).Info("Answered capacity request", "count", creq.Count, "spread", creq.Spread, "satisfiable", resp.Satisfiable, "candidates", len(resp.Candidates))
+	return resp, nil
+}
+
+// clusters returns the named cluster, or every cluster when name is empty.
+func (s *Service) clusters(name string) []*store.Cluster {
+	if name == "" {
+		return s.store.List()
+	}
+	if c, ok := s.store.Get(name); ok {
+		return []*store.Cluster{c}
+	}
+	return nil
+}
+
+// CreateToken implements queryv1.QueryServer.
+func (s *Service) CreateToken(ctx context.Context, req *queryv1.CreateTokenRequest) (*queryv1.CreateTokenResponse, error) {
+	caller, err := s.authorizeTokens(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ttl, err := validateCreateToken(req)
+	if err != nil {
+		return nil, err
+	}
+	token, info, err := s.tokens.Create(ctx, join.CreateOptions{TTL: ttl, ClusterName: req.GetClusterName(), Description: req.GetDescription()})
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "creating bootstrap token: %v", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Bootstrap token created", "caller", caller, "tokenID", info.ID, "boundCluster", info.ClusterName, "expiration", info.Expiration)
+	return &queryv1.CreateTokenResponse{Token: token, Info: tokenInfo(info)}, nil
+}
+
+// ListTokens implements queryv1.QueryServer.
+func (s *Service) ListTokens(ctx context.Context, _ *queryv1.ListTokensRequest) (*queryv1.ListTokensResponse, error) {
+	if _, err := s.authorizeTokens(ctx); err != nil {
+		return nil, err
+	}
+	list, err := s.tokens.List(ctx)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "listing bootstrap tokens: %v", err)
+	}
+	resp := &queryv1.ListTokensResponse{Tokens: make([]*queryv1.Token, 0, len(list))}
+	for _, t := range list {
+		resp.Tokens = append(resp.Tokens, tokenInfo(t))
+	}
+	return resp, nil
+}
+
+// RevokeToken implements queryv1.QueryServer.
+func (s *Service) RevokeToken(ctx context.Context, req *queryv1.RevokeTokenRequest) (*queryv1.RevokeTokenResponse, error) {
+	caller, err := s.authorizeTokens(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateRevokeToken(req); err != nil {
+		return nil, err
+	}
+	if err := s.tokens.Revoke(ctx, req.GetId()); err != nil {
+		if errors.Is(err, join.ErrUnknownToken) {
+			return nil, status.Errorf(codes.NotFound, "no bootstrap token with ID %q", req.GetId())
+		}
+		return nil, status.Errorf(codes.Unavailable, "revoking bootstrap token: %v", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Bootstrap token revoked", "caller", caller, "tokenID", req.GetId())
+	return &queryv1.RevokeTokenResponse{}, nil
+}
+
+func (s *Service) authorizeTokens(ctx context.Context) (string, error) {
+	caller, err := authorize(ctx, RoleAdmin)
+	if err != nil {
+		return "", err
+	}
+	if s.tokens == nil {
+		return "", status.Error(codes.Unimplemented, "this hub does not administer bootstrap tokens")
+	}
+	return caller, nil
+}
+
+func tokenInfo(t join.TokenInfo) *queryv1.Token {
+	out := &queryv1.Token{Id: t.ID, ClusterName: t.ClusterName, Description: t.Description, UsedBy: t.UsedBy}
+	if !t.Expiration.IsZero() {
+		out.Expiration = timestamppb.New(t.Expiration)
+	}
+	if !t.UsedAt.IsZero() {
+		out.UsedAt = timestamppb.New(t.UsedAt)
+	}
+	return out
+}
+
+// watchEvent builds the event of the named cluster at now.
+func (s *Service) watchEvent(name string, now time.Time, initial bool) *queryv1.ClusterEvent {
+	c, ok := s.store.Get(name)
+	if !ok {
+		return &queryv1.ClusterEvent{Type: queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_REMOVED, Cluster: &queryv1.Cluster{Name: name}}
+	}
+	return &queryv1.ClusterEvent{
+		Type:    queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_UPDATED,
+		Cluster: capacity.ClusterInfo(c, now),
+		Usage:   capacity.ClusterUsageOf(c),
+		Initial: initial,
+	}
+}
