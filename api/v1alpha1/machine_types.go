@@ -18,7 +18,7 @@ const (
 
 // MachineSpec declares a machine group: the nodes that back it and the machine
 // types carved out of them.
-// +kubebuilder:validation:XValidation:rule="self.nodePool.all(p, p.machineType.all(t, self.machineTypes.exists(m, m.name == t.name)))",message="spec.nodePool[].machineType[].name must name an entry of spec.machineTypes"
+// +kubebuilder:validation:XValidation:rule="!has(self.nodePool) || self.nodePool.all(p, p.machineType.all(t, self.machineTypes.exists(m, m.name == t.name)))",message="spec.nodePool[].machineType[].name must name an entry of spec.machineTypes"
 type MachineSpec struct {
 	// nodePool lists the nodes of this group and the machine type each one serves.
 	// A node may appear in one Machine only. Nodes that do not exist yet are

@@ -1,0 +1,34 @@
+// Package machinevalidator_test runs the Machine validator behind a real API
+// server (envtest): the ValidatingWebhookConfiguration the agent applies sends
+// Machine admissions to a controller-runtime manager serving the validator,
+// and every expectation is what a user of kubectl would see: the Machine is
+// created or refused with a message naming the field.
+package machinevalidator_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+func TestMachineValidator(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Machine validator")
+}
+
+var (
+	env *environment
+	k8s client.Client
+)
+
+var _ = BeforeSuite(func(ctx context.Context) {
+	var err error
+	env, err = startEnvironment()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { Expect(env.stop()).To(Succeed()) })
+	k8s = env.Client
+}, NodeTimeout(2*time.Minute))
