@@ -81,8 +81,8 @@ func startEnvironment() (_ *environment, err error) {
 		// envtest generates the serving certificate and sets the CA bundle;
 		// the URL clientConfig is kept as it is.
 		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			LocalServingHost: "127.0.0.1",
-			LocalServingPort: port,
+			LocalServingHost:   "127.0.0.1",
+			LocalServingPort:   port,
 			ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{registration},
 		},
 	}}
