@@ -1,0 +1,203 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/imperator-federation/imperator/internal/identity"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+)
+
+// BenchmarkFleet connects N simulated spokes (each its own TLS connection and
+// Report stream, one Machine with 10 machine types) to one hub on loopback,
+// then measures rounds in which every spoke sends a Delta at once. ns/op is
+// one round of the whole fleet; the extra metrics are the connect time of
+// the fleet, the per-update propagation (send → applied in the index → Ack
+// received, an upper bound of ingest-to-queryable) and the process's CPU and
+// RSS. Spokes run in the same process, so CPU and RSS include them.
+//
+//	go test -run '^$' -bench BenchmarkFleet -benchtime 20x ./hub/internal/server/
+func BenchmarkFleet(b *testing.B) {
+	for _, n := range []int{100, 1000, 5000} {
+		b.Run("spokes="+strconv.Itoa(n), func(b *testing.B) { benchmarkFleet(b, n) })
+	}
+}
+
+func benchMachine(available int32) *federationv1.Machine {
+	m := &federationv1.Machine{Name: "gpu", Group: "gpu", Ready: federationv1.ConditionStatus_CONDITION_STATUS_TRUE}
+	for i := range 10 {
+		m.Types = append(m.Types, &federationv1.MachineType{
+			Name: "type-" + strconv.Itoa(i), Cpu: "40", Memory: "128Gi", Available: available,
+			Gpu:   &federationv1.GPU{Type: "nvidia.com/gpu", Num: 2, Product: "NVIDIA-GeForce-RTX-3090"},
+			Usage: &federationv1.Usage{Maximum: available, Reserved: available - 1, Used: 1},
+			Nodes: &federationv1.NodeCounts{Ready: 2},
+		})
+	}
+	return m
+}
+
+type benchSpoke struct {
+	conn   *grpc.ClientConn
+	stream federationv1.Federation_ReportClient
+	gen    uint64
+}
+
+func benchmarkFleet(b *testing.B, n int) {
+	h := startTestHub(b)
+	certs := make([]*tls.Certificate, n)
+	for i := range certs {
+		certs[i] = h.certificate(b, "spoke-"+strconv.Itoa(i), identity.SpokeOrganization)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	spokes := make([]*benchSpoke, n)
+	connectTimes := make([]time.Duration, n)
+	cpuStart := cpuTime()
+	start := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			t0 := time.Now()
+			s, err := connectSpoke(ctx, h, certs[i], "spoke-"+strconv.Itoa(i))
+			if err != nil {
+				errs <- err
+				return
+			}
+			spokes[i] = s
+			connectTimes[i] = time.Since(t0)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	connectTotal := time.Since(start)
+	connectCPU := cpuTime() - cpuStart
+	b.Cleanup(func() {
+		for _, s := range spokes {
+			_ = s.conn.Close()
+		}
+	})
+
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+	)
+	b.ResetTimer()
+	roundCPUStart := cpuTime()
+	for round := range b.N {
+		var rwg sync.WaitGroup
+		for _, s := range spokes {
+			rwg.Add(1)
+			go func() {
+				defer rwg.Done()
+				s.gen++
+				t0 := time.Now()
+				if err := s.stream.Send(deltaMsg(s.gen, benchMachine(int32(3+round%5)))); err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := s.stream.Recv(); err != nil {
+					b.Error(err)
+					return
+				}
+				d := time.Since(t0)
+				mu.Lock()
+				latencies = append(latencies, d)
+				mu.Unlock()
+			}()
+		}
+		rwg.Wait()
+	}
+	b.StopTimer()
+	roundCPU := cpuTime() - roundCPUStart
+
+	if got := len(h.store.List()); got != n {
+		b.Fatalf("hub index holds %d clusters, want %d", got, n)
+	}
+	slices.Sort(connectTimes)
+	slices.Sort(latencies)
+	b.ReportMetric(connectTotal.Seconds(), "connect-all-s")
+	b.ReportMetric(ms(percentile(connectTimes, 0.99)), "connect-p99-ms")
+	b.ReportMetric(connectCPU.Seconds(), "connect-cpu-s")
+	b.ReportMetric(ms(percentile(latencies, 0.50)), "propagation-p50-ms")
+	b.ReportMetric(ms(percentile(latencies, 0.99)), "propagation-p99-ms")
+	b.ReportMetric(roundCPU.Seconds()/float64(b.N), "cpu-s/round")
+	b.ReportMetric(float64(rssBytes())/(1<<20), "rss-MiB")
+}
+
+func connectSpoke(ctx context.Context, h *testHub, cert *tls.Certificate, cluster string) (*benchSpoke, error) {
+	cfg, err := identity.ClientTLS(h.ca.CertPEM, cert, "127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		return nil, err
+	}
+	stream, err := federationv1.NewFederationClient(conn).Report(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("opening stream of %s: %w", cluster, err)
+	}
+	if err := stream.Send(hello(cluster, 1)); err != nil {
+		return nil, err
+	}
+	if err := stream.Send(snapshotMsg(1, benchMachine(4))); err != nil {
+		return nil, err
+	}
+	if _, err := stream.Recv(); err != nil {
+		return nil, fmt.Errorf("waiting for the snapshot ack of %s: %w", cluster, err)
+	}
+	return &benchSpoke{conn: conn, stream: stream, gen: 1}, nil
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(float64(len(sorted))*p))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// rssBytes is the process's resident set size from /proc (0 elsewhere).
+func rssBytes() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
