@@ -1,0 +1,251 @@
+// Package scores publishes the hub's free capacity to OCM Placement: one
+// AddOnPlacementScore (cluster.open-cluster-management.io/v1alpha1) named
+// ResourceName in each cluster's namespace on the hub, so that a Placement
+// prioritizer of type AddOn can route work to clusters with free units:
+//
+//	prioritizerPolicy:
+//	  configurations:
+//	  - scoreCoordinate:
+//	      type: AddOn
+//	      addOn: {resourceName: imperator, scoreName: compute-xlarge}
+//	    weight: 1
+//
+// Score names: "<type>" sums the free units of the machine type over every
+// machine group of the cluster; "<group>.<type>" counts one group's units
+// (type names are DNS labels, so the two forms never collide).
+//
+// Scale: value = −100 + 2 × min(free, 100). A cluster with no free unit
+// scores −100, one free unit −98, 50 free units 0, 100 or more 100: the score
+// grows with every free unit and compares across clusters of any size.
+//
+// Freshness: while a cluster is Available its scores carry validUntil =
+// now + ValidFor and are refreshed before they expire. When a cluster goes
+// offline or its figures are stale (restored after a hub restart, not yet
+// confirmed) validUntil is set to now, so Placement ignores its scores at
+// once. Writes happen only when the scores or the validity change, at most
+// once per MinInterval per cluster.
+package scores
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	clusterv1alpha1 "open-cluster-management.io/api/cluster/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imperator-federation/imperator/hub/internal/capacity"
+	"github.com/imperator-federation/imperator/hub/internal/store"
+)
+
+// Defaults of Options.
+const (
+	DefaultResourceName = "imperator"
+	DefaultMinInterval  = 5 * time.Second
+	DefaultValidFor     = 2 * time.Minute
+	// MinScore and MaxScore bound OCM scores.
+	MinScore = -100
+	MaxScore = 100
+)
+
+// Options configure a Publisher.
+type Options struct {
+	// ResourceName is the AddOnPlacementScore's name in every cluster namespace.
+	ResourceName string
+	// MinInterval is the shortest time between two writes of one cluster's scores.
+	MinInterval time.Duration
+	// ValidFor is how long published scores stay valid without a refresh.
+	ValidFor time.Duration
+	Clock    clock.WithTicker
+	Log      logr.Logger
+}
+
+// Publisher keeps the AddOnPlacementScores in step with the store. It is a
+// controller-runtime Runnable that needs leader election: one hub replica
+// writes.
+type Publisher struct {
+	client client.Client
+	store  *store.Store
+	opts   Options
+	queue  workqueue.TypedDelayingInterface[string]
+
+	// written is what the last successful write of each cluster holds; only
+	// the worker touches it.
+	written map[string]published
+}
+
+type published struct {
+	scores     []clusterv1alpha1.AddOnPlacementScoreItem
+	validUntil time.Time
+	at         time.Time
+}
+
+// New returns a publisher writing with c (whose scheme must know
+// cluster.open-cluster-management.io/v1alpha1). It registers a change
+// listener on st: call it before the hub starts serving.
+func New(c client.Client, st *store.Store, opts Options) *Publisher {
+	if opts.ResourceName == "" {
+		opts.ResourceName = DefaultResourceName
+	}
+	if opts.MinInterval <= 0 {
+		opts.MinInterval = DefaultMinInterval
+	}
+	if opts.ValidFor <= 0 {
+		opts.ValidFor = DefaultValidFor
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	p := &Publisher{
+		client:  c,
+		store:   st,
+		opts:    opts,
+		queue:   workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "placement-scores", Clock: opts.Clock}),
+		written: map[string]published{},
+	}
+	st.OnChange(p.queue.Add)
+	return p
+}
+
+// NeedLeaderElection is true: a single replica writes the scores.
+func (p *Publisher) NeedLeaderElection() bool { return true }
+
+// Start publishes every cluster's scores, then follows the store's changes
+// until ctx is done.
+func (p *Publisher) Start(ctx context.Context) error {
+	go func() {
+		<-ctx.Done()
+		p.queue.ShutDown()
+	}()
+	for _, c := range p.store.List() {
+		p.queue.Add(c.Name)
+	}
+	for p.processNext(ctx) {
+	}
+	return nil
+}
+
+func (p *Publisher) processNext(ctx context.Context) bool {
+	name, shutdown := p.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer p.queue.Done(name)
+	now := p.opts.Clock.Now()
+	if last, ok := p.written[name]; ok && now.Sub(last.at) < p.opts.MinInterval {
+		// Coalesce: look again when the interval is over; later changes
+		// of the cluster fold into that one write.
+		p.queue.AddAfter(name, p.opts.MinInterval-now.Sub(last.at))
+		return true
+	}
+	retryAfter, err := p.sync(ctx, name, now)
+	if err != nil {
+		p.opts.Log.Error(err, "Publishing placement scores failed", "cluster", name)
+		p.queue.AddAfter(name, max(p.opts.MinInterval, time.Second))
+		return true
+	}
+	if retryAfter > 0 {
+		p.queue.AddAfter(name, retryAfter)
+	}
+	return true
+}
+
+// sync writes the cluster's scores when they differ from what was written
+// and returns when to look again (0: on the next change only).
+func (p *Publisher) sync(ctx context.Context, name string, now time.Time) (time.Duration, error) {
+	c, ok := p.store.Get(name)
+	if !ok {
+		// The cluster is gone; its namespace (and the score) go with its
+		// ManagedCluster.
+		delete(p.written, name)
+		return 0, nil
+	}
+	want := published{scores: Scores(c), at: now}
+	fresh := !c.Stale()
+	last, wrote := p.written[name]
+	refreshAt := last.validUntil.Add(-p.opts.ValidFor / 2)
+	switch {
+	case fresh:
+		if wrote && slices.Equal(last.scores, want.scores) && now.Before(refreshAt) {
+			return refreshAt.Sub(now), nil
+		}
+		want.validUntil = now.Add(p.opts.ValidFor)
+	default:
+		if wrote && !last.validUntil.After(now) && slices.Equal(last.scores, want.scores) {
+			return 0, nil
+		}
+		want.validUntil = now
+	}
+	if err := p.write(ctx, name, want); err != nil {
+		return 0, err
+	}
+	p.written[name] = want
+	p.opts.Log.V(1).Info("Published placement scores", "cluster", name, "scores", len(want.scores), "validUntil", want.validUntil, "fresh", fresh)
+	if fresh {
+		return p.opts.ValidFor / 2, nil
+	}
+	return 0, nil
+}
+
+func (p *Publisher) write(ctx context.Context, namespace string, want published) error {
+	obj := &clusterv1alpha1.AddOnPlacementScore{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: p.opts.ResourceName}}
+	if err := p.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading AddOnPlacementScore: %w", err)
+		}
+		obj.Labels = map[string]string{"app.kubernetes.io/managed-by": "imperator-hub"}
+		if err := p.client.Create(ctx, obj); err != nil {
+			return fmt.Errorf("creating AddOnPlacementScore: %w", err)
+		}
+	}
+	patch := client.MergeFrom(obj.DeepCopy())
+	obj.Status.Scores = want.scores
+	validUntil := metav1.NewTime(want.validUntil)
+	obj.Status.ValidUntil = &validUntil
+	if err := p.client.Status().Patch(ctx, obj, patch); err != nil {
+		return fmt.Errorf("patching AddOnPlacementScore status: %w", err)
+	}
+	return nil
+}
+
+// Scores are the placement scores of a cluster's figures (see the package
+// documentation), sorted by name.
+func Scores(c *store.Cluster) []clusterv1alpha1.AddOnPlacementScoreItem {
+	usage := capacity.ClusterUsageOf(c)
+	perType := map[string]int32{}
+	out := make([]clusterv1alpha1.AddOnPlacementScoreItem, 0, len(usage.Types)*2)
+	for _, t := range usage.Types {
+		perType[t.Type] += t.Free
+		if t.Group == "" {
+			// Only the per-type score: "<group>.<type>" would collide with it.
+			continue
+		}
+		out = append(out, clusterv1alpha1.AddOnPlacementScoreItem{Name: ScoreName(t.Group, t.Type), Value: Value(t.Free)})
+	}
+	for typ, free := range perType {
+		out = append(out, clusterv1alpha1.AddOnPlacementScoreItem{Name: ScoreName("", typ), Value: Value(free)})
+	}
+	slices.SortFunc(out, func(a, b clusterv1alpha1.AddOnPlacementScoreItem) int {
+		return cmp.Compare(a.Name, b.Name)
+	})
+	return out
+}
+
+// Value maps free units onto the OCM score range: −100 + 2 × min(free, 100).
+func Value(free int32) int32 {
+	return MinScore + 2*min(max(free, 0), 100)
+}
+
+// ScoreName is the score name of a machine type; group may be empty for the
+// name summing every group.
+func ScoreName(group, machineType string) string {
+	return strings.TrimPrefix(group+"."+machineType, ".")
+}
