@@ -1,0 +1,445 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
+)
+
+const (
+	statePrefix  = "CLUSTER_STATE_"
+	reasonPrefix = "EXCLUSION_REASON_"
+)
+
+// clusters
+
+var clusterColumns = []column{
+	{name: "NAME"}, {name: "STATE"}, {name: "AGENT"}, {name: "HEARTBEAT"}, {name: "MACHINES"}, {name: "TYPES"},
+	{name: "OBSERVED", wide: true}, {name: "CONNECTED", wide: true}, {name: "GENERATION", wide: true},
+}
+
+func (p *printer) clusterRow(t *table, c *queryv1.Cluster) {
+	t.add(c.GetName(), enumName(c.GetState().String(), statePrefix), c.GetAgentVersion(), p.age(c.GetLastHeartbeat()),
+		itoa(c.GetMachineCount()), itoa(c.GetMachineTypeCount()), p.age(c.GetObservedAt()), fmt.Sprint(c.GetConnected()), fmt.Sprint(c.GetGeneration()))
+}
+
+func clustersCommand(*flag.FlagSet) subcommand {
+	return subcommand{validate: noArgs, run: func(c *command) error {
+		if c.g.watch {
+			return c.watch(func(t *table, ev *queryv1.ClusterEvent) {
+				if ev.GetType() == queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_REMOVED {
+					t.add(ev.GetCluster().GetName(), "Removed")
+					return
+				}
+				c.printer.clusterRow(t, ev.GetCluster())
+			}, clusterColumns)
+		}
+		ctx, cancel := c.unary()
+		defer cancel()
+		resp, err := c.client.ListClusters(ctx, &queryv1.ListClustersRequest{})
+		if err != nil {
+			return c.callError(err)
+		}
+		if c.printer.structured() {
+			return c.printer.message(resp)
+		}
+		t := &table{columns: clusterColumns}
+		for _, cl := range resp.GetClusters() {
+			c.printer.clusterRow(t, cl)
+		}
+		return c.printer.table(t, true)
+	}}
+}
+
+// machines
+
+func gpuCell(g interface {
+	GetNum() int32
+	GetProduct() string
+	GetFamily() string
+}) string {
+	if g.GetNum() == 0 {
+		return "-"
+	}
+	sel := g.GetProduct()
+	if sel == "" {
+		sel = g.GetFamily()
+	}
+	if sel == "" {
+		return fmt.Sprint(g.GetNum())
+	}
+	return fmt.Sprintf("%dx %s", g.GetNum(), sel)
+}
+
+func machinesCommand(fs *flag.FlagSet) subcommand {
+	var req queryv1.ListMachinesRequest
+	fs.StringVar(&req.Cluster, "cluster", "", "Only this cluster.")
+	fs.StringVar(&req.Group, "group", "", "Only this machine group.")
+	fs.StringVar(&req.Type, "type", "", "Only this machine type.")
+	fs.StringVar(&req.GpuProduct, "gpu-product", "", "Only types selecting this GPU product (nvidia.com/gpu.product).")
+	fs.StringVar(&req.GpuFamily, "gpu-family", "", "Only types selecting this GPU family (nvidia.com/gpu.family).")
+	return subcommand{
+		validate: noArgs,
+		run: func(c *command) error {
+			ctx, cancel := c.unary()
+			defer cancel()
+			resp, err := c.client.ListMachines(ctx, &req)
+			if err != nil {
+				return c.callError(err)
+			}
+			if c.printer.structured() {
+				return c.printer.message(resp)
+			}
+			t := &table{columns: []column{
+				{name: "CLUSTER"}, {name: "GROUP"}, {name: "TYPE"}, {name: "CPU"}, {name: "MEMORY"}, {name: "GPU"},
+				{name: "FREE"}, {name: "USED"}, {name: "WAITING"}, {name: "MAXIMUM"},
+				{name: "MACHINE", wide: true}, {name: "RESERVED", wide: true}, {name: "STATE", wide: true}, {name: "NODES(R/NR/M)", wide: true}, {name: "OBSERVED", wide: true},
+			}}
+			for _, m := range resp.GetMachineTypes() {
+				u, n := m.GetUsage(), m.GetNodes()
+				t.add(m.GetCluster(), m.GetGroup(), m.GetType(), m.GetCpu(), m.GetMemory(), gpuCell(m.GetGpu()),
+					itoa(m.GetFree()), itoa(u.GetUsed()), itoa(u.GetWaiting()), itoa(u.GetMaximum()),
+					m.GetMachine(), itoa(u.GetReserved()), enumName(m.GetClusterState().String(), statePrefix),
+					fmt.Sprintf("%d/%d/%d", n.GetReady(), n.GetNotReady(), n.GetMaintenance()), c.printer.age(m.GetObservedAt()))
+			}
+			return c.printer.table(t, true)
+		},
+	}
+}
+
+func noArgs(c *command) error {
+	if len(c.args) > 0 {
+		return fail(ExitUsage, "unexpected argument %q", c.args[0])
+	}
+	return nil
+}
+
+// usage
+
+var usageColumns = []column{
+	{name: "CLUSTER"}, {name: "STATE"}, {name: "GROUP"}, {name: "TYPE"},
+	{name: "MAXIMUM"}, {name: "RESERVED"}, {name: "USED"}, {name: "WAITING"}, {name: "FREE"},
+	{name: "OBSERVED", wide: true},
+}
+
+func (p *printer) usageRows(t *table, cu *queryv1.ClusterUsage) {
+	for _, u := range cu.GetTypes() {
+		t.add(cu.GetCluster(), enumName(cu.GetState().String(), statePrefix), u.GetGroup(), u.GetType(),
+			itoa(u.GetMaximum()), itoa(u.GetReserved()), itoa(u.GetUsed()), itoa(u.GetWaiting()), itoa(u.GetFree()), p.age(cu.GetObservedAt()))
+	}
+}
+
+func usageCommand(fs *flag.FlagSet) subcommand {
+	var req queryv1.GetUsageRequest
+	fs.StringVar(&req.Cluster, "cluster", "", "Only this cluster.")
+	return subcommand{
+		validate: noArgs,
+		run: func(c *command) error {
+			if c.g.watch {
+				return c.watch(func(t *table, ev *queryv1.ClusterEvent) {
+					if ev.GetType() == queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_REMOVED {
+						t.add(ev.GetCluster().GetName(), "Removed")
+						return
+					}
+					c.printer.usageRows(t, ev.GetUsage())
+				}, usageColumns, req.Cluster)
+			}
+			ctx, cancel := c.unary()
+			defer cancel()
+			resp, err := c.client.GetUsage(ctx, &req)
+			if err != nil {
+				return c.callError(err)
+			}
+			if c.printer.structured() {
+				return c.printer.message(resp)
+			}
+			t := &table{columns: usageColumns}
+			for _, cu := range resp.GetClusters() {
+				c.printer.usageRows(t, cu)
+			}
+			if req.Cluster == "" {
+				for _, u := range resp.GetFleet() {
+					t.add("(fleet)", "", u.GetGroup(), u.GetType(), itoa(u.GetMaximum()), itoa(u.GetReserved()), itoa(u.GetUsed()), itoa(u.GetWaiting()), itoa(u.GetFree()))
+				}
+			}
+			return c.printer.table(t, true)
+		},
+	}
+}
+
+// watch streams cluster events; table output prints the header once and
+// rows as events arrive, json/yaml print each event.
+func (c *command) watch(rows func(*table, *queryv1.ClusterEvent), columns []column, only ...string) error {
+	var clusters []string
+	for _, o := range only {
+		if o != "" {
+			clusters = append(clusters, o)
+		}
+	}
+	stream, err := c.client.Watch(c.ctx, &queryv1.WatchRequest{Clusters: clusters})
+	if err != nil {
+		return c.callError(err)
+	}
+	header := true
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return c.callError(err)
+		}
+		if c.printer.structured() {
+			if err := c.printer.message(ev); err != nil {
+				return err
+			}
+			continue
+		}
+		t := &table{columns: columns}
+		rows(t, ev)
+		if err := c.printer.table(t, header); err != nil {
+			return err
+		}
+		header = false
+	}
+}
+
+// capacity
+
+func capacityCommand(fs *flag.FlagSet) subcommand {
+	var (
+		count       int
+		sameCluster bool
+		shape       queryv1.ResourceShape
+		gpus        int
+	)
+	fs.IntVar(&count, "count", 1, "Number of units wanted.")
+	fs.BoolVar(&sameCluster, "same-cluster", false, "All units in one cluster (default: spread over the fewest clusters).")
+	fs.IntVar(&gpus, "gpu", 0, "Shape: GPUs per unit.")
+	fs.StringVar(&shape.GpuProduct, "gpu-product", "", "Shape: GPU product (nvidia.com/gpu.product).")
+	fs.StringVar(&shape.GpuFamily, "gpu-family", "", "Shape: GPU family (nvidia.com/gpu.family).")
+	fs.StringVar(&shape.Cpu, "cpu", "", "Shape: CPU per unit, a quantity (8, 500m).")
+	fs.StringVar(&shape.Memory, "memory", "", "Shape: memory per unit, a quantity (32Gi).")
+	req := &queryv1.FindCapacityRequest{}
+	what := ""
+	return subcommand{
+		validate: func(c *command) error {
+			hasShape := gpus != 0 || shape.GpuProduct != "" || shape.GpuFamily != "" || shape.Cpu != "" || shape.Memory != ""
+			switch {
+			case len(c.args) > 1:
+				return fail(ExitUsage, "capacity takes one machine type, got %q", c.args)
+			case len(c.args) == 1 && hasShape:
+				return fail(ExitUsage, "capacity: give a machine type or a shape (--gpu, --cpu, ...), not both")
+			case len(c.args) == 0 && !hasShape:
+				return fail(ExitUsage, "capacity: give a machine type (TYPE or GROUP/TYPE) or a shape (--gpu N, --gpu-product P, --cpu Q, --memory Q)")
+			case count < 1 || count > 100000:
+				return fail(ExitUsage, "--count %d: want 1 to 100000", count)
+			case gpus < 0 || gpus > 1024:
+				return fail(ExitUsage, "--gpu %d: want 0 to 1024", gpus)
+			}
+			req.Count = int32(count)
+			req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SPREAD
+			if sameCluster {
+				req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SAME_CLUSTER
+			}
+			if len(c.args) == 1 {
+				ref := &queryv1.MachineTypeRef{Type: c.args[0]}
+				if group, typ, ok := strings.Cut(c.args[0], "/"); ok {
+					ref.Group, ref.Type = group, typ
+				}
+				if msgs := validation.IsDNS1123Label(ref.Type); len(msgs) > 0 {
+					return fail(ExitUsage, "machine type %q: %s", ref.Type, strings.Join(msgs, "; "))
+				}
+				req.Target = &queryv1.FindCapacityRequest_MachineType{MachineType: ref}
+				what = c.args[0]
+				return nil
+			}
+			for flagName, q := range map[string]string{"--cpu": shape.Cpu, "--memory": shape.Memory} {
+				if _, err := resource.ParseQuantity(q); q != "" && err != nil {
+					return fail(ExitUsage, "%s %q: not a quantity (e.g. 8, 500m, 32Gi)", flagName, q)
+				}
+			}
+			shape.GpuCount = int32(gpus)
+			req.Target = &queryv1.FindCapacityRequest_Shape{Shape: &shape}
+			what = describeShape(&shape)
+			return nil
+		},
+		run: func(c *command) error {
+			ctx, cancel := c.unary()
+			defer cancel()
+			resp, err := c.client.FindCapacity(ctx, req)
+			if err != nil {
+				return c.callError(err)
+			}
+			if c.printer.structured() {
+				if err := c.printer.message(resp); err != nil {
+					return err
+				}
+			} else if err := c.printer.capacity(resp); err != nil {
+				return err
+			}
+			if !resp.GetSatisfiable() {
+				return fail(ExitFailure, "%s", notFitMessage(resp, count, what, sameCluster))
+			}
+			return nil
+		},
+	}
+}
+
+func describeShape(s *queryv1.ResourceShape) string {
+	var parts []string
+	if s.GpuCount > 0 {
+		parts = append(parts, fmt.Sprintf("%d GPU", s.GpuCount))
+	}
+	for _, p := range []string{s.GpuProduct, s.GpuFamily} {
+		if p != "" {
+			parts = append(parts, p)
+		}
+	}
+	if s.Cpu != "" {
+		parts = append(parts, "cpu "+s.Cpu)
+	}
+	if s.Memory != "" {
+		parts = append(parts, "memory "+s.Memory)
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+func notFitMessage(resp *queryv1.FindCapacityResponse, count int, what string, sameCluster bool) string {
+	where := "in the fleet"
+	if sameCluster {
+		where = "in one cluster"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d x %s do not fit %s", count, what, where)
+	if resp.GetPlaced() > 0 {
+		fmt.Fprintf(&b, " (%d could be placed)", resp.GetPlaced())
+	}
+	for _, ex := range resp.GetExcluded() {
+		if ex.GetReason() == queryv1.ExclusionReason_EXCLUSION_REASON_OFFLINE {
+			fmt.Fprintf(&b, "\n  cluster %s is %s", ex.GetCluster(), ex.GetMessage())
+			continue
+		}
+		fmt.Fprintf(&b, "\n  cluster %s: %s", ex.GetCluster(), ex.GetMessage())
+	}
+	return b.String()
+}
+
+func (p *printer) capacity(resp *queryv1.FindCapacityResponse) error {
+	t := &table{columns: []column{{name: "CLUSTER"}, {name: "FREE"}, {name: "TAKE"}, {name: "TYPES"}, {name: "OBSERVED"}}}
+	for _, cand := range resp.GetCandidates() {
+		var types []string
+		for _, u := range cand.GetTypes() {
+			types = append(types, fmt.Sprintf("%s/%s:%d", u.GetGroup(), u.GetType(), u.GetFree()))
+		}
+		t.add(cand.GetCluster(), itoa(cand.GetFree()), itoa(cand.GetTake()), strings.Join(types, ","), p.age(cand.GetObservedAt()))
+	}
+	if err := p.table(t, true); err != nil {
+		return err
+	}
+	if len(resp.GetExcluded()) == 0 {
+		return nil
+	}
+	fmt.Fprintln(p.out)
+	ex := &table{columns: []column{{name: "EXCLUDED"}, {name: "REASON"}, {name: "FREE"}, {name: "DETAIL"}}}
+	for _, e := range resp.GetExcluded() {
+		ex.add(e.GetCluster(), enumName(e.GetReason().String(), reasonPrefix), itoa(e.GetFree()), e.GetMessage())
+	}
+	return p.table(ex, true)
+}
+
+// tokens
+
+var tokenColumns = []column{{name: "ID"}, {name: "EXPIRES"}, {name: "CLUSTER"}, {name: "USED-BY"}, {name: "DESCRIPTION"}}
+
+func tokenRow(t *table, tok *queryv1.Token) {
+	expires := "-"
+	if tok.GetExpiration() != nil {
+		expires = tok.GetExpiration().AsTime().UTC().Format(time.RFC3339)
+	}
+	t.add(tok.GetId(), expires, tok.GetClusterName(), tok.GetUsedBy(), tok.GetDescription())
+}
+
+func tokenCreateCommand(fs *flag.FlagSet) subcommand {
+	req := &queryv1.CreateTokenRequest{}
+	var ttl time.Duration
+	fs.DurationVar(&ttl, "ttl", 0, "How long the token can be used (hub default 24h; at most 720h).")
+	fs.StringVar(&req.ClusterName, "cluster", "", "Bind the token to this cluster name (default: any).")
+	fs.StringVar(&req.Description, "description", "", "Free-form note stored with the token.")
+	return subcommand{
+		validate: func(c *command) error {
+			if ttl < 0 {
+				return fail(ExitUsage, "--ttl %s: must be positive", ttl)
+			}
+			if ttl > 0 {
+				req.Ttl = durationpb.New(ttl)
+			}
+			return noArgs(c)
+		},
+		run: func(c *command) error {
+			ctx, cancel := c.unary()
+			defer cancel()
+			resp, err := c.client.CreateToken(ctx, req)
+			if err != nil {
+				return c.callError(err)
+			}
+			if c.printer.structured() {
+				return c.printer.message(resp)
+			}
+			fmt.Fprintf(c.env.Stderr, "Token %s expires %s; it is shown only once:\n", resp.GetInfo().GetId(), resp.GetInfo().GetExpiration().AsTime().UTC().Format(time.RFC3339))
+			fmt.Fprintln(c.printer.out, resp.GetToken())
+			return nil
+		},
+	}
+}
+
+func tokenListCommand(*flag.FlagSet) subcommand {
+	return subcommand{
+		validate: noArgs,
+		run: func(c *command) error {
+			ctx, cancel := c.unary()
+			defer cancel()
+			resp, err := c.client.ListTokens(ctx, &queryv1.ListTokensRequest{})
+			if err != nil {
+				return c.callError(err)
+			}
+			if c.printer.structured() {
+				return c.printer.message(resp)
+			}
+			t := &table{columns: tokenColumns}
+			for _, tok := range resp.GetTokens() {
+				tokenRow(t, tok)
+			}
+			return c.printer.table(t, true)
+		},
+	}
+}
+
+func tokenRevokeCommand(*flag.FlagSet) subcommand {
+	return subcommand{
+		validate: func(c *command) error {
+			if len(c.args) != 1 {
+				return fail(ExitUsage, "usage: imperatorctl token revoke ID")
+			}
+			return nil
+		},
+		run: func(c *command) error {
+			ctx, cancel := c.unary()
+			defer cancel()
+			if _, err := c.client.RevokeToken(ctx, &queryv1.RevokeTokenRequest{Id: c.args[0]}); err != nil {
+				return c.callError(err)
+			}
+			fmt.Fprintf(c.printer.out, "revoked %s\n", c.args[0])
+			return nil
+		},
+	}
+}

@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/yaml"
+)
+
+// Output formats.
+const (
+	formatTable = "table"
+	formatWide  = "wide"
+	formatJSON  = "json"
+	formatYAML  = "yaml"
+)
+
+// printer writes answers in the chosen format: tables for people, the API's
+// JSON (protojson, camelCase fields, indented) or YAML for scripts.
+type printer struct {
+	format string
+	out    io.Writer
+	now    func() time.Time
+	// documents counts YAML documents written, for the --- separators.
+	documents int
+}
+
+func newPrinter(format string, env Env) (printer, error) {
+	switch format {
+	case formatTable, formatWide, formatJSON, formatYAML:
+		return printer{format: format, out: env.Stdout, now: env.Now}, nil
+	default:
+		return printer{}, fmt.Errorf("--output %q: want table, wide, json or yaml", format)
+	}
+}
+
+func (p *printer) structured() bool { return p.format == formatJSON || p.format == formatYAML }
+
+// column of a table; wide columns only show with -o wide.
+type column struct {
+	name string
+	wide bool
+}
+
+// table is a set of rows under columns.
+type table struct {
+	columns []column
+	rows    [][]string
+}
+
+func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+
+// message writes m as JSON or YAML.
+func (p *printer) message(m proto.Message) error {
+	raw, err := protojson.MarshalOptions{UseEnumNumbers: false}.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encoding the answer: %w", err)
+	}
+	// protojson's spacing is deliberately unstable: normalise it.
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, compact(raw), "", "  "); err != nil {
+		return fmt.Errorf("encoding the answer: %w", err)
+	}
+	if p.format == formatJSON {
+		buf.WriteByte('\n')
+		_, err := p.out.Write(buf.Bytes())
+		return err
+	}
+	y, err := yaml.JSONToYAML(buf.Bytes())
+	if err != nil {
+		return fmt.Errorf("encoding the answer: %w", err)
+	}
+	if p.documents > 0 {
+		fmt.Fprintln(p.out, "---")
+	}
+	p.documents++
+	_, err = p.out.Write(y)
+	return err
+}
+
+func compact(raw []byte) []byte {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return raw
+	}
+	return buf.Bytes()
+}
+
+// table writes t; header says whether to write the column names.
+func (p *printer) table(t *table, header bool) error {
+	w := tabwriter.NewWriter(p.out, 0, 4, 2, ' ', 0)
+	var keep []int
+	var names []string
+	for i, c := range t.columns {
+		if !c.wide || p.format == formatWide {
+			keep = append(keep, i)
+			names = append(names, c.name)
+		}
+	}
+	if header {
+		fmt.Fprintln(w, strings.Join(names, "\t"))
+	}
+	for _, row := range t.rows {
+		cells := make([]string, 0, len(keep))
+		for _, i := range keep {
+			cell := "-"
+			if i < len(row) && row[i] != "" {
+				cell = row[i]
+			}
+			cells = append(cells, cell)
+		}
+		fmt.Fprintln(w, strings.Join(cells, "\t"))
+	}
+	return w.Flush()
+}
+
+// age formats how long ago ts was, kubectl style ("3m", "2d"); "-" when unset.
+func (p *printer) age(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return duration.HumanDuration(p.now().Sub(ts.AsTime()))
+}
+
+func itoa(n int32) string { return fmt.Sprint(n) }
+
+// enumName strips an enum value's prefix: CLUSTER_STATE_OFFLINE -> Offline.
+func enumName(full, prefix string) string {
+	s := strings.TrimPrefix(full, prefix)
+	if s == "" || s == "UNSPECIFIED" {
+		return "-"
+	}
+	parts := strings.Split(strings.ToLower(s), "_")
+	for i, part := range parts {
+		if part != "" {
+			parts[i] = strings.ToUpper(part[:1]) + part[1:]
+		}
+	}
+	return strings.Join(parts, "")
+}
