@@ -120,9 +120,10 @@ func (r *Reporter) join(ctx context.Context, key client.ObjectKey) (*tls.Certifi
 	} else if err != nil {
 		return nil, fmt.Errorf("reading hub credentials secret %s: %w", key, err)
 	} else {
-		patch := client.MergeFrom(secret.DeepCopy())
+		// Update, not patch: the whole Secret is ours, and its resourceVersion
+		// guards against a concurrent writer.
 		secret.Data = data
-		if err := r.opts.Client.Patch(ctx, secret, patch); err != nil {
+		if err := r.opts.Client.Update(ctx, secret); err != nil {
 			return nil, fmt.Errorf("storing hub credentials in secret %s: %w", key, err)
 		}
 	}

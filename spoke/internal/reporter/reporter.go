@@ -44,6 +44,11 @@ var clientKeepalive = keepalive.ClientParameters{Time: 30 * time.Second, Timeout
 // capabilities are the protocol features this agent implements.
 var capabilities = []string{"snapshot", "delta", "heartbeat", "node-counts"}
 
+// The reporter reads Machines and MachineNodePools. Its credentials Secret
+// (get, create, update in the agent's namespace) is granted by the agent's
+// hand-written Role in deploy/spoke/agent.
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines;machinenodepools,verbs=get;list;watch
+
 // Options configure a Reporter.
 type Options struct {
 	// Cache is the manager's cache; Machines and MachineNodePools are read
