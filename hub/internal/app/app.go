@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	clusterv1alpha1 "open-cluster-management.io/api/cluster/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -28,7 +30,9 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/join"
 	"github.com/imperator-federation/imperator/hub/internal/liveness"
 	"github.com/imperator-federation/imperator/hub/internal/persist"
+	"github.com/imperator-federation/imperator/hub/internal/query"
 	"github.com/imperator-federation/imperator/hub/internal/registry"
+	"github.com/imperator-federation/imperator/hub/internal/scores"
 	"github.com/imperator-federation/imperator/hub/internal/server"
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	"github.com/imperator-federation/imperator/internal/identity"
@@ -50,10 +54,11 @@ type Options struct {
 	Ready func(*store.Store)
 }
 
-// Scheme returns the hub's scheme: core, Imperator and OCM cluster kinds.
+// Scheme returns the hub's scheme: core, Imperator and OCM cluster kinds
+// (ManagedCluster, AddOnPlacementScore).
 func Scheme() (*runtime.Scheme, error) {
 	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), imperatorv1alpha1.AddToScheme(scheme), clusterv1.Install(scheme)); err != nil {
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), imperatorv1alpha1.AddToScheme(scheme), clusterv1.Install(scheme), clusterv1alpha1.Install(scheme)); err != nil {
 		return nil, fmt.Errorf("building scheme: %w", err)
 	}
 	return scheme, nil
@@ -107,6 +112,9 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	cached, apiReader := mgr.GetClient(), mgr.GetAPIReader()
+	tokens := join.NewTokens(direct, cfg.Namespace, nil)
+	queries := query.New(st, tokens, nil)
+	publisher := scores.New(mgr.GetClient(), st, scores.Options{Log: log.WithName("scores")})
 	srv, err := server.New(server.Options{
 		Listener:      opts.Listener,
 		ListenAddress: cfg.ListenAddress,
@@ -115,7 +123,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		}, poolOf(ca.Cert.Raw)),
 		Store: st,
 		Joiner: &join.Service{
-			Tokens:   join.NewTokens(direct, cfg.Namespace, nil),
+			Tokens:   tokens,
 			CA:       ca,
 			Client:   direct,
 			Validity: cfg.ClientCertValidity,
@@ -131,6 +139,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		Metrics:         metrics,
 		Log:             log.WithName("grpc"),
 		MaxRecvMsgBytes: cfg.MaxRecvMsgBytes,
+		Services:        []func(grpc.ServiceRegistrar){queries.Register},
 	})
 	if err != nil {
 		return err
@@ -138,6 +147,8 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if err := errors.Join(
 		mgr.Add(srv),
 		mgr.Add(persister),
+		mgr.Add(queries),
+		mgr.Add(publisher),
 		mgr.Add(liveness.New(st, log.WithName("liveness"))),
 		mgr.AddHealthzCheck("ping", healthz.Ping),
 		mgr.AddReadyzCheck("ping", healthz.Ping),

@@ -60,6 +60,9 @@ type Options struct {
 	MaxRecvMsgBytes int
 	// ShutdownTimeout bounds the graceful stop.
 	ShutdownTimeout time.Duration
+	// Services register further services (the Query API) on the server.
+	// They authenticate their callers themselves: see selfAuthenticated.
+	Services []func(grpc.ServiceRegistrar)
 }
 
 // Server is the hub's gRPC server, a controller-runtime Runnable.
@@ -111,6 +114,9 @@ func New(opts Options) (*Server, error) {
 		grpc.ChainStreamInterceptor(s.streamInterceptor),
 	)
 	federationv1.RegisterFederationServer(s.grpc, s)
+	for _, register := range opts.Services {
+		register(s.grpc)
+	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	return s, nil
