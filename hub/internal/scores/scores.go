@@ -46,6 +46,9 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/store"
 )
 
+// +kubebuilder:rbac:groups=cluster.open-cluster-management.io,resources=addonplacementscores,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=cluster.open-cluster-management.io,resources=addonplacementscores/status,verbs=get;patch
+
 // Defaults of Options.
 const (
 	DefaultResourceName = "imperator"
