@@ -36,7 +36,9 @@ type Service struct {
 }
 
 // Join validates the request, consumes the token, registers the cluster and
-// returns a client certificate for the CSR's key with CN = cluster name.
+// returns a client certificate for the CSR's key with CN = cluster name. A
+// cluster whose ManagedCluster exists already (re-join, or adoption of an
+// OCM cluster) needs a token bound to its name.
 // Errors are gRPC status errors whose message tells the spoke's operator
 // what to do.
 func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*federationv1.JoinResponse, error) {
@@ -60,10 +62,14 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "reading issued certificate: %v", err)
 	}
-	if err := s.Tokens.Consume(ctx, req.GetToken(), req.GetClusterName()); err != nil {
+	registered, err := registry.Exists(ctx, s.Client, req.GetClusterName())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "checking cluster registration: %v", err)
+	}
+	if err := s.Tokens.Consume(ctx, req.GetToken(), req.GetClusterName(), registered); err != nil {
 		log.Info("Join refused", "reason", err.Error())
 		switch {
-		case errors.Is(err, ErrWrongCluster):
+		case errors.Is(err, ErrWrongCluster), errors.Is(err, ErrUnboundToken):
 			return nil, status.Error(codes.PermissionDenied, err.Error())
 		case errors.Is(err, ErrMalformedToken), errors.Is(err, ErrUnknownToken), errors.Is(err, ErrExpiredToken), errors.Is(err, ErrUsedToken):
 			return nil, status.Error(codes.Unauthenticated, err.Error())

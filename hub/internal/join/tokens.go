@@ -54,6 +54,7 @@ var (
 	ErrExpiredToken   = errors.New("bootstrap token has expired: ask the platform team for a new one")
 	ErrUsedToken      = errors.New("bootstrap token was already used: tokens are single-use, ask the platform team for a new one")
 	ErrWrongCluster   = errors.New("bootstrap token is bound to another cluster name")
+	ErrUnboundToken   = errors.New("the cluster is already registered at the hub: joining it again needs a token bound to its name (hub token create --cluster NAME)")
 )
 
 // TokenInfo describes a bootstrap token without its secret.
@@ -160,7 +161,10 @@ func (t *Tokens) Revoke(ctx context.Context, id string) error {
 // Consume checks token for clusterName and marks it used, atomically: of two
 // concurrent joins with the same token (even on two hub replicas) one wins,
 // the other gets ErrUsedToken. The Secret is kept, as a record of the join.
-func (t *Tokens) Consume(ctx context.Context, token, clusterName string) error {
+// With registered true (the cluster exists at the hub already) only a token
+// bound to clusterName is accepted, so that an unbound token cannot take
+// over an existing cluster's identity.
+func (t *Tokens) Consume(ctx context.Context, token, clusterName string, registered bool) error {
 	m := tokenPattern.FindStringSubmatch(token)
 	if m == nil {
 		return ErrMalformedToken
@@ -187,6 +191,9 @@ func (t *Tokens) Consume(ctx context.Context, token, clusterName string) error {
 	}
 	if info.ClusterName != "" && info.ClusterName != clusterName {
 		return ErrWrongCluster
+	}
+	if registered && info.ClusterName == "" {
+		return ErrUnboundToken
 	}
 	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	obj.Data[keyUsedBy] = []byte(clusterName)

@@ -17,14 +17,15 @@ import (
 func TestConsume(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	cases := map[string]struct {
-		opts      CreateOptions
-		mangle    func(token string) string
-		advance   time.Duration
-		revoke    bool
-		cluster   string
-		consumeN  int
-		wantErrs  []error
-		wantUsage string
+		opts       CreateOptions
+		mangle     func(token string) string
+		advance    time.Duration
+		revoke     bool
+		cluster    string
+		registered bool
+		consumeN   int
+		wantErrs   []error
+		wantUsage  string
 	}{
 		"first use joins, second is refused": {
 			cluster: "a", consumeN: 2,
@@ -40,6 +41,14 @@ func TestConsume(t *testing.T) {
 		},
 		"bound to this cluster": {
 			opts: CreateOptions{ClusterName: "a"}, cluster: "a", consumeN: 1,
+			wantErrs: []error{nil}, wantUsage: "a",
+		},
+		"unbound token for a registered cluster": {
+			cluster: "a", registered: true, consumeN: 1,
+			wantErrs: []error{ErrUnboundToken},
+		},
+		"bound token for a registered cluster": {
+			opts: CreateOptions{ClusterName: "a"}, cluster: "a", registered: true, consumeN: 1,
 			wantErrs: []error{nil}, wantUsage: "a",
 		},
 		"revoked": {
@@ -80,7 +89,7 @@ func TestConsume(t *testing.T) {
 			}
 			clk.SetTime(start.Add(tc.advance))
 			for i := 0; i < tc.consumeN; i++ {
-				if err := tokens.Consume(ctx, token, tc.cluster); !errors.Is(err, tc.wantErrs[i]) {
+				if err := tokens.Consume(ctx, token, tc.cluster, tc.registered); !errors.Is(err, tc.wantErrs[i]) {
 					t.Errorf("Consume #%d = %v, want %v", i+1, err, tc.wantErrs[i])
 				}
 			}

@@ -59,6 +59,18 @@ func EnsureNamespace(ctx context.Context, c client.Client, cluster string) error
 	return nil
 }
 
+// Exists reports whether the cluster's ManagedCluster exists.
+func Exists(ctx context.Context, r client.Reader, cluster string) (bool, error) {
+	var mc clusterv1.ManagedCluster
+	if err := r.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading ManagedCluster %q: %w", cluster, err)
+	}
+	return true, nil
+}
+
 // AcceptsClient reports whether the cluster's ManagedCluster exists and has
 // spec.hubAcceptsClient=true.
 func AcceptsClient(ctx context.Context, r client.Reader, cluster string) (bool, error) {

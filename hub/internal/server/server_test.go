@@ -5,7 +5,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
@@ -151,6 +154,23 @@ func TestNewerStreamReplacesOlder(t *testing.T) {
 	}
 	if c, _ := h.store.Get("a"); !c.Connected || c.Epoch != 2 {
 		t.Errorf("cluster connected=%t epoch=%d, want true 2", c.Connected, c.Epoch)
+	}
+}
+
+func TestHealthWithoutClientCertificate(t *testing.T) {
+	h := startTestHub(t)
+	cfg, err := identity.ClientTLS(h.ca.CertPEM, nil, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: federationv1.Federation_ServiceDesc.ServiceName})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health check = %v, %v; want SERVING", resp, err)
 	}
 }
 

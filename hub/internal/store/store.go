@@ -296,7 +296,6 @@ func (s *Store) Restore(c Cluster) {
 	})
 }
 
-
 // EvaluateLiveness turns clusters silent past the grace period Unknown and
 // returns the names of those whose state changed. Clusters become Available
 // again on their next message.

@@ -134,6 +134,19 @@ var _ = Describe("Federation", Ordered, func() {
 		}
 	})
 
+	It("does not write to the hub cluster while nothing changes", func(ctx SpecContext) {
+		resourceVersions := func(g Gomega) []string {
+			var inv imperatorv1alpha1.ClusterInventory
+			g.Expect(hubServer.client.Get(ctx, client.ObjectKey{Namespace: "alpha", Name: "alpha"}, &inv)).To(Succeed())
+			var mc clusterv1.ManagedCluster
+			g.Expect(hubServer.client.Get(ctx, client.ObjectKey{Name: "alpha"}, &mc)).To(Succeed())
+			return []string{inv.ResourceVersion, mc.ResourceVersion}
+		}
+		before := resourceVersions(Default)
+		// Heartbeats keep arriving every 300ms all along.
+		Consistently(resourceVersions).WithTimeout(5 * persistInterval).Should(Equal(before))
+	})
+
 	It("shows a Machine status change on a spoke at the hub within 2 seconds", func(ctx SpecContext) {
 		setUsed(ctx, spokes["alpha"], "compute-xlarge", 1)
 		Eventually(func() int32 { return usedAtHub("alpha", "compute-xlarge") }).
@@ -177,6 +190,22 @@ var _ = Describe("Federation", Ordered, func() {
 		_, err := dialHub(nil).Join(ctx, joinRequest("gamma", spokes["alpha"].token))
 		Expect(status.Code(err)).To(Equal(codes.Unauthenticated), "error: %v", err)
 		Expect(err.Error()).To(ContainSubstring("already used"))
+	})
+
+	It("lets only a token bound to its name re-join a registered cluster", func(ctx SpecContext) {
+		unbound, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
+		Expect(err).NotTo(HaveOccurred())
+		_, err = dialHub(nil).Join(ctx, joinRequest("alpha", unbound))
+		Expect(status.Code(err)).To(Equal(codes.PermissionDenied), "error: %v", err)
+		Expect(err.Error()).To(ContainSubstring("already registered"))
+
+		bound, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "alpha")
+		Expect(err).NotTo(HaveOccurred())
+		resp, err := dialHub(nil).Join(ctx, joinRequest("alpha", bound))
+		Expect(err).NotTo(HaveOccurred())
+		cert, err := pki.ParseCertificate(resp.GetCertificate())
+		Expect(err).NotTo(HaveOccurred())
+		Expect(cert.Subject.CommonName).To(Equal("alpha"))
 	})
 
 	It("refuses an expired token", func(ctx SpecContext) {
