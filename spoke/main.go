@@ -27,9 +27,18 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/config"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
+	"github.com/imperator-federation/imperator/spoke/internal/reporter"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/certs"
+	"github.com/imperator-federation/imperator/spoke/internal/webhook/install"
+	"github.com/imperator-federation/imperator/spoke/internal/webhook/machinevalidator"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/podinjector"
 )
+
+// version is the agent's version, reported to the hub; set at build time
+// with -ldflags "-X main.version=...".
+var version = "v0.1.0-dev"
 
 func main() {
 	if err := run(); err != nil {
@@ -110,13 +119,40 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("preparing webhook certificate: %w", err)
 	}
+	if err := registerWebhooks(ctx, direct, cfg, certManager.CABundle()); err != nil {
+		return err
+	}
 	if err := errors.Join(
 		local.Add(certManager),
 		podinjector.SetupWebhookWithManager(local),
+		machinevalidator.SetupWebhookWithManager(local),
+		nodepool.SetupWithManager(mgr),
+		machine.SetupWithManager(mgr, machine.Options{
+			Namespace:         cfg.Namespace,
+			Image:             cfg.Reservation.Image,
+			PriorityClassName: cfg.Reservation.PriorityClassName,
+		}),
 		local.AddHealthzCheck("ping", healthz.Ping),
 		local.AddReadyzCheck("webhook", local.GetWebhookServer().StartedChecker()),
 	); err != nil {
 		return fmt.Errorf("setting up the agent: %w", err)
+	}
+	if cfg.Hub.Address != "" {
+		hubReporter, err := reporter.New(reporter.Options{
+			Cache:        local.GetCache(),
+			Client:       direct,
+			Namespace:    cfg.Namespace,
+			Hub:          cfg.Hub,
+			Token:        cfg.JoinToken,
+			AgentVersion: version,
+			Log:          ctrl.Log.WithName("reporter"),
+		})
+		if err != nil {
+			return err
+		}
+		if err := local.Add(hubReporter); err != nil {
+			return fmt.Errorf("setting up the hub reporter: %w", err)
+		}
 	}
 
 	log.Info("Starting agent", "namespace", cfg.Namespace, "hub", cfg.Hub.Address)
@@ -124,4 +160,28 @@ func run() error {
 		return fmt.Errorf("running manager: %w", err)
 	}
 	return nil
+}
+
+// registerWebhooks applies the injector's and the validator's webhook
+// configurations, pointing at the agent's Service or at --webhook-url, with
+// the CA bundle of the serving certificate.
+func registerWebhooks(ctx context.Context, c client.Client, cfg config.Config, caBundle []byte) error {
+	target := install.Target{
+		URL:              cfg.Webhook.URL,
+		ServiceNamespace: cfg.Namespace,
+		ServiceName:      cfg.Webhook.ServiceName,
+		ServicePort:      443,
+	}
+	injector, err := target.ClientConfig(podinjector.WebhookPath, caBundle)
+	if err != nil {
+		return err
+	}
+	validator, err := target.ClientConfig(machinevalidator.WebhookPath, caBundle)
+	if err != nil {
+		return err
+	}
+	return install.Apply(ctx, c,
+		podinjector.MutatingWebhookConfiguration(cfg.Webhook.MutatingConfiguration, cfg.Namespace, injector),
+		machinevalidator.ValidatingWebhookConfiguration(cfg.Webhook.ValidatingConfiguration, validator),
+	)
 }

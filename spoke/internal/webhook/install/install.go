@@ -18,6 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// The certs package patches the same configurations to renew the CA bundle.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;create;patch
+
 // FieldOwner is the server-side apply field manager of the configurations.
 const FieldOwner = "imperator-spoke-agent"
 
