@@ -1,0 +1,5 @@
+package integration
+
+import "google.golang.org/protobuf/proto"
+
+type protoMessage = proto.Message

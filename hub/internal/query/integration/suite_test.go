@@ -1,0 +1,127 @@
+// Package integration runs the hub's query API end to end on a real API
+// server (envtest): the hub in-process (hub/hubtest) with the Query service
+// and the placement score publisher, two simulated spokes that join with
+// bootstrap tokens and report over mTLS like the spoke agent does, and
+// imperatorctl driven as a user would, its output compared to golden files.
+package integration
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/imperator-federation/imperator/hub/hubtest"
+	"github.com/imperator-federation/imperator/hub/internal/config"
+	"github.com/imperator-federation/imperator/hub/internal/hubca"
+	"github.com/imperator-federation/imperator/hub/internal/query"
+	"github.com/imperator-federation/imperator/test/util/harness"
+)
+
+var update = flag.Bool("update", false, "Rewrite the golden files of imperatorctl's output.")
+
+func TestQuery(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Hub query API, imperatorctl and placement scores")
+}
+
+const (
+	hubNamespace = "imperator-system"
+	gracePeriod  = 2 * time.Second
+)
+
+var (
+	env        *envtest.Environment
+	hubClient  client.Client
+	hub        *hubtest.Hub
+	caPEM      []byte
+	credsDir   string
+	adminConf  string
+	viewerConf string
+)
+
+var _ = BeforeSuite(func(ctx context.Context) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	root, err := repositoryRoot()
+	Expect(err).NotTo(HaveOccurred())
+	env = &envtest.Environment{
+		BinaryAssetsDirectory: harness.BinDir(),
+		CRDDirectoryPaths:     []string{filepath.Join(root, "deploy/hub/crd"), filepath.Join(root, "deploy/hub/crd/ocm")},
+		ErrorIfCRDPathMissing: true,
+	}
+	restConfig, err := env.Start()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(env.Stop)
+	scheme, err := hubtest.Scheme()
+	Expect(err).NotTo(HaveOccurred())
+	hubClient, err = client.New(restConfig, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(hubClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hubNamespace}})).To(Succeed())
+
+	// Credentials for people: certificates of the hub CA with the admin and
+	// viewer organizations, and an imperatorctl configuration for each.
+	ca, err := hubca.LoadOrCreate(ctx, hubClient, hubNamespace, config.Default().CASecret)
+	Expect(err).NotTo(HaveOccurred())
+	caPEM = ca.CertPEM
+	credsDir = GinkgoT().TempDir()
+	Expect(os.WriteFile(filepath.Join(credsDir, "hub-ca.crt"), ca.CertPEM, 0o600)).To(Succeed())
+	for name, org := range map[string]string{"admin": query.AdminOrganization, "viewer": query.ViewerOrganization} {
+		certPEM, keyPEM, err := ca.IssueClient(name, []string{org}, time.Hour)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(os.WriteFile(filepath.Join(credsDir, name+".crt"), certPEM, 0o600)).To(Succeed())
+		Expect(os.WriteFile(filepath.Join(credsDir, name+".key"), keyPEM, 0o600)).To(Succeed())
+	}
+
+	hub, err = hubtest.Start(restConfig, hubtest.Options{Namespace: hubNamespace, GracePeriod: gracePeriod})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() error { return hub.Stop() })
+	adminConf = writeConfig("admin")
+	viewerConf = writeConfig("viewer")
+}, NodeTimeout(3*time.Minute))
+
+// writeConfig writes an imperatorctl configuration file for the hub with
+// the credentials of user, with paths relative to the file.
+func writeConfig(user string) string {
+	path := filepath.Join(credsDir, user+".yaml")
+	content := fmt.Sprintf(`current-context: test
+contexts:
+- name: test
+  hub: %s
+  certificate-authority: hub-ca.crt
+  client-certificate: %s.crt
+  client-key: %s.key
+`, hub.Address(), user, user)
+	Expect(os.WriteFile(path, []byte(content), 0o600)).To(Succeed())
+	return path
+}
+
+// repositoryRoot is the directory of go.mod, found upwards.
+func repositoryRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
