@@ -1,0 +1,79 @@
+package machinevalidator_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/webhook/machinevalidator"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
+)
+
+// BenchmarkValidateCreate validates a new Machine of 100 nodes while 100
+// Machines of 100 nodes each exist: "cache" calls the validator on the
+// manager's cache (index lookups), "dry-run" creates the Machine with
+// dryRun=All through the API server, schema, CEL and webhook included. Run
+// with `go test -run '^$' -bench ValidateCreate`.
+func BenchmarkValidateCreate(b *testing.B) {
+	const machines, nodesPerMachine = 100, 100
+	e, err := startEnvironment()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := e.stop(); err != nil {
+			b.Error(err)
+		}
+	})
+	ctx := context.Background()
+	for m := range machines {
+		w := wrappers.MakeMachine(fmt.Sprintf("m%d", m), fmt.Sprintf("g%d", m)).Type("small", "1", "1Gi", 1)
+		for n := range nodesPerMachine {
+			w.Node(fmt.Sprintf("m%d-n%d", m, n), "small")
+		}
+		if err := e.Client.Create(ctx, w.Obj()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		list := &imperatorv1alpha1.MachineList{}
+		if err := e.Cache.List(ctx, list); err != nil {
+			b.Fatal(err)
+		}
+		if len(list.Items) == machines {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the validator's cache never saw every Machine")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	w := wrappers.MakeMachine("new", "new").Type("small", "1", "1Gi", 1)
+	for n := range nodesPerMachine {
+		w.Node(fmt.Sprintf("new-n%d", n), "small")
+	}
+	machine := w.Obj()
+
+	b.Run("cache", func(b *testing.B) {
+		v := &machinevalidator.Validator{Reader: e.Cache}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := v.ValidateCreate(ctx, machine); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("dry-run", func(b *testing.B) {
+		for b.Loop() {
+			if err := e.Client.Create(ctx, machine.DeepCopy(), client.DryRunAll); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
