@@ -1,0 +1,166 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseInterspersed(t *testing.T) {
+	cases := map[string]struct {
+		args           []string
+		wantPositional []string
+		wantCount      int
+		wantErr        bool
+	}{
+		"flags after the type":  {args: []string{"compute-xlarge", "--count", "4"}, wantPositional: []string{"compute-xlarge"}, wantCount: 4},
+		"flags before the type": {args: []string{"--count=3", "compute-xlarge"}, wantPositional: []string{"compute-xlarge"}, wantCount: 3},
+		"double dash":           {args: []string{"--", "--count"}, wantPositional: []string{"--count"}, wantCount: 1},
+		"unknown flag":          {args: []string{"x", "--nope"}, wantErr: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			fs := flag.NewFlagSet("t", flag.ContinueOnError)
+			fs.SetOutput(&bytes.Buffer{})
+			count := fs.Int("count", 1, "")
+			got, err := parseInterspersed(fs, tc.args)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error = %v, want error %t", err, tc.wantErr)
+			}
+			if tc.wantErr {
+				return
+			}
+			if diff := cmp.Diff(tc.wantPositional, got); diff != "" {
+				t.Errorf("positional (-want +got):\n%s", diff)
+			}
+			if *count != tc.wantCount {
+				t.Errorf("count = %d, want %d", *count, tc.wantCount)
+			}
+		})
+	}
+}
+
+func TestResolveConfig(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"ca.crt", "me.crt", "me.key", "other.crt"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(f), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "config")
+	if err := os.WriteFile(path, []byte(`current-context: prod
+contexts:
+- name: prod
+  hub: hub.example.com:9443
+  certificate-authority: ca.crt
+  client-certificate: me.crt
+  client-key: me.key
+- name: lab
+  hub: 10.0.0.1:9443
+  server-name: hub.lab
+  certificate-authority-data: inline-ca
+  client-certificate-data: inline-cert
+  client-key-data: inline-key
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		context string
+		over    overrides
+		want    connection
+		wantErr string
+	}{
+		"current context, relative paths": {
+			want: connection{hub: "hub.example.com:9443", serverName: "hub.example.com", caPEM: []byte("ca.crt"), certPEM: []byte("me.crt"), keyPEM: []byte("me.key")},
+		},
+		"inline data and server name": {
+			context: "lab",
+			want:    connection{hub: "10.0.0.1:9443", serverName: "hub.lab", caPEM: []byte("inline-ca"), certPEM: []byte("inline-cert"), keyPEM: []byte("inline-key")},
+		},
+		"flags win": {
+			over: overrides{hub: "127.0.0.1:1", cert: filepath.Join(dir, "other.crt")},
+			want: connection{hub: "127.0.0.1:1", serverName: "127.0.0.1", caPEM: []byte("ca.crt"), certPEM: []byte("other.crt"), keyPEM: []byte("me.key")},
+		},
+		"unknown context": {context: "nope", wantErr: `context "nope" is not in the configuration file`},
+		"bad address":     {over: overrides{hub: "no-port"}, wantErr: `hub address "no-port": want host:port`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx, err := cfg.context(tc.context)
+			var got *connection
+			if err == nil {
+				got, err = resolve(ctx, tc.over)
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, *got, cmp.AllowUnexported(connection{})); diff != "" {
+				t.Errorf("connection (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	cases := map[string]struct {
+		args       []string
+		wantStderr string
+	}{
+		"no command":               {args: nil, wantStderr: "Exit codes:"},
+		"unknown command":          {args: []string{"nodes"}, wantStderr: `unknown command "nodes"`},
+		"bad output":               {args: []string{"clusters", "-o", "xml"}, wantStderr: `--output "xml"`},
+		"watch machines":           {args: []string{"machines", "--watch"}, wantStderr: "only clusters and usage"},
+		"capacity type and shape":  {args: []string{"capacity", "x", "--gpu", "1"}, wantStderr: "not both"},
+		"capacity zero count":      {args: []string{"capacity", "x", "--count", "0"}, wantStderr: "--count 0"},
+		"capacity bad type":        {args: []string{"capacity", "Bad_Type"}, wantStderr: `machine type "Bad_Type"`},
+		"token without subcommand": {args: []string{"token"}, wantStderr: "token create|list|revoke"},
+		"revoke without id":        {args: []string{"token", "revoke"}, wantStderr: "token revoke ID"},
+		"no hub configured":        {args: []string{"clusters"}, wantStderr: "no hub address"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			env := Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
+			if code := Run(context.Background(), tc.args, env); code != ExitUsage {
+				t.Errorf("exit code = %d, want %d (stderr %q)", code, ExitUsage, errb.String())
+			}
+			if !strings.Contains(errb.String(), tc.wantStderr) {
+				t.Errorf("stderr = %q, want it to contain %q", errb.String(), tc.wantStderr)
+			}
+		})
+	}
+}
+
+func TestEnumName(t *testing.T) {
+	for in, want := range map[string]string{
+		"CLUSTER_STATE_OFFLINE":          "Offline",
+		"EXCLUSION_REASON_NO_SUCH_TYPE":  "NoSuchType",
+		"CLUSTER_STATE_UNSPECIFIED":      "-",
+		"EXCLUSION_REASON_WEIRD__DOUBLE": "WeirdDouble",
+		"EXCLUSION_REASON_":              "-",
+	} {
+		prefix := "CLUSTER_STATE_"
+		if strings.HasPrefix(in, "EXCLUSION") {
+			prefix = "EXCLUSION_REASON_"
+		}
+		if got := enumName(in, prefix); got != want {
+			t.Errorf("enumName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
