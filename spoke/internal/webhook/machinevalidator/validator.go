@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -62,12 +63,20 @@ func (v *Validator) ValidateCreate(ctx context.Context, machine *imperatorv1alph
 	return nil, invalid(ctx, machine, errs)
 }
 
-// ValidateUpdate checks a changed Machine. Rules across Machines apply only to
-// what the update adds (a node newly listed), so that a conflict admitted by
-// racing requests can still be resolved by editing either Machine.
+// ValidateUpdate checks a changed Machine. Updates that change neither the
+// spec nor the machine-group label are admitted as they are. Rules across
+// Machines apply only to what the update adds (a node newly listed), so that
+// a conflict admitted by racing requests can still be resolved by editing
+// either Machine.
 func (v *Validator) ValidateUpdate(ctx context.Context, oldMachine, machine *imperatorv1alpha1.Machine) (admission.Warnings, error) {
 	if !machine.DeletionTimestamp.IsZero() {
 		// Finalizers must be removable whatever the object holds.
+		return nil, nil
+	}
+	group := machine.Labels[imperatorv1alpha1.MachineGroupKey]
+	if group == oldMachine.Labels[imperatorv1alpha1.MachineGroupKey] && equality.Semantic.DeepEqual(oldMachine.Spec, machine.Spec) {
+		// Metadata only (finalizers, annotations, other labels): a Machine
+		// admitted before a rule existed must not block its controllers.
 		return nil, nil
 	}
 	errs := append(ValidateMachine(machine), ValidateLabelUpdate(oldMachine, machine)...)

@@ -189,3 +189,20 @@ func TestValidateUpdateOfDeletedMachine(t *testing.T) {
 		t.Errorf("ValidateUpdate() of a Machine being deleted = %v, want it admitted", err)
 	}
 }
+
+func TestValidateUpdateOfMetadataOnly(t *testing.T) {
+	v := &Validator{Reader: newReader(t)}
+	// Admitted before the validator ran: no group label, zero cpu.
+	old := wrappers.GeneralMachine().Label(groupKey, "").Obj()
+	old.Spec.MachineTypes[0].Spec.CPU = resource.MustParse("0")
+	withFinalizer := old.DeepCopy()
+	withFinalizer.Finalizers = append(withFinalizer.Finalizers, "example.com/cleanup")
+	if _, err := v.ValidateUpdate(context.Background(), old, withFinalizer); err != nil {
+		t.Errorf("ValidateUpdate() adding a finalizer = %v, want it admitted", err)
+	}
+	specChange := withFinalizer.DeepCopy()
+	specChange.Spec.MachineTypes[1].Available++
+	if _, err := v.ValidateUpdate(context.Background(), old, specChange); !apierrors.IsInvalid(err) {
+		t.Errorf("ValidateUpdate() changing the spec = %v, want an Invalid error", err)
+	}
+}
