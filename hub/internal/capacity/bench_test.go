@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -51,9 +52,13 @@ func BenchmarkFindCapacity(b *testing.B) {
 		for name, req := range requests {
 			b.Run(fmt.Sprintf("clusters=%d/%s", n, name), func(b *testing.B) {
 				b.ReportAllocs()
+				var took []time.Duration
 				for b.Loop() {
+					start := time.Now()
 					Find(clusters, req, now)
+					took = append(took, time.Since(start))
 				}
+				reportP99(b, took)
 			})
 		}
 	}
@@ -75,4 +80,13 @@ func BenchmarkListMachines(b *testing.B) {
 			})
 		}
 	}
+}
+
+// reportP99 adds the 99th percentile of one call's duration to the result.
+func reportP99(b *testing.B, took []time.Duration) {
+	if len(took) == 0 {
+		return
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)*99/100].Nanoseconds()), "p99-ns")
 }
