@@ -5,8 +5,9 @@
 // type's cpu, memory and GPUs on the type's ready nodes and so hold its
 // capacity. Reservations shrink as guest pods of the type arrive
 // (replicas = available − used − waiting) and grow back when they leave;
-// reservation pods run at a low PriorityClass the controller creates, with no
-// grace period, so a guest preempts one at once. The Machine's status reports
+// reservation pods have no grace period, so the slot of the one removed for a
+// guest is free at once, and run at a PriorityClass the controller creates
+// that never preempts anything. The Machine's status reports
 // maximum/reserved/used/waiting per type and the Ready, InsufficientCapacity
 // and OverSubscribed conditions; the same figures are Prometheus gauges, and
 // the time a guest takes to run is a histogram.

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
@@ -124,7 +125,9 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 	err := mcbuilder.ControllerManagedBy(mgr).
 		Named("machine").
 		For(&imperatorv1alpha1.Machine{}).
-		Owns(&appsv1.StatefulSet{}).
+		// The StatefulSet's status changes with every pod, and the pod watch
+		// sees those already: only spec and label changes matter here.
+		Owns(&appsv1.StatefulSet{}, mcbuilder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Owns(&corev1.Service{}).
 		Watches(&corev1.Pod{}, r.podHandler).
 		Watches(&corev1.Namespace{}, r.namespaceHandler).

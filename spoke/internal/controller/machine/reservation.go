@@ -21,9 +21,16 @@ import (
 const (
 	// placeholderContainer is the name of the reservation pod's only container.
 	placeholderContainer = "placeholder"
-	// reservationPriority is the priority of reservation pods: below the
-	// default 0 of every workload, so that any guest preempts them.
-	reservationPriority int32 = -10
+	// reservationPriority is the priority of reservation pods: the default
+	// priority of workloads, so that guests (and other workloads of default
+	// priority) do not preempt them. The handover is the controller's: a
+	// waiting guest scales the reservation down, and the deleted reservation
+	// pod (no grace period) makes the scheduler retry the guest at once.
+	// Letting guests preempt reservations instead races the scheduler's
+	// preemption against that scale-down: both delete the same pod, and the
+	// kube-scheduler 1.36 can then leave the guest pending for minutes
+	// (kubernetes/kubernetes#139162). Both hand over in about 0.6 s here.
+	reservationPriority int32 = 0
 	// nonRootUser runs the placeholder; pause images use it.
 	nonRootUser int64 = 65535
 )
@@ -68,7 +75,7 @@ func reservationService(machine *imperatorv1alpha1.Machine, group, namespace, ma
 // reservationStatefulSet is the StatefulSet whose pods hold replicas units of
 // a machine type on the type's ready nodes: requests = limits of the type's
 // shape, the tolerations and the required node affinity a guest of the type
-// gets from the injector, the low reservation priority and no grace period,
+// gets from the injector, the reservation priority and no grace period,
 // so that a guest takes the place of a reservation pod within seconds.
 func reservationStatefulSet(machine *imperatorv1alpha1.Machine, group, namespace string, machineType *imperatorv1alpha1.MachineType,
 	replicas int32, opts Options) *appsv1ac.StatefulSetApplyConfiguration {
@@ -156,15 +163,15 @@ func placement(group string, machineType *imperatorv1alpha1.MachineType) []corev
 	return reqs
 }
 
-// reservationPriorityClass is the PriorityClass of reservation pods: below
-// every workload, and never preempting anything itself.
+// reservationPriorityClass is the PriorityClass of reservation pods: the
+// default priority, and never preempting anything itself.
 func reservationPriorityClass(name string) *schedulingv1.PriorityClass {
 	return &schedulingv1.PriorityClass{
 		ObjectMeta:       metav1.ObjectMeta{Name: name},
 		Value:            reservationPriority,
 		PreemptionPolicy: ptr.To(corev1.PreemptNever),
 		GlobalDefault:    false,
-		Description:      "Placeholder pods that hold Imperator machine-type capacity; guests preempt them.",
+		Description:      "Placeholder pods that hold Imperator machine-type capacity; the agent removes one for each guest that arrives, they never preempt anything.",
 	}
 }
 

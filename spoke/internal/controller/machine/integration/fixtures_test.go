@@ -2,6 +2,9 @@ package machine_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -193,3 +196,21 @@ func eventsAbout(ctx context.Context, g Gomega, name, reason string) []string {
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// podEvents lists the events of every pod (scheduling, preemption), oldest
+// first, for failure reports.
+func podEvents() string {
+	list := &eventsv1.EventList{}
+	if err := k8s.List(context.Background(), list); err != nil {
+		return err.Error()
+	}
+	slices.SortFunc(list.Items, func(a, b eventsv1.Event) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	var out strings.Builder
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Pod" {
+			fmt.Fprintf(&out, "%s %s/%s %s: %s %s\n", e.CreationTimestamp.Format(time.StampMilli), e.Regarding.Namespace, e.Regarding.Name,
+				e.ReportingController, e.Reason, e.Note)
+		}
+	}
+	return out.String()
+}

@@ -12,6 +12,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -52,10 +53,10 @@ var _ = Describe("Machine controller", func() {
 			HaveField("Message", ContainSubstring("compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"))))
 		Expect(condition(ctx, machineName, imperatorv1alpha1.ConditionOverSubscribed)(Default)).To(HaveField("Status", metav1.ConditionFalse))
 
-		By("creating the low PriorityClass that never preempts")
+		By("creating the PriorityClass that default-priority pods cannot preempt and that never preempts")
 		pc := &schedulingv1.PriorityClass{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Name: "imperator-reservation"}, pc)).To(Succeed())
-		Expect(pc.Value).To(BeNumerically("<", 0))
+		Expect(pc.Value).To(BeZero())
 		Expect(pc.PreemptionPolicy).To(HaveValue(Equal(corev1.PreemptNever)))
 
 		By("naming, labelling and shaping the StatefulSets and Services as seed 000")
@@ -182,6 +183,31 @@ var _ = Describe("Machine controller", func() {
 				g.Expect(running(&p)).To(BeTrue(), "pod %s is %s", p.Name, p.Status.Phase)
 			}
 		}).WithTimeout(30 * time.Second).Should(Succeed())
+	})
+
+	It("does not report missing capacity while a leaving guest still holds its slot", func(ctx context.Context) {
+		createMachine(ctx, wrappers.GeneralMachine().Available("compute-xlarge", 2).Obj())
+		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-xlarge")).To(Equal(2)) }).WithTimeout(60 * time.Second).Should(Succeed())
+
+		pod := guest(guests, "slow-to-leave", "compute-xlarge")
+		pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](6)
+		Expect(k8s.Create(ctx, pod)).To(Succeed())
+		Eventually(usage(ctx, machineName)).WithTimeout(30 * time.Second).Should(HaveKeyWithValue("compute-xlarge", u(2, 1, 1, 0)))
+
+		By("deleting the guest, which keeps its slot for its 6 s grace period")
+		Expect(k8s.Delete(ctx, pod)).To(Succeed())
+		Eventually(func(g Gomega) {
+			var pending []string
+			for _, p := range reservationPods(ctx, g, "compute-xlarge") {
+				if p.Spec.NodeName == "" && p.DeletionTimestamp == nil {
+					pending = append(pending, p.Name)
+				}
+			}
+			g.Expect(pending).To(HaveLen(1))
+		}).WithTimeout(5 * time.Second).Should(Succeed())
+		Consistently(condition(ctx, machineName, imperatorv1alpha1.ConditionInsufficientCapacity)).WithTimeout(3 * time.Second).
+			ShouldNot(HaveField("Reason", imperatorv1alpha1.ReasonReservationsUnschedulable))
+		Eventually(usage(ctx, machineName)).WithTimeout(30 * time.Second).Should(HaveKeyWithValue("compute-xlarge", u(2, 2, 0, 0)))
 	})
 
 	It("counts guests of injection-enabled namespaces only, under either label", func(ctx context.Context) {

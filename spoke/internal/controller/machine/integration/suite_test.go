@@ -42,5 +42,6 @@ var _ = BeforeSuite(func(ctx context.Context) {
 var _ = ReportAfterEach(func(report SpecReport) {
 	if report.Failed() && env != nil && env.Cluster != nil {
 		AddReportEntry("cluster logs", env.Cluster.Logs(40))
+		AddReportEntry("pod events", podEvents())
 	}
 })
