@@ -66,6 +66,7 @@ func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
 		// that listed them too.
 		Watches(&imperatorv1alpha1.MachineNodePool{}, mapWithCache(poolToPeers)).
 		Watches(&corev1.Node{}, mapWithCache(nodeToPools), mcbuilder.WithPredicates(nodeChanged())).
+		WithOptions(controllerOptions(mgr)).
 		Complete(r)
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 )
 
 // SetupWithManager registers the indexes, the pool-sync reconciler and the
@@ -23,4 +25,13 @@ func SetupWithManager(mgr mcmanager.Manager) error {
 		return fmt.Errorf("setting up the node-pool controller: %w", err)
 	}
 	return nil
+}
+
+// controllerOptions are the manager's controller settings. The multicluster
+// builder takes only some of them (not SkipNameValidation, nor the default
+// concurrency and recover-panic settings); this takes all of them.
+func controllerOptions(mgr mcmanager.Manager) controller.TypedOptions[mcreconcile.Request] {
+	opts := controller.TypedOptions[mcreconcile.Request]{}
+	opts.DefaultFromConfig(mgr.GetControllerOptions())
+	return opts
 }

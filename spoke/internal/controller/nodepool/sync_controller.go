@@ -42,6 +42,7 @@ func (r *PoolSyncReconciler) SetupWithManager(mgr mcmanager.Manager) error {
 		Named("machinenodepool_sync").
 		For(&imperatorv1alpha1.Machine{}).
 		Owns(&imperatorv1alpha1.MachineNodePool{}).
+		WithOptions(controllerOptions(mgr)).
 		Complete(r)
 }
 

@@ -11,8 +11,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
@@ -32,6 +35,12 @@ type environment struct {
 	// Client talks to the API server directly.
 	Client client.Client
 
+	manager *runningManager
+}
+
+// runningManager is the agent's multicluster manager, without provider, running
+// the node-pool controllers against one API server.
+type runningManager struct {
 	cancel  context.CancelFunc
 	stopped chan error
 }
@@ -73,10 +82,21 @@ func startEnvironment() (_ *environment, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the client: %w", err)
 	}
+	e.manager, err = startManager(cfg, scheme)
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// startManager starts a manager running the node-pool controllers against
+// cfg and returns once its cache has synced.
+func startManager(cfg *rest.Config, scheme *runtime.Scheme) (_ *runningManager, err error) {
 	mgr, err := mcmanager.New(cfg, nil, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)
@@ -86,15 +106,33 @@ func startEnvironment() (_ *environment, err error) {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	e.cancel = cancel
-	e.stopped = make(chan error, 1)
-	go func() { e.stopped <- mgr.Start(ctx) }()
+	m := &runningManager{cancel: cancel, stopped: make(chan error, 1)}
+	go func() { m.stopped <- mgr.Start(ctx) }()
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, m.stop())
+		}
+	}()
 	syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
 	defer syncCancel()
 	if !mgr.GetLocalManager().GetCache().WaitForCacheSync(syncCtx) {
 		return nil, errors.New("waiting for the manager's cache to sync")
 	}
-	return e, nil
+	return m, nil
+}
+
+// stop stops the manager and waits for it.
+func (m *runningManager) stop() error {
+	m.cancel()
+	select {
+	case err := <-m.stopped:
+		if err != nil {
+			return fmt.Errorf("manager: %w", err)
+		}
+		return nil
+	case <-time.After(30 * time.Second):
+		return errors.New("manager did not stop within 30s")
+	}
 }
 
 // kubectl runs the kubectl of the control-plane binaries against the API server.
@@ -139,16 +177,8 @@ func repositoryRoot() (string, error) {
 // stop stops the manager, then the API server.
 func (e *environment) stop() error {
 	var errs []error
-	if e.cancel != nil {
-		e.cancel()
-		select {
-		case err := <-e.stopped:
-			if err != nil {
-				errs = append(errs, fmt.Errorf("manager: %w", err))
-			}
-		case <-time.After(30 * time.Second):
-			errs = append(errs, errors.New("manager did not stop within 30s"))
-		}
+	if e.manager != nil {
+		errs = append(errs, e.manager.stop())
 	}
 	if err := e.env.Stop(); err != nil {
 		errs = append(errs, fmt.Errorf("stopping envtest: %w", err))

@@ -158,9 +158,15 @@ var ownedStateOpts = []cmp.Option{cmpopts.EquateEmpty(), cmpopts.IgnoreFields(co
 // before outside it.
 func expectNode(ctx context.Context, name string, want nodepool.OwnedState, before foreign) {
 	GinkgoHelper()
+	expectNodeIn(ctx, k8s, name, want, before)
+}
+
+// expectNodeIn is expectNode against the API server of c.
+func expectNodeIn(ctx context.Context, c client.Client, name string, want nodepool.OwnedState, before foreign) {
+	GinkgoHelper()
 	Eventually(func(g Gomega) {
 		node := &corev1.Node{}
-		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
+		g.Expect(c.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
 		g.Expect(cmp.Diff(want, nodepool.CurrentState(node), ownedStateOpts...)).To(BeEmpty(), "keys of node %s under our prefix (-want +got)", name)
 		g.Expect(cmp.Diff(before, foreignOf(node))).To(BeEmpty(), "foreign keys of node %s (-before +now)", name)
 	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
