@@ -150,7 +150,8 @@ func ValidateMachine(machine *imperatorv1alpha1.Machine) field.ErrorList {
 			continue
 		}
 		if name := entry.MachineType[0].Name; !slices.Contains(types, name) {
-			errs = append(errs, field.NotFound(path.Index(0).Child("name"), name))
+			// The CRD's rule says the same; it answers first.
+			errs = append(errs, field.Invalid(path.Index(0).Child("name"), name, "must name an entry of spec.machineTypes"))
 		}
 	}
 	return errs

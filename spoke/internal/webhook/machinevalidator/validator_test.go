@@ -61,7 +61,7 @@ func TestValidateMachine(t *testing.T) {
 		"unknown machine type": {
 			machine: wrappers.MakeMachine("m", "g").Type("small", "1", "1Gi", 1).
 				Node("n1", "small").Node("n2", "large").Obj(),
-			wantErrs: field.ErrorList{field.NotFound(field.NewPath("spec", "nodePool").Index(1).Child("machineType").Index(0).Child("name"), nil)},
+			wantErrs: field.ErrorList{field.Invalid(field.NewPath("spec", "nodePool").Index(1).Child("machineType").Index(0).Child("name"), nil, "")},
 		},
 		"two machine types on one node": {
 			machine: func() *imperatorv1alpha1.Machine {
