@@ -53,6 +53,10 @@ up: k8s-bin build ## Start the local fleet in the background: hub + 2 spoke clus
 	$(GO) build -o $(BIN)/fleet ./hack/fleet
 	@hack/fleet.sh up
 
+.PHONY: demo
+demo: up ## The main job: a local hub + 2 spokes with sample GPU Machines and a guest workload, queried with imperatorctl.
+	@hack/demo.sh
+
 .PHONY: down
 down: ## Stop the local fleet and every process it started.
 	@hack/fleet.sh down

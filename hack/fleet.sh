@@ -21,7 +21,7 @@ The fleet is up: a hub cluster and spokes ($(cd "$dir" && ls -d spoke-* 2>/dev/n
   spoke-a:      export KUBECONFIG=$dir/spoke-a/kubeconfig
   hub cluster:  export KUBECONFIG=$dir/hub/kubeconfig
   kubectl:      $(hack/k8s-bin.sh dir)/kubectl
-  imperatorctl: bin/imperatorctl --config $dir/imperatorctl.yaml clusters
+  imperatorctl: export IMPERATOR_CONFIG=$dir/imperatorctl.yaml; bin/imperatorctl clusters
   logs:         $dir/fleet.log, $dir/*/*.log
   stop:         make down
 MSG
@@ -33,8 +33,9 @@ up() {
     usage
     return
   fi
+  # A fleet starts from scratch: the data of a previous one is removed.
+  rm -rf "$dir"
   mkdir -p "$dir"
-  rm -f "$dir/fleet.json"
   export IMPERATOR_K8S_BIN=${IMPERATOR_K8S_BIN:-$(hack/k8s-bin.sh dir)}
   nohup "$root/bin/fleet" --dir "$dir" --bin "$root/bin" >"$dir/fleet.log" 2>&1 &
   echo $! >"$pidfile"

@@ -8,6 +8,8 @@
 //	hub token list
 //	hub token revoke ID
 //	hub ca                                        print the hub CA bundle (PEM) for spokes' --hub-ca-file
+//	hub client-cert --name N --role viewer|admin --hub-address H
+//	                                              print an imperatorctl configuration with a new client certificate
 package main
 
 import (
@@ -46,6 +48,8 @@ func run(args []string) error {
 			return runToken(args[1:])
 		case "ca":
 			return runCA(args[1:])
+		case "client-cert":
+			return runClientCert(args[1:])
 		}
 	}
 	return serve(args)

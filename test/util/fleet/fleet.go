@@ -148,6 +148,9 @@ type Description struct {
 	// PEM bundle that verifies it; empty when only clusters run.
 	HubAddress string `json:"hubAddress,omitempty"`
 	HubCAFile  string `json:"hubCAFile,omitempty"`
+	// ImperatorctlConfig is an imperatorctl configuration with an admin
+	// certificate for the hub.
+	ImperatorctlConfig string `json:"imperatorctlConfig,omitempty"`
 }
 
 // ClusterDescription locates one cluster of the fleet.
@@ -161,7 +164,7 @@ type ClusterDescription struct {
 func (f *Fleet) Describe() Description {
 	d := Description{Hub: describe(f.Hub)}
 	if addr := f.HubAddress(); addr != "" {
-		d.HubAddress, d.HubCAFile = addr, f.HubCAFile()
+		d.HubAddress, d.HubCAFile, d.ImperatorctlConfig = addr, f.HubCAFile(), f.ImperatorctlConfig()
 	}
 	for _, name := range f.names {
 		d.Spokes = append(d.Spokes, describe(f.Spokes[name]))

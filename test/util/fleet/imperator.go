@@ -95,6 +95,13 @@ func (f *Fleet) installImperator(ctx context.Context) error {
 	if err := os.WriteFile(caPath, []byte(ca), 0o644); err != nil {
 		return fmt.Errorf("fleet: writing the hub CA: %w", err)
 	}
+	ctlConfig, err := f.hubCommand(ctx, "client-cert", "--name", "fleet-admin", "--role", "admin", "--hub-address", f.HubAddress())
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(f.ImperatorctlConfig(), []byte(ctlConfig), 0o600); err != nil {
+		return fmt.Errorf("fleet: writing the imperatorctl configuration: %w", err)
+	}
 	for _, name := range f.names {
 		token, err := f.hubCommand(ctx, "token", "create", "--cluster", name, "--ttl", "1h", "--description", "local fleet")
 		if err != nil {
@@ -134,6 +141,10 @@ func (f *Fleet) hubAddressLocked() string {
 	}
 	return "127.0.0.1:" + strconv.Itoa(f.hub.grpcPort)
 }
+
+// ImperatorctlConfig is an imperatorctl configuration file with an admin
+// certificate for the fleet's hub.
+func (f *Fleet) ImperatorctlConfig() string { return filepath.Join(f.opts.Dir, "imperatorctl.yaml") }
 
 // HubCAFile is the PEM bundle of the hub's CA.
 func (f *Fleet) HubCAFile() string { return f.hubCAPath() }
