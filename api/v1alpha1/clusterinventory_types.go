@@ -86,9 +86,10 @@ type InventoryMachineType struct {
 	GPU *GPUSpec `json:"gpu,omitempty"`
 	// available is the number of units the group offers.
 	Available int32 `json:"available"`
-	// usage of the type as the spoke reported it.
+	// usage of the type as the spoke reported it; absent until the spoke's
+	// Machine controller counted it.
 	// +optional
-	Usage Usage `json:"usage"`
+	Usage *Usage `json:"usage,omitempty"`
 	// nodes counts the pool's nodes serving the type by condition.
 	// +optional
 	Nodes NodeCounts `json:"nodes"`

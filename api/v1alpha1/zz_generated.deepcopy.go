@@ -186,7 +186,11 @@ func (in *InventoryMachineType) DeepCopyInto(out *InventoryMachineType) {
 		*out = new(GPUSpec)
 		**out = **in
 	}
-	out.Usage = in.Usage
+	if in.Usage != nil {
+		in, out := &in.Usage, &out.Usage
+		*out = new(Usage)
+		**out = **in
+	}
 	out.Nodes = in.Nodes
 }
 

@@ -45,6 +45,9 @@ type Hub struct {
 
 	mu    sync.Mutex
 	store *store.Store
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // ClusterView is what a test may read of one cluster in the hub's index.
@@ -117,10 +120,13 @@ func (h *Hub) Cluster(name string) (*ClusterView, bool) {
 	return st.Get(name)
 }
 
-// Stop stops the hub and waits for it to end.
+// Stop stops the hub and waits for it to end; later calls return the same.
 func (h *Hub) Stop() error {
-	h.cancel()
-	return <-h.done
+	h.stopOnce.Do(func() {
+		h.cancel()
+		h.stopErr = <-h.done
+	})
+	return h.stopErr
 }
 
 // CreateToken creates a bootstrap token in the hub cluster.

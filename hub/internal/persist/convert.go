@@ -51,14 +51,13 @@ func machinesToAPI(machines []*federationv1.Machine) []imperatorv1alpha1.Invento
 				CPU:       t.GetCpu(),
 				Memory:    t.GetMemory(),
 				Available: t.GetAvailable(),
-				Usage: imperatorv1alpha1.Usage{
-					Maximum: t.GetUsage().GetMaximum(), Reserved: t.GetUsage().GetReserved(),
-					Used: t.GetUsage().GetUsed(), Waiting: t.GetUsage().GetWaiting(),
-				},
 				Nodes: imperatorv1alpha1.NodeCounts{
 					Ready: t.GetNodes().GetReady(), NotReady: t.GetNodes().GetNotReady(),
 					Maintenance: t.GetNodes().GetMaintenance(), Missing: t.GetNodes().GetMissing(), Conflict: t.GetNodes().GetConflict(),
 				},
+			}
+			if u := t.GetUsage(); u != nil {
+				it.Usage = &imperatorv1alpha1.Usage{Maximum: u.GetMaximum(), Reserved: u.GetReserved(), Used: u.GetUsed(), Waiting: u.GetWaiting()}
 			}
 			if g := t.GetGpu(); g != nil {
 				it.GPU = &imperatorv1alpha1.GPUSpec{Type: g.GetType(), Num: g.GetNum(), Product: g.GetProduct(), Family: g.GetFamily(), Machine: g.GetMachine()}
@@ -81,8 +80,10 @@ func machinesFromAPI(machines []imperatorv1alpha1.InventoryMachine) []*federatio
 		for _, it := range im.Types {
 			t := &federationv1.MachineType{
 				Name: it.Name, Cpu: it.CPU, Memory: it.Memory, Available: it.Available,
-				Usage: &federationv1.Usage{Maximum: it.Usage.Maximum, Reserved: it.Usage.Reserved, Used: it.Usage.Used, Waiting: it.Usage.Waiting},
 				Nodes: &federationv1.NodeCounts{Ready: it.Nodes.Ready, NotReady: it.Nodes.NotReady, Maintenance: it.Nodes.Maintenance, Missing: it.Nodes.Missing, Conflict: it.Nodes.Conflict},
+			}
+			if u := it.Usage; u != nil {
+				t.Usage = &federationv1.Usage{Maximum: u.Maximum, Reserved: u.Reserved, Used: u.Used, Waiting: u.Waiting}
 			}
 			if g := it.GPU; g != nil {
 				t.Gpu = &federationv1.GPU{Type: g.Type, Num: g.Num, Product: g.Product, Family: g.Family, Machine: g.Machine}

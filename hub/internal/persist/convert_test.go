@@ -26,8 +26,10 @@ func TestMachinesRoundTrip(t *testing.T) {
 		}},
 		"cpu-only type": {{
 			Name: "cpu", Group: "cpu", Ready: federationv1.ConditionStatus_CONDITION_STATUS_FALSE,
-			Types: []*federationv1.MachineType{{Name: "small", Cpu: "2", Memory: "4Gi", Available: 5,
-				Usage: &federationv1.Usage{}, Nodes: &federationv1.NodeCounts{}}},
+			Types: []*federationv1.MachineType{
+				{Name: "small", Cpu: "2", Memory: "4Gi", Available: 5, Usage: &federationv1.Usage{}, Nodes: &federationv1.NodeCounts{}},
+				{Name: "not-counted-yet", Cpu: "2", Memory: "4Gi", Available: 1, Nodes: &federationv1.NodeCounts{}},
+			},
 		}},
 	}
 	for name, machines := range cases {

@@ -88,7 +88,11 @@ func (p *Persister) Restore(ctx context.Context, r client.Reader) error {
 // NeedLeaderElection is false: the replica holding a spoke's stream writes it.
 func (p *Persister) NeedLeaderElection() bool { return false }
 
-// Start writes until ctx is done.
+// flushTimeout bounds the final write of every cluster on shutdown.
+const flushTimeout = 10 * time.Second
+
+// Start writes until ctx is done, then writes what is still pending, so that
+// a restarted hub loses nothing it had acknowledged.
 func (p *Persister) Start(ctx context.Context) error {
 	go func() {
 		<-ctx.Done()
@@ -97,7 +101,7 @@ func (p *Persister) Start(ctx context.Context) error {
 	for {
 		cluster, shutdown := p.queue.Get()
 		if shutdown {
-			return nil
+			break
 		}
 		if err := p.sync(ctx, cluster); err != nil {
 			p.log.Error(err, "Persisting cluster failed; retrying", "cluster", cluster)
@@ -105,6 +109,15 @@ func (p *Persister) Start(ctx context.Context) error {
 		}
 		p.queue.Done(cluster)
 	}
+	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+	defer cancel()
+	for _, c := range p.store.List() {
+		// sync writes nothing for clusters whose inventory is unchanged.
+		if err := p.sync(flushCtx, c.Name); err != nil {
+			p.log.Error(err, "Persisting cluster on shutdown failed", "cluster", c.Name)
+		}
+	}
+	return nil
 }
 
 func (p *Persister) sync(ctx context.Context, name string) error {
@@ -117,8 +130,14 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	if !available {
 		msg = fmt.Sprintf("No heartbeat from the spoke agent for more than %s", p.store.GracePeriod())
 	}
-	if err := registry.SetAvailable(ctx, p.client, name, available, msg); err != nil {
+	registered, err := registry.SetAvailable(ctx, p.client, name, available, msg)
+	if err != nil {
 		return err
+	}
+	if !registered {
+		// Deregistered: do not recreate its namespace and inventory.
+		p.log.V(1).Info("Not persisting a cluster without ManagedCluster", "cluster", name)
+		return nil
 	}
 	inv, err := p.inventory(ctx, name)
 	if err != nil {

@@ -85,11 +85,15 @@ func AcceptsClient(ctx context.Context, r client.Reader, cluster string) (bool, 
 }
 
 // SetAvailable sets ManagedClusterConditionAvailable to True or Unknown,
-// writing only when the condition changes.
-func SetAvailable(ctx context.Context, c client.Client, cluster string, available bool, message string) error {
+// writing only when the condition changes. It reports false when the
+// ManagedCluster does not exist (the platform team deregistered the cluster).
+func SetAvailable(ctx context.Context, c client.Client, cluster string, available bool, message string) (bool, error) {
 	var mc clusterv1.ManagedCluster
 	if err := c.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
-		return client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading ManagedCluster %q: %w", cluster, err)
 	}
 	cond := metav1.Condition{
 		Type:               clusterv1.ManagedClusterConditionAvailable,
@@ -104,10 +108,10 @@ func SetAvailable(ctx context.Context, c client.Client, cluster string, availabl
 	}
 	patch := client.MergeFrom(mc.DeepCopy())
 	if !meta.SetStatusCondition(&mc.Status.Conditions, cond) {
-		return nil
+		return true, nil
 	}
 	if err := c.Status().Patch(ctx, &mc, patch); err != nil {
-		return fmt.Errorf("patching ManagedCluster %q status: %w", cluster, err)
+		return true, fmt.Errorf("patching ManagedCluster %q status: %w", cluster, err)
 	}
-	return nil
+	return true, nil
 }

@@ -50,7 +50,13 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	hub, err = hubtest.Start(hubServer.config, hubtest.Options{Namespace: agentNamespace, GracePeriod: gracePeriod, PersistInterval: persistInterval})
 	Expect(err).NotTo(HaveOccurred())
 	hubAddr = hub.Address()
-	DeferCleanup(func() error { return hub.Stop() })
+	// The restart spec replaces hub: stop whichever runs at the end.
+	DeferCleanup(func() error {
+		if hub == nil {
+			return nil
+		}
+		return hub.Stop()
+	})
 
 	spokeSch, err := spokeScheme()
 	Expect(err).NotTo(HaveOccurred())
