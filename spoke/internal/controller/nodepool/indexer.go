@@ -14,6 +14,9 @@ const (
 	// PoolNodeNameKey indexes MachineNodePools by the names in spec.nodePool:
 	// which pools list a node.
 	PoolNodeNameKey = "spec.nodePool.name"
+	// PoolMachineGroupKey indexes MachineNodePools by spec.machineGroup: the
+	// pool that configured a node annotated with a group.
+	PoolMachineGroupKey = "spec.machineGroup"
 	// NodeMachineGroupKey indexes Nodes by their machine-group annotation: the
 	// nodes a pool has configured, including those that have left it since.
 	NodeMachineGroupKey = "metadata.annotations.machineGroup"
@@ -23,6 +26,9 @@ const (
 func SetupIndexer(ctx context.Context, indexer client.FieldIndexer) error {
 	if err := indexer.IndexField(ctx, &imperatorv1alpha1.MachineNodePool{}, PoolNodeNameKey, indexPoolNodeNames); err != nil {
 		return fmt.Errorf("indexing MachineNodePools by node name: %w", err)
+	}
+	if err := indexer.IndexField(ctx, &imperatorv1alpha1.MachineNodePool{}, PoolMachineGroupKey, indexPoolMachineGroup); err != nil {
+		return fmt.Errorf("indexing MachineNodePools by machine group: %w", err)
 	}
 	if err := indexer.IndexField(ctx, &corev1.Node{}, NodeMachineGroupKey, indexNodeMachineGroup); err != nil {
 		return fmt.Errorf("indexing Nodes by machine group: %w", err)
@@ -40,6 +46,14 @@ func indexPoolNodeNames(obj client.Object) []string {
 		names = append(names, entry.Name)
 	}
 	return names
+}
+
+func indexPoolMachineGroup(obj client.Object) []string {
+	pool, ok := obj.(*imperatorv1alpha1.MachineNodePool)
+	if !ok || pool.Spec.MachineGroup == "" {
+		return nil
+	}
+	return []string{pool.Spec.MachineGroup}
 }
 
 func indexNodeMachineGroup(obj client.Object) []string {

@@ -78,10 +78,28 @@ func mapWithCache(fn func(client.Reader) handler.MapFunc) mchandler.EventHandler
 	}
 }
 
-// nodeToPools maps a node to the pools that list it.
+// nodeToPools maps a node to the pools that list it and to the pool of the
+// group it is annotated with, which releases it if it left that pool before
+// the cache saw it configured.
 func nodeToPools(reader client.Reader) handler.MapFunc {
 	return func(ctx context.Context, obj client.Object) []reconcile.Request {
-		return poolsListing(ctx, reader, obj.GetName(), "")
+		reqs := poolsListing(ctx, reader, obj.GetName(), "")
+		group, ok := obj.GetAnnotations()[imperatorv1alpha1.MachineGroupKey]
+		if !ok {
+			return reqs
+		}
+		pools := &imperatorv1alpha1.MachineNodePoolList{}
+		if err := reader.List(ctx, pools, client.MatchingFields{PoolMachineGroupKey: group}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the MachineNodePools of a machine group failed", "machineGroup", group)
+			return reqs
+		}
+		for _, pool := range pools.Items {
+			req := reconcile.Request{NamespacedName: types.NamespacedName{Name: pool.Name}}
+			if !slices.Contains(reqs, req) {
+				reqs = append(reqs, req)
+			}
+		}
+		return reqs
 	}
 }
 
@@ -150,7 +168,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	}
 
 	if !pool.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, c, pool)
+		return r.reconcileDelete(ctx, c, cl.GetAPIReader(), pool)
 	}
 	if !controllerutil.ContainsFinalizer(pool, imperatorv1alpha1.NodePoolFinalizer) {
 		patch := client.MergeFromWithOptions(pool.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -174,7 +192,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	for _, entry := range pool.Spec.NodePool {
 		listed[entry.Name] = true
 	}
-	releaseRequeue, releaseErr := r.releaseNodes(ctx, c, pool, listed)
+	releaseRequeue, releaseErr := r.releaseNodes(ctx, c, nil, pool, listed)
 	setStatus(pool, results)
 
 	if err := errors.Join(configureErr, releaseErr); err != nil {
@@ -188,12 +206,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 }
 
 // reconcileDelete takes everything the pool put on nodes off them, then
-// releases the pool.
-func (r *Reconciler) reconcileDelete(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool) (ctrl.Result, error) {
+// releases the pool. The listed nodes are read from the API server (live):
+// the pool is gone once the finalizer is removed, and a node configured a
+// moment ago may not look configured in the cache yet.
+func (r *Reconciler) reconcileDelete(ctx context.Context, c client.Client, live client.Reader, pool *imperatorv1alpha1.MachineNodePool) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(pool, imperatorv1alpha1.NodePoolFinalizer) {
 		return ctrl.Result{}, nil
 	}
-	requeue, err := r.releaseNodes(ctx, c, pool, nil)
+	requeue, err := r.releaseNodes(ctx, c, live, pool, nil)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -272,36 +292,38 @@ func (r *Reconciler) configureNodes(ctx context.Context, c client.Client, pool *
 }
 
 // releaseNodes takes everything this package put on a node off the nodes
-// annotated with the pool's group that are not in keep (all of them when keep
-// is nil) and that no other live pool lists; when the pool is being deleted,
-// listed nodes without the annotation are cleaned too.
-func (r *Reconciler) releaseNodes(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool, keep map[string]bool) (bool, error) {
+// annotated with the pool's group that are not in keep and that no other live
+// pool lists. When the pool is being deleted (keep is nil), the listed nodes,
+// read through live, are released too.
+func (r *Reconciler) releaseNodes(ctx context.Context, c client.Client, live client.Reader, pool *imperatorv1alpha1.MachineNodePool, keep map[string]bool) (bool, error) {
 	log := ctrl.LoggerFrom(ctx)
 	group := pool.Spec.MachineGroup
 	annotated := &corev1.NodeList{}
 	if err := c.List(ctx, annotated, client.MatchingFields{NodeMachineGroupKey: group}); err != nil {
 		return false, fmt.Errorf("listing the nodes of machine group %s: %w", group, err)
 	}
-	candidates := annotated.Items
-	if keep == nil {
+	candidates := make(map[string]*corev1.Node, len(annotated.Items))
+	for i := range annotated.Items {
+		candidates[annotated.Items[i].Name] = &annotated.Items[i]
+	}
+	if keep == nil && live != nil {
 		for _, entry := range pool.Spec.NodePool {
-			node := corev1.Node{}
-			if err := c.Get(ctx, client.ObjectKey{Name: entry.Name}, &node); err != nil {
+			node := &corev1.Node{}
+			if err := live.Get(ctx, client.ObjectKey{Name: entry.Name}, node); err != nil {
 				if apierrors.IsNotFound(err) {
 					continue
 				}
 				return false, fmt.Errorf("getting node %s: %w", entry.Name, err)
 			}
-			if _, ok := node.Annotations[imperatorv1alpha1.MachineGroupKey]; !ok {
-				candidates = append(candidates, node)
+			if group, ok := node.Annotations[imperatorv1alpha1.MachineGroupKey]; !ok || group == pool.Spec.MachineGroup {
+				candidates[node.Name] = node
 			}
 		}
 	}
 
 	var errs []error
 	requeue := false
-	for i := range candidates {
-		node := &candidates[i]
+	for _, node := range candidates {
 		if keep[node.Name] {
 			continue
 		}

@@ -386,6 +386,25 @@ var _ = Describe("Node-pool controller", func() {
 		}, metav1.ConditionTrue, imperatorv1alpha1.NodePoolReasonNodesConfigured)
 	})
 
+	It("leaves no key behind when nodes are listed and dropped in quick succession", func(ctx context.Context) {
+		before := createNodes(ctx, "churn-a", "churn-b")
+		createMachine(ctx, wrappers.MakeMachine("churn", "churn-group").
+			Type(medium, "6", "48Gi", 1).Node("churn-a", medium).Tainted().Node("churn-b", medium).Tainted().Obj())
+		// No waiting between the steps: the controller sees them while its
+		// own node writes are still on their way into its cache.
+		updateMachine(ctx, "churn", func(m *imperatorv1alpha1.Machine) { m.Spec.NodePool = m.Spec.NodePool[1:] })
+		deleteMachine(ctx, "churn")
+		expectNode(ctx, "churn-a", nodepool.OwnedState{}, before["churn-a"])
+		expectNode(ctx, "churn-b", nodepool.OwnedState{}, before["churn-b"])
+		Consistently(func(g Gomega) {
+			for _, name := range []string{"churn-a", "churn-b"} {
+				node := &corev1.Node{}
+				g.Expect(k8s.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
+				g.Expect(nodepool.CurrentState(node).Empty()).To(BeTrue(), "node %s carries %+v", name, nodepool.CurrentState(node))
+			}
+		}).WithTimeout(2 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+	})
+
 	It("writes nothing at steady state", func(ctx context.Context) {
 		before := createNodes(ctx, "steady-a", "steady-b")
 		createMachine(ctx, wrappers.MakeMachine("steady", "steady-group").
