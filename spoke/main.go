@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -87,7 +88,11 @@ func run() error {
 	}
 
 	mgr, err := mcmanager.New(restConfig, nil, ctrl.Options{
-		Scheme:                  scheme,
+		Scheme: scheme,
+		// Only the Machine controller reads pods, StatefulSets and Services:
+		// cache grouped pods and the agent namespace's workloads, not every
+		// pod of the cluster.
+		Cache:                   cache.Options{ByObject: machine.CacheOptions(cfg.Namespace)},
 		Metrics:                 metricsserver.Options{BindAddress: cfg.MetricsAddr},
 		HealthProbeBindAddress:  cfg.HealthAddr,
 		LeaderElection:          cfg.LeaderElection,

@@ -66,8 +66,9 @@ type Webhook struct {
 type Reservation struct {
 	// Image of the placeholder container; it must exit at once on SIGTERM.
 	Image string
-	// PriorityClassName is the low priority class of reservation pods, created
-	// by the agent, so that a guest preempts a reservation at once.
+	// PriorityClassName is the PriorityClass of reservation pods, created by
+	// the agent: they never preempt anything (the agent scales reservations
+	// down itself when a guest waits).
 	PriorityClassName string
 }
 
