@@ -87,3 +87,25 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 		NotAfter:    timestamppb.New(cert.NotAfter),
 	}, nil
 }
+
+// Renew issues a new client certificate for cluster — the caller's verified
+// identity, never a name from the request — for the CSR's key.
+func (s *Service) Renew(ctx context.Context, cluster string, req *federationv1.RenewRequest) (*federationv1.RenewResponse, error) {
+	if len(req.GetCsr()) == 0 || len(req.GetCsr()) > maxCSRBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "csr: want a PEM certificate request of at most %d bytes", maxCSRBytes)
+	}
+	validity := s.Validity
+	if validity <= 0 {
+		validity = DefaultCertificateValidity
+	}
+	certPEM, err := s.CA.SignClientCSR(req.GetCsr(), cluster, []string{identity.SpokeOrganization}, validity)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "csr: %v", err)
+	}
+	cert, err := pki.ParseCertificate(certPEM)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "reading issued certificate: %v", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Renewed cluster certificate", "cluster", cluster, "notAfter", cert.NotAfter)
+	return &federationv1.RenewResponse{Certificate: certPEM, Ca: s.CA.CertPEM, NotAfter: timestamppb.New(cert.NotAfter)}, nil
+}

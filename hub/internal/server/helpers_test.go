@@ -39,6 +39,10 @@ func (refusingJoiner) Join(context.Context, *federationv1.JoinRequest) (*federat
 	return nil, status.Error(codes.Unauthenticated, "test joiner refuses every token")
 }
 
+func (refusingJoiner) Renew(_ context.Context, cluster string, _ *federationv1.RenewRequest) (*federationv1.RenewResponse, error) {
+	return &federationv1.RenewResponse{Certificate: []byte("renewed " + cluster)}, nil
+}
+
 func startTestHub(tb testing.TB) *testHub {
 	tb.Helper()
 	ca, err := pki.NewCA("test-ca", time.Hour)

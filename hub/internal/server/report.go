@@ -25,6 +25,18 @@ func (s *Server) Join(ctx context.Context, req *federationv1.JoinRequest) (*fede
 	return s.opts.Joiner.Join(ctx, req)
 }
 
+// Renew re-issues the caller's certificate while its cluster is accepted.
+func (s *Server) Renew(ctx context.Context, req *federationv1.RenewRequest) (*federationv1.RenewResponse, error) {
+	cluster, ok := identity.ClusterFrom(ctx)
+	if !ok {
+		return nil, status.Error(codes.Unauthenticated, "Renew requires a spoke client certificate")
+	}
+	if err := s.admit(ctx, cluster); err != nil {
+		return nil, err
+	}
+	return s.opts.Joiner.Renew(ctx, cluster, req)
+}
+
 // Report runs one spoke's stream: Hello, then Snapshots, Deltas and
 // Heartbeats applied to the store, each answered with an Ack or a Resync.
 func (s *Server) Report(stream federationv1.Federation_ReportServer) error {

@@ -35,9 +35,11 @@ const (
 	keepaliveMinTime = 10 * time.Second
 )
 
-// Joiner answers Join calls.
+// Joiner answers Join and Renew calls.
 type Joiner interface {
 	Join(ctx context.Context, req *federationv1.JoinRequest) (*federationv1.JoinResponse, error)
+	// Renew issues a new certificate for cluster, the caller's verified identity.
+	Renew(ctx context.Context, cluster string, req *federationv1.RenewRequest) (*federationv1.RenewResponse, error)
 }
 
 // AdmitFunc reports whether the cluster may report (its ManagedCluster exists

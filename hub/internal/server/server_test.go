@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -180,5 +181,42 @@ func TestJoinWithoutClientCertificate(t *testing.T) {
 	// The test joiner refuses: the call got past authentication to it.
 	if status.Code(err) != codes.Unauthenticated || status.Convert(err).Message() != "test joiner refuses every token" {
 		t.Errorf("Join = %v, want the joiner's refusal", err)
+	}
+}
+
+func TestRenew(t *testing.T) {
+	cases := map[string]struct {
+		cert     func(h *testHub) *tls.Certificate
+		rejected bool
+		wantCode codes.Code
+		wantCert string
+	}{
+		"spoke certificate renews its own cluster": {
+			cert:     func(h *testHub) *tls.Certificate { return h.certificate(t, "a", identity.SpokeOrganization) },
+			wantCode: codes.OK, wantCert: "renewed a",
+		},
+		"cluster no longer accepted": {
+			cert:     func(h *testHub) *tls.Certificate { return h.certificate(t, "a", identity.SpokeOrganization) },
+			rejected: true, wantCode: codes.PermissionDenied,
+		},
+		"no client certificate": {
+			cert:     func(*testHub) *tls.Certificate { return nil },
+			wantCode: codes.Unauthenticated,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := startTestHub(t)
+			h.mu.Lock()
+			h.rejected["a"] = tc.rejected
+			h.mu.Unlock()
+			resp, err := h.client(t, tc.cert(h)).Renew(context.Background(), &federationv1.RenewRequest{Csr: []byte("csr")})
+			if got := status.Code(err); got != tc.wantCode {
+				t.Fatalf("Renew = %v, want code %v", err, tc.wantCode)
+			}
+			if got := string(resp.GetCertificate()); got != tc.wantCert {
+				t.Errorf("certificate = %q, want %q", got, tc.wantCert)
+			}
+		})
 	}
 }

@@ -1,7 +1,9 @@
 package reporter
 
 import (
+	"crypto/x509"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -110,5 +112,28 @@ func TestDiff(t *testing.T) {
 				t.Errorf("removals (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+func TestRenewDue(t *testing.T) {
+	now := time.Now()
+	cases := map[string]struct {
+		notBefore, notAfter time.Time
+		want                bool
+	}{
+		"fresh":                   {notBefore: now.Add(-time.Hour), notAfter: now.Add(365 * 24 * time.Hour), want: false},
+		"two thirds used":         {notBefore: now.Add(-70 * 24 * time.Hour), notAfter: now.Add(29 * 24 * time.Hour), want: true},
+		"just under a third left": {notBefore: now.Add(-201 * time.Hour), notAfter: now.Add(99 * time.Hour), want: true},
+		"just over a third left":  {notBefore: now.Add(-199 * time.Hour), notAfter: now.Add(101 * time.Hour), want: false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := renewDue(&x509.Certificate{NotBefore: tc.notBefore, NotAfter: tc.notAfter}); got != tc.want {
+				t.Errorf("renewDue = %t, want %t", got, tc.want)
+			}
+		})
+	}
+	if renewDue(nil) {
+		t.Error("renewDue(nil) = true, want false")
 	}
 }

@@ -3,6 +3,7 @@ package reporter
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"time"
@@ -41,11 +42,46 @@ func (r *Reporter) credentials(ctx context.Context) (*tls.Certificate, error) {
 	if err == nil {
 		cert, reason := r.usableCertificate(&secret)
 		if cert != nil {
+			if renewDue(cert.Leaf) {
+				return r.renew(ctx, key, cert), nil
+			}
 			return cert, nil
 		}
 		r.log.Info("Stored hub certificate not usable; joining", "reason", reason)
 	}
 	return r.join(ctx, key)
+}
+
+// renewDue is true once less than a third of the certificate's lifetime is left.
+func renewDue(cert *x509.Certificate) bool {
+	if cert == nil {
+		return false
+	}
+	return time.Until(cert.NotAfter) < cert.NotAfter.Sub(cert.NotBefore)/3
+}
+
+// renew asks the hub for a new certificate with the current one and stores
+// it; on failure it keeps using the current certificate, still valid.
+func (r *Reporter) renew(ctx context.Context, key client.ObjectKey, current *tls.Certificate) *tls.Certificate {
+	csrPEM, keyPEM, err := pki.NewCSR(r.opts.Hub.ClusterName)
+	if err == nil {
+		var conn *grpc.ClientConn
+		if conn, err = r.dial(current); err == nil {
+			defer conn.Close()
+			callCtx, cancel := context.WithTimeout(ctx, joinTimeout)
+			defer cancel()
+			var resp *federationv1.RenewResponse
+			if resp, err = federationv1.NewFederationClient(conn).Renew(callCtx, &federationv1.RenewRequest{Csr: csrPEM}); err == nil {
+				var pair *tls.Certificate
+				if pair, err = r.storeCredentials(ctx, key, resp.GetCertificate(), keyPEM, resp.GetCa()); err == nil {
+					r.log.Info("Renewed the hub client certificate", "notAfter", resp.GetNotAfter().AsTime())
+					return pair
+				}
+			}
+		}
+	}
+	r.log.Error(err, "Renewing the hub client certificate failed; using the current one")
+	return current
 }
 
 func (r *Reporter) usableCertificate(secret *corev1.Secret) (*tls.Certificate, string) {
@@ -100,26 +136,33 @@ func (r *Reporter) join(ctx context.Context, key client.ObjectKey) (*tls.Certifi
 	if err != nil {
 		return nil, fmt.Errorf("joining the hub at %s: %w", r.opts.Hub.Address, err)
 	}
-	pair, err := tls.X509KeyPair(resp.GetCertificate(), keyPEM)
+	pair, err := r.storeCredentials(ctx, key, resp.GetCertificate(), keyPEM, resp.GetCa())
+	if err != nil {
+		return nil, err
+	}
+	r.log.Info("Joined the hub", "hub", r.opts.Hub.Address, "notAfter", resp.GetNotAfter().AsTime())
+	return pair, nil
+}
+
+// storeCredentials writes the certificate, its key and the hub CA into the
+// credentials Secret and returns the key pair.
+func (r *Reporter) storeCredentials(ctx context.Context, key client.ObjectKey, certPEM, keyPEM, caPEM []byte) (*tls.Certificate, error) {
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("loading the certificate the hub issued: %w", err)
 	}
+	data := map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, "ca.crt": caPEM}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-	data := map[string][]byte{
-		corev1.TLSCertKey:       resp.GetCertificate(),
-		corev1.TLSPrivateKeyKey: keyPEM,
-		"ca.crt":                resp.GetCa(),
-	}
-	if err := r.opts.Client.Get(ctx, key, secret); apierrors.IsNotFound(err) {
+	switch err := r.opts.Client.Get(ctx, key, secret); {
+	case apierrors.IsNotFound(err):
 		secret.Type = corev1.SecretTypeTLS
 		secret.Data = data
-		err = r.opts.Client.Create(ctx, secret)
-		if err != nil {
+		if err := r.opts.Client.Create(ctx, secret); err != nil {
 			return nil, fmt.Errorf("storing hub credentials in secret %s: %w", key, err)
 		}
-	} else if err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("reading hub credentials secret %s: %w", key, err)
-	} else {
+	default:
 		// Update, not patch: the whole Secret is ours, and its resourceVersion
 		// guards against a concurrent writer.
 		secret.Data = data
@@ -127,7 +170,6 @@ func (r *Reporter) join(ctx context.Context, key client.ObjectKey) (*tls.Certifi
 			return nil, fmt.Errorf("storing hub credentials in secret %s: %w", key, err)
 		}
 	}
-	r.log.Info("Joined the hub", "hub", r.opts.Hub.Address, "notAfter", resp.GetNotAfter().AsTime())
 	return &pair, nil
 }
 

@@ -280,6 +280,114 @@ func (x *JoinResponse) GetNotAfter() *timestamppb.Timestamp {
 	return nil
 }
 
+type RenewRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// csr is a PEM "CERTIFICATE REQUEST" for a new key; only its public key is used.
+	Csr           []byte `protobuf:"bytes,1,opt,name=csr,proto3" json:"csr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewRequest) Reset() {
+	*x = RenewRequest{}
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewRequest) ProtoMessage() {}
+
+func (x *RenewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
+func (*RenewRequest) Descriptor() ([]byte, []int) {
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RenewRequest) GetCsr() []byte {
+	if x != nil {
+		return x.Csr
+	}
+	return nil
+}
+
+type RenewResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// certificate is the new PEM client certificate (CN = cluster name).
+	Certificate []byte `protobuf:"bytes,1,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// ca is the PEM bundle of the hub CA.
+	Ca []byte `protobuf:"bytes,2,opt,name=ca,proto3" json:"ca,omitempty"`
+	// not_after is when the certificate expires.
+	NotAfter      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewResponse) Reset() {
+	*x = RenewResponse{}
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewResponse) ProtoMessage() {}
+
+func (x *RenewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
+func (*RenewResponse) Descriptor() ([]byte, []int) {
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RenewResponse) GetCertificate() []byte {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+func (x *RenewResponse) GetCa() []byte {
+	if x != nil {
+		return x.Ca
+	}
+	return nil
+}
+
+func (x *RenewResponse) GetNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotAfter
+	}
+	return nil
+}
+
 // SpokeMessage is one message of the spoke side of Report.
 type SpokeMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -296,7 +404,7 @@ type SpokeMessage struct {
 
 func (x *SpokeMessage) Reset() {
 	*x = SpokeMessage{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[2]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +416,7 @@ func (x *SpokeMessage) String() string {
 func (*SpokeMessage) ProtoMessage() {}
 
 func (x *SpokeMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[2]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +429,7 @@ func (x *SpokeMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpokeMessage.ProtoReflect.Descriptor instead.
 func (*SpokeMessage) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{2}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SpokeMessage) GetKind() isSpokeMessage_Kind {
@@ -415,7 +523,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[3]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -427,7 +535,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[3]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -440,7 +548,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{3}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Hello) GetClusterName() string {
@@ -488,7 +596,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[4]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +608,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[4]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +621,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{4}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Snapshot) GetGeneration() uint64 {
@@ -554,7 +662,7 @@ type Delta struct {
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[5]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +674,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[5]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +687,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{5}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Delta) GetGeneration() uint64 {
@@ -625,7 +733,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[6]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +745,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[6]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +758,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{6}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Heartbeat) GetGeneration() uint64 {
@@ -681,7 +789,7 @@ type HubMessage struct {
 
 func (x *HubMessage) Reset() {
 	*x = HubMessage{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[7]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +801,7 @@ func (x *HubMessage) String() string {
 func (*HubMessage) ProtoMessage() {}
 
 func (x *HubMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[7]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +814,7 @@ func (x *HubMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HubMessage.ProtoReflect.Descriptor instead.
 func (*HubMessage) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{7}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HubMessage) GetKind() isHubMessage_Kind {
@@ -760,7 +868,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[8]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +880,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[8]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +893,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{8}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Ack) GetGeneration() uint64 {
@@ -806,7 +914,7 @@ type Resync struct {
 
 func (x *Resync) Reset() {
 	*x = Resync{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[9]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +926,7 @@ func (x *Resync) String() string {
 func (*Resync) ProtoMessage() {}
 
 func (x *Resync) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[9]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +939,7 @@ func (x *Resync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resync.ProtoReflect.Descriptor instead.
 func (*Resync) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{9}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Resync) GetReason() string {
@@ -867,7 +975,7 @@ type Machine struct {
 
 func (x *Machine) Reset() {
 	*x = Machine{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[10]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +987,7 @@ func (x *Machine) String() string {
 func (*Machine) ProtoMessage() {}
 
 func (x *Machine) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[10]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +1000,7 @@ func (x *Machine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Machine.ProtoReflect.Descriptor instead.
 func (*Machine) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{10}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Machine) GetName() string {
@@ -967,7 +1075,7 @@ type MachineType struct {
 
 func (x *MachineType) Reset() {
 	*x = MachineType{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[11]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1087,7 @@ func (x *MachineType) String() string {
 func (*MachineType) ProtoMessage() {}
 
 func (x *MachineType) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[11]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1100,7 @@ func (x *MachineType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineType.ProtoReflect.Descriptor instead.
 func (*MachineType) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{11}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MachineType) GetName() string {
@@ -1062,7 +1170,7 @@ type GPU struct {
 
 func (x *GPU) Reset() {
 	*x = GPU{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[12]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1182,7 @@ func (x *GPU) String() string {
 func (*GPU) ProtoMessage() {}
 
 func (x *GPU) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[12]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1195,7 @@ func (x *GPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPU.ProtoReflect.Descriptor instead.
 func (*GPU) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{12}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GPU) GetType() string {
@@ -1142,7 +1250,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[13]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1262,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[13]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1275,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{13}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Usage) GetMaximum() int32 {
@@ -1214,7 +1322,7 @@ type NodeCounts struct {
 
 func (x *NodeCounts) Reset() {
 	*x = NodeCounts{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[14]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1334,7 @@ func (x *NodeCounts) String() string {
 func (*NodeCounts) ProtoMessage() {}
 
 func (x *NodeCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[14]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1347,7 @@ func (x *NodeCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCounts.ProtoReflect.Descriptor instead.
 func (*NodeCounts) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{14}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeCounts) GetReady() int32 {
@@ -1290,7 +1398,7 @@ type PoolNode struct {
 
 func (x *PoolNode) Reset() {
 	*x = PoolNode{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[15]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1410,7 @@ func (x *PoolNode) String() string {
 func (*PoolNode) ProtoMessage() {}
 
 func (x *PoolNode) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[15]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1423,7 @@ func (x *PoolNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolNode.ProtoReflect.Descriptor instead.
 func (*PoolNode) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{15}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PoolNode) GetName() string {
@@ -1350,6 +1458,12 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\x03csr\x18\x03 \x01(\fR\x03csr\x12#\n" +
 	"\ragent_version\x18\x04 \x01(\tR\fagentVersion\"y\n" +
 	"\fJoinResponse\x12 \n" +
+	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12\x0e\n" +
+	"\x02ca\x18\x02 \x01(\fR\x02ca\x127\n" +
+	"\tnot_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\" \n" +
+	"\fRenewRequest\x12\x10\n" +
+	"\x03csr\x18\x01 \x01(\fR\x03csr\"z\n" +
+	"\rRenewResponse\x12 \n" +
 	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12\x0e\n" +
 	"\x02ca\x18\x02 \x01(\fR\x02ca\x127\n" +
 	"\tnot_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\"\x8b\x02\n" +
@@ -1444,10 +1558,11 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\x1cCONDITION_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CONDITION_STATUS_TRUE\x10\x01\x12\x1a\n" +
 	"\x16CONDITION_STATUS_FALSE\x10\x02\x12\x1c\n" +
-	"\x18CONDITION_STATUS_UNKNOWN\x10\x032\xbb\x01\n" +
+	"\x18CONDITION_STATUS_UNKNOWN\x10\x032\x93\x02\n" +
 	"\n" +
 	"Federation\x12S\n" +
-	"\x04Join\x12$.imperator.federation.v1.JoinRequest\x1a%.imperator.federation.v1.JoinResponse\x12X\n" +
+	"\x04Join\x12$.imperator.federation.v1.JoinRequest\x1a%.imperator.federation.v1.JoinResponse\x12V\n" +
+	"\x05Renew\x12%.imperator.federation.v1.RenewRequest\x1a&.imperator.federation.v1.RenewResponse\x12X\n" +
 	"\x06Report\x12%.imperator.federation.v1.SpokeMessage\x1a#.imperator.federation.v1.HubMessage(\x010\x01BVZTgithub.com/imperator-federation/imperator/proto/imperator/federation/v1;federationv1b\x06proto3"
 
 var (
@@ -1463,57 +1578,62 @@ func file_imperator_federation_v1_federation_proto_rawDescGZIP() []byte {
 }
 
 var file_imperator_federation_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_imperator_federation_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_imperator_federation_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_imperator_federation_v1_federation_proto_goTypes = []any{
 	(NodeCondition)(0),            // 0: imperator.federation.v1.NodeCondition
 	(ConditionStatus)(0),          // 1: imperator.federation.v1.ConditionStatus
 	(*JoinRequest)(nil),           // 2: imperator.federation.v1.JoinRequest
 	(*JoinResponse)(nil),          // 3: imperator.federation.v1.JoinResponse
-	(*SpokeMessage)(nil),          // 4: imperator.federation.v1.SpokeMessage
-	(*Hello)(nil),                 // 5: imperator.federation.v1.Hello
-	(*Snapshot)(nil),              // 6: imperator.federation.v1.Snapshot
-	(*Delta)(nil),                 // 7: imperator.federation.v1.Delta
-	(*Heartbeat)(nil),             // 8: imperator.federation.v1.Heartbeat
-	(*HubMessage)(nil),            // 9: imperator.federation.v1.HubMessage
-	(*Ack)(nil),                   // 10: imperator.federation.v1.Ack
-	(*Resync)(nil),                // 11: imperator.federation.v1.Resync
-	(*Machine)(nil),               // 12: imperator.federation.v1.Machine
-	(*MachineType)(nil),           // 13: imperator.federation.v1.MachineType
-	(*GPU)(nil),                   // 14: imperator.federation.v1.GPU
-	(*Usage)(nil),                 // 15: imperator.federation.v1.Usage
-	(*NodeCounts)(nil),            // 16: imperator.federation.v1.NodeCounts
-	(*PoolNode)(nil),              // 17: imperator.federation.v1.PoolNode
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*RenewRequest)(nil),          // 4: imperator.federation.v1.RenewRequest
+	(*RenewResponse)(nil),         // 5: imperator.federation.v1.RenewResponse
+	(*SpokeMessage)(nil),          // 6: imperator.federation.v1.SpokeMessage
+	(*Hello)(nil),                 // 7: imperator.federation.v1.Hello
+	(*Snapshot)(nil),              // 8: imperator.federation.v1.Snapshot
+	(*Delta)(nil),                 // 9: imperator.federation.v1.Delta
+	(*Heartbeat)(nil),             // 10: imperator.federation.v1.Heartbeat
+	(*HubMessage)(nil),            // 11: imperator.federation.v1.HubMessage
+	(*Ack)(nil),                   // 12: imperator.federation.v1.Ack
+	(*Resync)(nil),                // 13: imperator.federation.v1.Resync
+	(*Machine)(nil),               // 14: imperator.federation.v1.Machine
+	(*MachineType)(nil),           // 15: imperator.federation.v1.MachineType
+	(*GPU)(nil),                   // 16: imperator.federation.v1.GPU
+	(*Usage)(nil),                 // 17: imperator.federation.v1.Usage
+	(*NodeCounts)(nil),            // 18: imperator.federation.v1.NodeCounts
+	(*PoolNode)(nil),              // 19: imperator.federation.v1.PoolNode
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
 }
 var file_imperator_federation_v1_federation_proto_depIdxs = []int32{
-	18, // 0: imperator.federation.v1.JoinResponse.not_after:type_name -> google.protobuf.Timestamp
-	5,  // 1: imperator.federation.v1.SpokeMessage.hello:type_name -> imperator.federation.v1.Hello
-	6,  // 2: imperator.federation.v1.SpokeMessage.snapshot:type_name -> imperator.federation.v1.Snapshot
-	7,  // 3: imperator.federation.v1.SpokeMessage.delta:type_name -> imperator.federation.v1.Delta
-	8,  // 4: imperator.federation.v1.SpokeMessage.heartbeat:type_name -> imperator.federation.v1.Heartbeat
-	18, // 5: imperator.federation.v1.Snapshot.observed_at:type_name -> google.protobuf.Timestamp
-	12, // 6: imperator.federation.v1.Snapshot.machines:type_name -> imperator.federation.v1.Machine
-	18, // 7: imperator.federation.v1.Delta.observed_at:type_name -> google.protobuf.Timestamp
-	12, // 8: imperator.federation.v1.Delta.upserts:type_name -> imperator.federation.v1.Machine
-	18, // 9: imperator.federation.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	10, // 10: imperator.federation.v1.HubMessage.ack:type_name -> imperator.federation.v1.Ack
-	11, // 11: imperator.federation.v1.HubMessage.resync:type_name -> imperator.federation.v1.Resync
-	13, // 12: imperator.federation.v1.Machine.types:type_name -> imperator.federation.v1.MachineType
-	17, // 13: imperator.federation.v1.Machine.nodes:type_name -> imperator.federation.v1.PoolNode
-	1,  // 14: imperator.federation.v1.Machine.ready:type_name -> imperator.federation.v1.ConditionStatus
-	14, // 15: imperator.federation.v1.MachineType.gpu:type_name -> imperator.federation.v1.GPU
-	15, // 16: imperator.federation.v1.MachineType.usage:type_name -> imperator.federation.v1.Usage
-	16, // 17: imperator.federation.v1.MachineType.nodes:type_name -> imperator.federation.v1.NodeCounts
-	0,  // 18: imperator.federation.v1.PoolNode.condition:type_name -> imperator.federation.v1.NodeCondition
-	2,  // 19: imperator.federation.v1.Federation.Join:input_type -> imperator.federation.v1.JoinRequest
-	4,  // 20: imperator.federation.v1.Federation.Report:input_type -> imperator.federation.v1.SpokeMessage
-	3,  // 21: imperator.federation.v1.Federation.Join:output_type -> imperator.federation.v1.JoinResponse
-	9,  // 22: imperator.federation.v1.Federation.Report:output_type -> imperator.federation.v1.HubMessage
-	21, // [21:23] is the sub-list for method output_type
-	19, // [19:21] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	20, // 0: imperator.federation.v1.JoinResponse.not_after:type_name -> google.protobuf.Timestamp
+	20, // 1: imperator.federation.v1.RenewResponse.not_after:type_name -> google.protobuf.Timestamp
+	7,  // 2: imperator.federation.v1.SpokeMessage.hello:type_name -> imperator.federation.v1.Hello
+	8,  // 3: imperator.federation.v1.SpokeMessage.snapshot:type_name -> imperator.federation.v1.Snapshot
+	9,  // 4: imperator.federation.v1.SpokeMessage.delta:type_name -> imperator.federation.v1.Delta
+	10, // 5: imperator.federation.v1.SpokeMessage.heartbeat:type_name -> imperator.federation.v1.Heartbeat
+	20, // 6: imperator.federation.v1.Snapshot.observed_at:type_name -> google.protobuf.Timestamp
+	14, // 7: imperator.federation.v1.Snapshot.machines:type_name -> imperator.federation.v1.Machine
+	20, // 8: imperator.federation.v1.Delta.observed_at:type_name -> google.protobuf.Timestamp
+	14, // 9: imperator.federation.v1.Delta.upserts:type_name -> imperator.federation.v1.Machine
+	20, // 10: imperator.federation.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	12, // 11: imperator.federation.v1.HubMessage.ack:type_name -> imperator.federation.v1.Ack
+	13, // 12: imperator.federation.v1.HubMessage.resync:type_name -> imperator.federation.v1.Resync
+	15, // 13: imperator.federation.v1.Machine.types:type_name -> imperator.federation.v1.MachineType
+	19, // 14: imperator.federation.v1.Machine.nodes:type_name -> imperator.federation.v1.PoolNode
+	1,  // 15: imperator.federation.v1.Machine.ready:type_name -> imperator.federation.v1.ConditionStatus
+	16, // 16: imperator.federation.v1.MachineType.gpu:type_name -> imperator.federation.v1.GPU
+	17, // 17: imperator.federation.v1.MachineType.usage:type_name -> imperator.federation.v1.Usage
+	18, // 18: imperator.federation.v1.MachineType.nodes:type_name -> imperator.federation.v1.NodeCounts
+	0,  // 19: imperator.federation.v1.PoolNode.condition:type_name -> imperator.federation.v1.NodeCondition
+	2,  // 20: imperator.federation.v1.Federation.Join:input_type -> imperator.federation.v1.JoinRequest
+	4,  // 21: imperator.federation.v1.Federation.Renew:input_type -> imperator.federation.v1.RenewRequest
+	6,  // 22: imperator.federation.v1.Federation.Report:input_type -> imperator.federation.v1.SpokeMessage
+	3,  // 23: imperator.federation.v1.Federation.Join:output_type -> imperator.federation.v1.JoinResponse
+	5,  // 24: imperator.federation.v1.Federation.Renew:output_type -> imperator.federation.v1.RenewResponse
+	11, // 25: imperator.federation.v1.Federation.Report:output_type -> imperator.federation.v1.HubMessage
+	23, // [23:26] is the sub-list for method output_type
+	20, // [20:23] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_imperator_federation_v1_federation_proto_init() }
@@ -1521,13 +1641,13 @@ func file_imperator_federation_v1_federation_proto_init() {
 	if File_imperator_federation_v1_federation_proto != nil {
 		return
 	}
-	file_imperator_federation_v1_federation_proto_msgTypes[2].OneofWrappers = []any{
+	file_imperator_federation_v1_federation_proto_msgTypes[4].OneofWrappers = []any{
 		(*SpokeMessage_Hello)(nil),
 		(*SpokeMessage_Snapshot)(nil),
 		(*SpokeMessage_Delta)(nil),
 		(*SpokeMessage_Heartbeat)(nil),
 	}
-	file_imperator_federation_v1_federation_proto_msgTypes[7].OneofWrappers = []any{
+	file_imperator_federation_v1_federation_proto_msgTypes[9].OneofWrappers = []any{
 		(*HubMessage_Ack)(nil),
 		(*HubMessage_Resync)(nil),
 	}
@@ -1537,7 +1657,7 @@ func file_imperator_federation_v1_federation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_imperator_federation_v1_federation_proto_rawDesc), len(file_imperator_federation_v1_federation_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Federation_Join_FullMethodName   = "/imperator.federation.v1.Federation/Join"
+	Federation_Renew_FullMethodName  = "/imperator.federation.v1.Federation/Renew"
 	Federation_Report_FullMethodName = "/imperator.federation.v1.Federation/Report"
 )
 
@@ -45,6 +46,11 @@ type FederationClient interface {
 	// token), InvalidArgument (bad cluster name or CSR), PermissionDenied (the
 	// token is bound to another cluster).
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
+	// Renew issues a new client certificate for the caller's cluster (the
+	// verified client certificate's common name) before the current one
+	// expires; no token is needed. Errors: PermissionDenied when the hub does
+	// not accept the cluster, InvalidArgument for a bad CSR.
+	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
 	// Report is the spoke's stream: Hello, then a Snapshot, then Deltas and
 	// Heartbeats. The hub answers every Snapshot and Delta it applied with an
 	// Ack and asks for a new Snapshot with Resync when it cannot apply a Delta.
@@ -67,6 +73,16 @@ func (c *federationClient) Join(ctx context.Context, in *JoinRequest, opts ...gr
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(JoinResponse)
 	err := c.cc.Invoke(ctx, Federation_Join_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *federationClient) Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewResponse)
+	err := c.cc.Invoke(ctx, Federation_Renew_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -99,6 +115,11 @@ type FederationServer interface {
 	// token), InvalidArgument (bad cluster name or CSR), PermissionDenied (the
 	// token is bound to another cluster).
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
+	// Renew issues a new client certificate for the caller's cluster (the
+	// verified client certificate's common name) before the current one
+	// expires; no token is needed. Errors: PermissionDenied when the hub does
+	// not accept the cluster, InvalidArgument for a bad CSR.
+	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
 	// Report is the spoke's stream: Hello, then a Snapshot, then Deltas and
 	// Heartbeats. The hub answers every Snapshot and Delta it applied with an
 	// Ack and asks for a new Snapshot with Resync when it cannot apply a Delta.
@@ -119,6 +140,9 @@ type UnimplementedFederationServer struct{}
 
 func (UnimplementedFederationServer) Join(context.Context, *JoinRequest) (*JoinResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Join not implemented")
+}
+func (UnimplementedFederationServer) Renew(context.Context, *RenewRequest) (*RenewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Renew not implemented")
 }
 func (UnimplementedFederationServer) Report(grpc.BidiStreamingServer[SpokeMessage, HubMessage]) error {
 	return status.Error(codes.Unimplemented, "method Report not implemented")
@@ -162,6 +186,24 @@ func _Federation_Join_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Federation_Renew_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FederationServer).Renew(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Federation_Renew_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FederationServer).Renew(ctx, req.(*RenewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Federation_Report_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(FederationServer).Report(&grpc.GenericServerStream[SpokeMessage, HubMessage]{ServerStream: stream})
 }
@@ -179,6 +221,10 @@ var Federation_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Join",
 			Handler:    _Federation_Join_Handler,
+		},
+		{
+			MethodName: "Renew",
+			Handler:    _Federation_Renew_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

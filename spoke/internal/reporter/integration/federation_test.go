@@ -2,7 +2,14 @@ package integration
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -274,6 +281,46 @@ var _ = Describe("Federation", Ordered, func() {
 			g.Expect(c.Connected).To(BeTrue())
 			g.Expect(managedClusterAvailable(ctx, "beta")).To(Equal(metav1.ConditionTrue))
 		}).WithTimeout(10 * time.Second).Should(Succeed())
+	})
+
+	It("renews a certificate nearing its expiry without a token", func(ctx SpecContext) {
+		beta := spokes["beta"]
+		Expect(beta.stopReporter()).To(Succeed())
+		// A certificate of the hub CA with 2 of its 12 hours left.
+		var caSecret corev1.Secret
+		Expect(hubServer.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: "imperator-hub-ca"}, &caSecret)).To(Succeed())
+		ca, err := pki.LoadCA(caSecret.Data[corev1.TLSCertKey], caSecret.Data[corev1.TLSPrivateKeyKey])
+		Expect(err).NotTo(HaveOccurred())
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		Expect(err).NotTo(HaveOccurred())
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(time.Now().UnixNano()),
+			Subject:      pkix.Name{CommonName: "beta", Organization: []string{identity.SpokeOrganization}},
+			NotBefore:    time.Now().Add(-10 * time.Hour),
+			NotAfter:     time.Now().Add(2 * time.Hour),
+			KeyUsage:     x509.KeyUsageDigitalSignature,
+			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+		Expect(err).NotTo(HaveOccurred())
+		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+		Expect(err).NotTo(HaveOccurred())
+		var secret corev1.Secret
+		Expect(beta.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: credentialsSecret}, &secret)).To(Succeed())
+		secret.Data[corev1.TLSCertKey] = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+		secret.Data[corev1.TLSPrivateKeyKey] = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+		Expect(beta.client.Update(ctx, &secret)).To(Succeed())
+
+		beta.token = ""
+		Expect(beta.startReporter(hubAddr)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(beta.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: credentialsSecret}, &secret)).To(Succeed())
+			cert, err := pki.ParseCertificate(secret.Data[corev1.TLSCertKey])
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(cert.Subject.CommonName).To(Equal("beta"))
+			g.Expect(cert.NotAfter).To(BeTemporally(">", time.Now().Add(300*24*time.Hour)))
+			g.Expect(connected("beta")).To(BeTrue())
+		}).WithTimeout(15 * time.Second).Should(Succeed())
 	})
 
 	It("serves persisted figures at once as stale after a hub restart, and is current after reconnect", func(ctx SpecContext) {
