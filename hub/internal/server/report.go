@@ -13,6 +13,9 @@ import (
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
+// helloTimeout bounds the wait for the first message of a Report stream.
+const helloTimeout = 30 * time.Second
+
 // session is one open Report stream; a newer stream of the same cluster
 // replaces it.
 type session struct {
@@ -46,9 +49,37 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 	if !ok {
 		return status.Error(codes.Unauthenticated, "Report requires a spoke client certificate")
 	}
-	first, err := stream.Recv()
-	if err != nil {
+	// One goroutine receives; this one applies and sends, so that a stream
+	// replaced, stopped or silent ends without waiting for the spoke's next
+	// message.
+	msgs := make(chan *federationv1.SpokeMessage)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case msgs <- msg:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var first *federationv1.SpokeMessage
+	select {
+	case first = <-msgs:
+	case err := <-recvErr:
 		return err
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-s.stopping:
+		return status.Error(codes.Unavailable, "hub is shutting down; reconnect")
+	case <-time.After(helloTimeout):
+		s.metrics.rejectedConnections.WithLabelValues(rejectProtocol).Inc()
+		return status.Errorf(codes.DeadlineExceeded, "no Hello within %s of opening the Report stream", helloTimeout)
 	}
 	hello := first.GetHello()
 	if hello == nil {
@@ -70,24 +101,6 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 	s.store.Connect(cluster, hello)
 	log.Info("Spoke connected", "agentVersion", hello.GetAgentVersion(), "epoch", hello.GetEpoch())
 
-	// One goroutine receives; this one applies and sends, so that a stream
-	// replaced or stopped ends without waiting for the spoke's next message.
-	msgs := make(chan *federationv1.SpokeMessage)
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			msg, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case msgs <- msg:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
 	epoch := hello.GetEpoch()
 	for {
 		select {

@@ -33,6 +33,8 @@ const (
 	// keepaliveMinTime is the shortest client keepalive interval allowed;
 	// clients pinging more often are disconnected.
 	keepaliveMinTime = 10 * time.Second
+	// maxConcurrentStreams bounds the streams of one client connection.
+	maxConcurrentStreams = 64
 )
 
 // Joiner answers Join and Renew calls.
@@ -112,6 +114,8 @@ func New(opts Options) (*Server, error) {
 		grpc.MaxRecvMsgSize(opts.MaxRecvMsgBytes),
 		grpc.MaxSendMsgSize(DefaultMaxSendMsgBytes),
 		grpc.ConnectionTimeout(10*time.Second),
+		// A spoke needs one stream; people and automation a few more.
+		grpc.MaxConcurrentStreams(maxConcurrentStreams),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
 		grpc.ChainStreamInterceptor(s.streamInterceptor),
 	)
