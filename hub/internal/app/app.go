@@ -77,6 +77,10 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
+	// Started with nothing but a kubeconfig, the hub makes its own namespace.
+	if err := registry.EnsureNamespace(ctx, direct, cfg.Namespace); err != nil {
+		return err
+	}
 	ca, err := hubca.LoadOrCreate(ctx, direct, cfg.Namespace, cfg.CASecret)
 	if err != nil {
 		return err
