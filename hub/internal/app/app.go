@@ -154,6 +154,11 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		mgr.Add(queries),
 		mgr.Add(publisher),
 		mgr.Add(liveness.New(st, log.WithName("liveness"))),
+		mgr.Add(&registry.Deregistrations{Cache: mgr.GetCache(), Forget: func(cluster string) {
+			log.Info("Cluster deregistered", "cluster", cluster)
+			srv.EndSession(cluster)
+			st.Remove(cluster)
+		}}),
 		mgr.AddHealthzCheck("ping", healthz.Ping),
 		mgr.AddReadyzCheck("ping", healthz.Ping),
 	); err != nil {

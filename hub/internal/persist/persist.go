@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
@@ -69,19 +70,30 @@ func New(c client.Client, st *store.Store, interval time.Duration, log logr.Logg
 // Restored and therefore stale until its spoke reports). Call it before the
 // gRPC server starts, with a reader that does not need a started cache.
 func (p *Persister) Restore(ctx context.Context, r client.Reader) error {
+	var clusters clusterv1.ManagedClusterList
+	if err := r.List(ctx, &clusters); err != nil {
+		return fmt.Errorf("listing ManagedClusters: %w", err)
+	}
+	registered := make(map[string]bool, len(clusters.Items))
+	for _, mc := range clusters.Items {
+		registered[mc.Name] = true
+	}
 	var list imperatorv1alpha1.ClusterInventoryList
 	if err := r.List(ctx, &list); err != nil {
 		return fmt.Errorf("listing ClusterInventories: %w", err)
 	}
+	restored := 0
 	for i := range list.Items {
 		inv := &list.Items[i]
-		if inv.Spec.ClusterName == "" || inv.Namespace != inv.Spec.ClusterName {
+		// Inventories of deregistered clusters wait for the garbage collector.
+		if inv.Spec.ClusterName == "" || inv.Namespace != inv.Spec.ClusterName || !registered[inv.Spec.ClusterName] {
 			continue
 		}
 		p.last[inv.Spec.ClusterName] = inv.DeepCopy()
 		p.store.Restore(clusterFromInventory(inv))
+		restored++
 	}
-	p.log.Info("Restored inventories", "clusters", len(list.Items))
+	p.log.Info("Restored inventories", "clusters", restored)
 	return nil
 }
 
@@ -123,6 +135,8 @@ func (p *Persister) Start(ctx context.Context) error {
 func (p *Persister) sync(ctx context.Context, name string) error {
 	c, ok := p.store.Get(name)
 	if !ok {
+		// Deregistered: the inventory goes with the ManagedCluster.
+		delete(p.last, name)
 		return nil
 	}
 	available := c.State == store.StateAvailable
@@ -130,16 +144,16 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	if !available {
 		msg = fmt.Sprintf("No heartbeat from the spoke agent for more than %s", p.store.GracePeriod())
 	}
-	registered, err := registry.SetAvailable(ctx, p.client, name, available, msg)
+	mc, err := registry.SetAvailable(ctx, p.client, name, available, msg)
 	if err != nil {
 		return err
 	}
-	if !registered {
+	if mc == nil {
 		// Deregistered: do not recreate its namespace and inventory.
 		p.log.V(1).Info("Not persisting a cluster without ManagedCluster", "cluster", name)
 		return nil
 	}
-	inv, err := p.inventory(ctx, name)
+	inv, err := p.inventory(ctx, mc)
 	if err != nil {
 		return err
 	}
@@ -177,8 +191,10 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 }
 
 // inventory returns the cluster's ClusterInventory, creating it (and its
-// namespace) when missing.
-func (p *Persister) inventory(ctx context.Context, name string) (*imperatorv1alpha1.ClusterInventory, error) {
+// namespace) when missing, owned by the ManagedCluster so that deregistering
+// the cluster deletes it.
+func (p *Persister) inventory(ctx context.Context, mc *clusterv1.ManagedCluster) (*imperatorv1alpha1.ClusterInventory, error) {
+	name := mc.Name
 	if inv, ok := p.last[name]; ok {
 		return inv, nil
 	}
@@ -190,8 +206,17 @@ func (p *Persister) inventory(ctx context.Context, name string) (*imperatorv1alp
 			return nil, err
 		}
 		inv = &imperatorv1alpha1.ClusterInventory{
-			ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: InventoryName(name)},
-			Spec:       imperatorv1alpha1.ClusterInventorySpec{ClusterName: name},
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: name,
+				Name:      InventoryName(name),
+				OwnerReferences: []metav1.OwnerReference{{
+					APIVersion: clusterv1.GroupVersion.String(),
+					Kind:       "ManagedCluster",
+					Name:       mc.Name,
+					UID:        mc.UID,
+				}},
+			},
+			Spec: imperatorv1alpha1.ClusterInventorySpec{ClusterName: name},
 		}
 		err = p.client.Create(ctx, inv)
 	}

@@ -85,15 +85,15 @@ func AcceptsClient(ctx context.Context, r client.Reader, cluster string) (bool, 
 }
 
 // SetAvailable sets ManagedClusterConditionAvailable to True or Unknown,
-// writing only when the condition changes. It reports false when the
-// ManagedCluster does not exist (the platform team deregistered the cluster).
-func SetAvailable(ctx context.Context, c client.Client, cluster string, available bool, message string) (bool, error) {
+// writing only when the condition changes, and returns the ManagedCluster;
+// nil when it does not exist (the platform team deregistered the cluster).
+func SetAvailable(ctx context.Context, c client.Client, cluster string, available bool, message string) (*clusterv1.ManagedCluster, error) {
 	var mc clusterv1.ManagedCluster
 	if err := c.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
 		if apierrors.IsNotFound(err) {
-			return false, nil
+			return nil, nil
 		}
-		return false, fmt.Errorf("reading ManagedCluster %q: %w", cluster, err)
+		return nil, fmt.Errorf("reading ManagedCluster %q: %w", cluster, err)
 	}
 	cond := metav1.Condition{
 		Type:               clusterv1.ManagedClusterConditionAvailable,
@@ -108,10 +108,10 @@ func SetAvailable(ctx context.Context, c client.Client, cluster string, availabl
 	}
 	patch := client.MergeFrom(mc.DeepCopy())
 	if !meta.SetStatusCondition(&mc.Status.Conditions, cond) {
-		return true, nil
+		return &mc, nil
 	}
 	if err := c.Status().Patch(ctx, &mc, patch); err != nil {
-		return true, fmt.Errorf("patching ManagedCluster %q status: %w", cluster, err)
+		return nil, fmt.Errorf("patching ManagedCluster %q status: %w", cluster, err)
 	}
-	return true, nil
+	return &mc, nil
 }

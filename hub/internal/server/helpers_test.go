@@ -25,9 +25,10 @@ import (
 // testHub is a Server on a loopback listener with an in-memory CA, a store,
 // and an admission list instead of ManagedClusters.
 type testHub struct {
-	ca    *pki.CA
-	store *store.Store
-	addr  string
+	ca     *pki.CA
+	store  *store.Store
+	server *Server
+	addr   string
 
 	mu       sync.Mutex
 	rejected map[string]bool
@@ -85,6 +86,7 @@ func startTestHub(tb testing.TB) *testHub {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	h.server = srv
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Start(ctx) }()

@@ -19,8 +19,12 @@ const helloTimeout = 30 * time.Second
 // session is one open Report stream; a newer stream of the same cluster
 // replaces it.
 type session struct {
-	id       uint64
-	replaced chan struct{}
+	id uint64
+	// ended is closed when the hub ends the stream; reason says why.
+	ended  chan struct{}
+	reason error
+	// deregistered is set when the cluster's ManagedCluster was deleted.
+	deregistered bool
 }
 
 // Join delegates to the Joiner.
@@ -108,8 +112,8 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 			return status.FromContextError(ctx.Err()).Err()
 		case <-s.stopping:
 			return status.Error(codes.Unavailable, "hub is shutting down; reconnect")
-		case <-sess.replaced:
-			return status.Error(codes.Aborted, "a newer Report stream of this cluster replaced this one")
+		case <-sess.ended:
+			return sess.reason
 		case err := <-recvErr:
 			return err
 		case msg := <-msgs:
@@ -179,13 +183,28 @@ func (s *Server) admit(ctx context.Context, cluster string) error {
 	return nil
 }
 
+// EndSession ends the cluster's Report stream, if one is open here (its
+// ManagedCluster was deleted).
+func (s *Server) EndSession(cluster string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sess, ok := s.sessions[cluster]; ok {
+		sess.reason = status.Errorf(codes.PermissionDenied, "cluster %q was deregistered from the hub", cluster)
+		sess.deregistered = true
+		close(sess.ended)
+		delete(s.sessions, cluster)
+		s.metrics.connectedSpokes.Dec()
+	}
+}
+
 func (s *Server) openSession(cluster string) *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nextID++
-	sess := &session{id: s.nextID, replaced: make(chan struct{})}
+	sess := &session{id: s.nextID, ended: make(chan struct{})}
 	if old, ok := s.sessions[cluster]; ok {
-		close(old.replaced)
+		old.reason = status.Error(codes.Aborted, "a newer Report stream of this cluster replaced this one")
+		close(old.ended)
 	} else {
 		s.metrics.connectedSpokes.Inc()
 	}
@@ -201,8 +220,14 @@ func (s *Server) closeSession(cluster string, sess *session) {
 		delete(s.sessions, cluster)
 		s.metrics.connectedSpokes.Dec()
 	}
+	deregistered := sess.deregistered
 	s.mu.Unlock()
-	if current {
+	switch {
+	case deregistered:
+		// A message applied while the cluster was being forgotten may have
+		// brought it back; the stream is over now, forget it for good.
+		s.store.Remove(cluster)
+	case current:
 		s.store.Disconnect(cluster)
 	}
 }

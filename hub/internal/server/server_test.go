@@ -158,6 +158,33 @@ func TestNewerStreamReplacesOlder(t *testing.T) {
 	}
 }
 
+func TestEndSession(t *testing.T) {
+	h := startTestHub(t)
+	fed := h.client(t, h.certificate(t, "a", identity.SpokeOrganization))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := fed.Report(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*federationv1.SpokeMessage{hello("a", 1), snapshotMsg(1)} {
+		if err := stream.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatalf("waiting for the ack: %v", err)
+	}
+	h.server.EndSession("a")
+	h.store.Remove("a")
+	if _, err := stream.Recv(); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("stream ended with %v, want PermissionDenied", err)
+	}
+	if _, ok := h.store.Get("a"); ok {
+		t.Error("deregistered cluster came back into the store when its stream ended")
+	}
+}
+
 func TestHealthWithoutClientCertificate(t *testing.T) {
 	h := startTestHub(t)
 	cfg, err := identity.ClientTLS(h.ca.CertPEM, nil, "127.0.0.1")

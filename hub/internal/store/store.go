@@ -192,13 +192,32 @@ func (s *Store) Connect(name string, hello *federationv1.Hello) {
 }
 
 // Disconnect records that the cluster's Report stream ended. Its figures stay
-// and it stays Available until the grace period runs out.
+// and it stays Available until the grace period runs out. A cluster removed
+// meanwhile stays removed.
 func (s *Store) Disconnect(name string) {
+	if _, ok := s.Get(name); !ok {
+		return
+	}
 	s.update(name, func(c *Cluster) (Result, bool) {
 		changed := c.Connected
 		c.Connected = false
 		return Result{}, changed
 	})
+}
+
+// Remove forgets a cluster (its ManagedCluster was deleted); listeners hear
+// of it and find it gone.
+func (s *Store) Remove(name string) {
+	s.mu.Lock()
+	_, ok := s.clusters[name]
+	delete(s.clusters, name)
+	listeners := s.listeners
+	s.mu.Unlock()
+	if ok {
+		for _, l := range listeners {
+			l(name)
+		}
+	}
 }
 
 // ApplySnapshot replaces the cluster's inventory with snap, sent in epoch.

@@ -270,3 +270,21 @@ func TestRestoreThenReconnect(t *testing.T) {
 		t.Errorf("listeners heard %v, want at least restore, connect and snapshot", notified)
 	}
 }
+
+func TestRemove(t *testing.T) {
+	s := New(nil, 0)
+	var notified []string
+	s.OnChange(func(name string) { notified = append(notified, name) })
+	s.Connect("a", &federationv1.Hello{Epoch: 1})
+	s.ApplySnapshot("a", 1, snapshot(1, machine("m1", 1)))
+	notified = nil
+	s.Remove("a")
+	s.Disconnect("a") // the stream of the removed cluster ends afterwards
+	s.Remove("unknown")
+	if _, ok := s.Get("a"); ok {
+		t.Error("cluster a still in the store after Remove and Disconnect")
+	}
+	if diff := cmp.Diff([]string{"a"}, notified); diff != "" {
+		t.Errorf("notified (-want +got):\n%s", diff)
+	}
+}

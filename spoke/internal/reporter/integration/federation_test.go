@@ -360,4 +360,17 @@ var _ = Describe("Federation", Ordered, func() {
 		Eventually(func() int32 { return usedAtHub("alpha", "compute-xlarge") }).
 			WithTimeout(2 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal(int32(2)))
 	})
+
+	It("forgets a deregistered cluster and ends its stream", func(ctx SpecContext) {
+		var inv imperatorv1alpha1.ClusterInventory
+		Expect(hubServer.client.Get(ctx, client.ObjectKey{Namespace: "beta", Name: "beta"}, &inv)).To(Succeed())
+		Expect(inv.OwnerReferences).To(ConsistOf(And(HaveField("Kind", "ManagedCluster"), HaveField("Name", "beta"))),
+			"the garbage collector deletes the inventory with its ManagedCluster")
+
+		Expect(hubServer.client.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "beta"}})).To(Succeed())
+		Eventually(func() bool { _, ok := hub.Cluster("beta"); return ok }).WithTimeout(10 * time.Second).Should(BeFalse())
+		// The spoke keeps trying and is refused.
+		Consistently(func() bool { _, ok := hub.Cluster("beta"); return ok }).WithTimeout(2 * time.Second).Should(BeFalse())
+		Expect(connected("alpha")).To(BeTrue())
+	})
 })
