@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
+	"github.com/imperator-federation/imperator/test/util/fleet"
+)
+
+// The suite's environment variables (`make e2e` sets the first).
+const (
+	// binDirEnv is the directory of hub, spoke and imperatorctl; default
+	// <repo>/bin.
+	binDirEnv = "E2E_BIN_DIR"
+	// fleetEnv, when set, is the fleet.json of a running fleet fresh from
+	// `make up` to run against instead of starting one. Journeys 6 and 7
+	// stop and start processes and are skipped then.
+	fleetEnv = "E2E_FLEET"
+)
+
+// fleetStartTimeout bounds the start of the clusters, the hub and the agents.
+const fleetStartTimeout = 6 * time.Minute
+
+var env *Env
+
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Imperator Federation e2e")
+}
+
+var _ = BeforeSuite(func(ctx SpecContext) {
+	root, err := RepoRoot()
+	Expect(err).NotTo(HaveOccurred())
+	binDir := os.Getenv(binDirEnv)
+	if binDir == "" {
+		binDir = filepath.Join(root, "bin")
+	}
+	Expect(CheckBinaries(binDir)).To(Succeed())
+
+	if path := os.Getenv(fleetEnv); path != "" {
+		By("attaching to the fleet of " + path)
+		env, err = NewEnvFromDescription(path, binDir, root)
+		Expect(err).NotTo(HaveOccurred())
+		return
+	}
+
+	By("starting a fleet: a hub cluster, spoke-a and spoke-b, the hub and an agent per spoke")
+	dir, err := os.MkdirTemp("", "imperator-e2e-")
+	Expect(err).NotTo(HaveOccurred())
+	started := time.Now()
+	f, err := fleet.Start(ctx, fleet.Options{Dir: dir, BinDir: binDir, GracePeriod: DefaultGracePeriod})
+	Expect(err).NotTo(HaveOccurred(), "the fleet's logs are in %s", dir)
+	DeferCleanup(func() {
+		By("stopping the fleet")
+		Expect(f.Stop()).To(Succeed())
+		if failed {
+			GinkgoWriter.Printf("the fleet's data and logs are kept in %s\n", dir)
+			return
+		}
+		Expect(os.RemoveAll(dir)).To(Succeed())
+	})
+	AddReportEntry("fleet start", time.Since(started).Round(time.Millisecond).String())
+	env, err = NewEnvFromFleet(f, binDir, root, DefaultGracePeriod)
+	Expect(err).NotTo(HaveOccurred())
+}, NodeTimeout(fleetStartTimeout))
+
+// failed is set once a spec failed: the fleet's directory is kept then.
+var failed bool
+
+var _ = AfterEach(func() {
+	if !CurrentSpecReport().Failed() {
+		return
+	}
+	failed = true
+	GinkgoWriter.Printf("\n===== fleet logs (last 100 lines of every process) =====\n%s\n", env.Logs(100))
+})
+
+var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
+	const (
+		spokeA = "spoke-a"
+		spokeB = "spoke-b"
+	)
+	spokes := []string{spokeA, spokeB}
+
+	It("1: both spokes joined and are Available; a fresh join token shows in token list", func(ctx SpecContext) {
+		JoinSpec(ctx, JoinInput{Env: env, Spokes: spokes, NewTokenCluster: "spoke-c"})
+	}, SpecTimeout(2*time.Minute))
+
+	It("2: seed 000's Machine on spoke-a labels its nodes, runs reservations, and the hub shows them", func(ctx SpecContext) {
+		MachineSpec(ctx, MachineInput{
+			Env: env, Spoke: spokeA, MachineFile: env.Sample("general-machine.yaml"),
+			// compute-large is served by no node of the pool.
+			WantReserved: map[string]int32{"compute-medium": 4, "compute-xlarge": 1, "compute-large": 0},
+		})
+	}, SpecTimeout(4*time.Minute))
+
+	It("3: a guest Deployment is injected, runs on michiru, the reservation gives way and the hub follows", func(ctx SpecContext) {
+		GuestSpec(ctx, GuestInput{
+			Env: env, Spoke: spokeA, GuestFile: env.Sample("guest-deployment.yaml"),
+			MachineName: "general-machine", WantNodes: []string{"michiru"},
+		})
+	}, SpecTimeout(3*time.Minute))
+
+	It("4: mode changes and node health move labels, conditions and the hub's answers", func(ctx SpecContext) {
+		NodePoolSpec(ctx, NodePoolInput{
+			Env: env, Spoke: spokeA, MachineName: "general-machine",
+			MaintenanceNode: "utaha", UnhealthyNode: "eriri",
+		})
+	}, SpecTimeout(5*time.Minute))
+
+	It("5: capacity compute-xlarge --count 2 --same-cluster picks spoke-b once its H100 Machine is in", func(ctx SpecContext) {
+		MachineSpec(ctx, MachineInput{
+			Env: env, Spoke: spokeB, MachineFile: env.Sample("hopper-machine.yaml"),
+			WantReserved: map[string]int32{"compute-xlarge": 4, "compute-h100x8": 1},
+		})
+		CapacitySpec(ctx, CapacityInput{
+			Env: env, Type: "compute-xlarge", Count: 2, WantCluster: spokeB, TooMany: 100,
+			// spoke-a's only compute-xlarge is taken by the guest of journey 3.
+			WantExcluded: map[string]queryv1.ExclusionReason{spokeA: queryv1.ExclusionReason_EXCLUSION_REASON_NOT_ENOUGH},
+		})
+	}, SpecTimeout(4*time.Minute))
+
+	It("6: spoke-b's agent stops: offline within the grace period, excluded, and current again after restart", func(ctx SpecContext) {
+		OfflineSpec(ctx, OfflineInput{
+			Env: env, Spoke: spokeB, MachineName: "hopper-machine",
+			Type: "compute-xlarge", Count: 2, Node: "kasumi",
+		})
+	}, SpecTimeout(5*time.Minute))
+
+	It("7: the hub restarts: spokes reconnect by themselves and nothing is lost", func(ctx SpecContext) {
+		HubRestartSpec(ctx, HubRestartInput{
+			Env: env, Spokes: spokes, Type: "compute-xlarge", Count: 2, WantCluster: spokeB,
+		})
+	}, SpecTimeout(5*time.Minute))
+})
