@@ -445,8 +445,14 @@ var _ = Describe("Node-pool controller", func() {
 
 var _ = Describe("Machine API", func() {
 	It("documents machine.spec.machineTypes for kubectl explain", func() {
-		out, err := env.kubectl("explain", "machines.spec.machineTypes")
-		Expect(err).NotTo(HaveOccurred())
+		// The API server publishes a new CRD's OpenAPI schema a few seconds
+		// after the CRD is established; kubectl explain needs that schema.
+		var out string
+		Eventually(func() error {
+			var err error
+			out, err = env.kubectl("explain", "machines.spec.machineTypes")
+			return err
+		}).WithTimeout(30 * time.Second).WithPolling(time.Second).Should(Succeed())
 		Expect(out).To(ContainSubstring("machineTypes are the named shapes"))
 		Expect(out).To(ContainSubstring("available"))
 	})
