@@ -201,6 +201,40 @@ var _ = Describe("Pod Resource Injector", func() {
 		expectUntouched(pod)
 	})
 
+	// Where an injected guest lands is the real scheduler's business: the
+	// multi-cluster e2e suite (test/e2e) checks it on a full control plane.
+
+	DescribeTable("never sends pods of an excluded namespace to the webhook, even when the namespace enables injection",
+		func(ctx SpecContext, namespace string) {
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(ns), ns); apierrors.IsNotFound(err) {
+				Expect(k8s.Create(ctx, ns)).To(Succeed())
+			} else {
+				Expect(err).NotTo(HaveOccurred())
+			}
+			patch := client.MergeFrom(ns.DeepCopy())
+			if ns.Labels == nil {
+				ns.Labels = map[string]string{}
+			}
+			ns.Labels[imperatorv1alpha1.InjectResourceKey] = imperatorv1alpha1.InjectResourceEnabled
+			Expect(k8s.Patch(ctx, ns, patch)).To(Succeed())
+			DeferCleanup(func(ctx SpecContext) {
+				patch := client.MergeFrom(ns.DeepCopy())
+				delete(ns.Labels, imperatorv1alpha1.InjectResourceKey)
+				Expect(k8s.Patch(ctx, ns, patch)).To(Succeed())
+			})
+
+			// The webhook would deny this pod (unknown group): being
+			// admitted untouched proves it never reached the webhook.
+			pod := guestPod(namespace)
+			pod.Labels[imperatorv1alpha1.MachineGroupKey] = "no-such-group"
+			Expect(k8s.Create(ctx, pod)).To(Succeed())
+			expectUntouched(pod)
+		},
+		Entry("kube-system", metav1.NamespaceSystem),
+		Entry("the agent's own namespace", agentNamespace),
+	)
+
 	DescribeTable("returns each denial's message to the client",
 		func(ctx SpecContext, namespace, webhookName string, edit func(*corev1.Pod), wantMessage string) {
 			pod := guestPod(namespace)
@@ -258,7 +292,4 @@ var _ = Describe("Pod Resource Injector", func() {
 		Expect(cmp.Diff(injected.Spec, got.Spec, quantities)).To(BeEmpty())
 	})
 
-	It("lands an injected guest, scheduled by the real scheduler, only on its machine type's ready nodes", func() {
-		Skip("needs a scheduler and nodes: belongs on the full-cluster harness (test/util/harness), not envtest")
-	})
 })
