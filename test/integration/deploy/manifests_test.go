@@ -1,0 +1,112 @@
+package deploy_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+)
+
+var _ = Describe("The kustomize bases and overlays", func() {
+	// deployCopy is a copy of deploy/ with the files the spoke-example overlay
+	// expects the installer to write (hub CA and join token; git-ignored).
+	var deployCopy string
+
+	BeforeEach(func() {
+		deployCopy = filepath.Join(GinkgoT().TempDir(), "deploy")
+		Expect(os.CopyFS(deployCopy, os.DirFS(filepath.Join(root, "deploy")))).To(Succeed())
+		example := filepath.Join(deployCopy, "overlays", "spoke-example")
+		Expect(os.WriteFile(filepath.Join(example, "hub-ca.crt"), []byte("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n"), 0o600)).To(Succeed())
+		Expect(os.WriteFile(filepath.Join(example, "join-token"), []byte("abcdef.0123456789abcdef\n"), 0o600)).To(Succeed())
+	})
+
+	DescribeTable("apply with a server-side dry-run against a real API server (CRDs and namespaces applied first)",
+		func(ctx context.Context, dir string, want map[string]string) {
+			objs, err := render(ctx, filepath.Join(deployCopy, dir))
+			Expect(err).NotTo(HaveOccurred())
+
+			got := map[string]string{}
+			for _, o := range objs {
+				got[o.GetKind()+"/"+o.GetName()] = o.GetNamespace()
+			}
+			for name, ns := range want {
+				Expect(got).To(HaveKeyWithValue(name, ns), "kustomize build %s", dir)
+			}
+
+			// A dry-run create in a namespace that does not exist fails, and
+			// nothing can be checked against a CRD that is not installed.
+			_, err = apply(ctx, ofKind(objs, "CustomResourceDefinition", "Namespace"))
+			Expect(err).NotTo(HaveOccurred())
+			out, err := apply(ctx, except(objs, "CustomResourceDefinition", "Namespace"), "--dry-run=server")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(out).To(ContainSubstring("(server dry run)"))
+		},
+		Entry("deploy/spoke", "spoke", map[string]string{
+			"CustomResourceDefinition/machines.imperator.tenzen-y.io":         "",
+			"CustomResourceDefinition/machinenodepools.imperator.tenzen-y.io": "",
+			"Namespace/imperator-system":                                      "",
+			"ClusterRole/imperator-spoke":                                     "",
+			"Role/imperator-spoke":                                            "imperator-system",
+			"Deployment/imperator-spoke":                                      "imperator-system",
+			"Service/imperator-webhook":                                       "imperator-system",
+			"PodDisruptionBudget/imperator-spoke":                             "imperator-system",
+			"PriorityClass/imperator-reservation":                             "",
+		}),
+		Entry("deploy/overlays/spoke-example", "overlays/spoke-example", map[string]string{
+			"Deployment/imperator-spoke": "imperator-system",
+		}),
+		Entry("deploy/hub", "hub", map[string]string{
+			"CustomResourceDefinition/clusterinventories.imperator.tenzen-y.io":                "",
+			"CustomResourceDefinition/managedclusters.cluster.open-cluster-management.io":      "",
+			"CustomResourceDefinition/addonplacementscores.cluster.open-cluster-management.io": "",
+			"ClusterRole/imperator-hub":         "",
+			"Role/imperator-hub":                "imperator-system",
+			"Deployment/imperator-hub":          "imperator-system",
+			"Service/imperator-hub":             "imperator-system",
+			"PodDisruptionBudget/imperator-hub": "imperator-system",
+		}),
+		Entry("deploy/overlays/hub-ocm-installed", "overlays/hub-ocm-installed", map[string]string{
+			"CustomResourceDefinition/clusterinventories.imperator.tenzen-y.io": "",
+			"Deployment/imperator-hub": "imperator-system",
+		}),
+		Entry("deploy/overlays/hub-example", "overlays/hub-example", map[string]string{
+			"NetworkPolicy/imperator-hub": "imperator-system",
+			"Deployment/imperator-hub":    "imperator-system",
+		}),
+	)
+
+	It("joins the spoke to a hub in the example overlay: the hub address, cluster name and join Secret reach the Deployment", func(ctx context.Context) {
+		objs, err := render(ctx, filepath.Join(deployCopy, "overlays", "spoke-example"))
+		Expect(err).NotTo(HaveOccurred())
+		var configMap, secret, deployment map[string]any
+		for _, o := range objs {
+			switch {
+			case o.GetKind() == "ConfigMap":
+				configMap = o.Object
+			case o.GetKind() == "Secret":
+				secret = o.Object
+			case o.GetKind() == "Deployment":
+				deployment = o.Object
+			}
+		}
+		Expect(configMap).To(HaveKeyWithValue("data", HaveKeyWithValue("address", "hub.example.com:9443")))
+		Expect(secret).To(HaveKeyWithValue("data", And(HaveKey("ca.crt"), HaveKey("token"))))
+		secretName := secret["metadata"].(map[string]any)["name"]
+		configMapName := configMap["metadata"].(map[string]any)["name"]
+		pod := deployment["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		Expect(pod["volumes"]).To(ContainElement(HaveKeyWithValue("secret", HaveKeyWithValue("secretName", secretName))))
+		env := pod["containers"].([]any)[0].(map[string]any)["env"]
+		Expect(env).To(ContainElement(HaveKeyWithValue("valueFrom",
+			HaveKeyWithValue("configMapKeyRef", HaveKeyWithValue("name", configMapName)))))
+	})
+
+	It("leaves OCM's CRDs alone in the hub-ocm-installed overlay", func(ctx context.Context) {
+		objs, err := render(ctx, filepath.Join(deployCopy, "overlays", "hub-ocm-installed"))
+		Expect(err).NotTo(HaveOccurred())
+		for _, o := range ofKind(objs, "CustomResourceDefinition") {
+			Expect(o.GetName()).NotTo(HaveSuffix(".open-cluster-management.io"))
+		}
+	})
+})

@@ -1,0 +1,328 @@
+// Package deploy_test verifies the install manifests of deploy/ against a real
+// API server: every kustomize base and overlay renders and passes a
+// server-side dry-run apply, and the real spoke and hub binaries work with
+// exactly the RBAC the manifests grant (their ServiceAccounts impersonated) —
+// and fail with a forbidden error when a rule is taken away.
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/imperator-federation/imperator/test/util/harness"
+)
+
+func TestDeploy(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Install manifests")
+}
+
+var (
+	// root is the repository root, kustomize the pinned kustomize binary and
+	// binDir holds the spoke and hub binaries under test.
+	root, kustomize, binDir string
+	// cluster is the harness cluster every spec installs into.
+	cluster *harness.Cluster
+	// procs are the binaries the specs started, for the failure report.
+	procsMu sync.Mutex
+	procs   []*harness.Process
+)
+
+var _ = BeforeSuite(func(ctx context.Context) {
+	var err error
+	root, err = repoRoot()
+	Expect(err).NotTo(HaveOccurred())
+	kustomize, err = toolPath("kustomize")
+	Expect(err).NotTo(HaveOccurred())
+
+	// Build the binaries while the cluster starts; $IMPERATOR_BIN_DIR skips
+	// the build when it already holds both.
+	built := make(chan error, 1)
+	binDir = os.Getenv("IMPERATOR_BIN_DIR")
+	if binDir != "" && fileExists(filepath.Join(binDir, "spoke")) && fileExists(filepath.Join(binDir, "hub")) {
+		built <- nil
+	} else {
+		binDir = GinkgoT().TempDir()
+		go func() {
+			cmd := exec.Command("go", "build", "-o", binDir+string(filepath.Separator), "./spoke", "./hub")
+			cmd.Dir = root
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				err = fmt.Errorf("building spoke and hub: %w: %s", err, out)
+			}
+			built <- err
+		}()
+	}
+	cluster, err = harness.Start(ctx, harness.Options{Name: "deploy"})
+	DeferCleanup(func() {
+		if cluster != nil {
+			Expect(cluster.Stop()).To(Succeed())
+		}
+	})
+	buildErr := <-built
+	Expect(err).NotTo(HaveOccurred())
+	Expect(buildErr).NotTo(HaveOccurred())
+}, NodeTimeout(4*time.Minute))
+
+var _ = ReportAfterEach(func(report SpecReport) {
+	if !report.Failed() {
+		return
+	}
+	if cluster != nil {
+		AddReportEntry("cluster logs", cluster.Logs(40))
+	}
+	procsMu.Lock()
+	defer procsMu.Unlock()
+	for _, p := range procs {
+		AddReportEntry("log of "+p.Name(), p.Tail(60))
+	}
+})
+
+// repoRoot is the directory of go.mod above the working directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("reading working directory: %w", err)
+	}
+	for {
+		if fileExists(filepath.Join(dir, "go.mod")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// toolPath finds a pinned tool in $IMPERATOR_TOOLS_DIR, else in the directory
+// `hack/tools.sh dir` names.
+func toolPath(name string) (string, error) {
+	dir := os.Getenv("IMPERATOR_TOOLS_DIR")
+	if dir == "" {
+		cmd := exec.Command(filepath.Join(root, "hack", "tools.sh"), "dir")
+		cmd.Dir = root
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("running hack/tools.sh dir: %w", err)
+		}
+		dir = strings.TrimSpace(string(out))
+	}
+	path := filepath.Join(dir, name)
+	if !fileExists(path) {
+		return "", fmt.Errorf("%s not found in %s: run `make tools`", name, dir)
+	}
+	return path, nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// render runs `kustomize build dir` and decodes the objects.
+func render(ctx context.Context, dir string) ([]*unstructured.Unstructured, error) {
+	cmd := exec.CommandContext(ctx, kustomize, "build", dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s: %w: %s", dir, err, stderr.String())
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs, nil
+			}
+			return nil, fmt.Errorf("decoding the output of kustomize build %s: %w", dir, err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+}
+
+// apply applies objs with kubectl as the cluster admin; extra are further
+// kubectl flags such as --dry-run=server.
+func apply(ctx context.Context, objs []*unstructured.Unstructured, extra ...string) (string, error) {
+	if len(objs) == 0 {
+		return "", nil
+	}
+	items := make([]any, 0, len(objs))
+	for _, o := range objs {
+		items = append(items, o.Object)
+	}
+	data, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
+	if err != nil {
+		return "", fmt.Errorf("encoding objects: %w", err)
+	}
+	// Not GinkgoT().TempDir(): apply also runs in DeferCleanup callbacks.
+	f, err := os.CreateTemp("", "imperator-deploy-*.json")
+	if err != nil {
+		return "", fmt.Errorf("creating temporary file: %w", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if _, err := f.Write(data); err != nil {
+		return "", fmt.Errorf("writing %s: %w", f.Name(), err)
+	}
+	return cluster.Kubectl(ctx, append([]string{"apply", "--server-side", "--force-conflicts", "--field-manager=deploy-test", "-f", f.Name()}, extra...)...)
+}
+
+// kinds returns the objects of objs whose kind is one of kinds.
+func ofKind(objs []*unstructured.Unstructured, kinds ...string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		for _, k := range kinds {
+			if o.GetKind() == k {
+				out = append(out, o)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// except returns the objects of objs whose kind is none of kinds.
+func except(objs []*unstructured.Unstructured, kinds ...string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		skip := false
+		for _, k := range kinds {
+			skip = skip || o.GetKind() == k
+		}
+		if !skip {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// impersonatingKubeconfig writes a copy of the admin kubeconfig whose user
+// impersonates the ServiceAccount namespace/name; the API server then
+// authorizes every request with exactly that account's RBAC.
+func impersonatingKubeconfig(namespace, name string) (string, error) {
+	cfg, err := clientcmd.LoadFromFile(cluster.KubeconfigPath)
+	if err != nil {
+		return "", fmt.Errorf("loading %s: %w", cluster.KubeconfigPath, err)
+	}
+	for _, user := range cfg.AuthInfos {
+		user.Impersonate = "system:serviceaccount:" + namespace + ":" + name
+	}
+	path := filepath.Join(GinkgoT().TempDir(), name+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// start starts a binary of binDir; it is stopped when the current node ends.
+func start(name, bin string, args ...string) *harness.Process {
+	GinkgoHelper()
+	p, err := harness.StartProcess(name, filepath.Join(binDir, bin), args, GinkgoT().TempDir())
+	Expect(err).NotTo(HaveOccurred())
+	procsMu.Lock()
+	procs = append(procs, p)
+	procsMu.Unlock()
+	DeferCleanup(func() {
+		Expect(p.Stop()).To(Succeed())
+		procsMu.Lock()
+		defer procsMu.Unlock()
+		for i, q := range procs {
+			if q == p {
+				procs = append(procs[:i], procs[i+1:]...)
+				break
+			}
+		}
+	})
+	return p
+}
+
+// logOf returns the output of p so far with JSON string escaping of quotes
+// undone, so that API errors can be matched as the API server wrote them.
+func logOf(p *harness.Process) string {
+	data, err := os.ReadFile(p.LogPath())
+	if err != nil {
+		return ""
+	}
+	return strings.ReplaceAll(string(data), `\"`, `"`)
+}
+
+// ready reports whether the /readyz endpoint at addr answers 200.
+func ready(ctx context.Context, addr string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("readyz answered %s", resp.Status)
+	}
+	return nil
+}
+
+// withoutVerb returns a copy of the ClusterRole or Role role with verb removed
+// from the rule that grants it on resource.
+func withoutVerb(role *unstructured.Unstructured, resource, verb string) *unstructured.Unstructured {
+	GinkgoHelper()
+	role = role.DeepCopy()
+	rules, _, err := unstructured.NestedSlice(role.Object, "rules")
+	Expect(err).NotTo(HaveOccurred())
+	removed := false
+	for _, r := range rules {
+		rule := r.(map[string]any)
+		resources, _, _ := unstructured.NestedStringSlice(rule, "resources")
+		if !contains(resources, resource) {
+			continue
+		}
+		Expect(resources).To(HaveLen(1), "the rule granting %s covers further resources; split it before removing a verb", resource)
+		verbs, _, _ := unstructured.NestedStringSlice(rule, "verbs")
+		var kept []any
+		for _, v := range verbs {
+			if v == verb {
+				removed = true
+				continue
+			}
+			kept = append(kept, v)
+		}
+		rule["verbs"] = kept
+	}
+	Expect(removed).To(BeTrue(), "%s %s grants no %s on %s", role.GetKind(), role.GetName(), verb, resource)
+	Expect(unstructured.SetNestedSlice(role.Object, rules, "rules")).To(Succeed())
+	return role
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
