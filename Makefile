@@ -48,6 +48,19 @@ build: ## Build bin/hub, bin/spoke and bin/imperatorctl.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(BINARIES)
 
+# Container images of the binaries (needs Docker; not run in CI).
+IMAGE_REGISTRY ?= ghcr.io/imperator-federation
+IMAGE_TAG      ?= latest
+
+.PHONY: images
+images: ## Build the spoke and hub container images ($(IMAGE_REGISTRY)/{spoke,hub}:$(IMAGE_TAG)) with Docker.
+	docker build -f spoke/Dockerfile -t $(IMAGE_REGISTRY)/spoke:$(IMAGE_TAG) .
+	docker build -f hub/Dockerfile -t $(IMAGE_REGISTRY)/hub:$(IMAGE_TAG) .
+
+.PHONY: e2e
+e2e: k8s-bin build ## The multi-cluster journeys against a fleet started for the run (or E2E_FLEET=.fleet/fleet.json).
+	E2E_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -v ./test/e2e/
+
 .PHONY: up
 up: k8s-bin build ## Start the local fleet in the background: hub + 2 spoke clusters with GPU nodes, the hub and an agent per spoke.
 	$(GO) build -o $(BIN)/fleet ./hack/fleet
