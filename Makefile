@@ -53,7 +53,7 @@ IMAGE_REGISTRY ?= ghcr.io/imperator-federation
 IMAGE_TAG      ?= latest
 
 .PHONY: images
-images: ## Build the spoke and hub container images ($(IMAGE_REGISTRY)/{spoke,hub}:$(IMAGE_TAG)) with Docker.
+images: ## Build the spoke and hub container images with Docker (IMAGE_REGISTRY, IMAGE_TAG).
 	docker build -f spoke/Dockerfile -t $(IMAGE_REGISTRY)/spoke:$(IMAGE_TAG) .
 	docker build -f hub/Dockerfile -t $(IMAGE_REGISTRY)/hub:$(IMAGE_TAG) .
 
