@@ -33,6 +33,7 @@ var rbacKinds = []string{"CustomResourceDefinition", "Namespace", "ServiceAccoun
 var (
 	machineGVR         = schema.GroupVersionResource{Group: imperatorv1alpha1.GroupVersion.Group, Version: imperatorv1alpha1.GroupVersion.Version, Resource: "machines"}
 	managedClusterGVR  = schema.GroupVersionResource{Group: "cluster.open-cluster-management.io", Version: "v1", Resource: "managedclusters"}
+	placementScoreGVR  = schema.GroupVersionResource{Group: "cluster.open-cluster-management.io", Version: "v1alpha1", Resource: "addonplacementscores"}
 	clusterInventories = schema.GroupVersionResource{Group: imperatorv1alpha1.GroupVersion.Group, Version: imperatorv1alpha1.GroupVersion.Version, Resource: "clusterinventories"}
 )
 
@@ -195,6 +196,16 @@ var _ = Describe("The binaries under exactly the RBAC of deploy/", Ordered, func
 			}
 			return len(list.Items), nil
 		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(250*time.Millisecond).Should(BeNumerically(">", 0), func() string { return hub.Tail(30) })
+
+		// The single-writer part of the hub: scores in the cluster's namespace.
+		Eventually(func(ctx context.Context) ([]any, error) {
+			score, err := dyn.Resource(placementScoreGVR).Namespace(clusterName).Get(ctx, "imperator", metav1.GetOptions{})
+			if err != nil {
+				return nil, err
+			}
+			scores, _, err := unstructured.NestedSlice(score.Object, "status", "scores")
+			return scores, err
+		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(250*time.Millisecond).ShouldNot(BeEmpty(), func() string { return hub.Tail(30) })
 
 		Expect(strings.ToLower(logOf(spoke))).NotTo(ContainSubstring("forbidden"))
 		Expect(strings.ToLower(logOf(hub))).NotTo(ContainSubstring("forbidden"))
