@@ -191,7 +191,7 @@ func apply(ctx context.Context, objs []*unstructured.Unstructured, extra ...stri
 	return cluster.Kubectl(ctx, append([]string{"apply", "--server-side", "--force-conflicts", "--field-manager=deploy-test", "-f", f.Name()}, extra...)...)
 }
 
-// kinds returns the objects of objs whose kind is one of kinds.
+// ofKind returns the objects of objs whose kind is one of kinds.
 func ofKind(objs []*unstructured.Unstructured, kinds ...string) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
 	for _, o := range objs {
