@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -215,3 +216,13 @@ func usageTable(resp *queryv1.GetUsageResponse) []string {
 
 // quantity is n as a decimal quantity (a GPU count).
 func quantity(n int64) *resource.Quantity { return resource.NewQuantity(n, resource.DecimalSI) }
+
+// tokenTable renders bootstrap tokens (without secrets), sorted by ID.
+func tokenTable(resp *queryv1.ListTokensResponse) []string {
+	var rows []string
+	for _, t := range resp.GetTokens() {
+		rows = append(rows, fmt.Sprintf("%s cluster=%s usedBy=%s expires=%s", t.GetId(), t.GetClusterName(), t.GetUsedBy(), t.GetExpiration().AsTime().UTC().Format(time.RFC3339)))
+	}
+	slices.Sort(rows)
+	return rows
+}

@@ -177,6 +177,16 @@ func ExclusionOf(resp *queryv1.FindCapacityResponse, cluster string) *queryv1.Ex
 	return nil
 }
 
+// CandidateNames are the clusters of a capacity answer's candidates, best
+// first.
+func CandidateNames(resp *queryv1.FindCapacityResponse) []string {
+	names := make([]string, 0, len(resp.GetCandidates()))
+	for _, c := range resp.GetCandidates() {
+		names = append(names, c.GetCluster())
+	}
+	return names
+}
+
 // CandidateOf returns the candidate cluster of a capacity answer, or nil.
 func CandidateOf(resp *queryv1.FindCapacityResponse, cluster string) *queryv1.CapacityCandidate {
 	for _, c := range resp.GetCandidates() {
