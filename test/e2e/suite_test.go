@@ -41,7 +41,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	if binDir == "" {
 		binDir = filepath.Join(root, "bin")
 	}
-	Expect(CheckBinaries(binDir)).To(Succeed())
+	if err := CheckBinaries(binDir); err != nil {
+		Fail(err.Error())
+	}
 
 	if path := os.Getenv(fleetEnv); path != "" {
 		By("attaching to the fleet of " + path)
