@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/machinetype"
 )
 
 const (
@@ -82,18 +82,17 @@ func reservationStatefulSet(machine *imperatorv1alpha1.Machine, group, namespace
 	name := imperatorv1alpha1.ReservationName(machineType.Name, group)
 	labels := reservationLabels(group, machineType.Name)
 
-	resources := corev1.ResourceList{
-		corev1.ResourceCPU:    machineType.Spec.CPU,
-		corev1.ResourceMemory: machineType.Spec.Memory,
-	}
-	if gpu := machineType.Spec.GPU; gpu != nil {
-		resources[corev1.ResourceName(gpu.Type)] = *resource.NewQuantity(int64(gpu.Num), resource.DecimalSI)
-	}
+	resources := machinetype.Resources(machineType.Spec)
 
 	requirements := make([]*corev1ac.NodeSelectorRequirementApplyConfiguration, 0, 5)
-	for _, r := range placement(group, machineType) {
+	for _, r := range machinetype.Placement(group, machineType) {
 		requirements = append(requirements, corev1ac.NodeSelectorRequirement().
 			WithKey(r.Key).WithOperator(r.Operator).WithValues(r.Values...))
+	}
+	tolerations := make([]*corev1ac.TolerationApplyConfiguration, 0, 2)
+	for _, t := range machinetype.Tolerations(group, machineType.Name) {
+		tolerations = append(tolerations, corev1ac.Toleration().
+			WithKey(t.Key).WithOperator(t.Operator).WithValue(t.Value).WithEffect(t.Effect))
 	}
 
 	pod := corev1ac.PodSpec().
@@ -101,12 +100,7 @@ func reservationStatefulSet(machine *imperatorv1alpha1.Machine, group, namespace
 		WithTerminationGracePeriodSeconds(0).
 		WithAutomountServiceAccountToken(false).
 		WithEnableServiceLinks(false).
-		WithTolerations(
-			corev1ac.Toleration().WithKey(imperatorv1alpha1.MachineTypeKeyFor(machineType.Name)).
-				WithOperator(corev1.TolerationOpEqual).WithValue(group).WithEffect(corev1.TaintEffectNoSchedule),
-			corev1ac.Toleration().WithKey(imperatorv1alpha1.NodePoolKey).
-				WithOperator(corev1.TolerationOpEqual).WithValue(string(imperatorv1alpha1.NodePoolReady)).WithEffect(corev1.TaintEffectNoSchedule),
-		).
+		WithTolerations(tolerations...).
 		WithAffinity(corev1ac.Affinity().WithNodeAffinity(corev1ac.NodeAffinity().
 			WithRequiredDuringSchedulingIgnoredDuringExecution(corev1ac.NodeSelector().
 				WithNodeSelectorTerms(corev1ac.NodeSelectorTerm().WithMatchExpressions(requirements...))))).
@@ -136,31 +130,6 @@ func reservationStatefulSet(machine *imperatorv1alpha1.Machine, group, namespace
 			WithTemplate(corev1ac.PodTemplateSpec().
 				WithLabels(labels).
 				WithSpec(pod)))
-}
-
-// placement is the node label requirements of a machine type, in the order
-// the injector gives them to guests: the type's own key, the node pool, then
-// the GPU Feature Discovery selectors that are set (family, product, machine).
-func placement(group string, machineType *imperatorv1alpha1.MachineType) []corev1.NodeSelectorRequirement {
-	in := func(key, value string) corev1.NodeSelectorRequirement {
-		return corev1.NodeSelectorRequirement{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{value}}
-	}
-	reqs := []corev1.NodeSelectorRequirement{
-		in(imperatorv1alpha1.MachineTypeKeyFor(machineType.Name), group),
-		in(imperatorv1alpha1.NodePoolKey, string(imperatorv1alpha1.NodePoolReady)),
-	}
-	if gpu := machineType.Spec.GPU; gpu != nil {
-		for _, sel := range []struct{ key, value string }{
-			{imperatorv1alpha1.GPUFamilyLabel, gpu.Family},
-			{imperatorv1alpha1.GPUProductLabel, gpu.Product},
-			{imperatorv1alpha1.GPUMachineLabel, gpu.Machine},
-		} {
-			if sel.value != "" {
-				reqs = append(reqs, in(sel.key, sel.value))
-			}
-		}
-	}
-	return reqs
 }
 
 // reservationPriorityClass is the PriorityClass of reservation pods: the

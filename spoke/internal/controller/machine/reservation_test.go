@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/machinetype"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -116,7 +117,7 @@ func TestGPUSelectors(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			got := map[string]string{}
-			for _, r := range placement(group, findMachineType(m, tc.machineType))[2:] {
+			for _, r := range machinetype.Placement(group, findMachineType(m, tc.machineType))[2:] {
 				got[r.Key] = r.Values[0]
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {

@@ -9,9 +9,9 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/machinetype"
 )
 
 // Record is what the injector did to a pod. It is stored, as JSON, in the
@@ -104,10 +104,10 @@ func Inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine) (*corev1.Pod, *
 		return nil, nil, err
 	}
 
-	if err := checkNodeSelector(out.Spec.NodeSelector, typeName, placement(group, machineType)); err != nil {
+	if err := checkNodeSelector(out.Spec.NodeSelector, typeName, machinetype.Placement(group, machineType)); err != nil {
 		return nil, nil, err
 	}
-	if err := injectNodeAffinity(out, typeName, placement(group, machineType)); err != nil {
+	if err := injectNodeAffinity(out, typeName, machinetype.Placement(group, machineType)); err != nil {
 		return nil, nil, err
 	}
 	injectTolerations(out, typeName, group)
@@ -174,33 +174,6 @@ func targetContainer(pod *corev1.Pod) (*corev1.Container, error) {
 	}
 	return nil, denied("unknown injecting container %q (label %s): the pod's containers are [%s]",
 		name, imperatorv1alpha1.InjectingContainerKey, strings.Join(names, ", "))
-}
-
-// placement is the node label requirements of a machine type of a group, in
-// the order they are added to node selector terms: the type's own key, the
-// node pool, then the GPU Feature Discovery selectors (family, product,
-// machine). Each requires its key to equal one value.
-func placement(group string, machineType *imperatorv1alpha1.MachineType) []corev1.NodeSelectorRequirement {
-	reqs := []corev1.NodeSelectorRequirement{
-		inRequirement(imperatorv1alpha1.MachineTypeKeyFor(machineType.Name), group),
-		inRequirement(imperatorv1alpha1.NodePoolKey, string(imperatorv1alpha1.NodePoolReady)),
-	}
-	if gpu := machineType.Spec.GPU; gpu != nil {
-		for _, sel := range []struct{ key, value string }{
-			{imperatorv1alpha1.GPUFamilyLabel, gpu.Family},
-			{imperatorv1alpha1.GPUProductLabel, gpu.Product},
-			{imperatorv1alpha1.GPUMachineLabel, gpu.Machine},
-		} {
-			if sel.value != "" {
-				reqs = append(reqs, inRequirement(sel.key, sel.value))
-			}
-		}
-	}
-	return reqs
-}
-
-func inRequirement(key, value string) corev1.NodeSelectorRequirement {
-	return corev1.NodeSelectorRequirement{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{value}}
 }
 
 // checkNodeSelector denies a pod whose spec.nodeSelector pins one of our keys
@@ -303,10 +276,7 @@ func describeRequirement(req corev1.NodeSelectorRequirement) string {
 // injectTolerations adds the NoSchedule tolerations of the machine type's and
 // the node pool's taints unless the pod already has them.
 func injectTolerations(pod *corev1.Pod, typeName, group string) {
-	for _, want := range []corev1.Toleration{
-		{Key: imperatorv1alpha1.MachineTypeKeyFor(typeName), Operator: corev1.TolerationOpEqual, Value: group, Effect: corev1.TaintEffectNoSchedule},
-		{Key: imperatorv1alpha1.NodePoolKey, Operator: corev1.TolerationOpEqual, Value: string(imperatorv1alpha1.NodePoolReady), Effect: corev1.TaintEffectNoSchedule},
-	} {
+	for _, want := range machinetype.Tolerations(group, typeName) {
 		if !slices.ContainsFunc(pod.Spec.Tolerations, func(t corev1.Toleration) bool { return sameToleration(t, want) }) {
 			pod.Spec.Tolerations = append(pod.Spec.Tolerations, want)
 		}
@@ -329,13 +299,7 @@ func sameToleration(a, b corev1.Toleration) bool {
 // and GPUs on the container, keeping every other resource it sets, and
 // returns the resources whose request or limit held another value.
 func injectResources(container *corev1.Container, spec imperatorv1alpha1.MachineTypeSpec) []ReplacedResource {
-	want := corev1.ResourceList{
-		corev1.ResourceCPU:    spec.CPU,
-		corev1.ResourceMemory: spec.Memory,
-	}
-	if spec.GPU != nil && spec.GPU.Type != "" {
-		want[corev1.ResourceName(spec.GPU.Type)] = *resource.NewQuantity(int64(spec.GPU.Num), resource.DecimalSI)
-	}
+	want := machinetype.Resources(spec)
 	if container.Resources.Requests == nil {
 		container.Resources.Requests = corev1.ResourceList{}
 	}
