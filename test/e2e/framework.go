@@ -192,21 +192,3 @@ func CheckBinaries(binDir string) error {
 	}
 	return nil
 }
-
-// RepoRoot finds the directory of go.mod upwards from the working directory.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("finding the repository root: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("finding the repository root: no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}

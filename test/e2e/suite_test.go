@@ -11,6 +11,7 @@ import (
 
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 	"github.com/imperator-federation/imperator/test/util/fleet"
+	"github.com/imperator-federation/imperator/test/util/repo"
 )
 
 // The suite's environment variables (`make e2e` sets the first).
@@ -35,7 +36,7 @@ func TestE2E(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(ctx SpecContext) {
-	root, err := RepoRoot()
+	root, err := repo.Root()
 	Expect(err).NotTo(HaveOccurred())
 	binDir := os.Getenv(binDirEnv)
 	if binDir == "" {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/imperator-federation/imperator/test/util/harness"
+	"github.com/imperator-federation/imperator/test/util/repo"
 )
 
 // Namespace is where the hub and the spoke agents keep their objects (CA,
@@ -42,29 +43,11 @@ type agentProcess struct {
 	healthPort  int
 }
 
-// repoRoot finds the directory of go.mod upwards from the working directory.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("finding the repository root: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("finding the repository root: no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // installImperator installs the CRDs of each side and the agents' namespace,
 // then starts the hub and one agent per spoke, each joining with its own
 // one-time token.
 func (f *Fleet) installImperator(ctx context.Context) error {
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/imperator-federation/imperator/hub/internal/scores"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
+	"github.com/imperator-federation/imperator/test/util/repo"
 )
 
 // result of one imperatorctl run.
@@ -106,7 +107,7 @@ var _ = Describe("Query API", Ordered, func() {
 
 	BeforeAll(func(ctx context.Context) {
 		bin := filepath.Join(credsDir, "imperatorctl")
-		root, err := repositoryRoot()
+		root, err := repo.Root()
 		Expect(err).NotTo(HaveOccurred())
 		build := exec.Command("go", "build", "-o", bin, "./cmd/imperatorctl")
 		build.Dir = root

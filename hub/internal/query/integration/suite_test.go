@@ -7,7 +7,6 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -29,6 +28,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/query"
 	"github.com/imperator-federation/imperator/test/util/harness"
+	"github.com/imperator-federation/imperator/test/util/repo"
 )
 
 var update = flag.Bool("update", false, "Rewrite the golden files of imperatorctl's output.")
@@ -55,7 +55,7 @@ var (
 
 var _ = BeforeSuite(func(ctx context.Context) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	root, err := repositoryRoot()
+	root, err := repo.Root()
 	Expect(err).NotTo(HaveOccurred())
 	env = &envtest.Environment{
 		BinaryAssetsDirectory: harness.BinDir(),
@@ -106,22 +106,4 @@ contexts:
 `, hub.Address(), user, user)
 	Expect(os.WriteFile(path, []byte(content), 0o600)).To(Succeed())
 	return path
-}
-
-// repositoryRoot is the directory of go.mod, found upwards.
-func repositoryRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
 }

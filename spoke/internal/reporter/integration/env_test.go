@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/imperator-federation/imperator/spoke/internal/config"
 	"github.com/imperator-federation/imperator/spoke/internal/reporter"
 	"github.com/imperator-federation/imperator/test/util/harness"
+	"github.com/imperator-federation/imperator/test/util/repo"
 )
 
 // agentNamespace holds the hub CA and tokens on the hub, and the agent's
@@ -39,7 +39,7 @@ type apiServer struct {
 }
 
 func startAPIServer(scheme *runtime.Scheme, crdDirs ...string) (*apiServer, error) {
-	root, err := repositoryRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return nil, err
 	}
@@ -141,24 +141,5 @@ func (s *spoke) stopReporter() error {
 		return err
 	case <-time.After(30 * time.Second):
 		return errors.New("reporter manager did not stop within 30s")
-	}
-}
-
-// repositoryRoot is the directory of go.mod, found upwards from the test's
-// working directory.
-func repositoryRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("finding the repository root: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("finding the repository root: no go.mod above the working directory")
-		}
-		dir = parent
 	}
 }

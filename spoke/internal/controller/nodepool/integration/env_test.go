@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
 	"github.com/imperator-federation/imperator/test/util/harness"
+	"github.com/imperator-federation/imperator/test/util/repo"
 )
 
 // environment is a real API server (envtest) with the spoke CRDs and a
@@ -59,7 +59,7 @@ func startEnvironment() (_ *environment, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the scheme: %w", err)
 	}
-	root, err := repositoryRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return nil, err
 	}
@@ -153,25 +153,6 @@ func (e *environment) kubectl(args ...string) (string, error) {
 	}
 	out, err := io.ReadAll(stdout)
 	return string(out), err
-}
-
-// repositoryRoot is the directory of go.mod, found upwards from the test's
-// working directory.
-func repositoryRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("finding the repository root: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("finding the repository root: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // stop stops the manager, then the API server.

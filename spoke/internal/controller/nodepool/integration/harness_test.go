@@ -14,6 +14,7 @@ import (
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
 	"github.com/imperator-federation/imperator/test/util/harness"
+	"github.com/imperator-federation/imperator/test/util/repo"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -28,7 +29,7 @@ var _ = Describe("Node-pool controller in a cluster with a controller-manager", 
 		cluster, err := harness.Start(ctx, harness.Options{Name: "nodepool"})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { Expect(cluster.Stop()).To(Succeed()) })
-		root, err := repositoryRoot()
+		root, err := repo.Root()
 		Expect(err).NotTo(HaveOccurred())
 		Expect(cluster.InstallCRDs(ctx, filepath.Join(root, "deploy", "spoke", "crd"))).To(Succeed())
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/podinjector"
 	"github.com/imperator-federation/imperator/test/util/harness"
+	"github.com/imperator-federation/imperator/test/util/repo"
 )
 
 const (
@@ -65,7 +65,7 @@ func startEnvironment() (_ *environment, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the scheme: %w", err)
 	}
-	root, err := repositoryRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return nil, err
 	}
@@ -143,25 +143,6 @@ func startEnvironment() (_ *environment, err error) {
 		return nil, errors.New("waiting for the manager's cache to sync")
 	}
 	return e, nil
-}
-
-// repositoryRoot is the directory of go.mod, found upwards from the test's
-// working directory, so that the suite does not depend on where it lives.
-func repositoryRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("finding the repository root: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("finding the repository root: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // stop stops the manager, then the API server.

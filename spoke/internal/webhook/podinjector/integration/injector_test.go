@@ -22,6 +22,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/podinjector"
+	"github.com/imperator-federation/imperator/test/util/repo"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -30,7 +31,7 @@ var quantities = cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b
 // loadGuestSample reads deploy/spoke/samples/guest-deployment.yaml: the
 // team-a Namespace with injection enabled and seed 000's guest Deployment.
 func loadGuestSample() (*corev1.Namespace, *appsv1.Deployment, error) {
-	root, err := repositoryRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return nil, nil, err
 	}
