@@ -25,7 +25,7 @@ func BenchmarkValidateCreate(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
-		if err := e.stop(); err != nil {
+		if err := e.Stop(); err != nil {
 			b.Error(err)
 		}
 	})

@@ -13,6 +13,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imperator-federation/imperator/test/util/webhookenv"
 )
 
 func TestMachineValidator(t *testing.T) {
@@ -21,7 +23,7 @@ func TestMachineValidator(t *testing.T) {
 }
 
 var (
-	env *environment
+	env *webhookenv.Environment
 	k8s client.Client
 )
 
@@ -29,6 +31,6 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	var err error
 	env, err = startEnvironment()
 	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() { Expect(env.stop()).To(Succeed()) })
+	DeferCleanup(func() { Expect(env.Stop()).To(Succeed()) })
 	k8s = env.Client
 }, NodeTimeout(2*time.Minute))

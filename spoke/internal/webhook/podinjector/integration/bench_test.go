@@ -24,7 +24,7 @@ func BenchmarkPodCreate(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
-		if err := e.stop(); err != nil {
+		if err := e.Stop(); err != nil {
 			b.Error(err)
 		}
 	})

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/util/webhookenv"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -31,7 +32,7 @@ const (
 )
 
 var (
-	env *environment
+	env *webhookenv.Environment
 	k8s client.Client
 )
 
@@ -39,7 +40,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	var err error
 	env, err = startEnvironment()
 	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() { Expect(env.stop()).To(Succeed()) })
+	DeferCleanup(func() { Expect(env.Stop()).To(Succeed()) })
 	k8s = env.Client
 
 	machine := wrappers.GeneralMachine().Obj()
