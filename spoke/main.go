@@ -14,6 +14,7 @@ import (
 	"os"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -76,16 +77,31 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
-	certManager, err := certs.New(direct, certs.Options{
-		Namespace:          cfg.Namespace,
-		SecretName:         cfg.Webhook.CertSecret,
-		Hosts:              cfg.Webhook.Hosts,
-		MutatingWebhooks:   []string{cfg.Webhook.MutatingConfiguration},
-		ValidatingWebhooks: []string{cfg.Webhook.ValidatingConfiguration},
-	})
-	if err != nil {
-		return err
+	webhookOpts := webhook.Options{
+		Host: cfg.Webhook.BindAddress,
+		Port: cfg.Webhook.Port,
 	}
+	// With cert-manager the webhook server reads tls.crt and tls.key from
+	// the mounted Secret and reloads them on renewal (controller-runtime's
+	// certwatcher); otherwise the agent issues and rotates the certificate
+	// itself and serves it from memory.
+	var certManager *certs.Manager
+	if cfg.Webhook.CertManagerCertificate != "" {
+		webhookOpts.CertDir = cfg.Webhook.CertDir
+	} else {
+		certManager, err = certs.New(direct, certs.Options{
+			Namespace:          cfg.Namespace,
+			SecretName:         cfg.Webhook.CertSecret,
+			Hosts:              cfg.Webhook.Hosts,
+			MutatingWebhooks:   []string{cfg.Webhook.MutatingConfiguration},
+			ValidatingWebhooks: []string{cfg.Webhook.ValidatingConfiguration},
+		})
+		if err != nil {
+			return err
+		}
+		webhookOpts.TLSOpts = append(webhookOpts.TLSOpts, certManager.TLSOption)
+	}
+	webhookOpts.TLSOpts = append(webhookOpts.TLSOpts, func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 })
 
 	mgr, err := mcmanager.New(restConfig, nil, ctrl.Options{
 		Scheme: scheme,
@@ -101,34 +117,36 @@ func run() error {
 		// Hand over leadership at once on shutdown instead of waiting for the
 		// lease to expire.
 		LeaderElectionReleaseOnCancel: true,
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host:    cfg.Webhook.BindAddress,
-			Port:    cfg.Webhook.Port,
-			TLSOpts: []func(*tls.Config){certManager.TLSOption, func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }},
-		}),
+		WebhookServer:                 webhook.NewServer(webhookOpts),
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	local := mgr.GetLocalManager()
 
-	// The webhook server needs its certificate before it starts; the API
-	// server may still be coming up, so retry for a while.
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := certManager.Ensure(ctx); err != nil {
-			log.Info("Webhook certificate not ready yet", "err", err.Error())
-			return false, nil
+	var caBundle []byte
+	if certManager != nil {
+		// The webhook server needs its certificate before it starts; the API
+		// server may still be coming up, so retry for a while.
+		err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			if err := certManager.Ensure(ctx); err != nil {
+				log.Info("Webhook certificate not ready yet", "err", err.Error())
+				return false, nil
+			}
+			return true, nil
+		})
+		if err != nil {
+			return fmt.Errorf("preparing webhook certificate: %w", err)
 		}
-		return true, nil
-	})
-	if err != nil {
-		return fmt.Errorf("preparing webhook certificate: %w", err)
+		if err := local.Add(certManager); err != nil {
+			return fmt.Errorf("setting up the webhook certificate manager: %w", err)
+		}
+		caBundle = certManager.CABundle()
 	}
-	if err := registerWebhooks(ctx, direct, cfg, certManager.CABundle()); err != nil {
+	if err := registerWebhooks(ctx, direct, cfg, caBundle); err != nil {
 		return err
 	}
 	if err := errors.Join(
-		local.Add(certManager),
 		podinjector.SetupWebhookWithManager(local),
 		machinevalidator.SetupWebhookWithManager(local),
 		nodepool.SetupWithManager(mgr),
@@ -169,7 +187,18 @@ func run() error {
 
 // registerWebhooks applies the injector's and the validator's webhook
 // configurations, pointing at the agent's Service or at --webhook-url, with
-// the CA bundle of the serving certificate.
+// the CA bundle of the agent's own serving certificate.
+//
+// With --webhook-cert-manager-certificate caBundle is nil and never sent:
+// instead the configurations carry the cert-manager.io/inject-ca-from
+// annotation and cert-manager's cainjector writes the bundle. Server-side
+// apply keeps that bundle across our re-applies because it removes only the
+// fields our field manager owns and no longer sends; the cainjector's write
+// changes the value and so moves the field's ownership to the cainjector. The
+// one removal happens when an agent that ran in the default mode (whose
+// applies owned caBundle) first applies in cert-manager mode: its old bundle
+// is dropped — it is the agent's own CA, which cannot verify a certificate
+// cert-manager issued anyway — until the cainjector injects the right one.
 func registerWebhooks(ctx context.Context, c client.Client, cfg config.Config, caBundle []byte) error {
 	target := install.Target{
 		URL:              cfg.Webhook.URL,
@@ -185,8 +214,16 @@ func registerWebhooks(ctx context.Context, c client.Client, cfg config.Config, c
 	if err != nil {
 		return err
 	}
-	return install.Apply(ctx, c,
-		podinjector.MutatingWebhookConfiguration(cfg.Webhook.MutatingConfiguration, cfg.Namespace, injector),
-		machinevalidator.ValidatingWebhookConfiguration(cfg.Webhook.ValidatingConfiguration, validator),
-	)
+	mutating := podinjector.MutatingWebhookConfiguration(cfg.Webhook.MutatingConfiguration, cfg.Namespace, injector)
+	validating := machinevalidator.ValidatingWebhookConfiguration(cfg.Webhook.ValidatingConfiguration, validator)
+	if cfg.Webhook.CertManagerCertificate != "" {
+		from := cfg.Namespace + "/" + cfg.Webhook.CertManagerCertificate
+		metav1.SetMetaDataAnnotation(&mutating.ObjectMeta, injectCAFromAnnotation, from)
+		metav1.SetMetaDataAnnotation(&validating.ObjectMeta, injectCAFromAnnotation, from)
+	}
+	return install.Apply(ctx, c, mutating, validating)
 }
+
+// injectCAFromAnnotation asks cert-manager's cainjector to write the CA of
+// the Certificate it names (namespace/name) into every webhook's caBundle.
+const injectCAFromAnnotation = "cert-manager.io/inject-ca-from"

@@ -54,8 +54,20 @@ type Webhook struct {
 	// Hosts are the names the serving certificate is valid for. Default: the
 	// host of URL, else the webhook Service's DNS names in Namespace.
 	Hosts []string
-	// CertSecret names the Secret holding the webhook CA and serving certificate.
+	// CertSecret names the Secret holding the webhook CA and serving
+	// certificate the agent generates and rotates itself (the default mode).
 	CertSecret string
+	// CertManagerCertificate, when set, names a cert-manager Certificate in
+	// Namespace that issues the serving certificate instead: the agent
+	// generates nothing, the webhook server reads tls.crt and tls.key from
+	// CertDir (where the Certificate's Secret is mounted, reloading them when
+	// cert-manager renews them), and the webhook configurations carry the
+	// cert-manager.io/inject-ca-from annotation for cert-manager's cainjector
+	// instead of a CA bundle.
+	CertManagerCertificate string
+	// CertDir is the directory holding tls.crt and tls.key when
+	// CertManagerCertificate is set.
+	CertDir string
 	// MutatingConfiguration and ValidatingConfiguration name the webhook
 	// configurations that receive the CA bundle.
 	MutatingConfiguration   string
@@ -108,6 +120,7 @@ func Default() Config {
 			Port:                    9443,
 			ServiceName:             "imperator-webhook",
 			CertSecret:              "imperator-webhook-cert",
+			CertDir:                 "/tmp/k8s-webhook-server/serving-certs",
 			MutatingConfiguration:   "imperator-pod-injector",
 			ValidatingConfiguration: "imperator-machine-validator",
 		},
@@ -138,6 +151,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&c.Webhook.CertSecret, "webhook-cert-secret", c.Webhook.CertSecret, "Secret holding the webhook CA and serving certificate.")
+	fs.StringVar(&c.Webhook.CertManagerCertificate, "webhook-cert-manager-certificate", c.Webhook.CertManagerCertificate, "cert-manager Certificate in --namespace that issues the webhook serving certificate; its Secret must be mounted at --webhook-cert-dir (empty: the agent generates and rotates the certificate itself in --webhook-cert-secret).")
+	fs.StringVar(&c.Webhook.CertDir, "webhook-cert-dir", c.Webhook.CertDir, "Directory with tls.crt and tls.key of the webhook server, used with --webhook-cert-manager-certificate.")
 	fs.StringVar(&c.Webhook.MutatingConfiguration, "mutating-webhook-configuration", c.Webhook.MutatingConfiguration, "MutatingWebhookConfiguration that gets the CA bundle.")
 	fs.StringVar(&c.Webhook.ValidatingConfiguration, "validating-webhook-configuration", c.Webhook.ValidatingConfiguration, "ValidatingWebhookConfiguration that gets the CA bundle.")
 	fs.StringVar(&c.Reservation.Image, "reservation-image", c.Reservation.Image, "Image of the reservation placeholder container.")
@@ -175,6 +190,16 @@ func (c *Config) Validate() error {
 		}
 	} else if msgs := validation.IsDNS1035Label(c.Webhook.ServiceName); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--webhook-service %q: %s", c.Webhook.ServiceName, strings.Join(msgs, "; ")))
+	}
+	if c.Webhook.CertManagerCertificate != "" {
+		if msgs := validation.IsDNS1123Subdomain(c.Webhook.CertManagerCertificate); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--webhook-cert-manager-certificate %q: %s", c.Webhook.CertManagerCertificate, strings.Join(msgs, "; ")))
+		}
+		if c.Webhook.CertDir == "" {
+			errs = append(errs, errors.New("--webhook-cert-dir: required with --webhook-cert-manager-certificate"))
+		}
+	} else if msgs := validation.IsDNS1123Subdomain(c.Webhook.CertSecret); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--webhook-cert-secret %q: %s", c.Webhook.CertSecret, strings.Join(msgs, "; ")))
 	}
 	if c.Webhook.Port < 1 || c.Webhook.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--webhook-port %d: must be between 1 and 65535", c.Webhook.Port))

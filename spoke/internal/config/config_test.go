@@ -36,6 +36,26 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		"empty image":          {args: []string{"--reservation-image="}, wantErrs: []string{"--reservation-image"}},
 		"plain-http webhook":   {args: []string{"--webhook-url=http://127.0.0.1:9443"}, wantErrs: []string{"--webhook-url"}},
 		"bad webhook service":  {args: []string{"--webhook-service=Web_Hook"}, wantErrs: []string{"--webhook-service"}},
+		"bad cert secret":      {args: []string{"--webhook-cert-secret=Cert_Secret"}, wantErrs: []string{"--webhook-cert-secret"}},
+		"cert-manager certificate": {
+			args: []string{"--webhook-cert-manager-certificate=imperator-webhook", "--webhook-cert-dir=/certs"},
+		},
+		"cert-manager certificate with the default cert dir": {
+			args: []string{"--webhook-cert-manager-certificate=imperator-webhook"},
+		},
+		"bad cert-manager certificate": {
+			args:     []string{"--webhook-cert-manager-certificate=Imperator/Webhook"},
+			wantErrs: []string{"--webhook-cert-manager-certificate"},
+		},
+		"cert-manager certificate without a cert dir": {
+			args:     []string{"--webhook-cert-manager-certificate=imperator-webhook", "--webhook-cert-dir="},
+			wantErrs: []string{"--webhook-cert-dir"},
+		},
+		// The Secret the agent would manage itself does not matter when
+		// cert-manager issues the certificate.
+		"cert-manager certificate ignores the cert secret": {
+			args: []string{"--webhook-cert-manager-certificate=imperator-webhook", "--webhook-cert-secret="},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -91,5 +111,25 @@ func TestWebhookURLGivesTheCertificateItsHost(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"127.0.0.1"}, c.Webhook.Hosts); diff != "" {
 		t.Errorf("webhook hosts (-want +got):\n%s", diff)
+	}
+}
+
+func TestCertManagerFlags(t *testing.T) {
+	c := Default()
+	if c.Webhook.CertManagerCertificate != "" {
+		t.Errorf("default cert-manager Certificate = %q, want none (the agent manages its certificate)", c.Webhook.CertManagerCertificate)
+	}
+	if want := "/tmp/k8s-webhook-server/serving-certs"; c.Webhook.CertDir != want {
+		t.Errorf("default cert dir = %q, want %q", c.Webhook.CertDir, want)
+	}
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	c.BindFlags(fs)
+	if err := fs.Parse([]string{"--webhook-cert-manager-certificate=imperator-webhook", "--webhook-cert-dir=/etc/imperator/webhook"}); err != nil {
+		t.Fatal(err)
+	}
+	want := Webhook{CertManagerCertificate: "imperator-webhook", CertDir: "/etc/imperator/webhook"}
+	got := Webhook{CertManagerCertificate: c.Webhook.CertManagerCertificate, CertDir: c.Webhook.CertDir}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("parsed webhook certificate settings (-want +got):\n%s", diff)
 	}
 }

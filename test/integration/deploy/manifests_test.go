@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 var _ = Describe("The kustomize bases and overlays", func() {
@@ -22,7 +23,10 @@ var _ = Describe("The kustomize bases and overlays", func() {
 		Expect(os.WriteFile(filepath.Join(example, "join-token"), []byte("abcdef.0123456789abcdef\n"), 0o600)).To(Succeed())
 	})
 
-	DescribeTable("apply with a server-side dry-run against a real API server (CRDs and namespaces applied first)",
+	// cert-manager's CRDs are not installed in the test cluster, so its
+	// objects (spoke-cert-manager's Issuer and Certificate) are rendered but
+	// left out of the dry-run; a spec below checks their fields instead.
+	DescribeTable("apply with a server-side dry-run against a real API server (CRDs and namespaces applied first, cert-manager objects left out)",
 		func(ctx context.Context, dir string, want map[string]string) {
 			objs, err := render(ctx, filepath.Join(deployCopy, dir))
 			Expect(err).NotTo(HaveOccurred())
@@ -39,7 +43,7 @@ var _ = Describe("The kustomize bases and overlays", func() {
 			// nothing can be checked against a CRD that is not installed.
 			_, err = apply(ctx, ofKind(objs, "CustomResourceDefinition", "Namespace"))
 			Expect(err).NotTo(HaveOccurred())
-			out, err := apply(ctx, except(objs, "CustomResourceDefinition", "Namespace"), "--dry-run=server")
+			out, err := apply(ctx, notCertManager(except(objs, "CustomResourceDefinition", "Namespace")), "--dry-run=server")
 			Expect(err).NotTo(HaveOccurred())
 			Expect(out).To(ContainSubstring("(server dry run)"))
 		},
@@ -56,6 +60,12 @@ var _ = Describe("The kustomize bases and overlays", func() {
 		}),
 		Entry("deploy/overlays/spoke-example", "overlays/spoke-example", map[string]string{
 			"Deployment/imperator-spoke": "imperator-system",
+		}),
+		Entry("deploy/overlays/spoke-cert-manager", "overlays/spoke-cert-manager", map[string]string{
+			"Deployment/imperator-spoke":    "imperator-system",
+			"Service/imperator-webhook":     "imperator-system",
+			"Issuer/imperator-selfsigned":   "imperator-system",
+			"Certificate/imperator-webhook": "imperator-system",
 		}),
 		Entry("deploy/hub", "hub", map[string]string{
 			"CustomResourceDefinition/clusterinventories.imperator.tenzen-y.io":                "",
@@ -102,6 +112,58 @@ var _ = Describe("The kustomize bases and overlays", func() {
 			HaveKeyWithValue("configMapKeyRef", HaveKeyWithValue("name", configMapName)))))
 	})
 
+	It("has cert-manager issue the spoke's webhook certificate in the spoke-cert-manager overlay: the Certificate names the webhook Service, and its Secret is mounted where the agent reads it", func(ctx context.Context) {
+		objs, err := render(ctx, filepath.Join(deployCopy, "overlays", "spoke-cert-manager"))
+		Expect(err).NotTo(HaveOccurred())
+		one := func(kind string) *unstructured.Unstructured {
+			GinkgoHelper()
+			matches := ofKind(objs, kind)
+			Expect(matches).To(HaveLen(1), "objects of kind %s", kind)
+			return matches[0]
+		}
+		issuer, certificate, service, deployment := one("Issuer"), one("Certificate"), one("Service"), one("Deployment")
+
+		for _, o := range []*unstructured.Unstructured{issuer, certificate} {
+			Expect(o.GetAPIVersion()).To(Equal("cert-manager.io/v1"))
+			Expect(o.GetNamespace()).To(Equal(deployment.GetNamespace()), "%s/%s", o.GetKind(), o.GetName())
+		}
+		Expect(issuer.Object).To(HaveKeyWithValue("spec", HaveKey("selfSigned")))
+		Expect(certificate.Object).To(HaveKeyWithValue("spec", And(
+			HaveKeyWithValue("issuerRef", And(HaveKeyWithValue("kind", "Issuer"), HaveKeyWithValue("name", issuer.GetName()))),
+			HaveKeyWithValue("dnsNames", ConsistOf(
+				service.GetName()+"."+service.GetNamespace()+".svc",
+				service.GetName()+"."+service.GetNamespace()+".svc.cluster.local",
+			)),
+		)))
+		secretName, _, err := unstructured.NestedString(certificate.Object, "spec", "secretName")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(secretName).To(Equal("imperator-webhook-cert-manager"))
+
+		containers, _, err := unstructured.NestedSlice(deployment.Object, "spec", "template", "spec", "containers")
+		Expect(err).NotTo(HaveOccurred())
+		agent := containers[0].(map[string]any)
+		args, _, err := unstructured.NestedStringSlice(agent, "args")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(args).To(ContainElement("--webhook-cert-manager-certificate=" + certificate.GetName()))
+		const certDir = "/tmp/k8s-webhook-server/serving-certs"
+		Expect(args).To(ContainElement("--webhook-cert-dir=" + certDir))
+
+		volumes, _, err := unstructured.NestedSlice(deployment.Object, "spec", "template", "spec", "volumes")
+		Expect(err).NotTo(HaveOccurred())
+		var volumeName string
+		for _, v := range volumes {
+			if name, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName"); name == secretName {
+				volumeName, _, _ = unstructured.NestedString(v.(map[string]any), "name")
+			}
+		}
+		Expect(volumeName).NotTo(BeEmpty(), "no volume of Secret %s", secretName)
+		Expect(agent["volumeMounts"]).To(ContainElement(And(
+			HaveKeyWithValue("name", volumeName),
+			HaveKeyWithValue("mountPath", certDir),
+			HaveKeyWithValue("readOnly", true),
+		)))
+	})
+
 	It("leaves OCM's CRDs alone in the hub-ocm-installed overlay", func(ctx context.Context) {
 		objs, err := render(ctx, filepath.Join(deployCopy, "overlays", "hub-ocm-installed"))
 		Expect(err).NotTo(HaveOccurred())
@@ -110,3 +172,15 @@ var _ = Describe("The kustomize bases and overlays", func() {
 		}
 	})
 })
+
+// notCertManager returns the objects of objs outside cert-manager's API
+// group, whose CRDs the test cluster does not have.
+func notCertManager(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GroupVersionKind().Group != "cert-manager.io" {
+			out = append(out, o)
+		}
+	}
+	return out
+}
