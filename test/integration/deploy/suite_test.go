@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/imperator-federation/imperator/test/util/harness"
+	"github.com/imperator-federation/imperator/test/util/repo"
 )
 
 func TestDeploy(t *testing.T) {
@@ -48,7 +49,7 @@ var (
 
 var _ = BeforeSuite(func(ctx context.Context) {
 	var err error
-	root, err = repoRoot()
+	root, err = repo.Root()
 	Expect(err).NotTo(HaveOccurred())
 	kustomize, err = toolPath("kustomize")
 	Expect(err).NotTo(HaveOccurred())
@@ -95,24 +96,6 @@ var _ = ReportAfterEach(func(report SpecReport) {
 		AddReportEntry("log of "+p.Name(), p.Tail(60))
 	}
 })
-
-// repoRoot is the directory of go.mod above the working directory.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("reading working directory: %w", err)
-	}
-	for {
-		if fileExists(filepath.Join(dir, "go.mod")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
 
 // toolPath finds a pinned tool in $IMPERATOR_TOOLS_DIR, else in the directory
 // `hack/tools.sh dir` names.
