@@ -302,9 +302,11 @@ type NodePoolInput struct {
 // kube-controller-manager's node lifecycle controller removes a hand-made
 // unreachable or not-ready NoSchedule taint within a second, so the agent
 // never sees a stable unhealthy node. Cordoning keeps the reservation pods
-// bound (NoSchedule does not evict), so the units reserved on the node stay
-// counted: the hub's free units follow the spoke's figures, which do not
-// change; its node counts do.
+// bound (NoSchedule does not evict), but a guest's injected affinity asks
+// for node-pool=ready nodes, so the units held there are not reserved any
+// more: the Machine's reserved count and the hub's free units drop by them
+// (to 0 when the node is the type's only ready one), the InsufficientCapacity
+// condition names the node, and all of it comes back with the uncordon.
 func NodePoolSpec(ctx context.Context, in NodePoolInput) {
 	spoke := in.Env.Spoke(in.Spoke)
 	m := &imperatorv1alpha1.Machine{}
@@ -357,10 +359,26 @@ func NodePoolSpec(ctx context.Context, in NodePoolInput) {
 
 	unhealthyType := unhealthy.MachineType[0].Name
 	unhealthyCountsBefore := counts(unhealthyType)
+	var reservedBefore int32
+	Eventually(ctx, func(g Gomega) {
+		onNode := 0
+		for _, p := range boundPods(reservationPods(g, ctx, spoke.Client, in.Env.Namespace, group, unhealthyType)) {
+			if p.Spec.NodeName == in.UnhealthyNode {
+				onNode++
+			}
+		}
+		g.Expect(onNode).To(BeNumerically(">", 0), "%s reservation pods bound to %s", unhealthyType, in.UnhealthyNode)
+		g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.MachineName}, m)).To(Succeed())
+		u := StatusUsage(m, unhealthyType)
+		g.Expect(u).NotTo(BeNil())
+		g.Expect(u.Reserved).To(Equal(reservedOnReadyNodes(g, ctx, spoke.Client, in.Env.Namespace, group, unhealthyType)))
+		reservedBefore = u.Reserved
+	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
 	capacityBefore, code, err := in.Env.Ctl.Capacity(ctx, unhealthyType)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(code).To(BeZero(), "capacity %s while %s is healthy", unhealthyType, in.UnhealthyNode)
 	Expect(CandidateNames(capacityBefore)).To(ContainElement(in.Spoke), "capacity %s lists %s", unhealthyType, in.Spoke)
+	freeBefore := CandidateOf(capacityBefore, in.Spoke).GetFree()
 
 	setUnschedulable := func(ctx context.Context, unschedulable bool) {
 		GinkgoHelper()
@@ -380,26 +398,41 @@ func NodePoolSpec(ctx context.Context, in NodePoolInput) {
 			To(Equal(shiftCounts(unhealthyCountsBefore, "ready", "notReady")), "hub node counts of %s", unhealthyType)
 	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
 
-	By("the capacity answer follows the spoke's figures")
+	By(fmt.Sprintf("the units held on %s are not reserved: no guest can take them, the capacity answer drops them", in.UnhealthyNode))
 	var freeWhileNotReady int32
 	var usageWhileNotReady string
 	Eventually(ctx, func(g Gomega) {
+		// What a guest can take now: reservations bound to the type's
+		// other node-pool=ready nodes.
+		onReady := reservedOnReadyNodes(g, ctx, spoke.Client, in.Env.Namespace, group, unhealthyType)
 		g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.MachineName}, m)).To(Succeed())
 		u := StatusUsage(m, unhealthyType)
 		g.Expect(u).NotTo(BeNil())
+		usageWhileNotReady = statusUsageString(u)
+		g.Expect(u.Reserved).To(Equal(onReady), "reserved %s units of Machine %s while %s is not-ready (%s)",
+			unhealthyType, in.MachineName, in.UnhealthyNode, usageWhileNotReady)
+		g.Expect(m.Status.Conditions).To(ContainElement(And(
+			HaveField("Type", imperatorv1alpha1.ConditionInsufficientCapacity),
+			HaveField("Status", metav1.ConditionTrue),
+			HaveField("Message", And(
+				ContainSubstring(unhealthyType+": "),
+				ContainSubstring("reservation pods on nodes that are not ready"),
+				ContainSubstring(in.UnhealthyNode+" ("+string(imperatorv1alpha1.NodePoolNotReady)+")"))))),
+			"conditions of Machine %s", in.MachineName)
 		answer, _, err := in.Env.Ctl.Capacity(ctx, unhealthyType)
 		g.Expect(err).NotTo(HaveOccurred())
-		freeWhileNotReady, usageWhileNotReady = 0, statusUsageString(u)
+		freeWhileNotReady = 0
 		if c := CandidateOf(answer, in.Spoke); c != nil {
 			freeWhileNotReady = c.GetFree()
 		} else if e := ExclusionOf(answer, in.Spoke); e != nil {
 			freeWhileNotReady = e.GetFree()
 		}
-		g.Expect(freeWhileNotReady).To(Equal(max(0, min(u.Reserved, u.Maximum-u.Used-u.Waiting))),
-			"free %s units of %s at the hub vs the Machine's status (%s)", unhealthyType, in.Spoke, usageWhileNotReady)
+		g.Expect(freeWhileNotReady).To(Equal(max(0, min(onReady, u.Maximum-u.Used-u.Waiting))),
+			"free %s units of %s at the hub while %s is not-ready (Machine status %s)", unhealthyType, in.Spoke, in.UnhealthyNode, usageWhileNotReady)
 	}).WithTimeout(hubPropagation).WithPolling(poll).Should(Succeed())
+	Expect(freeWhileNotReady).To(BeNumerically("<", freeBefore), "free %s units of %s: the units on %s still count", unhealthyType, in.Spoke, in.UnhealthyNode)
 	AddReportEntry(fmt.Sprintf("capacity %s while %s is not-ready", unhealthyType, in.UnhealthyNode),
-		fmt.Sprintf("free %d (before: %d); Machine status %s", freeWhileNotReady, CandidateOf(capacityBefore, in.Spoke).GetFree(), usageWhileNotReady))
+		fmt.Sprintf("free %d (before: %d); Machine status %s", freeWhileNotReady, freeBefore, usageWhileNotReady))
 
 	By(fmt.Sprintf("%s is uncordoned: ready again, and so are the hub's answers", in.UnhealthyNode))
 	setUnschedulable(ctx, false)
@@ -410,8 +443,32 @@ func NodePoolSpec(ctx context.Context, in NodePoolInput) {
 		answer, code, err := in.Env.Ctl.Capacity(ctx, unhealthyType)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(code).To(BeZero())
-		g.Expect(CandidateOf(answer, in.Spoke).GetFree()).To(Equal(CandidateOf(capacityBefore, in.Spoke).GetFree()))
+		g.Expect(CandidateOf(answer, in.Spoke).GetFree()).To(Equal(freeBefore))
+		g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.MachineName}, m)).To(Succeed())
+		g.Expect(StatusUsage(m, unhealthyType)).To(HaveField("Reserved", reservedBefore), "reserved %s units of Machine %s", unhealthyType, in.MachineName)
 	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
+}
+
+// reservedOnReadyNodes counts the reservation pods of group/typ bound to a
+// node labelled node-pool=ready for the type: the units a guest, whose
+// injected affinity asks for such a node, can take.
+func reservedOnReadyNodes(g Gomega, ctx context.Context, c client.Client, namespace, group, typ string) int32 {
+	nodes := &corev1.NodeList{}
+	g.Expect(c.List(ctx, nodes, client.MatchingLabels{
+		imperatorv1alpha1.NodePoolKey:            string(imperatorv1alpha1.NodePoolReady),
+		imperatorv1alpha1.MachineTypeKeyFor(typ): group,
+	})).To(Succeed())
+	ready := map[string]bool{}
+	for _, n := range nodes.Items {
+		ready[n.Name] = true
+	}
+	var n int32
+	for _, p := range boundPods(reservationPods(g, ctx, c, namespace, group, typ)) {
+		if ready[p.Spec.NodeName] {
+			n++
+		}
+	}
+	return n
 }
 
 // shiftCounts moves one node from bucket from to bucket to in a countsString.

@@ -10,7 +10,11 @@
 // that never preempts anything. The Machine's status reports
 // maximum/reserved/used/waiting per type and the Ready, InsufficientCapacity
 // and OverSubscribed conditions; the same figures are Prometheus gauges, and
-// the time a guest takes to run is a histogram.
+// the time a guest takes to run is a histogram. A reservation pod is reserved
+// only while its node carries node-pool=ready, the only nodes a guest may be
+// placed on: those left on a not-ready or maintenance node stay where they
+// are, are not counted, and are named in InsufficientCapacity; the
+// controller watches the node-pool labels of Nodes for that.
 //
 // It is a multicluster-runtime reconciler: SetupWithManager registers it with
 // a multi-cluster manager, which runs it against every cluster it engages.

@@ -2,6 +2,8 @@ package machine
 
 import (
 	"context"
+	"maps"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -13,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mchandler "sigs.k8s.io/multicluster-runtime/pkg/handler"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
@@ -125,4 +128,55 @@ func (r *Reconciler) namespaceHandler(name multicluster.ClusterName, cl cluster.
 			}
 		},
 	}
+}
+
+// nodeHandler maps a Node to the Machines of the machine group it is
+// annotated with, before and after an update: whether the reservation pods
+// bound to it are reserved depends on its node-pool label.
+func (r *Reconciler) nodeHandler(name multicluster.ClusterName, cl cluster.Cluster) mchandler.EventHandler {
+	return handler.TypedFuncs[client.Object, mcreconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q queue) {
+			enqueueGroup(ctx, name, cl, q, nodeGroupOf(e.Object))
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q queue) {
+			enqueueGroup(ctx, name, cl, q, nodeGroupOf(e.ObjectOld))
+			if nodeGroupOf(e.ObjectNew) != nodeGroupOf(e.ObjectOld) {
+				enqueueGroup(ctx, name, cl, q, nodeGroupOf(e.ObjectNew))
+			}
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q queue) {
+			enqueueGroup(ctx, name, cl, q, nodeGroupOf(e.Object))
+		},
+		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[client.Object], q queue) {
+			enqueueGroup(ctx, name, cl, q, nodeGroupOf(e.Object))
+		},
+	}
+}
+
+func nodeGroupOf(obj client.Object) string {
+	return obj.GetAnnotations()[imperatorv1alpha1.MachineGroupKey]
+}
+
+// nodePoolChanged lets through the node updates that change what the node
+// pool put on it: the node-pool and machine-type labels (every label under
+// imperatorv1alpha1.Prefix) and the machine-group annotation. Heartbeats,
+// status and other labels are dropped.
+func nodePoolChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return nodeGroupOf(e.ObjectOld) != nodeGroupOf(e.ObjectNew) ||
+				!maps.Equal(nodePoolLabels(e.ObjectOld), nodePoolLabels(e.ObjectNew))
+		},
+	}
+}
+
+// nodePoolLabels are the labels of obj under imperatorv1alpha1.Prefix.
+func nodePoolLabels(obj client.Object) map[string]string {
+	owned := map[string]string{}
+	for k, v := range obj.GetLabels() {
+		if strings.HasPrefix(k, imperatorv1alpha1.Prefix) {
+			owned[k] = v
+		}
+	}
+	return owned
 }

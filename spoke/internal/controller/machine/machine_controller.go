@@ -76,7 +76,8 @@ func (o *Options) complete() error {
 
 // CacheOptions restricts the manager's cache to what the Machine controller
 // reads: pods carrying a machine-group label (guests and reservations), and
-// StatefulSets and Services of the agent's namespace. Pass it as
+// StatefulSets and Services of the agent's namespace. Nodes are read whole
+// (the node-pool controller needs every one). Pass it as
 // cache.Options.ByObject when no other component needs the rest.
 func CacheOptions(namespace string) map[client.Object]cache.ByObject {
 	grouped, _ := labels.NewRequirement(imperatorv1alpha1.MachineGroupKey, selection.Exists, nil)
@@ -103,6 +104,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=scheduling.k8s.io,resources=priorityclasses,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -131,6 +133,9 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 		Owns(&corev1.Service{}).
 		Watches(&corev1.Pod{}, r.podHandler).
 		Watches(&corev1.Namespace{}, r.namespaceHandler).
+		// Reservation pods count as reserved only on node-pool=ready nodes:
+		// only a change of what the node pool puts on a node matters.
+		Watches(&corev1.Node{}, r.nodeHandler, mcbuilder.WithPredicates(nodePoolChanged())).
 		WithOptions(ctrlOpts).
 		Complete(r)
 	if err != nil {
@@ -247,7 +252,9 @@ func findMachineType(machine *imperatorv1alpha1.Machine, name string) *imperator
 }
 
 // countUsage reads the pods of the Machine's group from the cache, through
-// the machine-group index, and counts them per machine type of the spec.
+// the machine-group index, and counts them per machine type of the spec. The
+// nodes that reservation pods are bound to are read from the cache too, for
+// their node-pool label.
 func (r *Reconciler) countUsage(ctx context.Context, c client.Client, machine *imperatorv1alpha1.Machine, group string) (map[string]*typeUsage, error) {
 	pods := &corev1.PodList{}
 	// The pods are only read: no need to copy every one out of the cache.
@@ -271,11 +278,27 @@ func (r *Reconciler) countUsage(ctx context.Context, c client.Client, machine *i
 		enabledByNamespace[name] = injectionEnabled(ns.Labels) && name != r.opts.Namespace
 		return enabledByNamespace[name]
 	}
+	stateByNode := map[string]string{}
+	nodeState := func(name string) string {
+		if v, ok := stateByNode[name]; ok {
+			return v
+		}
+		node := &corev1.Node{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			if !apierrors.IsNotFound(err) {
+				lookupErr = errors.Join(lookupErr, fmt.Errorf("getting node %s: %w", name, err))
+			}
+			stateByNode[name] = nodeStateMissing
+			return nodeStateMissing
+		}
+		stateByNode[name] = node.Labels[imperatorv1alpha1.NodePoolKey]
+		return stateByNode[name]
+	}
 	available := make(map[string]int32, len(machine.Spec.MachineTypes))
 	for _, t := range machine.Spec.MachineTypes {
 		available[t.Name] = t.Available
 	}
-	usage := podCounts(pods.Items, group, r.opts.Namespace, enabled, available)
+	usage := podCounts(pods.Items, group, r.opts.Namespace, enabled, nodeState, available)
 	if lookupErr != nil {
 		return nil, lookupErr
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -104,15 +105,22 @@ func readyCondition(machine *imperatorv1alpha1.Machine, state *reconcileState, r
 	return cond
 }
 
+// ReasonReservationsOnUnreadyNodes is the InsufficientCapacity reason when
+// reservation pods stay bound to nodes that are no longer node-pool=ready
+// (cordoned, unhealthy, in maintenance): they hold units no guest can take,
+// so they are not counted as reserved.
+const ReasonReservationsOnUnreadyNodes = "ReservationsOnUnreadyNodes"
+
 // capacityCondition is True when reservation pods of a served machine type
-// cannot be scheduled, or a machine type with available units is served by
-// no node. It never feeds back into the number of reservations.
+// cannot be scheduled, are bound to nodes that are not node-pool=ready, or a
+// machine type with available units is served by no node. It never feeds
+// back into the number of reservations.
 func capacityCondition(machine *imperatorv1alpha1.Machine, state *reconcileState) metav1.Condition {
 	served := make(map[string]bool, len(state.served))
 	for _, name := range state.served {
 		served[name] = true
 	}
-	var unschedulable, unserved []string
+	var unschedulable, offPool, unserved []string
 	for _, t := range machine.Spec.MachineTypes {
 		u := state.usage[t.Name]
 		switch {
@@ -121,16 +129,22 @@ func capacityCondition(machine *imperatorv1alpha1.Machine, state *reconcileState
 		case served[t.Name] && u != nil && u.unschedulable > 0:
 			unschedulable = append(unschedulable, fmt.Sprintf("%s: %d of %d reservation pods cannot be scheduled", t.Name, u.unschedulable, u.replicas))
 		}
+		if u != nil && u.offPool > 0 {
+			offPool = append(offPool, fmt.Sprintf("%s: %d reservation pods on nodes that are not ready, not reserved: %s",
+				t.Name, u.offPool, strings.Join(u.offPoolNodes, ", ")))
+		}
 	}
 	cond := metav1.Condition{
 		Type:               imperatorv1alpha1.ConditionInsufficientCapacity,
 		Status:             metav1.ConditionTrue,
 		ObservedGeneration: machine.Generation,
-		Message:            strings.Join(append(unschedulable, unserved...), "; "),
+		Message:            strings.Join(slices.Concat(unschedulable, offPool, unserved), "; "),
 	}
 	switch {
 	case len(unschedulable) > 0:
 		cond.Reason = imperatorv1alpha1.ReasonReservationsUnschedulable
+	case len(offPool) > 0:
+		cond.Reason = ReasonReservationsOnUnreadyNodes
 	case len(unserved) > 0:
 		cond.Reason = imperatorv1alpha1.ReasonNoNodePool
 	default:

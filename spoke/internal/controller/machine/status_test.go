@@ -58,6 +58,23 @@ func TestSetStatus(t *testing.T) {
 				{Type: "OverSubscribed", Status: "True", Reason: "GuestsExceedAvailable", Message: "compute-medium: 6 guests for 4 available, 2 waiting"},
 			},
 		},
+		"reservations on nodes that are not ready": {
+			state: reconcileState{served: served, usage: map[string]*typeUsage{
+				"compute-medium": {Usage: imperatorv1alpha1.Usage{Maximum: 4}, replicas: 4, offPool: 4, offPoolNodes: []string{"eriri (not-ready)"}},
+				"compute-xlarge": counted(imperatorv1alpha1.Usage{Maximum: 5, Reserved: 5}, 5, 0),
+			}},
+			wantUsage: []imperatorv1alpha1.AvailableMachine{
+				{Name: "compute-medium", Usage: imperatorv1alpha1.Usage{Maximum: 4}},
+				{Name: "compute-xlarge", Usage: imperatorv1alpha1.Usage{Maximum: 5, Reserved: 5}},
+				{Name: "compute-large", Usage: imperatorv1alpha1.Usage{Maximum: 2}},
+			},
+			wantConditions: []metav1.Condition{
+				{Type: "Ready", Status: "True", Reason: "ReservationsReconciled", Message: "reservations in place for compute-medium, compute-xlarge"},
+				{Type: "InsufficientCapacity", Status: "True", Reason: "ReservationsOnUnreadyNodes",
+					Message: "compute-medium: 4 reservation pods on nodes that are not ready, not reserved: eriri (not-ready); compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"},
+				{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has more guests than available"},
+			},
+		},
 		"a conflicting StatefulSet": {
 			state: reconcileState{served: served, usage: map[string]*typeUsage{}},
 			err:   errors.Join(errors.New("other"), &conflictError{kind: "StatefulSet", namespace: "imperator-system", name: "compute-xlarge-general-machine", machine: "general-machine"}),

@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -22,14 +23,27 @@ type typeUsage struct {
 	// terminating counts the type's bound pods (guests and reservations) that
 	// are terminating: they still hold their node's resources.
 	terminating int32
+	// offPool counts the reservation pods bound to a node that does not
+	// carry node-pool=ready (not-ready, maintenance, or gone from the
+	// cache): a guest cannot be placed there, so they are not reserved.
+	offPool int32
+	// offPoolNodes are those nodes as "<node> (<node-pool state>)", sorted.
+	offPoolNodes []string
 }
+
+// nodeStateMissing is the node-pool state reported for a node missing from
+// the cache.
+const nodeStateMissing = "missing"
 
 // podCounts counts the pods of one machine group per machine type of
 // available (the spec's available units by type name). Reservation pods
 // count only in the agent's namespace; guests only in namespaces for which
-// enabled returns true. Pods of other types are ignored.
+// enabled returns true. Pods of other types are ignored. nodeState returns
+// the node-pool label of a node, or nodeStateMissing: a bound reservation
+// pod is reserved only on a node-pool=ready node, the only nodes a guest's
+// injected affinity admits.
 func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(namespace string) bool,
-	available map[string]int32) map[string]*typeUsage {
+	nodeState func(node string) string, available map[string]int32) map[string]*typeUsage {
 	usage := make(map[string]*typeUsage, len(available))
 	for name, units := range available {
 		usage[name] = &typeUsage{Usage: imperatorv1alpha1.Usage{Maximum: units}}
@@ -54,10 +68,22 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 		}
 		switch role {
 		case imperatorv1alpha1.PodRoleReservation:
-			if bound(pod) {
-				u.Reserved++
-			} else {
+			switch {
+			case !bound(pod):
 				reservations = append(reservations, pod)
+			default:
+				state := nodeState(pod.Spec.NodeName)
+				if state == string(imperatorv1alpha1.NodePoolReady) {
+					u.Reserved++
+					break
+				}
+				if state == "" {
+					state = "no " + imperatorv1alpha1.NodePoolKey + " label"
+				}
+				u.offPool++
+				if node := pod.Spec.NodeName + " (" + state + ")"; !slices.Contains(u.offPoolNodes, node) {
+					u.offPoolNodes = append(u.offPoolNodes, node)
+				}
 			}
 		case imperatorv1alpha1.PodRoleGuest:
 			if bound(pod) {
@@ -84,6 +110,7 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 	// reservation taking it back waits, it does not lack capacity.
 	for _, u := range usage {
 		u.unschedulable = max(0, u.unschedulable-u.terminating)
+		slices.Sort(u.offPoolNodes)
 	}
 	return usage
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -44,9 +45,25 @@ func withPhase(pod *corev1.Pod, phase corev1.PodPhase) *corev1.Pod {
 
 func TestPodCounts(t *testing.T) {
 	enabled := func(ns string) bool { return ns == guestNS }
+	// The node cache: ghost is missing from it.
+	nodes := map[string]string{
+		"eriri":   string(imperatorv1alpha1.NodePoolReady),
+		"michiru": string(imperatorv1alpha1.NodePoolReady),
+		"utaha":   string(imperatorv1alpha1.NodePoolMaintenance),
+		"sayaka":  string(imperatorv1alpha1.NodePoolNotReady),
+		"bare":    "",
+	}
+	nodeState := func(name string) string {
+		if state, ok := nodes[name]; ok {
+			return state
+		}
+		return nodeStateMissing
+	}
 	type counts struct {
 		Usage                   imperatorv1alpha1.Usage
 		Replicas, Unschedulable int32
+		OffPool                 int32
+		OffPoolNodes            []string
 	}
 	cases := map[string]struct {
 		pods      []*corev1.Pod
@@ -116,6 +133,40 @@ func TestPodCounts(t *testing.T) {
 				"compute-xlarge": {Usage: imperatorv1alpha1.Usage{Maximum: 4, Reserved: 2}, Replicas: 4, Unschedulable: 2},
 			},
 		},
+		"reservations are reserved on ready nodes only; not-ready, maintenance, unlabelled and missing nodes hold none": {
+			pods: []*corev1.Pod{
+				reservationPod("compute-medium", "0").NodeName("eriri").Obj(),
+				reservationPod("compute-medium", "1").NodeName("sayaka").Obj(),
+				reservationPod("compute-medium", "2").NodeName("sayaka").Obj(),
+				reservationPod("compute-medium", "3").NodeName("utaha").Obj(),
+				reservationPod("compute-medium", "4").NodeName("ghost").Obj(),
+				reservationPod("compute-medium", "5").NodeName("bare").Obj(),
+				// Guests are used wherever they run, and terminating
+				// reservations hold their node whatever its state.
+				wrappers.MakePod(guestNS, "g1").Guest(group, "compute-medium").NodeName("sayaka").Obj(),
+				deleting(reservationPod("compute-medium", "6").NodeName("sayaka").Obj()),
+			},
+			available: map[string]int32{"compute-medium": 8},
+			want: map[string]counts{
+				"compute-medium": {
+					Usage:    imperatorv1alpha1.Usage{Maximum: 8, Reserved: 1, Used: 1},
+					Replicas: 7, OffPool: 5,
+					OffPoolNodes: []string{"bare (no imperator.tenzen-y.io/node-pool label)", "ghost (missing)", "sayaka (not-ready)", "utaha (maintenance)"},
+				},
+			},
+		},
+		"the replicas do not depend on where reservations are bound": {
+			pods: []*corev1.Pod{
+				reservationPod("compute-medium", "0").NodeName("sayaka").Obj(),
+				reservationPod("compute-medium", "1").NodeName("sayaka").Obj(),
+				reservationPod("compute-medium", "2").NodeName("sayaka").Obj(),
+				reservationPod("compute-medium", "3").NodeName("sayaka").Obj(),
+			},
+			available: map[string]int32{"compute-medium": 4},
+			want: map[string]counts{
+				"compute-medium": {Usage: imperatorv1alpha1.Usage{Maximum: 4}, Replicas: 4, OffPool: 4, OffPoolNodes: []string{"sayaka (not-ready)"}},
+			},
+		},
 		"a leaving guest still holds its slot: the reservation taking it back waits without lacking capacity": {
 			pods: []*corev1.Pod{
 				reservationPod("compute-xlarge", "0").NodeName("michiru").Obj(),
@@ -136,10 +187,11 @@ func TestPodCounts(t *testing.T) {
 				pods = append(pods, *p)
 			}
 			got := map[string]counts{}
-			for typeName, u := range podCounts(pods, group, agentNS, enabled, tc.available) {
-				got[typeName] = counts{Usage: u.Usage, Replicas: u.replicas, Unschedulable: u.unschedulable}
+			for typeName, u := range podCounts(pods, group, agentNS, enabled, nodeState, tc.available) {
+				got[typeName] = counts{Usage: u.Usage, Replicas: u.replicas, Unschedulable: u.unschedulable,
+					OffPool: u.offPool, OffPoolNodes: u.offPoolNodes}
 			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("podCounts() (-want +got):\n%s", diff)
 			}
 		})

@@ -214,3 +214,14 @@ func podEvents() string {
 	}
 	return out.String()
 }
+
+// setNodePool labels a node with a node-pool state, as the node-pool
+// controller would (the suite runs no node-pool controller).
+func setNodePool(ctx context.Context, name string, state imperatorv1alpha1.NodePoolState) {
+	GinkgoHelper()
+	node := &corev1.Node{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
+	patch := client.MergeFrom(node.DeepCopy())
+	node.Labels[imperatorv1alpha1.NodePoolKey] = string(state)
+	Expect(k8s.Patch(ctx, node, patch)).To(Succeed())
+}

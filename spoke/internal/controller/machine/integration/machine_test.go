@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -210,6 +211,37 @@ var _ = Describe("Machine controller", func() {
 		Eventually(usage(ctx, machineName)).WithTimeout(30 * time.Second).Should(HaveKeyWithValue("compute-xlarge", u(2, 2, 0, 0)))
 	})
 
+	It("reserves nothing on a node that is not node-pool=ready, without touching the reservations, and counts them again when it is", func(ctx context.Context) {
+		// eriri is the only ready compute-medium node; utaha is in maintenance.
+		createMachine(ctx, wrappers.GeneralMachine().Obj())
+		Eventually(usage(ctx, machineName)).WithTimeout(60 * time.Second).Should(HaveKeyWithValue("compute-medium", u(4, 4, 0, 0)))
+		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-medium")).To(Equal(4)) }).WithTimeout(30 * time.Second).Should(Succeed())
+		DeferCleanup(setNodePool, "eriri", imperatorv1alpha1.NodePoolReady)
+		reservationsUntouched := func(g Gomega) {
+			g.Expect(statefulSet(ctx, g, "compute-medium").Spec.Replicas).To(HaveValue(BeEquivalentTo(4)))
+			g.Expect(runningReservations(ctx, g, "compute-medium")).To(Equal(4))
+		}
+
+		for _, state := range []imperatorv1alpha1.NodePoolState{imperatorv1alpha1.NodePoolNotReady, imperatorv1alpha1.NodePoolMaintenance} {
+			By("labelling eriri node-pool=" + string(state))
+			setNodePool(ctx, "eriri", state)
+			Eventually(usage(ctx, machineName)).WithTimeout(10 * time.Second).Should(HaveKeyWithValue("compute-medium", u(4, 0, 0, 0)))
+			Eventually(condition(ctx, machineName, imperatorv1alpha1.ConditionInsufficientCapacity)).WithTimeout(10 * time.Second).Should(And(
+				HaveField("Status", metav1.ConditionTrue),
+				HaveField("Reason", machine.ReasonReservationsOnUnreadyNodes),
+				HaveField("Message", HavePrefix("compute-medium: 4 reservation pods on nodes that are not ready, not reserved: eriri ("+string(state)+")"))))
+			Consistently(reservationsUntouched).WithTimeout(3 * time.Second).Should(Succeed())
+		}
+
+		By("labelling eriri node-pool=ready again")
+		setNodePool(ctx, "eriri", imperatorv1alpha1.NodePoolReady)
+		Eventually(usage(ctx, machineName)).WithTimeout(10 * time.Second).Should(HaveKeyWithValue("compute-medium", u(4, 4, 0, 0)))
+		Eventually(condition(ctx, machineName, imperatorv1alpha1.ConditionInsufficientCapacity)).WithTimeout(10 * time.Second).Should(And(
+			HaveField("Reason", imperatorv1alpha1.ReasonNoNodePool),
+			HaveField("Message", Not(ContainSubstring("compute-medium")))))
+		reservationsUntouched(Default)
+	})
+
 	It("counts guests of injection-enabled namespaces only, under either label", func(ctx context.Context) {
 		createMachine(ctx, wrappers.GeneralMachine().Obj())
 		Eventually(usage(ctx, machineName)).WithTimeout(60 * time.Second).Should(HaveKeyWithValue("compute-medium", u(4, 4, 0, 0)))
@@ -271,7 +303,11 @@ var _ = Describe("Machine controller", func() {
 			HaveField("Status", metav1.ConditionTrue),
 			HaveField("Reason", imperatorv1alpha1.ReasonReservationsUnschedulable),
 			HaveField("Message", HavePrefix("compute-xlarge: 3 of 5 reservation pods cannot be scheduled"))))
-		Eventually(usage(ctx, machineName)).WithTimeout(10 * time.Second).Should(HaveKeyWithValue("compute-xlarge", u(5, 2, 0, 0)))
+		// Every type settled, compute-medium's reservations included: their
+		// binding moves the status legitimately.
+		Eventually(usage(ctx, machineName)).WithTimeout(30 * time.Second).Should(And(
+			HaveKeyWithValue("compute-xlarge", u(5, 2, 0, 0)),
+			HaveKeyWithValue("compute-medium", u(4, 4, 0, 0))))
 		Eventually(func(g Gomega) []string {
 			return eventsAbout(ctx, g, machineName, imperatorv1alpha1.ReasonReservationsUnschedulable)
 		}).WithTimeout(10 * time.Second).ShouldNot(BeEmpty())
