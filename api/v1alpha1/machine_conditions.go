@@ -28,6 +28,11 @@ const (
 	// ReasonNoNodePool: a machine type with available units is served by no
 	// node of spec.nodePool.
 	ReasonNoNodePool = "NoNodePool"
+	// ReasonReservationsOnUnreadyNodes: reservation pods stay bound to nodes
+	// that are no longer node-pool=ready (cordoned, unhealthy, in
+	// maintenance); they hold units no guest can take, so they are not
+	// counted as reserved.
+	ReasonReservationsOnUnreadyNodes = "ReservationsOnUnreadyNodes"
 	// ReasonCapacitySufficient: every reservation pod is scheduled.
 	ReasonCapacitySufficient = "CapacitySufficient"
 )

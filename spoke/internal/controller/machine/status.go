@@ -105,12 +105,6 @@ func readyCondition(machine *imperatorv1alpha1.Machine, state *reconcileState, r
 	return cond
 }
 
-// ReasonReservationsOnUnreadyNodes is the InsufficientCapacity reason when
-// reservation pods stay bound to nodes that are no longer node-pool=ready
-// (cordoned, unhealthy, in maintenance): they hold units no guest can take,
-// so they are not counted as reserved.
-const ReasonReservationsOnUnreadyNodes = "ReservationsOnUnreadyNodes"
-
 // capacityCondition is True when reservation pods of a served machine type
 // cannot be scheduled, are bound to nodes that are not node-pool=ready, or a
 // machine type with available units is served by no node. It never feeds
@@ -144,7 +138,7 @@ func capacityCondition(machine *imperatorv1alpha1.Machine, state *reconcileState
 	case len(unschedulable) > 0:
 		cond.Reason = imperatorv1alpha1.ReasonReservationsUnschedulable
 	case len(offPool) > 0:
-		cond.Reason = ReasonReservationsOnUnreadyNodes
+		cond.Reason = imperatorv1alpha1.ReasonReservationsOnUnreadyNodes
 	case len(unserved) > 0:
 		cond.Reason = imperatorv1alpha1.ReasonNoNodePool
 	default:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,6 +27,7 @@ import (
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
 	"github.com/imperator-federation/imperator/test/util/harness"
+	"github.com/imperator-federation/imperator/test/util/repo"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -101,7 +101,7 @@ func startEnvironment(ctx context.Context, name string) (_ *environment, err err
 	if err != nil {
 		return nil, err
 	}
-	root, err := repositoryRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return nil, err
 	}
@@ -217,24 +217,5 @@ func dropQuantityRules(schema *apiextensionsv1.JSONSchemaProps) {
 	}
 	if schema.Items != nil {
 		dropQuantityRules(schema.Items.Schema)
-	}
-}
-
-// repositoryRoot is the directory of go.mod, found upwards from the working
-// directory.
-func repositoryRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("finding the repository root: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("finding the repository root: no go.mod above the working directory")
-		}
-		dir = parent
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
-	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -228,7 +227,7 @@ var _ = Describe("Machine controller", func() {
 			Eventually(usage(ctx, machineName)).WithTimeout(10 * time.Second).Should(HaveKeyWithValue("compute-medium", u(4, 0, 0, 0)))
 			Eventually(condition(ctx, machineName, imperatorv1alpha1.ConditionInsufficientCapacity)).WithTimeout(10 * time.Second).Should(And(
 				HaveField("Status", metav1.ConditionTrue),
-				HaveField("Reason", machine.ReasonReservationsOnUnreadyNodes),
+				HaveField("Reason", imperatorv1alpha1.ReasonReservationsOnUnreadyNodes),
 				HaveField("Message", HavePrefix("compute-medium: 4 reservation pods on nodes that are not ready, not reserved: eriri ("+string(state)+")"))))
 			Consistently(reservationsUntouched).WithTimeout(3 * time.Second).Should(Succeed())
 		}
