@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
-	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/query"
 )
 
@@ -60,13 +58,7 @@ func runClientCert(args []string) error {
 		return err
 	}
 
-	c, err := adminClient(cfg)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ca, err := hubca.LoadOrCreate(ctx, c, cfg.Namespace, cfg.CASecret)
+	ca, err := loadCA(cfg)
 	if err != nil {
 		return err
 	}

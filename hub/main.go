@@ -32,6 +32,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/config"
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/join"
+	"github.com/imperator-federation/imperator/internal/pki"
 )
 
 func main() {
@@ -159,18 +160,23 @@ func runCA(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c, err := adminClient(cfg)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ca, err := hubca.LoadOrCreate(ctx, c, cfg.Namespace, cfg.CASecret)
+	ca, err := loadCA(cfg)
 	if err != nil {
 		return err
 	}
 	_, err = os.Stdout.Write(ca.CertPEM)
 	return err
+}
+
+// loadCA reads the hub CA from the hub cluster, creating it on first use.
+func loadCA(cfg *config.Config) (*pki.CA, error) {
+	c, err := adminClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return hubca.LoadOrCreate(ctx, c, cfg.Namespace, cfg.CASecret)
 }
 
 func restConfigFor(kubeconfig string) (*rest.Config, error) {
