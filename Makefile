@@ -61,6 +61,14 @@ images: ## Build the spoke and hub container images with Docker (IMAGE_REGISTRY,
 e2e: k8s-bin build ## The multi-cluster journeys against a fleet started for the run (or E2E_FLEET=.fleet/fleet.json).
 	E2E_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -v ./test/e2e/
 
+.PHONY: e2e-kind
+e2e-kind: ## The e2e journeys on kind clusters with the built images (needs Docker and kind; not run in CI).
+	@hack/kind/e2e.sh
+
+.PHONY: e2e-kind-down
+e2e-kind-down: ## Delete the kind clusters of e2e-kind.
+	@hack/kind/e2e.sh down
+
 .PHONY: up
 up: k8s-bin build ## Start the local fleet in the background: hub + 2 spoke clusters with GPU nodes, the hub and an agent per spoke.
 	$(GO) build -o $(BIN)/fleet ./hack/fleet
