@@ -38,6 +38,10 @@ import (
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/podinjector"
 )
 
+// Leader election keeps its Lease, and records events, in the agent's namespace.
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=imperator-system,resources=leases,verbs=get;create;update
+// +kubebuilder:rbac:groups="",namespace=imperator-system,resources=events,verbs=create;patch
+
 // version is the agent's version, reported to the hub; set at build time
 // with -ldflags "-X main.version=...".
 var version = "v0.1.0-dev"

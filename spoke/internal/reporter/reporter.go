@@ -44,10 +44,10 @@ var clientKeepalive = keepalive.ClientParameters{Time: 30 * time.Second, Timeout
 // capabilities are the protocol features this agent implements.
 var capabilities = []string{"snapshot", "delta", "heartbeat", "node-counts"}
 
-// The reporter reads Machines and MachineNodePools. Its credentials Secret
-// (get, create, update in the agent's namespace) is granted by the agent's
-// hand-written Role in deploy/spoke/agent.
+// The reporter reads Machines and MachineNodePools, and keeps its client
+// certificate in a Secret of the agent's namespace.
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines;machinenodepools,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=imperator-system,resources=secrets,verbs=get;create;update
 
 // Options configure a Reporter.
 type Options struct {

@@ -248,10 +248,16 @@ var _ = Describe("The binaries under exactly the RBAC of deploy/", Ordered, func
 		Expect(logOf(hub)).To(ContainSubstring(`is forbidden: User "system:serviceaccount:imperator-system:imperator-hub" cannot list resource "clusterinventories"`))
 	}, NodeTimeout(time.Minute))
 
-	It("keeps secrets outside the agent's namespace out of its reach", func(ctx context.Context) {
-		review, err := cluster.Kubectl(ctx, "auth", "can-i", "get", "secrets", "-n", "default", "--as=system:serviceaccount:imperator-system:imperator-spoke")
-		Expect(err).To(HaveOccurred())
-		Expect(strings.TrimSpace(review)).To(HavePrefix("no"))
+	It("keeps secrets and workloads outside the agent's namespace out of its reach", func(ctx context.Context) {
+		for _, attempt := range [][]string{
+			{"get", "secrets"},
+			{"create", "statefulsets.apps"},
+			{"delete", "services"},
+		} {
+			review, err := cluster.Kubectl(ctx, "auth", "can-i", attempt[0], attempt[1], "-n", "default", "--as=system:serviceaccount:imperator-system:imperator-spoke")
+			Expect(err).To(HaveOccurred(), "the agent may %s %s in default", attempt[0], attempt[1])
+			Expect(strings.TrimSpace(review)).To(HavePrefix("no"))
+		}
 		for _, sa := range []string{"imperator-spoke", "imperator-hub"} {
 			out, err := cluster.Kubectl(ctx, "auth", "can-i", "--list", "--as=system:serviceaccount:imperator-system:"+sa)
 			Expect(err).NotTo(HaveOccurred())

@@ -35,6 +35,9 @@ const (
 	CAKeyKey  = "ca.key"
 )
 
+// The certificate Secret lives in the agent's namespace.
+// +kubebuilder:rbac:groups="",namespace=imperator-system,resources=secrets,verbs=get;create;update
+
 // Options configure the certificate Manager.
 type Options struct {
 	// Namespace and SecretName locate the certificate Secret.
