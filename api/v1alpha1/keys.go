@@ -50,6 +50,14 @@ const (
 	NodePoolMaintenance NodePoolState = "maintenance"
 )
 
+// ReservedMachineTypeNames are the names a machine type cannot take: its
+// node label and taint key imperator.tenzen-y.io/<name> would be one of the
+// keys above.
+var ReservedMachineTypeNames = []string{
+	"machine-group", "machine-type", "pod-role", "node-pool",
+	"injecting-container", "inject-resource", "injected",
+}
+
 // MachineTypeKeyFor returns the per-type node label and taint key
 // imperator.tenzen-y.io/<machine-type>, whose value is the machine group.
 func MachineTypeKeyFor(machineType string) string { return Prefix + machineType }

@@ -164,3 +164,24 @@ func TestEnumName(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigPathsResolveAgainstTheFileOrTheHomeDirectory(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config")
+	content := "current-context: prod\ncontexts:\n- name: prod\n  hub: hub:9443\n" +
+		"  certificate-authority: ca.crt\n  client-certificate: ~/.imperator/alice.crt\n  client-key: /etc/alice.key\n"
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(path, true)
+	if err != nil {
+		t.Fatalf("loadConfig() = %v", err)
+	}
+	got := cfg.Contexts[0]
+	want := []string{filepath.Join(dir, "ca.crt"), filepath.Join(home, ".imperator", "alice.crt"), "/etc/alice.key"}
+	if diff := cmp.Diff(want, []string{got.CertificateAuthority, got.ClientCertificate, got.ClientKey}); diff != "" {
+		t.Errorf("resolved paths (-want +got):\n%s", diff)
+	}
+}

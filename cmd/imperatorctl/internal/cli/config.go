@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 )
@@ -22,7 +23,7 @@ import (
 //	  client-key: ~/.imperator/alice.key                 # or client-key-data (PEM)
 //	  server-name: hub.example.com                       # optional TLS name (default: the hub host)
 //
-// Relative paths are relative to the file.
+// Relative paths are relative to the file; a leading ~/ is the home directory.
 type Config struct {
 	CurrentContext string    `json:"current-context,omitempty"`
 	Contexts       []Context `json:"contexts,omitempty"`
@@ -68,7 +69,12 @@ func loadConfig(path string, explicit bool) (*Config, error) {
 	for i := range cfg.Contexts {
 		c := &cfg.Contexts[i]
 		for _, p := range []*string{&c.CertificateAuthority, &c.ClientCertificate, &c.ClientKey} {
-			if *p != "" && !filepath.IsAbs(*p) {
+			switch {
+			case strings.HasPrefix(*p, "~/"):
+				if home, err := os.UserHomeDir(); err == nil {
+					*p = filepath.Join(home, (*p)[2:])
+				}
+			case *p != "" && !filepath.IsAbs(*p):
 				*p = filepath.Join(base, *p)
 			}
 		}

@@ -264,8 +264,13 @@ func (r *Reconciler) configureNodes(ctx context.Context, c client.Client, pool *
 
 		owner, err := ownerOf(ctx, c, entry.Name)
 		if err != nil {
+			// Without knowing the owner, writing the node could take it from
+			// another pool: report its health and retry instead.
 			errs = append(errs, err)
 			result.failed = true
+			result.status.Condition = conditionOf(Health(node, entry.Mode))
+			results = append(results, result)
+			continue
 		}
 		if owner != "" && owner != pool.Name {
 			result.owner = owner

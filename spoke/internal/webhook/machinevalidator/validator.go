@@ -125,6 +125,10 @@ func ValidateMachine(machine *imperatorv1alpha1.Machine) field.ErrorList {
 	for i, machineType := range machine.Spec.MachineTypes {
 		path := typesPath.Index(i)
 		types = append(types, machineType.Name)
+		if slices.Contains(imperatorv1alpha1.ReservedMachineTypeNames, machineType.Name) {
+			errs = append(errs, field.Invalid(path.Child("name"), machineType.Name,
+				fmt.Sprintf("is reserved: %s is one of Imperator's own keys", imperatorv1alpha1.MachineTypeKeyFor(machineType.Name))))
+		}
 		if machineType.Spec.CPU.Sign() <= 0 {
 			errs = append(errs, field.Invalid(path.Child("spec", "cpu"), machineType.Spec.CPU.String(), "must be positive"))
 		}

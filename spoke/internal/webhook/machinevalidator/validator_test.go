@@ -53,6 +53,10 @@ func TestValidateMachine(t *testing.T) {
 			machine:  wrappers.MakeMachine("m", "g").Type("small", "1", "1Gi", 1).Type("4xl", "1", "1Gi", 1).Obj(),
 			wantErrs: field.ErrorList{field.Invalid(field.NewPath("spec", "machineTypes").Index(1).Child("name"), nil, "")},
 		},
+		"type named like one of the system's keys": {
+			machine:  wrappers.MakeMachine("m", "g").Type("small", "1", "1Gi", 1).Type("node-pool", "1", "1Gi", 1).Obj(),
+			wantErrs: field.ErrorList{field.Invalid(field.NewPath("spec", "machineTypes").Index(1).Child("name"), nil, "")},
+		},
 		"reservation name too long": {
 			machine: wrappers.MakeMachine("m", strings.Repeat("g", 40)).
 				Type(strings.Repeat("t", 30), "1", "1Gi", 1).Obj(),
