@@ -77,7 +77,24 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 			return nil, status.Errorf(codes.Unavailable, "checking bootstrap token: %v", err)
 		}
 	}
-	if err := registry.EnsureCluster(ctx, s.Client, req.GetClusterName()); err != nil {
+	// A new name is claimed by creating its ManagedCluster, so that two joins
+	// racing for it cannot both get its identity; a registered one is adopted.
+	register := registry.EnsureCluster
+	if !registered {
+		register = registry.Register
+	}
+	if err := register(ctx, s.Client, req.GetClusterName()); err != nil {
+		// The join did not happen: give the token back so that the spoke's
+		// retry can use it.
+		if releaseErr := s.Tokens.Release(ctx, req.GetToken(), req.GetClusterName()); releaseErr != nil {
+			log.Error(releaseErr, "Releasing the bootstrap token of a failed join")
+		}
+		if errors.Is(err, registry.ErrAlreadyRegistered) {
+			log.Info("Join refused", "reason", "cluster registered by another join meanwhile")
+			return nil, status.Errorf(codes.PermissionDenied,
+				"cluster %q was registered by another join meanwhile; joining a registered cluster needs a token bound to its name (hub token create --cluster %s)",
+				req.GetClusterName(), req.GetClusterName())
+		}
 		return nil, status.Errorf(codes.Unavailable, "registering cluster: %v", err)
 	}
 	log.Info("Cluster joined", "agentVersion", req.GetAgentVersion(), "notAfter", cert.NotAfter)

@@ -207,6 +207,33 @@ func (t *Tokens) Consume(ctx context.Context, token, clusterName string, registe
 	return nil
 }
 
+// Release undoes Consume when the join it allowed could not finish (the
+// cluster could not be registered), so that the spoke can retry with the
+// same one-time token. Only a token used by clusterName is released.
+func (t *Tokens) Release(ctx context.Context, token, clusterName string) error {
+	m := tokenPattern.FindStringSubmatch(token)
+	if m == nil {
+		return ErrMalformedToken
+	}
+	var obj corev1.Secret
+	if err := t.client.Get(ctx, client.ObjectKey{Namespace: t.namespace, Name: secretNamePrefix + m[1]}, &obj); err != nil {
+		return fmt.Errorf("reading bootstrap token secret: %w", err)
+	}
+	if obj.Type != SecretType || subtle.ConstantTimeCompare(obj.Data[keySecretSHA256], []byte(hashSecret(m[2]))) != 1 {
+		return ErrUnknownToken
+	}
+	if string(obj.Data[keyUsedBy]) != clusterName {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	delete(obj.Data, keyUsedBy)
+	delete(obj.Data, keyUsedAt)
+	if err := t.client.Patch(ctx, &obj, patch); err != nil {
+		return fmt.Errorf("releasing bootstrap token: %w", err)
+	}
+	return nil
+}
+
 func infoFrom(s *corev1.Secret) TokenInfo {
 	info := TokenInfo{
 		ID:          string(s.Data[keyID]),

@@ -3,11 +3,11 @@ package join
 import (
 	"context"
 	"errors"
-	corev1 "k8s.io/api/core/v1"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -139,5 +139,37 @@ func TestTokenStoredHashed(t *testing.T) {
 	tokens := NewTokens(c, "hub", nil)
 	if err := tokens.Revoke(ctx, "zzzzzz"); !errors.Is(err, ErrUnknownToken) {
 		t.Errorf("Revoke(unknown) = %v, want ErrUnknownToken", err)
+	}
+}
+
+func TestReleaseLetsAFailedJoinRetryWithTheSameToken(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	tokens := NewTokens(fake.NewClientBuilder().WithScheme(scheme).Build(), "hub", nil)
+	token, _, err := tokens.Create(ctx, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tokens.Consume(ctx, token, "a", false); err != nil {
+		t.Fatalf("first Consume() = %v", err)
+	}
+	// Another cluster's release leaves the token used by a.
+	if err := tokens.Release(ctx, token, "b"); err != nil {
+		t.Fatalf("Release(b) = %v", err)
+	}
+	if err := tokens.Consume(ctx, token, "a", false); !errors.Is(err, ErrUsedToken) {
+		t.Fatalf("Consume() after Release(b) = %v, want %v", err, ErrUsedToken)
+	}
+	if err := tokens.Release(ctx, token, "a"); err != nil {
+		t.Fatalf("Release(a) = %v", err)
+	}
+	if err := tokens.Consume(ctx, token, "a", false); err != nil {
+		t.Fatalf("Consume() after Release(a) = %v, want the token usable again", err)
+	}
+	if err := tokens.Release(ctx, token[:7]+strings.Repeat("0", 16), "a"); !errors.Is(err, ErrUnknownToken) {
+		t.Fatalf("Release() with a wrong secret = %v, want %v", err, ErrUnknownToken)
 	}
 }

@@ -8,6 +8,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,6 +49,31 @@ func EnsureCluster(ctx context.Context, c client.Client, cluster string) error {
 		return fmt.Errorf("creating ManagedCluster %q: %w", cluster, err)
 	}
 	return EnsureNamespace(ctx, c, cluster)
+}
+
+// ErrAlreadyRegistered is returned by Register when the cluster's
+// ManagedCluster exists already.
+var ErrAlreadyRegistered = errors.New("cluster is registered already")
+
+// Register registers a new cluster: its namespace, then its ManagedCluster,
+// which accepts its client. Creating the ManagedCluster is the claim on the
+// name: of two joins racing for one new name, only one gets nil, the other
+// ErrAlreadyRegistered.
+func Register(ctx context.Context, c client.Client, cluster string) error {
+	if err := EnsureNamespace(ctx, c, cluster); err != nil {
+		return err
+	}
+	mc := &clusterv1.ManagedCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: cluster, Labels: map[string]string{ManagedByLabel: ManagedByValue}},
+		Spec:       clusterv1.ManagedClusterSpec{HubAcceptsClient: true, LeaseDurationSeconds: 60},
+	}
+	if err := c.Create(ctx, mc); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("registering %q: %w", cluster, ErrAlreadyRegistered)
+		}
+		return fmt.Errorf("creating ManagedCluster %q: %w", cluster, err)
+	}
+	return nil
 }
 
 // EnsureNamespace creates the cluster's namespace when it is missing.
