@@ -152,6 +152,14 @@ func Start(opts Options) (_ *Environment, err error) {
 	return e, nil
 }
 
+// WaitForCache polls the manager's cache until done reports true, for at
+// most timeout: what a webhook sees is what its cache holds.
+func (e *Environment) WaitForCache(ctx context.Context, timeout time.Duration, done func(ctx context.Context, cache client.Reader) (bool, error)) error {
+	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		return done(ctx, e.Cache)
+	})
+}
+
 // Stop stops the manager, then the API server.
 func (e *Environment) Stop() error {
 	var errs []error

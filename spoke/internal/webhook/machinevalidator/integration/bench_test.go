@@ -39,19 +39,14 @@ func BenchmarkValidateCreate(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if err := e.WaitForCache(ctx, 30*time.Second, func(ctx context.Context, cache client.Reader) (bool, error) {
 		list := &imperatorv1alpha1.MachineList{}
-		if err := e.Cache.List(ctx, list); err != nil {
-			b.Fatal(err)
+		if err := cache.List(ctx, list); err != nil {
+			return false, err
 		}
-		if len(list.Items) == machines {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("the validator's cache never saw every Machine")
-		}
-		time.Sleep(20 * time.Millisecond)
+		return len(list.Items) == machines, nil
+	}); err != nil {
+		b.Fatalf("the validator's cache never saw every Machine: %v", err)
 	}
 
 	w := wrappers.MakeMachine("new", "new").Type("small", "1", "1Gi", 1)

@@ -32,12 +32,10 @@ func BenchmarkPodCreate(b *testing.B) {
 	if err := e.Client.Create(ctx, wrappers.GeneralMachine().Obj()); err != nil {
 		b.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for e.Cache.Get(ctx, client.ObjectKey{Name: "general-machine"}, &imperatorv1alpha1.Machine{}) != nil {
-		if time.Now().After(deadline) {
-			b.Fatal("the webhook's cache never saw the Machine")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := e.WaitForCache(ctx, 10*time.Second, func(ctx context.Context, cache client.Reader) (bool, error) {
+		return cache.Get(ctx, client.ObjectKey{Name: "general-machine"}, &imperatorv1alpha1.Machine{}) == nil, nil
+	}); err != nil {
+		b.Fatalf("the webhook's cache never saw the Machine: %v", err)
 	}
 	for name, labels := range map[string]map[string]string{
 		"bench-injected": {imperatorv1alpha1.InjectResourceKey: imperatorv1alpha1.InjectResourceEnabled},
