@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -273,10 +272,7 @@ func (f *Fleet) stopImperator() error {
 
 // waitReady polls the process's /readyz until it answers 200.
 func waitReady(ctx context.Context, p *harness.Process, healthPort int) error {
-	client := &http.Client{
-		Timeout:   2 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}},
-	}
+	client := &http.Client{Timeout: 2 * time.Second}
 	url := "http://127.0.0.1:" + strconv.Itoa(healthPort) + "/readyz"
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
