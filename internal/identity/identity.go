@@ -1,7 +1,8 @@
 // Package identity holds the TLS settings and the identity rules that the hub
 // and the spoke agents share: TLS 1.3 only, client certificates signed by the
 // hub CA, and a spoke cluster's name read from its verified client
-// certificate (common name) — never from a message.
+// certificate (common name) — never from a message — together with the
+// registration (ManagedCluster UID) the certificate was issued for.
 package identity
 
 import (
@@ -10,7 +11,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
+	"strings"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -58,41 +61,99 @@ func ClientTLS(caPEM []byte, cert *tls.Certificate, serverName string) (*tls.Con
 	return cfg, nil
 }
 
-// ClusterFromCertificate returns the cluster a verified client certificate
-// identifies: its common name, when it carries SpokeOrganization.
-func ClusterFromCertificate(cert *x509.Certificate) (string, error) {
-	if !slices.Contains(cert.Subject.Organization, SpokeOrganization) {
-		return "", fmt.Errorf("client certificate %q is not a spoke certificate (organization %q missing)", cert.Subject.CommonName, SpokeOrganization)
-	}
-	if cert.Subject.CommonName == "" {
-		return "", errors.New("client certificate has an empty common name")
-	}
-	return cert.Subject.CommonName, nil
+// Registration URIs: every spoke certificate the hub issues carries exactly
+// one URI SAN imperator://cluster/<cluster>/<uid>, where uid is the UID of
+// the ManagedCluster the certificate was issued for. A ManagedCluster that is
+// deleted and created again has a new UID, so the certificates of the
+// earlier registration stop identifying a registered cluster.
+const (
+	registrationScheme = "imperator"
+	registrationHost   = "cluster"
+)
+
+// Spoke is the identity a verified spoke client certificate carries.
+type Spoke struct {
+	// Cluster is the cluster name, the certificate's common name.
+	Cluster string
+	// RegistrationUID is the UID of the ManagedCluster the certificate was
+	// issued for; empty for a certificate without a registration URI
+	// (issued before the hub recorded registrations).
+	RegistrationUID string
 }
 
-// ClusterFromPeer returns the cluster identified by the verified client
+// RegistrationURI is the URI SAN that binds a spoke certificate to the
+// registration (ManagedCluster UID) uid of cluster.
+func RegistrationURI(cluster, uid string) *url.URL {
+	return &url.URL{Scheme: registrationScheme, Host: registrationHost, Path: "/" + cluster + "/" + uid}
+}
+
+// SpokeFromCertificate returns the spoke a verified client certificate
+// identifies: its common name, when it carries SpokeOrganization, and the
+// registration of its registration URI. A certificate with a malformed
+// registration URI, one naming another cluster or more than one is refused.
+func SpokeFromCertificate(cert *x509.Certificate) (Spoke, error) {
+	if cert == nil {
+		return Spoke{}, ErrNoClientCertificate
+	}
+	if !slices.Contains(cert.Subject.Organization, SpokeOrganization) {
+		return Spoke{}, fmt.Errorf("client certificate %q is not a spoke certificate (organization %q missing)", cert.Subject.CommonName, SpokeOrganization)
+	}
+	spoke := Spoke{Cluster: cert.Subject.CommonName}
+	if spoke.Cluster == "" {
+		return Spoke{}, errors.New("client certificate has an empty common name")
+	}
+	for _, u := range cert.URIs {
+		if u == nil || u.Scheme != registrationScheme {
+			continue
+		}
+		if spoke.RegistrationUID != "" {
+			return Spoke{}, fmt.Errorf("client certificate of cluster %q has more than one registration URI", spoke.Cluster)
+		}
+		uid, err := registrationUID(u, spoke.Cluster)
+		if err != nil {
+			return Spoke{}, fmt.Errorf("client certificate of cluster %q: %w", spoke.Cluster, err)
+		}
+		spoke.RegistrationUID = uid
+	}
+	return spoke, nil
+}
+
+// registrationUID reads the UID of a registration URI of cluster.
+func registrationUID(u *url.URL, cluster string) (string, error) {
+	name, uid, ok := strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")
+	if u.Host != registrationHost || u.Opaque != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" ||
+		!strings.HasPrefix(u.Path, "/") || !ok || uid == "" || strings.Contains(uid, "/") {
+		return "", fmt.Errorf("malformed registration URI %q: want %s://%s/<cluster>/<uid>", u.String(), registrationScheme, registrationHost)
+	}
+	if name != cluster {
+		return "", fmt.Errorf("registration URI %q names cluster %q", u.String(), name)
+	}
+	return uid, nil
+}
+
+// SpokeFromPeer returns the spoke identified by the verified client
 // certificate of the gRPC call in ctx.
-func ClusterFromPeer(ctx context.Context) (string, error) {
+func SpokeFromPeer(ctx context.Context) (Spoke, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return "", ErrNoClientCertificate
+		return Spoke{}, ErrNoClientCertificate
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
-		return "", ErrNoClientCertificate
+		return Spoke{}, ErrNoClientCertificate
 	}
-	return ClusterFromCertificate(info.State.VerifiedChains[0][0])
+	return SpokeFromCertificate(info.State.VerifiedChains[0][0])
 }
 
-type clusterKey struct{}
+type spokeKey struct{}
 
-// WithCluster returns ctx carrying the authenticated cluster name.
-func WithCluster(ctx context.Context, cluster string) context.Context {
-	return context.WithValue(ctx, clusterKey{}, cluster)
+// WithSpoke returns ctx carrying the authenticated spoke.
+func WithSpoke(ctx context.Context, spoke Spoke) context.Context {
+	return context.WithValue(ctx, spokeKey{}, spoke)
 }
 
-// ClusterFrom returns the authenticated cluster name stored by WithCluster.
-func ClusterFrom(ctx context.Context) (string, bool) {
-	c, ok := ctx.Value(clusterKey{}).(string)
-	return c, ok && c != ""
+// SpokeFrom returns the authenticated spoke stored by WithSpoke.
+func SpokeFrom(ctx context.Context) (Spoke, bool) {
+	s, ok := ctx.Value(spokeKey{}).(Spoke)
+	return s, ok && s.Cluster != ""
 }

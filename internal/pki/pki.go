@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"time"
 )
 
@@ -107,10 +108,9 @@ func (ca *CA) issue(commonName string, organizations, hosts []string, validity t
 	return certPEM, keyPEM, nil
 }
 
-// SignClientCSR verifies the signature of a PEM certificate signing request
-// and issues a client certificate for its public key. The subject is the one
-// given here, never the one in the request: the caller decides the identity.
-func (ca *CA) SignClientCSR(csrPEM []byte, commonName string, organizations []string, validity time.Duration) ([]byte, error) {
+// ParseCSR reads a PEM certificate signing request and verifies its
+// signature.
+func ParseCSR(csrPEM []byte) (*x509.CertificateRequest, error) {
 	block, _ := pem.Decode(csrPEM)
 	if block == nil || block.Type != "CERTIFICATE REQUEST" {
 		return nil, errors.New("reading certificate signing request: no PEM block of type CERTIFICATE REQUEST")
@@ -122,10 +122,23 @@ func (ca *CA) SignClientCSR(csrPEM []byte, commonName string, organizations []st
 	if err := csr.CheckSignature(); err != nil {
 		return nil, fmt.Errorf("checking certificate signing request signature: %w", err)
 	}
+	return csr, nil
+}
+
+// SignClientCSR verifies the signature of a PEM certificate signing request
+// and issues a client certificate for its public key. The subject and the
+// URI SANs are the ones given here, never the ones in the request: the
+// caller decides the identity.
+func (ca *CA) SignClientCSR(csrPEM []byte, commonName string, organizations []string, uris []*url.URL, validity time.Duration) ([]byte, error) {
+	csr, err := ParseCSR(csrPEM)
+	if err != nil {
+		return nil, err
+	}
 	tmpl, err := template(commonName, organizations, validity)
 	if err != nil {
 		return nil, err
 	}
+	tmpl.URIs = uris
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	return ca.sign(tmpl, csr.PublicKey)
 }

@@ -3,6 +3,7 @@ package join
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"time"
 
@@ -36,9 +37,13 @@ type Service struct {
 }
 
 // Join validates the request, consumes the token, registers the cluster and
-// returns a client certificate for the CSR's key with CN = cluster name. A
-// cluster whose ManagedCluster exists already (re-join, or adoption of an
-// OCM cluster) needs a token bound to its name.
+// returns a client certificate for the CSR's key with CN = cluster name,
+// bound to the registration (see identity.RegistrationURI): the UID of the
+// cluster's ManagedCluster. A cluster whose ManagedCluster exists already
+// (re-join, or adoption of an OCM cluster) needs a token bound to its name
+// and keeps its registration; a new registration — also of a name whose
+// ManagedCluster was deleted — gets a new UID, so certificates issued before
+// are refused.
 // Errors are gRPC status errors whose message tells the spoke's operator
 // what to do.
 func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*federationv1.JoinResponse, error) {
@@ -49,18 +54,9 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 	if len(req.GetCsr()) == 0 || len(req.GetCsr()) > maxCSRBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "csr: want a PEM certificate request of at most %d bytes", maxCSRBytes)
 	}
-	validity := s.Validity
-	if validity <= 0 {
-		validity = DefaultCertificateValidity
-	}
-	// Sign first (pure computation) so that a bad CSR does not burn the token.
-	certPEM, err := s.CA.SignClientCSR(req.GetCsr(), req.GetClusterName(), []string{identity.SpokeOrganization}, validity)
-	if err != nil {
+	// Check the CSR first so that a bad one does not burn the token.
+	if _, err := pki.ParseCSR(req.GetCsr()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "csr: %v", err)
-	}
-	cert, err := pki.ParseCertificate(certPEM)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "reading issued certificate: %v", err)
 	}
 	registered, err := registry.Exists(ctx, s.Client, req.GetClusterName())
 	if err != nil {
@@ -83,7 +79,15 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 	if !registered {
 		register = registry.Register
 	}
-	if err := register(ctx, s.Client, req.GetClusterName()); err != nil {
+	uid, err := register(ctx, s.Client, req.GetClusterName())
+	if err == nil && uid == "" {
+		err = errors.New("the ManagedCluster has no UID")
+	}
+	var certPEM []byte
+	if err == nil {
+		certPEM, err = s.sign(req.GetCsr(), identity.Spoke{Cluster: req.GetClusterName(), RegistrationUID: string(uid)})
+	}
+	if err != nil {
 		// The join did not happen: give the token back so that the spoke's
 		// retry can use it.
 		if releaseErr := s.Tokens.Release(ctx, req.GetToken(), req.GetClusterName()); releaseErr != nil {
@@ -97,7 +101,11 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 		}
 		return nil, status.Errorf(codes.Unavailable, "registering cluster: %v", err)
 	}
-	log.Info("Cluster joined", "agentVersion", req.GetAgentVersion(), "notAfter", cert.NotAfter)
+	cert, err := pki.ParseCertificate(certPEM)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "reading issued certificate: %v", err)
+	}
+	log.Info("Cluster joined", "agentVersion", req.GetAgentVersion(), "registration", uid, "newRegistration", !registered, "notAfter", cert.NotAfter)
 	return &federationv1.JoinResponse{
 		Certificate: certPEM,
 		Ca:          s.CA.CertPEM,
@@ -105,17 +113,18 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 	}, nil
 }
 
-// Renew issues a new client certificate for cluster — the caller's verified
-// identity, never a name from the request — for the CSR's key.
-func (s *Service) Renew(ctx context.Context, cluster string, req *federationv1.RenewRequest) (*federationv1.RenewResponse, error) {
+// Renew issues a new client certificate for spoke — the caller's verified
+// and admitted identity, never a name from the request — for the CSR's key,
+// bound to the same registration: rotating a certificate does not revoke the
+// current one, which stays valid until it expires.
+func (s *Service) Renew(ctx context.Context, spoke identity.Spoke, req *federationv1.RenewRequest) (*federationv1.RenewResponse, error) {
 	if len(req.GetCsr()) == 0 || len(req.GetCsr()) > maxCSRBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "csr: want a PEM certificate request of at most %d bytes", maxCSRBytes)
 	}
-	validity := s.Validity
-	if validity <= 0 {
-		validity = DefaultCertificateValidity
+	if spoke.Cluster == "" || spoke.RegistrationUID == "" {
+		return nil, status.Error(codes.PermissionDenied, "renewing needs a spoke certificate bound to a registration; join again with a new token")
 	}
-	certPEM, err := s.CA.SignClientCSR(req.GetCsr(), cluster, []string{identity.SpokeOrganization}, validity)
+	certPEM, err := s.sign(req.GetCsr(), spoke)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "csr: %v", err)
 	}
@@ -123,6 +132,16 @@ func (s *Service) Renew(ctx context.Context, cluster string, req *federationv1.R
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "reading issued certificate: %v", err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Renewed cluster certificate", "cluster", cluster, "notAfter", cert.NotAfter)
+	ctrl.LoggerFrom(ctx).Info("Renewed cluster certificate", "cluster", spoke.Cluster, "registration", spoke.RegistrationUID, "notAfter", cert.NotAfter)
 	return &federationv1.RenewResponse{Certificate: certPEM, Ca: s.CA.CertPEM, NotAfter: timestamppb.New(cert.NotAfter)}, nil
+}
+
+// sign issues the client certificate of spoke for the CSR's key.
+func (s *Service) sign(csrPEM []byte, spoke identity.Spoke) ([]byte, error) {
+	validity := s.Validity
+	if validity <= 0 {
+		validity = DefaultCertificateValidity
+	}
+	uris := []*url.URL{identity.RegistrationURI(spoke.Cluster, spoke.RegistrationUID)}
+	return s.CA.SignClientCSR(csrPEM, spoke.Cluster, []string{identity.SpokeOrganization}, uris, validity)
 }

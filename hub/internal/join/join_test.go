@@ -9,13 +9,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/imperator-federation/imperator/hub/internal/registry"
+	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
@@ -27,6 +31,15 @@ func newJoinService(t *testing.T, funcs interceptor.Funcs) (*Service, *Tokens) {
 	scheme := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), clusterv1.Install(scheme)); err != nil {
 		t.Fatal(err)
+	}
+	// The API server gives every object a UID; the fake client does not.
+	create := funcs.Create
+	funcs.Create = func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		obj.SetUID(uuid.NewUUID())
+		if create != nil {
+			return create(ctx, c, obj, opts...)
+		}
+		return c.Create(ctx, obj, opts...)
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(funcs).Build()
 	ca, err := pki.NewCA("hub-ca", time.Hour)
@@ -123,5 +136,124 @@ func TestAFailedRegistrationLeavesTheTokenUsable(t *testing.T) {
 	failing = false
 	if _, err := svc.Join(ctx, joinRequest(t, "prod-a", token)); err != nil {
 		t.Fatalf("retried Join() with the same token = %v", err)
+	}
+}
+
+// issuedSpoke is the identity the hub reads from a certificate it issued.
+func issuedSpoke(t *testing.T, certPEM []byte) identity.Spoke {
+	t.Helper()
+	cert, err := pki.ParseCertificate(certPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spoke, err := identity.SpokeFromCertificate(cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spoke
+}
+
+func currentUID(t *testing.T, c client.Client, cluster string) string {
+	t.Helper()
+	var mc clusterv1.ManagedCluster
+	if err := c.Get(context.Background(), client.ObjectKey{Name: cluster}, &mc); err != nil {
+		t.Fatal(err)
+	}
+	return string(mc.UID)
+}
+
+func TestCertificatesAreBoundToTheRegistration(t *testing.T) {
+	ctx := context.Background()
+	svc, tokens := newJoinService(t, interceptor.Funcs{})
+	bound := func() string {
+		t.Helper()
+		token, _, err := tokens.Create(ctx, CreateOptions{ClusterName: "prod-a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return token
+	}
+
+	first, err := svc.Join(ctx, joinRequest(t, "prod-a", createToken(t, tokens)))
+	if err != nil {
+		t.Fatalf("Join() = %v", err)
+	}
+	firstSpoke := issuedSpoke(t, first.GetCertificate())
+	if want := (identity.Spoke{Cluster: "prod-a", RegistrationUID: currentUID(t, svc.Client, "prod-a")}); firstSpoke != want {
+		t.Fatalf("certificate identifies %+v, want %+v", firstSpoke, want)
+	}
+
+	// A re-join of the registered cluster adopts its registration: the
+	// earlier certificate stays valid.
+	adopted, err := svc.Join(ctx, joinRequest(t, "prod-a", bound()))
+	if err != nil {
+		t.Fatalf("re-Join() of a registered cluster = %v", err)
+	}
+	if got := issuedSpoke(t, adopted.GetCertificate()); got != firstSpoke {
+		t.Errorf("re-joined certificate identifies %+v, want the same registration %+v", got, firstSpoke)
+	}
+
+	// Renewing keeps the registration.
+	csr, _, err := pki.NewCSR("prod-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := svc.Renew(ctx, firstSpoke, &federationv1.RenewRequest{Csr: csr})
+	if err != nil {
+		t.Fatalf("Renew() = %v", err)
+	}
+	if got := issuedSpoke(t, renewed.GetCertificate()); got != firstSpoke {
+		t.Errorf("renewed certificate identifies %+v, want %+v", got, firstSpoke)
+	}
+
+	// Deregistered, then joined again: a new registration, and the hub no
+	// longer admits the certificates of the first one.
+	if err := svc.Client.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "prod-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := svc.Join(ctx, joinRequest(t, "prod-a", createToken(t, tokens)))
+	if err != nil {
+		t.Fatalf("Join() after deregistration = %v", err)
+	}
+	againSpoke := issuedSpoke(t, again.GetCertificate())
+	if againSpoke.RegistrationUID == firstSpoke.RegistrationUID || againSpoke.RegistrationUID != currentUID(t, svc.Client, "prod-a") {
+		t.Errorf("certificate after re-registration identifies %+v, want the new ManagedCluster's UID %s", againSpoke, currentUID(t, svc.Client, "prod-a"))
+	}
+	if err := registry.Admit(ctx, svc.Client, againSpoke); err != nil {
+		t.Errorf("Admit(new certificate) = %v, want nil", err)
+	}
+	var refused *registry.RefusedError
+	if err := registry.Admit(ctx, svc.Client, firstSpoke); !errors.As(err, &refused) || refused.Reason != registry.RefusedEarlierRegistration {
+		t.Errorf("Admit(certificate of the first registration) = %v, want %s", err, registry.RefusedEarlierRegistration)
+	}
+}
+
+func TestRenewRefusesACertificateWithoutRegistration(t *testing.T) {
+	svc, _ := newJoinService(t, interceptor.Funcs{})
+	csr, _, err := pki.NewCSR("prod-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.Renew(context.Background(), identity.Spoke{Cluster: "prod-a"}, &federationv1.RenewRequest{Csr: csr})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("Renew() without registration = %v, want PermissionDenied", err)
+	}
+}
+
+func TestABadCSRDoesNotBurnTheToken(t *testing.T) {
+	svc, tokens := newJoinService(t, interceptor.Funcs{})
+	token := createToken(t, tokens)
+	req := joinRequest(t, "prod-a", token)
+	req.Csr = []byte("-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n")
+	if _, err := svc.Join(context.Background(), req); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Join() with a bad CSR = %v, want InvalidArgument", err)
+	}
+	for id, user := range usedBy(t, tokens) {
+		if user != "" {
+			t.Errorf("token %s is used by %q after a refused CSR, want it unused", id, user)
+		}
+	}
+	if exists, err := registry.Exists(context.Background(), svc.Client, "prod-a"); err != nil || exists {
+		t.Errorf("cluster registered after a refused CSR: %t, %v", exists, err)
 	}
 }

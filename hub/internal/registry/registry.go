@@ -2,8 +2,11 @@
 // Kubernetes API with OCM's ManagedCluster (cluster.open-cluster-management.io/v1),
 // so that the hub is compatible with an existing OCM hub: a joining spoke gets
 // a ManagedCluster (or adopts the existing one) and a namespace named like the
-// cluster, spec.hubAcceptsClient decides whether it may report, and the
-// ManagedClusterConditionAvailable condition mirrors its liveness.
+// cluster; the ManagedCluster's UID is the registration the spoke's
+// certificates are bound to; Admit lets a certificate in only while its
+// registration is the cluster's current ManagedCluster and that has
+// spec.hubAcceptsClient=true; and the ManagedClusterConditionAvailable
+// condition mirrors the spoke's liveness.
 package registry
 
 import (
@@ -15,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -38,17 +42,26 @@ const (
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;create
 
 // EnsureCluster makes sure the ManagedCluster named cluster and its namespace
-// exist. A new ManagedCluster accepts its client; an existing one is adopted
-// as it is, including hubAcceptsClient=false.
-func EnsureCluster(ctx context.Context, c client.Client, cluster string) error {
-	mc := &clusterv1.ManagedCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: cluster, Labels: map[string]string{ManagedByLabel: ManagedByValue}},
-		Spec:       clusterv1.ManagedClusterSpec{HubAcceptsClient: true, LeaseDurationSeconds: 60},
+// exist and returns the ManagedCluster's UID, the registration the cluster's
+// certificates are issued for. A new ManagedCluster accepts its client; an
+// existing one is adopted as it is, including hubAcceptsClient=false, and
+// keeps its UID: certificates issued for it before stay valid.
+func EnsureCluster(ctx context.Context, c client.Client, cluster string) (types.UID, error) {
+	mc := newManagedCluster(cluster)
+	err := c.Create(ctx, mc)
+	if apierrors.IsAlreadyExists(err) {
+		err = c.Get(ctx, client.ObjectKey{Name: cluster}, mc)
 	}
-	if err := c.Create(ctx, mc); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating ManagedCluster %q: %w", cluster, err)
+	if err != nil {
+		return "", fmt.Errorf("creating ManagedCluster %q: %w", cluster, err)
 	}
-	return EnsureNamespace(ctx, c, cluster)
+	if !mc.DeletionTimestamp.IsZero() {
+		return "", fmt.Errorf("ManagedCluster %q is being deleted: join again once it is gone", cluster)
+	}
+	if err := EnsureNamespace(ctx, c, cluster); err != nil {
+		return "", err
+	}
+	return mc.UID, nil
 }
 
 // ErrAlreadyRegistered is returned by Register when the cluster's
@@ -56,24 +69,28 @@ func EnsureCluster(ctx context.Context, c client.Client, cluster string) error {
 var ErrAlreadyRegistered = errors.New("cluster is registered already")
 
 // Register registers a new cluster: its namespace, then its ManagedCluster,
-// which accepts its client. Creating the ManagedCluster is the claim on the
-// name: of two joins racing for one new name, only one gets nil, the other
-// ErrAlreadyRegistered.
-func Register(ctx context.Context, c client.Client, cluster string) error {
+// which accepts its client. It returns the new ManagedCluster's UID.
+// Creating the ManagedCluster is the claim on the name: of two joins racing
+// for one new name, only one gets nil, the other ErrAlreadyRegistered.
+func Register(ctx context.Context, c client.Client, cluster string) (types.UID, error) {
 	if err := EnsureNamespace(ctx, c, cluster); err != nil {
-		return err
+		return "", err
 	}
-	mc := &clusterv1.ManagedCluster{
+	mc := newManagedCluster(cluster)
+	if err := c.Create(ctx, mc); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("registering %q: %w", cluster, ErrAlreadyRegistered)
+		}
+		return "", fmt.Errorf("creating ManagedCluster %q: %w", cluster, err)
+	}
+	return mc.UID, nil
+}
+
+func newManagedCluster(cluster string) *clusterv1.ManagedCluster {
+	return &clusterv1.ManagedCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: cluster, Labels: map[string]string{ManagedByLabel: ManagedByValue}},
 		Spec:       clusterv1.ManagedClusterSpec{HubAcceptsClient: true, LeaseDurationSeconds: 60},
 	}
-	if err := c.Create(ctx, mc); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("registering %q: %w", cluster, ErrAlreadyRegistered)
-		}
-		return fmt.Errorf("creating ManagedCluster %q: %w", cluster, err)
-	}
-	return nil
 }
 
 // EnsureNamespace creates the cluster's namespace when it is missing.
@@ -95,19 +112,6 @@ func Exists(ctx context.Context, r client.Reader, cluster string) (bool, error) 
 		return false, fmt.Errorf("reading ManagedCluster %q: %w", cluster, err)
 	}
 	return true, nil
-}
-
-// AcceptsClient reports whether the cluster's ManagedCluster exists and has
-// spec.hubAcceptsClient=true.
-func AcceptsClient(ctx context.Context, r client.Reader, cluster string) (bool, error) {
-	var mc clusterv1.ManagedCluster
-	if err := r.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("reading ManagedCluster %q: %w", cluster, err)
-	}
-	return mc.Spec.HubAcceptsClient && mc.DeletionTimestamp.IsZero(), nil
 }
 
 // SetAvailable sets ManagedClusterConditionAvailable to True or Unknown,

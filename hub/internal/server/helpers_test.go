@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"net"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +16,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
 
+	"github.com/imperator-federation/imperator/hub/internal/registry"
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
@@ -23,7 +28,8 @@ import (
 )
 
 // testHub is a Server on a loopback listener with an in-memory CA, a store,
-// and an admission list instead of ManagedClusters.
+// and, instead of ManagedClusters, one registration per cluster name (UID
+// testUID(name)) that accepts its client unless rejected.
 type testHub struct {
 	ca     *pki.CA
 	store  *store.Store
@@ -32,6 +38,9 @@ type testHub struct {
 
 	mu       sync.Mutex
 	rejected map[string]bool
+	// registeredAgain marks clusters whose registration was replaced: their
+	// UID is no longer testUID(name).
+	registeredAgain map[string]bool
 }
 
 type refusingJoiner struct{}
@@ -40,9 +49,12 @@ func (refusingJoiner) Join(context.Context, *federationv1.JoinRequest) (*federat
 	return nil, status.Error(codes.Unauthenticated, "test joiner refuses every token")
 }
 
-func (refusingJoiner) Renew(_ context.Context, cluster string, _ *federationv1.RenewRequest) (*federationv1.RenewResponse, error) {
-	return &federationv1.RenewResponse{Certificate: []byte("renewed " + cluster)}, nil
+func (refusingJoiner) Renew(_ context.Context, spoke identity.Spoke, _ *federationv1.RenewRequest) (*federationv1.RenewResponse, error) {
+	return &federationv1.RenewResponse{Certificate: []byte("renewed " + spoke.Cluster + " " + spoke.RegistrationUID)}, nil
 }
+
+// testUID is the UID of cluster's registration at the test hub.
+func testUID(cluster string) string { return "uid-" + cluster }
 
 func startTestHub(tb testing.TB) *testHub {
 	tb.Helper()
@@ -60,7 +72,7 @@ func startTestHub(tb testing.TB) *testHub {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
-	h := &testHub{ca: ca, store: store.New(nil, time.Minute), rejected: map[string]bool{}}
+	h := &testHub{ca: ca, store: store.New(nil, time.Minute), rejected: map[string]bool{}, registeredAgain: map[string]bool{}}
 	metrics, err := NewMetrics(prometheus.NewRegistry(), h.store)
 	if err != nil {
 		tb.Fatal(err)
@@ -75,10 +87,17 @@ func startTestHub(tb testing.TB) *testHub {
 		TLS:      identity.ServerTLS(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &serving, nil }, pool),
 		Store:    h.store,
 		Joiner:   refusingJoiner{},
-		Admit: func(_ context.Context, cluster string) (bool, error) {
+		Admit: func(_ context.Context, spoke identity.Spoke) error {
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			return !h.rejected[cluster], nil
+			uid := testUID(spoke.Cluster)
+			if h.registeredAgain[spoke.Cluster] {
+				uid += "-again"
+			}
+			return registry.Admission(&clusterv1.ManagedCluster{
+				ObjectMeta: metav1.ObjectMeta{Name: spoke.Cluster, UID: types.UID(uid)},
+				Spec:       clusterv1.ManagedClusterSpec{HubAcceptsClient: !h.rejected[spoke.Cluster]},
+			}, spoke)
 		},
 		Metrics: metrics,
 		Log:     logr.Discard(),
@@ -99,10 +118,22 @@ func startTestHub(tb testing.TB) *testHub {
 	return h
 }
 
-// certificate issues a client certificate for cn with organizations.
+// certificate issues a client certificate for cn with organizations, bound
+// to cn's registration at the test hub.
 func (h *testHub) certificate(tb testing.TB, cn string, organizations ...string) *tls.Certificate {
 	tb.Helper()
-	certPEM, keyPEM, err := h.ca.IssueClient(cn, organizations, time.Hour)
+	return h.certificateWithURIs(tb, cn, organizations, identity.RegistrationURI(cn, testUID(cn)))
+}
+
+// certificateWithURIs issues a client certificate for cn with organizations
+// and exactly the URI SANs uris.
+func (h *testHub) certificateWithURIs(tb testing.TB, cn string, organizations []string, uris ...*url.URL) *tls.Certificate {
+	tb.Helper()
+	csrPEM, keyPEM, err := pki.NewCSR(cn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	certPEM, err := h.ca.SignClientCSR(csrPEM, cn, organizations, uris, time.Hour)
 	if err != nil {
 		tb.Fatal(err)
 	}

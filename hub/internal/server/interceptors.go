@@ -30,12 +30,12 @@ func selfAuthenticated(fullMethod string) bool {
 	return strings.HasPrefix(fullMethod, "/imperator.query.v1.Query/")
 }
 
-// authenticate puts the cluster of the verified client certificate into ctx,
+// authenticate puts the spoke of the verified client certificate into ctx,
 // or refuses the call with Unauthenticated.
 func (s *Server) authenticate(ctx context.Context, fullMethod string) (context.Context, error) {
-	cluster, err := identity.ClusterFromPeer(ctx)
+	spoke, err := identity.SpokeFromPeer(ctx)
 	if err == nil {
-		return identity.WithCluster(ctx, cluster), nil
+		return identity.WithSpoke(ctx, spoke), nil
 	}
 	if anonymousAllowed(fullMethod) || selfAuthenticated(fullMethod) {
 		return ctx, nil
@@ -51,8 +51,8 @@ func (s *Server) authenticate(ctx context.Context, fullMethod string) (context.C
 
 func (s *Server) loggerFor(ctx context.Context, fullMethod string) logr.Logger {
 	log := s.log.WithValues("method", fullMethod)
-	if cluster, ok := identity.ClusterFrom(ctx); ok {
-		log = log.WithValues("cluster", cluster)
+	if spoke, ok := identity.SpokeFrom(ctx); ok {
+		log = log.WithValues("cluster", spoke.Cluster)
 	}
 	return log
 }

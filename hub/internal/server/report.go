@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/imperator-federation/imperator/hub/internal/registry"
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	"github.com/imperator-federation/imperator/internal/identity"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
@@ -32,16 +34,17 @@ func (s *Server) Join(ctx context.Context, req *federationv1.JoinRequest) (*fede
 	return s.opts.Joiner.Join(ctx, req)
 }
 
-// Renew re-issues the caller's certificate while its cluster is accepted.
+// Renew re-issues the caller's certificate while its cluster is accepted
+// and the certificate is of its current registration.
 func (s *Server) Renew(ctx context.Context, req *federationv1.RenewRequest) (*federationv1.RenewResponse, error) {
-	cluster, ok := identity.ClusterFrom(ctx)
+	spoke, ok := identity.SpokeFrom(ctx)
 	if !ok {
 		return nil, status.Error(codes.Unauthenticated, "Renew requires a spoke client certificate")
 	}
-	if err := s.admit(ctx, cluster); err != nil {
+	if err := s.admit(ctx, spoke); err != nil {
 		return nil, err
 	}
-	return s.opts.Joiner.Renew(ctx, cluster, req)
+	return s.opts.Joiner.Renew(ctx, spoke, req)
 }
 
 // Report runs one spoke's stream: Hello, then Snapshots, Deltas and
@@ -49,10 +52,11 @@ func (s *Server) Renew(ctx context.Context, req *federationv1.RenewRequest) (*fe
 func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 	ctx := stream.Context()
 	log := ctrl.LoggerFrom(ctx)
-	cluster, ok := identity.ClusterFrom(ctx)
+	spoke, ok := identity.SpokeFrom(ctx)
 	if !ok {
 		return status.Error(codes.Unauthenticated, "Report requires a spoke client certificate")
 	}
+	cluster := spoke.Cluster
 	// One goroutine receives; this one applies and sends, so that a stream
 	// replaced, stopped or silent ends without waiting for the spoke's next
 	// message.
@@ -96,7 +100,7 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 		log.Info("Rejected report for another cluster", "claimedCluster", hello.GetClusterName())
 		return status.Errorf(codes.PermissionDenied, "the client certificate identifies cluster %q, which may not report for %q", cluster, hello.GetClusterName())
 	}
-	if err := s.admit(ctx, cluster); err != nil {
+	if err := s.admit(ctx, spoke); err != nil {
 		return err
 	}
 
@@ -117,15 +121,16 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 		case err := <-recvErr:
 			return err
 		case msg := <-msgs:
-			if err := s.handle(ctx, stream, cluster, epoch, msg); err != nil {
+			if err := s.handle(ctx, stream, spoke, epoch, msg); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-func (s *Server) handle(ctx context.Context, stream federationv1.Federation_ReportServer, cluster string, epoch uint64, msg *federationv1.SpokeMessage) error {
+func (s *Server) handle(ctx context.Context, stream federationv1.Federation_ReportServer, spoke identity.Spoke, epoch uint64, msg *federationv1.SpokeMessage) error {
 	start := time.Now()
+	cluster := spoke.Cluster
 	var (
 		res  store.Result
 		kind string
@@ -141,8 +146,9 @@ func (s *Server) handle(ctx context.Context, stream federationv1.Federation_Repo
 		s.metrics.ingestLatency.WithLabelValues(kind).Observe(time.Since(start).Seconds())
 	case *federationv1.SpokeMessage_Heartbeat:
 		kind = "heartbeat"
-		// hubAcceptsClient may have been turned off while connected.
-		if err := s.admit(ctx, cluster); err != nil {
+		// hubAcceptsClient may have been turned off, or the cluster
+		// registered again, while connected.
+		if err := s.admit(ctx, spoke); err != nil {
 			return err
 		}
 		res = s.store.Heartbeat(cluster, epoch, m.Heartbeat)
@@ -170,17 +176,20 @@ func (s *Server) handle(ctx context.Context, stream federationv1.Federation_Repo
 	return nil
 }
 
-func (s *Server) admit(ctx context.Context, cluster string) error {
-	ok, err := s.opts.Admit(ctx, cluster)
-	if err != nil {
-		return status.Errorf(codes.Unavailable, "checking whether the hub accepts cluster %q: %v", cluster, err)
+// admit asks Admit whether spoke may talk to the hub: a refusal is
+// PermissionDenied with Admit's reason, failing to decide is Unavailable.
+func (s *Server) admit(ctx context.Context, spoke identity.Spoke) error {
+	err := s.opts.Admit(ctx, spoke)
+	if err == nil {
+		return nil
 	}
-	if !ok {
-		s.metrics.rejectedConnections.WithLabelValues(rejectNotAccepted).Inc()
-		ctrl.LoggerFrom(ctx).Info("Refused report: hub does not accept the cluster")
-		return status.Errorf(codes.PermissionDenied, "the hub does not accept cluster %q: its ManagedCluster is missing or has spec.hubAcceptsClient=false", cluster)
+	var refused *registry.RefusedError
+	if !errors.As(err, &refused) {
+		return status.Errorf(codes.Unavailable, "checking whether the hub accepts cluster %q: %v", spoke.Cluster, err)
 	}
-	return nil
+	s.metrics.rejectedConnections.WithLabelValues(rejectNotAccepted).Inc()
+	ctrl.LoggerFrom(ctx).Info("Refused spoke certificate", "reason", refused.Reason, "registration", spoke.RegistrationUID)
+	return status.Error(codes.PermissionDenied, refused.Error())
 }
 
 // EndSession ends the cluster's Report stream, if one is open here (its

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/imperator-federation/imperator/hub/internal/store"
+	"github.com/imperator-federation/imperator/internal/identity"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
@@ -40,13 +41,17 @@ const (
 // Joiner answers Join and Renew calls.
 type Joiner interface {
 	Join(ctx context.Context, req *federationv1.JoinRequest) (*federationv1.JoinResponse, error)
-	// Renew issues a new certificate for cluster, the caller's verified identity.
-	Renew(ctx context.Context, cluster string, req *federationv1.RenewRequest) (*federationv1.RenewResponse, error)
+	// Renew issues a new certificate for spoke, the caller's verified and
+	// admitted identity.
+	Renew(ctx context.Context, spoke identity.Spoke, req *federationv1.RenewRequest) (*federationv1.RenewResponse, error)
 }
 
-// AdmitFunc reports whether the cluster may report (its ManagedCluster exists
-// and has spec.hubAcceptsClient=true).
-type AdmitFunc func(ctx context.Context, cluster string) (bool, error)
+// AdmitFunc decides whether spoke, the identity of a verified client
+// certificate, may report and renew (registry.Admit: its ManagedCluster
+// exists, has spec.hubAcceptsClient=true and is the registration the
+// certificate was issued for). It returns nil, a *registry.RefusedError
+// saying why not, or the error that kept it from deciding.
+type AdmitFunc func(ctx context.Context, spoke identity.Spoke) error
 
 // Options configure a Server.
 type Options struct {

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -29,12 +31,15 @@ func TestReport(t *testing.T) {
 	machine := &federationv1.Machine{Name: "m", Group: "g"}
 	cases := map[string]struct {
 		certCN, certOrg string
-		noCert          bool
-		rejected        bool
-		send            []*federationv1.SpokeMessage
-		wantReplies     []*federationv1.HubMessage
-		wantCode        codes.Code
-		wantInIndex     bool
+		// certURIs replace the certificate's registration URI when not nil.
+		certURIs    []string
+		noCert      bool
+		rejected    bool
+		wantMsg     string
+		send        []*federationv1.SpokeMessage
+		wantReplies []*federationv1.HubMessage
+		wantCode    codes.Code
+		wantInIndex bool
 	}{
 		"own cluster: snapshot and delta are acknowledged": {
 			certCN: "a", certOrg: identity.SpokeOrganization,
@@ -56,7 +61,32 @@ func TestReport(t *testing.T) {
 		"hub does not accept the cluster": {
 			certCN: "a", certOrg: identity.SpokeOrganization, rejected: true,
 			send:     []*federationv1.SpokeMessage{hello("a", 1)},
+			wantCode: codes.PermissionDenied, wantMsg: "spec.hubAcceptsClient=false",
+		},
+		"certificate of an earlier registration": {
+			certCN: "a", certOrg: identity.SpokeOrganization,
+			certURIs: []string{"imperator://cluster/a/uid-of-a-deleted-managedcluster"},
+			send:     []*federationv1.SpokeMessage{hello("a", 1)},
 			wantCode: codes.PermissionDenied,
+			wantMsg:  `certificate was issued for an earlier registration of cluster "a"; join again with a new token`,
+		},
+		"certificate without registration": {
+			certCN: "a", certOrg: identity.SpokeOrganization,
+			certURIs: []string{"spiffe://example.org/not-a-registration"},
+			send:     []*federationv1.SpokeMessage{hello("a", 1)},
+			wantCode: codes.PermissionDenied, wantMsg: "names no registration",
+		},
+		"registration URI of another cluster": {
+			certCN: "a", certOrg: identity.SpokeOrganization,
+			certURIs: []string{"imperator://cluster/b/uid-b"},
+			send:     []*federationv1.SpokeMessage{hello("a", 1)},
+			wantCode: codes.Unauthenticated, wantMsg: `names cluster "b"`,
+		},
+		"malformed registration URI": {
+			certCN: "a", certOrg: identity.SpokeOrganization,
+			certURIs: []string{"imperator://cluster/a/"},
+			send:     []*federationv1.SpokeMessage{hello("a", 1)},
+			wantCode: codes.Unauthenticated, wantMsg: "malformed registration URI",
 		},
 		"first message is not a hello": {
 			certCN: "a", certOrg: identity.SpokeOrganization,
@@ -87,6 +117,17 @@ func TestReport(t *testing.T) {
 			h.rejected["a"] = tc.rejected
 			h.mu.Unlock()
 			var cert = h.certificate(t, tc.certCN, tc.certOrg)
+			if tc.certURIs != nil {
+				var uris []*url.URL
+				for _, raw := range tc.certURIs {
+					u, err := url.Parse(raw)
+					if err != nil {
+						t.Fatal(err)
+					}
+					uris = append(uris, u)
+				}
+				cert = h.certificateWithURIs(t, tc.certCN, []string{tc.certOrg}, uris...)
+			}
 			if tc.noCert {
 				cert = nil
 			}
@@ -116,6 +157,9 @@ func TestReport(t *testing.T) {
 				_, err := stream.Recv()
 				if got := status.Code(err); got != tc.wantCode {
 					t.Errorf("stream ended with %v (%v), want %v", got, err, tc.wantCode)
+				}
+				if !strings.Contains(status.Convert(err).Message(), tc.wantMsg) {
+					t.Errorf("stream ended with %q, want a message containing %q", status.Convert(err).Message(), tc.wantMsg)
 				}
 			}
 			c, ok := h.store.Get("a")
@@ -185,6 +229,36 @@ func TestEndSession(t *testing.T) {
 	}
 }
 
+func TestConnectedSpokeOfAnEarlierRegistrationIsRefusedAtItsNextHeartbeat(t *testing.T) {
+	h := startTestHub(t)
+	fed := h.client(t, h.certificate(t, "a", identity.SpokeOrganization))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := fed.Report(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*federationv1.SpokeMessage{hello("a", 1), snapshotMsg(1)} {
+		if err := stream.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatalf("waiting for the ack: %v", err)
+	}
+	h.mu.Lock()
+	h.registeredAgain["a"] = true
+	h.mu.Unlock()
+	heartbeat := &federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Heartbeat{Heartbeat: &federationv1.Heartbeat{Generation: 1}}}
+	if err := stream.Send(heartbeat); err != nil {
+		t.Fatal(err)
+	}
+	_, err = stream.Recv()
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), "earlier registration") {
+		t.Errorf("stream ended with %v, want PermissionDenied for an earlier registration", err)
+	}
+}
+
 func TestHealthWithoutClientCertificate(t *testing.T) {
 	h := startTestHub(t)
 	cfg, err := identity.ClientTLS(h.ca.CertPEM, nil, "127.0.0.1")
@@ -218,9 +292,21 @@ func TestRenew(t *testing.T) {
 		wantCode codes.Code
 		wantCert string
 	}{
-		"spoke certificate renews its own cluster": {
+		"spoke certificate renews its own cluster and registration": {
 			cert:     func(h *testHub) *tls.Certificate { return h.certificate(t, "a", identity.SpokeOrganization) },
-			wantCode: codes.OK, wantCert: "renewed a",
+			wantCode: codes.OK, wantCert: "renewed a uid-a",
+		},
+		"certificate of an earlier registration": {
+			cert: func(h *testHub) *tls.Certificate {
+				return h.certificateWithURIs(t, "a", []string{identity.SpokeOrganization}, identity.RegistrationURI("a", "uid-earlier"))
+			},
+			wantCode: codes.PermissionDenied,
+		},
+		"certificate without registration": {
+			cert: func(h *testHub) *tls.Certificate {
+				return h.certificateWithURIs(t, "a", []string{identity.SpokeOrganization})
+			},
+			wantCode: codes.PermissionDenied,
 		},
 		"cluster no longer accepted": {
 			cert:     func(h *testHub) *tls.Certificate { return h.certificate(t, "a", identity.SpokeOrganization) },

@@ -1,0 +1,98 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imperator-federation/imperator/internal/identity"
+)
+
+// RefusalReason says why Admit refuses a spoke certificate.
+type RefusalReason string
+
+const (
+	// RefusedNotRegistered: the cluster has no ManagedCluster, or it is being
+	// deleted (the cluster was deregistered).
+	RefusedNotRegistered RefusalReason = "NotRegistered"
+	// RefusedNotAccepted: the ManagedCluster has spec.hubAcceptsClient=false.
+	RefusedNotAccepted RefusalReason = "NotAccepted"
+	// RefusedEarlierRegistration: the certificate was issued for another
+	// ManagedCluster of the same name, deleted since (the cluster was
+	// deregistered and registered again, or someone recreated it).
+	RefusedEarlierRegistration RefusalReason = "EarlierRegistration"
+	// RefusedNoRegistration: the certificate names no registration; the hub
+	// issued it before it recorded registrations in certificates.
+	RefusedNoRegistration RefusalReason = "NoRegistration"
+)
+
+// RefusedError is the error with which Admit refuses a spoke certificate.
+// Its message says what the spoke's operator must do.
+type RefusedError struct {
+	Reason  RefusalReason
+	Cluster string
+}
+
+func (e *RefusedError) Error() string {
+	switch e.Reason {
+	case RefusedNotRegistered:
+		return fmt.Sprintf("cluster %q is not registered at the hub (its ManagedCluster is missing or being deleted); join again with a new token", e.Cluster)
+	case RefusedNotAccepted:
+		return fmt.Sprintf("the hub does not accept cluster %q: its ManagedCluster has spec.hubAcceptsClient=false", e.Cluster)
+	case RefusedEarlierRegistration:
+		return fmt.Sprintf("certificate was issued for an earlier registration of cluster %q; join again with a new token", e.Cluster)
+	case RefusedNoRegistration:
+		return fmt.Sprintf("certificate of cluster %q names no registration (issued by an older hub); join again with a new token", e.Cluster)
+	default:
+		return fmt.Sprintf("the hub refuses cluster %q: %s", e.Cluster, e.Reason)
+	}
+}
+
+// Admit decides whether spoke, the identity of a verified client
+// certificate, may talk to the hub: its cluster's ManagedCluster must exist,
+// not be being deleted, accept its client, and be the registration the
+// certificate was issued for. It returns nil, a *RefusedError, or the error
+// that kept it from reading the ManagedCluster.
+func Admit(ctx context.Context, r client.Reader, spoke identity.Spoke) error {
+	var mc clusterv1.ManagedCluster
+	if err := r.Get(ctx, client.ObjectKey{Name: spoke.Cluster}, &mc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return Admission(nil, spoke)
+		}
+		return fmt.Errorf("reading ManagedCluster %q: %w", spoke.Cluster, err)
+	}
+	return Admission(&mc, spoke)
+}
+
+// Admission is Admit's decision for the cluster's ManagedCluster mc (nil
+// when it does not exist).
+func Admission(mc *clusterv1.ManagedCluster, spoke identity.Spoke) error {
+	refuse := func(reason RefusalReason) error { return &RefusedError{Reason: reason, Cluster: spoke.Cluster} }
+	switch {
+	case mc == nil || !mc.DeletionTimestamp.IsZero():
+		return refuse(RefusedNotRegistered)
+	case spoke.RegistrationUID == "":
+		return refuse(RefusedNoRegistration)
+	case string(mc.UID) != spoke.RegistrationUID:
+		return refuse(RefusedEarlierRegistration)
+	case !mc.Spec.HubAcceptsClient:
+		return refuse(RefusedNotAccepted)
+	default:
+		return nil
+	}
+}
+
+// Admitter returns Admit reading the ManagedCluster from cached and, when
+// that refuses, again from live: a cluster that has just joined, or
+// registered again, may not be in the cache yet.
+func Admitter(cached, live client.Reader) func(ctx context.Context, spoke identity.Spoke) error {
+	return func(ctx context.Context, spoke identity.Spoke) error {
+		if err := Admit(ctx, cached, spoke); err == nil {
+			return nil
+		}
+		return Admit(ctx, live, spoke)
+	}
+}
