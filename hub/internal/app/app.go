@@ -132,14 +132,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 			Client:   direct,
 			Validity: cfg.ClientCertValidity,
 		},
-		Admit: func(ctx context.Context, cluster string) (bool, error) {
-			ok, err := registry.AcceptsClient(ctx, cached, cluster)
-			if err != nil || ok {
-				return ok, err
-			}
-			// Just joined: the cache may not have seen the ManagedCluster yet.
-			return registry.AcceptsClient(ctx, apiReader, cluster)
-		},
+		Admit:           registry.Admitter(cached, apiReader),
 		Metrics:         metrics,
 		Log:             log.WithName("grpc"),
 		MaxRecvMsgBytes: cfg.MaxRecvMsgBytes,
