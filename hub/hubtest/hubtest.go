@@ -83,8 +83,9 @@ func Start(restConfig *rest.Config, opts Options) (*Hub, error) {
 	ready := make(chan struct{})
 	go func() {
 		h.done <- app.Run(ctx, cfg, restConfig, app.Options{
-			Listener:   lis,
-			Registerer: h.registry,
+			Listener:      lis,
+			Registerer:    h.registry,
+			SharedProcess: true,
 			Ready: func(st *store.Store) {
 				h.mu.Lock()
 				h.store = st

@@ -5,21 +5,29 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	clusterv1alpha1 "open-cluster-management.io/api/cluster/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -49,9 +57,27 @@ type Options struct {
 	// Registerer receives the hub's metrics (controller-runtime's registry
 	// when nil).
 	Registerer prometheus.Registerer
+	// SharedProcess is set when several hubs run in one process (tests):
+	// their controllers then share names, which are otherwise unique.
+	SharedProcess bool
 	// Ready, when set, is called with the store once the hub is assembled
 	// (and restored), just before it starts serving.
 	Ready func(*store.Store)
+}
+
+// replicaID names this run of the hub among its replicas: the host (the pod
+// name in a cluster) and a random suffix, so that a restarted replica is not
+// mistaken for its previous run.
+func replicaID() (string, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("reading the host name: %w", err)
+	}
+	suffix := make([]byte, 4)
+	if _, err := rand.Read(suffix); err != nil {
+		return "", fmt.Errorf("generating the replica name: %w", err)
+	}
+	return host + "_" + hex.EncodeToString(suffix), nil
 }
 
 // Scheme returns the hub's scheme: core, Imperator and OCM cluster kinds
@@ -63,6 +89,10 @@ func Scheme() (*runtime.Scheme, error) {
 	}
 	return scheme, nil
 }
+
+// Leader election: a Lease in the hub's namespace, and its events.
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=imperator-system,resources=leases,verbs=get;create;update
+// +kubebuilder:rbac:groups="",namespace=imperator-system,resources=events,verbs=create;patch
 
 // Run runs the hub until ctx is done.
 func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts Options) error {
@@ -94,16 +124,31 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		return fmt.Errorf("loading serving certificate: %w", err)
 	}
 
+	started := time.Now()
+	replica, err := replicaID()
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: cfg.MetricsAddr},
 		HealthProbeBindAddress: cfg.HealthAddr,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only the spokes' heartbeat Leases, not every Lease of the cluster.
+			&coordinationv1.Lease{}: {Field: fields.OneTermEqualSelector("metadata.name", persist.LeaseName)},
+		}},
+		LeaderElection:                cfg.LeaderElect,
+		LeaderElectionID:              config.LeaderElectionID,
+		LeaderElectionNamespace:       cfg.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptr.To(opts.SharedProcess)},
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	st := store.New(nil, cfg.GracePeriod)
-	persister := persist.New(mgr.GetClient(), st, cfg.PersistInterval, log.WithName("persist"))
+	st.SetReplica(replica)
+	persister := persist.New(mgr.GetClient(), st, persist.Options{Interval: cfg.PersistInterval, Elected: mgr.Elected(), Log: log.WithName("persist")})
 	if err := persister.Restore(ctx, direct); err != nil {
 		return err
 	}
@@ -152,6 +197,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 			srv.EndSession(cluster)
 			st.Remove(cluster)
 		}}),
+		(&persist.Follower{Client: mgr.GetClient(), Store: st, Started: started}).SetupWithManager(mgr),
 		mgr.AddHealthzCheck("ping", healthz.Ping),
 		mgr.AddReadyzCheck("ping", healthz.Ping),
 	); err != nil {
@@ -160,7 +206,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if opts.Ready != nil {
 		opts.Ready(st)
 	}
-	log.Info("Starting hub", "namespace", cfg.Namespace, "listen", cfg.ListenAddress, "gracePeriod", cfg.GracePeriod)
+	log.Info("Starting hub", "replica", replica, "namespace", cfg.Namespace, "listen", cfg.ListenAddress, "gracePeriod", cfg.GracePeriod, "leaderElect", cfg.LeaderElect)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)
 	}

@@ -50,7 +50,15 @@ type Config struct {
 	ClientCertValidity time.Duration
 	// MaxRecvMsgBytes bounds one spoke message.
 	MaxRecvMsgBytes int
+	// LeaderElect elects one replica, through a Lease in Namespace, for the
+	// work that needs a single writer: placement scores and marking Unknown
+	// the clusters whose replica went away. Every replica serves spokes and
+	// queries either way.
+	LeaderElect bool
 }
+
+// LeaderElectionID names the Lease of the hub's leader election.
+const LeaderElectionID = "imperator-hub-leader"
 
 // Default returns the configuration used when no flag is given.
 func Default() Config {
@@ -68,6 +76,7 @@ func Default() Config {
 		PersistInterval:    persist.DefaultInterval,
 		ClientCertValidity: join.DefaultCertificateValidity,
 		MaxRecvMsgBytes:    server.DefaultMaxRecvMsgBytes,
+		LeaderElect:        true,
 	}
 }
 
@@ -92,6 +101,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PersistInterval, "persist-interval", c.PersistInterval, "Shortest time between two writes of one cluster's inventory.")
 	fs.DurationVar(&c.ClientCertValidity, "client-cert-validity", c.ClientCertValidity, "Lifetime of spoke client certificates issued on join.")
 	fs.IntVar(&c.MaxRecvMsgBytes, "max-recv-msg-bytes", c.MaxRecvMsgBytes, "Largest spoke message accepted, in bytes.")
+	fs.BoolVar(&c.LeaderElect, "leader-elect", c.LeaderElect, "Elect one replica for the single-writer work (placement scores, marking silent clusters Unknown); disable only when exactly one hub runs.")
 }
 
 // Complete fills the settings that derive from others.

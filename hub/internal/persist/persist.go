@@ -1,9 +1,15 @@
-// Package persist writes the hub's in-memory index to the hub cluster's
-// Kubernetes API and reads it back on start: one ClusterInventory per spoke
-// (in the namespace named like the cluster, as OCM does) holding the last
-// snapshot, and the ManagedCluster's Available condition. Writes are
-// coalesced: at most one per cluster per interval, and none when nothing
-// changed.
+// Package persist keeps the hub's in-memory index and the hub cluster's
+// Kubernetes API in step, which is also how hub replicas share state.
+//
+// The replica holding a spoke's Report stream writes the cluster: one
+// ClusterInventory (in the namespace named like the cluster, as OCM does)
+// with the last snapshot, the ManagedCluster's Available condition, and a
+// heartbeat Lease renewed with the spoke's heartbeats. Writes are coalesced:
+// at most one per cluster per interval, and none when nothing changed.
+//
+// Every replica reads them back: all of them on start (Restore), then the
+// other replicas' writes as they happen (Follower). The elected leader marks
+// Unknown the clusters whose serving replica went away with them.
 package persist
 
 import (
@@ -12,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -34,36 +41,67 @@ func InventoryName(cluster string) string { return cluster }
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=clusterinventories,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=clusterinventories/status,verbs=get;patch
 
+// Options of a Persister.
+type Options struct {
+	// Interval is the shortest time between two writes of one cluster
+	// (DefaultInterval when zero).
+	Interval time.Duration
+	// Elected is closed once this replica leads (the manager's Elected()).
+	// Nil: this replica is the only one and always leads.
+	Elected <-chan struct{}
+	Log     logr.Logger
+}
+
 // Persister writes the store's clusters to the API server, a
 // controller-runtime Runnable.
 type Persister struct {
 	client   client.Client
 	store    *store.Store
 	interval time.Duration
+	elected  <-chan struct{}
 	log      logr.Logger
 	queue    workqueue.TypedDelayingInterface[string]
-	// last is the ClusterInventory as last read or written, per cluster;
-	// only the worker goroutine (and Restore, before Start) touch it.
-	last map[string]*imperatorv1alpha1.ClusterInventory
+	// last is the ClusterInventory and leases the Lease as last read or
+	// written, per cluster; only the worker goroutine (and Restore, before
+	// Start) touch them.
+	last   map[string]*imperatorv1alpha1.ClusterInventory
+	leases map[string]*coordinationv1.Lease
 }
 
 // New returns a Persister that listens to st's changes.
-func New(c client.Client, st *store.Store, interval time.Duration, log logr.Logger) *Persister {
-	if interval <= 0 {
-		interval = DefaultInterval
+func New(c client.Client, st *store.Store, opts Options) *Persister {
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.Elected == nil {
+		always := make(chan struct{})
+		close(always)
+		opts.Elected = always
 	}
 	p := &Persister{
 		client:   c,
 		store:    st,
-		interval: interval,
-		log:      log,
+		interval: opts.Interval,
+		elected:  opts.Elected,
+		log:      opts.Log,
 		queue:    workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "hub_persist"}),
 		last:     map[string]*imperatorv1alpha1.ClusterInventory{},
+		leases:   map[string]*coordinationv1.Lease{},
 	}
 	// A change schedules a write one interval later; further changes in
 	// between join it (the delaying queue keeps one entry per cluster).
-	st.OnChange(func(cluster string) { p.queue.AddAfter(cluster, interval) })
+	st.OnChange(func(cluster string) { p.queue.AddAfter(cluster, p.interval) })
 	return p
+}
+
+// leader reports whether this replica writes for clusters nobody serves.
+func (p *Persister) leader() bool {
+	select {
+	case <-p.elected:
+		return true
+	default:
+		return false
+	}
 }
 
 // Restore loads every persisted ClusterInventory into the store (marked
@@ -82,15 +120,24 @@ func (p *Persister) Restore(ctx context.Context, r client.Reader) error {
 	if err := r.List(ctx, &list); err != nil {
 		return fmt.Errorf("listing ClusterInventories: %w", err)
 	}
+	var leases coordinationv1.LeaseList
+	if err := r.List(ctx, &leases, client.MatchingFields{"metadata.name": LeaseName}); err != nil {
+		return fmt.Errorf("listing heartbeat Leases: %w", err)
+	}
+	leaseOf := make(map[string]*coordinationv1.Lease, len(leases.Items))
+	for i := range leases.Items {
+		leaseOf[leases.Items[i].Namespace] = &leases.Items[i]
+	}
 	restored := 0
 	for i := range list.Items {
 		inv := &list.Items[i]
 		// Inventories of deregistered clusters wait for the garbage collector.
-		if inv.Spec.ClusterName == "" || inv.Namespace != inv.Spec.ClusterName || !registered[inv.Spec.ClusterName] {
+		if !isClusterInventory(inv) || !registered[inv.Spec.ClusterName] {
 			continue
 		}
-		p.last[inv.Spec.ClusterName] = inv.DeepCopy()
-		p.store.Restore(clusterFromInventory(inv))
+		// Restored, not live: written before this replica started, so
+		// stale until a spoke or another replica confirms it.
+		p.store.Observe(inv.Spec.ClusterName, peerOf(inv, leaseOf[inv.Namespace], time.Time{}))
 		restored++
 	}
 	p.log.Info("Restored inventories", "clusters", restored)
@@ -99,6 +146,13 @@ func (p *Persister) Restore(ctx context.Context, r client.Reader) error {
 
 // NeedLeaderElection is false: the replica holding a spoke's stream writes it.
 func (p *Persister) NeedLeaderElection() bool { return false }
+
+// isClusterInventory is true for the ClusterInventory the hub writes for a
+// cluster: named like it, in the namespace named like it.
+func isClusterInventory(inv *imperatorv1alpha1.ClusterInventory) bool {
+	name := inv.Spec.ClusterName
+	return name != "" && inv.Namespace == name && inv.Name == InventoryName(name)
+}
 
 // flushTimeout bounds the final write of every cluster on shutdown.
 const flushTimeout = 10 * time.Second
@@ -109,6 +163,18 @@ func (p *Persister) Start(ctx context.Context) error {
 	go func() {
 		<-ctx.Done()
 		p.queue.ShutDown()
+	}()
+	go p.renewLeases(ctx)
+	go func() {
+		// A new leader looks at every cluster: some may have gone Unknown
+		// while nobody led.
+		select {
+		case <-ctx.Done():
+		case <-p.elected:
+			for _, c := range p.store.List() {
+				p.queue.Add(c.Name)
+			}
+		}
 	}()
 	for {
 		cluster, shutdown := p.queue.Get()
@@ -124,7 +190,8 @@ func (p *Persister) Start(ctx context.Context) error {
 	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()
 	for _, c := range p.store.List() {
-		// sync writes nothing for clusters whose inventory is unchanged.
+		// sync writes nothing for clusters whose inventory is unchanged, nor
+		// for those another replica serves.
 		if err := p.sync(flushCtx, c.Name); err != nil {
 			p.log.Error(err, "Persisting cluster on shutdown failed", "cluster", c.Name)
 		}
@@ -137,13 +204,21 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	if !ok {
 		// Deregistered: the inventory goes with the ManagedCluster.
 		delete(p.last, name)
+		delete(p.leases, name)
+		return nil
+	}
+	if !p.store.Local(c) {
+		// Another replica serves it and writes it; when that replica went
+		// away and the spoke with it, the leader says so.
+		delete(p.last, name)
+		delete(p.leases, name)
+		if c.State == store.StateUnknown && p.leader() {
+			return p.markUnknown(ctx, c)
+		}
 		return nil
 	}
 	available := c.State == store.StateAvailable
-	msg := "The spoke agent is heartbeating"
-	if !available {
-		msg = fmt.Sprintf("No heartbeat from the spoke agent for more than %s", p.store.GracePeriod())
-	}
+	msg := availabilityMessage(available, p.store.GracePeriod())
 	mc, err := registry.SetAvailable(ctx, p.client, name, available, msg)
 	if err != nil {
 		return err
@@ -153,19 +228,17 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 		p.log.V(1).Info("Not persisting a cluster without ManagedCluster", "cluster", name)
 		return nil
 	}
+	if c.Connected {
+		if err := p.renewLease(ctx, c, mc); err != nil {
+			return err
+		}
+	}
 	inv, err := p.inventory(ctx, mc)
 	if err != nil {
 		return err
 	}
 	next := inv.DeepCopy()
-	status := metav1.ConditionTrue
-	reason := registry.ReasonAvailable
-	if !available {
-		status, reason = metav1.ConditionUnknown, registry.ReasonUnknown
-	}
-	meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{
-		Type: imperatorv1alpha1.ConditionAvailable, Status: status, Reason: reason, Message: msg, ObservedGeneration: inv.Generation,
-	})
+	setAvailableCondition(next, available, msg)
 	next.Status.AgentVersion = c.AgentVersion
 	next.Status.Epoch = c.Epoch
 	next.Status.Generation = c.Generation
@@ -190,13 +263,74 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	return nil
 }
 
+// markUnknown sets the Available conditions of a cluster another replica
+// served to Unknown, writing only what is not Unknown already.
+func (p *Persister) markUnknown(ctx context.Context, c *store.Cluster) error {
+	name := c.Name
+	msg := availabilityMessage(false, p.store.GracePeriod())
+	mc, err := registry.SetAvailable(ctx, p.client, name, false, msg)
+	if err != nil || mc == nil {
+		return err
+	}
+	inv := &imperatorv1alpha1.ClusterInventory{}
+	if err := p.client.Get(ctx, client.ObjectKey{Namespace: name, Name: InventoryName(name)}, inv); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	next := inv.DeepCopy()
+	if !setAvailableCondition(next, false, msg) {
+		return nil
+	}
+	if err := p.client.Status().Patch(ctx, next, client.MergeFromWithOptions(inv, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("patching ClusterInventory %s/%s status: %w", name, inv.Name, err)
+	}
+	p.log.Info("Marked a silent cluster of another replica Unknown", "cluster", name, "replica", c.Replica, "lastHeartbeat", c.LastHeartbeat)
+	return nil
+}
+
+func availabilityMessage(available bool, grace time.Duration) string {
+	if available {
+		return "The spoke agent is heartbeating"
+	}
+	return fmt.Sprintf("No heartbeat from the spoke agent for more than %s", grace)
+}
+
+// setAvailableCondition sets the inventory's Available condition and reports
+// whether it changed.
+func setAvailableCondition(inv *imperatorv1alpha1.ClusterInventory, available bool, msg string) bool {
+	status, reason := metav1.ConditionTrue, registry.ReasonAvailable
+	if !available {
+		status, reason = metav1.ConditionUnknown, registry.ReasonUnknown
+	}
+	return meta.SetStatusCondition(&inv.Status.Conditions, metav1.Condition{
+		Type: imperatorv1alpha1.ConditionAvailable, Status: status, Reason: reason, Message: msg, ObservedGeneration: inv.Generation,
+	})
+}
+
+// availableStatus is the status of the inventory's Available condition.
+func availableStatus(inv *imperatorv1alpha1.ClusterInventory) metav1.ConditionStatus {
+	if c := meta.FindStatusCondition(inv.Status.Conditions, imperatorv1alpha1.ConditionAvailable); c != nil {
+		return c.Status
+	}
+	return ""
+}
+
 // inventory returns the cluster's ClusterInventory, creating it (and its
 // namespace) when missing, owned by the ManagedCluster so that deregistering
 // the cluster deletes it.
 func (p *Persister) inventory(ctx context.Context, mc *clusterv1.ManagedCluster) (*imperatorv1alpha1.ClusterInventory, error) {
 	name := mc.Name
 	if inv, ok := p.last[name]; ok {
-		return inv, nil
+		// Another replica (the leader marking it Unknown while the spoke
+		// was away) may have written since: then start from that.
+		cached := &imperatorv1alpha1.ClusterInventory{}
+		err := p.client.Get(ctx, client.ObjectKeyFromObject(inv), cached)
+		if err == nil && availableStatus(cached) == availableStatus(inv) {
+			return inv, nil
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("getting ClusterInventory %s/%s: %w", name, inv.Name, err)
+		}
+		delete(p.last, name)
 	}
 	inv := &imperatorv1alpha1.ClusterInventory{}
 	key := client.ObjectKey{Namespace: name, Name: InventoryName(name)}

@@ -55,10 +55,16 @@ type Cluster struct {
 	// Machines are sorted by name.
 	Machines []*federationv1.Machine
 
-	// Connected is true while a Report stream of the cluster is open on this hub.
+	// Connected is true while a Report stream of the cluster is open: on this
+	// replica, or on the replica named Replica while its lease renewals
+	// arrive within the grace period.
 	Connected bool
+	// Replica is the hub replica holding (or that last held) the cluster's
+	// Report stream; empty when unknown.
+	Replica string
 	// Restored is true while the inventory comes from the API server copy and
-	// the spoke has not confirmed it with a Snapshot since the hub started.
+	// no live replica has confirmed it since this one started: a
+	// restarted hub's figures until the spoke reports again.
 	Restored bool
 	// State is the liveness as of the last evaluation.
 	State State
@@ -99,8 +105,9 @@ type Result struct {
 
 // Store is the thread-safe index of clusters.
 type Store struct {
-	clock clock.PassiveClock
-	grace time.Duration
+	clock   clock.PassiveClock
+	grace   time.Duration
+	replica string
 
 	mu        sync.RWMutex
 	clusters  map[string]*Cluster
@@ -121,6 +128,26 @@ func New(clk clock.PassiveClock, grace time.Duration) *Store {
 
 // GracePeriod is how long a cluster may stay silent before it becomes Unknown.
 func (s *Store) GracePeriod() time.Duration { return s.grace }
+
+// SetReplica names the hub replica this store belongs to; the clusters whose
+// streams it holds carry the name in Replica. Set it before the store is used.
+func (s *Store) SetReplica(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replica = id
+}
+
+// Replica is the name of the hub replica this store belongs to.
+func (s *Store) Replica() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.replica
+}
+
+// Local is true when this replica holds, or last held, the cluster's Report
+// stream: its figures in memory are the freshest there are, and this replica
+// writes them to the API server.
+func (s *Store) Local(c *Cluster) bool { return c.Replica == s.Replica() }
 
 // OnChange registers fn to be called, outside the store's lock, with the name
 // of every cluster whose inventory, connection or liveness changed (not on
@@ -181,6 +208,7 @@ func (s *Store) Connect(name string, hello *federationv1.Hello) {
 		c.AgentVersion = hello.GetAgentVersion()
 		c.Capabilities = slices.Clone(hello.GetCapabilities())
 		c.Connected = true
+		c.Replica = s.replica
 		c.LastHeartbeat = now
 		c.State = StateAvailable
 		if c.Epoch != hello.GetEpoch() {
@@ -199,8 +227,11 @@ func (s *Store) Disconnect(name string) {
 		return
 	}
 	s.update(name, func(c *Cluster) (Result, bool) {
-		changed := c.Connected
-		c.Connected = false
+		// A stream another replica took over is not this one's to close.
+		changed := c.Connected && c.Replica == s.replica
+		if changed {
+			c.Connected = false
+		}
 		return Result{}, changed
 	})
 }
@@ -291,28 +322,62 @@ func (s *Store) Heartbeat(name string, epoch uint64, hb *federationv1.Heartbeat)
 	})
 }
 
-// Restore loads a persisted inventory (from the API server, on hub start).
-// It is marked Restored, and it is ignored when the spoke already reported.
-func (s *Store) Restore(c Cluster) {
-	s.update(c.Name, func(cur *Cluster) (Result, bool) {
-		if cur.synced || cur.Connected {
-			return Result{}, false
+// Peer is what the hub cluster's API says about a cluster: the inventory last
+// persisted by the replica serving it, and that replica's heartbeat lease.
+type Peer struct {
+	// Inventory holds the persisted figures: AgentVersion, Epoch,
+	// Generation, ObservedAt, LastHeartbeat and Machines.
+	Inventory Cluster
+	// Replica is the lease holder: the replica holding the cluster's stream.
+	Replica string
+	// RenewTime is when the lease holder last heard from the spoke.
+	RenewTime time.Time
+	// Live is true when the lease was renewed after this replica started,
+	// so its holder is running and the inventory is current.
+	Live bool
+}
+
+// Observe takes in what the API server says about a cluster served by
+// another replica, or persisted before this one started. Figures this replica
+// holds itself win: while its own stream is open, or when it held the last
+// one. It returns true when another replica renewed the cluster's lease after
+// the last message of the stream open here: the spoke has moved, and that
+// stream is a leftover to end.
+func (s *Store) Observe(name string, p Peer) (superseded bool) {
+	_, existed := s.Get(name)
+	s.update(name, func(c *Cluster) (Result, bool) {
+		// Newer evidence: another replica heard from the spoke after we did.
+		moved := p.Replica != "" && p.Replica != s.replica && p.RenewTime.After(c.LastHeartbeat)
+		if c.Replica == s.replica && (c.Connected || c.synced) {
+			if !moved {
+				return Result{}, false
+			}
+			superseded = c.Connected
 		}
-		machines := slices.Clone(c.Machines)
-		sortMachines(machines)
-		*cur = Cluster{
-			Name:          c.Name,
-			AgentVersion:  c.AgentVersion,
-			Epoch:         c.Epoch,
-			Generation:    c.Generation,
-			ObservedAt:    c.ObservedAt,
-			LastHeartbeat: c.LastHeartbeat,
-			Machines:      dedupMachines(machines),
-			Restored:      true,
-			State:         s.stateAt(c.LastHeartbeat, s.clock.Now()),
+		before := *c
+		in := p.Inventory
+		if !existed || c.Epoch != in.Epoch || c.Generation != in.Generation {
+			machines := slices.Clone(in.Machines)
+			sortMachines(machines)
+			c.Machines = dedupMachines(machines)
+			c.Epoch, c.Generation, c.ObservedAt = in.Epoch, in.Generation, in.ObservedAt
 		}
-		return Result{}, true
+		c.AgentVersion = in.AgentVersion
+		c.LastHeartbeat = in.LastHeartbeat
+		if p.RenewTime.After(c.LastHeartbeat) {
+			c.LastHeartbeat = p.RenewTime
+		}
+		c.Replica = p.Replica
+		c.State = s.stateAt(c.LastHeartbeat, s.clock.Now())
+		c.Restored = !p.Live
+		c.Connected = p.Live && c.State == StateAvailable
+		c.synced, c.resyncPending = false, false
+		changed := !existed || c.Epoch != before.Epoch || c.Generation != before.Generation || c.State != before.State ||
+			c.Connected != before.Connected || c.Restored != before.Restored || c.Replica != before.Replica ||
+			c.AgentVersion != before.AgentVersion
+		return Result{}, changed
 	})
+	return superseded
 }
 
 // EvaluateLiveness turns clusters silent past the grace period Unknown and
@@ -326,6 +391,10 @@ func (s *Store) EvaluateLiveness() []string {
 		if st := s.stateAt(c.LastHeartbeat, now); st != c.State {
 			next := *c
 			next.State = st
+			if st == StateUnknown && next.Replica != s.replica {
+				// Another replica's stream: its silence means it is gone.
+				next.Connected = false
+			}
 			s.clusters[name] = &next
 			changed = append(changed, name)
 		}

@@ -219,7 +219,7 @@ func TestLiveness(t *testing.T) {
 			clk := clocktesting.NewFakePassiveClock(start)
 			s := New(clk, 40*time.Second)
 			if tc.restore != nil {
-				s.Restore(*tc.restore)
+				s.Observe("a", Peer{Inventory: *tc.restore})
 			}
 			if tc.connect {
 				s.Connect("a", &federationv1.Hello{Epoch: 1})
@@ -240,11 +240,11 @@ func TestLiveness(t *testing.T) {
 	}
 }
 
-func TestRestoreThenReconnect(t *testing.T) {
+func TestRestoredInventoryIsStaleUntilTheSpokeReconnects(t *testing.T) {
 	s := New(clocktesting.NewFakePassiveClock(time.Unix(1000, 0)), 0)
 	var notified []string
 	s.OnChange(func(name string) { notified = append(notified, name) })
-	s.Restore(Cluster{Name: "a", Epoch: 1, Generation: 5, LastHeartbeat: time.Unix(990, 0), Machines: []*federationv1.Machine{machine("m1", 1)}})
+	s.Observe("a", Peer{Inventory: Cluster{Epoch: 1, Generation: 5, LastHeartbeat: time.Unix(990, 0), Machines: []*federationv1.Machine{machine("m1", 1)}}})
 	c, _ := s.Get("a")
 	if !c.Restored || !c.Stale() || len(c.Machines) != 1 {
 		t.Fatalf("restored cluster: restored=%t stale=%t machines=%d, want true true 1", c.Restored, c.Stale(), len(c.Machines))
@@ -262,7 +262,7 @@ func TestRestoreThenReconnect(t *testing.T) {
 		t.Errorf("after the snapshot restored=%t stale=%t, want false false", c.Restored, c.Stale())
 	}
 	// A late restore must not clobber live figures.
-	s.Restore(Cluster{Name: "a", Generation: 1})
+	s.Observe("a", Peer{Inventory: Cluster{Generation: 1}})
 	if c, _ = s.Get("a"); c.Generation != 6 {
 		t.Errorf("generation after a late restore = %d, want 6", c.Generation)
 	}
@@ -286,5 +286,117 @@ func TestRemove(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"a"}, notified); diff != "" {
 		t.Errorf("notified (-want +got):\n%s", diff)
+	}
+}
+
+// TestObserveAnotherReplica covers several hub replicas sharing the hub
+// cluster's API: what one replica learns of the clusters another serves.
+func TestObserveAnotherReplica(t *testing.T) {
+	start := time.Unix(10_000, 0)
+	inventory := func(gen uint64, heartbeat time.Time) Cluster {
+		return Cluster{AgentVersion: "v1", Epoch: 7, Generation: gen, ObservedAt: heartbeat, LastHeartbeat: heartbeat, Machines: []*federationv1.Machine{machine("m1", int32(gen))}}
+	}
+	cases := map[string]struct {
+		// local opens a stream here first, with a snapshot of generation 2.
+		local, disconnect bool
+		peer              Peer
+		advance           time.Duration
+
+		wantSuperseded bool
+		wantGeneration uint64
+		wantReplica    string
+		wantState      State
+		wantConnected  bool
+		wantStale      bool
+	}{
+		"served by a live replica: current and connected": {
+			peer:           Peer{Inventory: inventory(4, start.Add(-5*time.Second)), Replica: "hub-b", RenewTime: start.Add(-time.Second), Live: true},
+			wantGeneration: 4, wantReplica: "hub-b", wantState: StateAvailable, wantConnected: true,
+		},
+		"lease renewed before this replica started: stale until confirmed": {
+			peer:           Peer{Inventory: inventory(4, start.Add(-5*time.Second)), Replica: "hub-old", RenewTime: start.Add(-time.Second)},
+			wantGeneration: 4, wantReplica: "hub-old", wantState: StateAvailable, wantStale: true,
+		},
+		"lease not renewed for longer than the grace period: unknown": {
+			peer:           Peer{Inventory: inventory(4, start.Add(-time.Hour)), Replica: "hub-b", RenewTime: start.Add(-time.Minute), Live: true},
+			wantGeneration: 4, wantReplica: "hub-b", wantState: StateUnknown, wantStale: true,
+		},
+		"holder goes silent afterwards: unknown and no longer connected": {
+			peer:    Peer{Inventory: inventory(4, start), Replica: "hub-b", RenewTime: start, Live: true},
+			advance: 41 * time.Second, wantGeneration: 4, wantReplica: "hub-b", wantState: StateUnknown, wantStale: true,
+		},
+		"own open stream wins over an older lease of another replica": {
+			local:          true,
+			peer:           Peer{Inventory: inventory(9, start.Add(-time.Minute)), Replica: "hub-b", RenewTime: start.Add(-time.Minute), Live: true},
+			wantGeneration: 2, wantReplica: "hub-a", wantState: StateAvailable, wantConnected: true,
+		},
+		"own stream outlived by a newer lease of another replica: superseded": {
+			local:          true,
+			peer:           Peer{Inventory: inventory(9, start.Add(time.Second)), Replica: "hub-b", RenewTime: start.Add(time.Second), Live: true},
+			wantSuperseded: true, wantGeneration: 9, wantReplica: "hub-b", wantState: StateAvailable, wantConnected: true,
+		},
+		"stream closed here, spoke now on another replica: its figures are taken": {
+			local: true, disconnect: true,
+			peer:           Peer{Inventory: inventory(9, start.Add(time.Second)), Replica: "hub-b", RenewTime: start.Add(time.Second), Live: true},
+			wantGeneration: 9, wantReplica: "hub-b", wantState: StateAvailable, wantConnected: true,
+		},
+		"own lease echoed back changes nothing": {
+			local: true, disconnect: true,
+			peer:           Peer{Inventory: inventory(1, start), Replica: "hub-a", RenewTime: start, Live: true},
+			wantGeneration: 2, wantReplica: "hub-a", wantState: StateAvailable,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			clk := clocktesting.NewFakePassiveClock(start)
+			s := New(clk, 40*time.Second)
+			s.SetReplica("hub-a")
+			if tc.local {
+				s.Connect("a", &federationv1.Hello{Epoch: 1})
+				s.ApplySnapshot("a", 1, snapshot(2, machine("m1", 2)))
+			}
+			if tc.disconnect {
+				s.Disconnect("a")
+			}
+			if got := s.Observe("a", tc.peer); got != tc.wantSuperseded {
+				t.Errorf("superseded = %t, want %t", got, tc.wantSuperseded)
+			}
+			clk.SetTime(start.Add(tc.advance))
+			s.EvaluateLiveness()
+			s.Disconnect("a") // a stream ending later must not touch another replica's cluster
+			if tc.local && !tc.disconnect && !tc.wantSuperseded {
+				s.Connect("a", &federationv1.Hello{Epoch: 1}) // still ours: reopen to compare
+			}
+			c, _ := s.Get("a")
+			if c.Generation != tc.wantGeneration || c.Replica != tc.wantReplica || c.State != tc.wantState || c.Connected != tc.wantConnected || c.Stale() != tc.wantStale {
+				t.Errorf("generation=%d replica=%q state=%s connected=%t stale=%t, want %d %q %s %t %t",
+					c.Generation, c.Replica, c.State, c.Connected, c.Stale(),
+					tc.wantGeneration, tc.wantReplica, tc.wantState, tc.wantConnected, tc.wantStale)
+			}
+			if s.Local(c) != (tc.wantReplica == "hub-a") {
+				t.Errorf("Local = %t for replica %q", s.Local(c), c.Replica)
+			}
+		})
+	}
+}
+
+func TestObserveNotifiesOnlyChanges(t *testing.T) {
+	start := time.Unix(10_000, 0)
+	s := New(clocktesting.NewFakePassiveClock(start), 40*time.Second)
+	s.SetReplica("hub-a")
+	var notified int
+	s.OnChange(func(string) { notified++ })
+	peer := Peer{Inventory: Cluster{Epoch: 1, Generation: 3, Machines: []*federationv1.Machine{machine("m1", 1)}}, Replica: "hub-b", RenewTime: start, Live: true}
+	s.Observe("a", peer)
+	peer.RenewTime = start.Add(10 * time.Second) // a lease renewal alone
+	s.Observe("a", peer)
+	if notified != 1 {
+		t.Errorf("listeners heard %d changes, want 1 (a renewal is not a change)", notified)
+	}
+	peer.Inventory.Generation = 4
+	peer.Inventory.Machines = []*federationv1.Machine{machine("m1", 2)}
+	s.Observe("a", peer)
+	if c, _ := s.Get("a"); notified != 2 || c.Generation != 4 || c.Machines[0].GetTypes()[0].GetAvailable() != 2 {
+		t.Errorf("after a new generation: notified=%d generation=%d, want 2 and 4 with the new figures", notified, c.Generation)
 	}
 }

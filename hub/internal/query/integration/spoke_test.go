@@ -21,7 +21,9 @@ import (
 // bootstrap token, then reports a Snapshot, Deltas and Heartbeats over
 // mTLS with the certificate it got, as spoke/internal/reporter does.
 type simSpoke struct {
-	name   string
+	name string
+	// addr is the hub replica the spoke dials.
+	addr   string
 	cert   tls.Certificate
 	conn   *grpc.ClientConn
 	cancel context.CancelFunc
@@ -33,6 +35,12 @@ type simSpoke struct {
 }
 
 func joinSpoke(ctx context.Context, name string) (*simSpoke, error) {
+	return joinSpokeVia(ctx, hub.Address(), name)
+}
+
+// joinSpokeVia joins through the hub replica at addr, which the spoke then
+// reports to.
+func joinSpokeVia(ctx context.Context, addr, name string) (*simSpoke, error) {
 	token, err := hubtest.CreateToken(ctx, hubClient, hubNamespace, time.Hour, name)
 	if err != nil {
 		return nil, err
@@ -41,7 +49,7 @@ func joinSpoke(ctx context.Context, name string) (*simSpoke, error) {
 	if err != nil {
 		return nil, err
 	}
-	anon, err := dial(nil)
+	anon, err := dial(addr, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -54,20 +62,20 @@ func joinSpoke(ctx context.Context, name string) (*simSpoke, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &simSpoke{name: name, cert: cert}, nil
+	return &simSpoke{name: name, addr: addr, cert: cert}, nil
 }
 
-func dial(cert *tls.Certificate) (*grpc.ClientConn, error) {
+func dial(addr string, cert *tls.Certificate) (*grpc.ClientConn, error) {
 	cfg, err := identity.ClientTLS(caPEM, cert, "127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
-	return grpc.NewClient(hub.Address(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 }
 
 // start opens the Report stream, sends the Snapshot and heartbeats until stop.
 func (s *simSpoke) start(machines ...*federationv1.Machine) error {
-	conn, err := dial(&s.cert)
+	conn, err := dial(s.addr, &s.cert)
 	if err != nil {
 		return err
 	}

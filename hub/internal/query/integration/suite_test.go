@@ -18,6 +18,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -44,13 +45,15 @@ const (
 )
 
 var (
-	env        *envtest.Environment
-	hubClient  client.Client
-	hub        *hubtest.Hub
-	caPEM      []byte
-	credsDir   string
-	adminConf  string
-	viewerConf string
+	env       *envtest.Environment
+	hubClient client.Client
+	// hubClientConfig reaches the hub cluster, for more hub replicas.
+	hubClientConfig *rest.Config
+	hub             *hubtest.Hub
+	caPEM           []byte
+	credsDir        string
+	adminConf       string
+	viewerConf      string
 )
 
 var _ = BeforeSuite(func(ctx context.Context) {
@@ -65,6 +68,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	restConfig, err := env.Start()
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(env.Stop)
+	hubClientConfig = restConfig
 	scheme, err := hubtest.Scheme()
 	Expect(err).NotTo(HaveOccurred())
 	hubClient, err = client.New(restConfig, client.Options{Scheme: scheme})
