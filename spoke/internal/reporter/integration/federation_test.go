@@ -9,7 +9,9 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
+	"net/url"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
@@ -123,6 +126,76 @@ func clusterAtHub(g Gomega, cluster string) *hubtest.ClusterView {
 	c, ok := hub.Cluster(cluster)
 	g.Expect(ok).To(BeTrue(), "cluster %s in the hub index", cluster)
 	return c
+}
+
+// registrationOf returns the UID of cluster's ManagedCluster, once it
+// exists: the registration its certificates are bound to.
+func registrationOf(ctx context.Context, cluster string) string {
+	GinkgoHelper()
+	var mc clusterv1.ManagedCluster
+	Eventually(func() error { return hubServer.client.Get(ctx, client.ObjectKey{Name: cluster}, &mc) }).
+		WithTimeout(30 * time.Second).Should(Succeed())
+	return string(mc.UID)
+}
+
+// joinForCertificate joins cluster with token and returns the issued
+// certificate with its key.
+func joinForCertificate(ctx context.Context, cluster, token string) *tls.Certificate {
+	GinkgoHelper()
+	csr, keyPEM, err := pki.NewCSR(cluster)
+	Expect(err).NotTo(HaveOccurred())
+	resp, err := dialHub(nil).Join(ctx, &federationv1.JoinRequest{ClusterName: cluster, Token: token, Csr: csr})
+	Expect(err).NotTo(HaveOccurred())
+	cert, err := tls.X509KeyPair(resp.GetCertificate(), keyPEM)
+	Expect(err).NotTo(HaveOccurred())
+	return &cert
+}
+
+// reportWith opens a Report stream for cluster with cert and sends a Hello
+// and a Snapshot: nil when the hub acknowledges it, else why not.
+func reportWith(ctx context.Context, cert *tls.Certificate, cluster string) error {
+	GinkgoHelper()
+	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	stream, err := dialHub(cert).Report(callCtx)
+	if err != nil {
+		return err
+	}
+	for _, msg := range []*federationv1.SpokeMessage{
+		{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{ClusterName: cluster, Epoch: uint64(time.Now().UnixNano())}}},
+		{Kind: &federationv1.SpokeMessage_Snapshot{Snapshot: &federationv1.Snapshot{Generation: 1}}},
+	} {
+		if err := stream.Send(msg); err != nil {
+			break // the hub ended the stream: Recv says why
+		}
+	}
+	reply, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if reply.GetAck() == nil {
+		return fmt.Errorf("hub answered the snapshot with %v, want an Ack", reply)
+	}
+	return nil
+}
+
+// deregister deletes cluster's ManagedCluster and waits until it is gone.
+func deregister(ctx context.Context, cluster string) {
+	GinkgoHelper()
+	Expect(client.IgnoreNotFound(hubServer.client.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}}))).To(Succeed())
+	Eventually(func() bool {
+		return apierrors.IsNotFound(hubServer.client.Get(ctx, client.ObjectKey{Name: cluster}, &clusterv1.ManagedCluster{}))
+	}).WithTimeout(10 * time.Second).Should(BeTrue())
+}
+
+// refusedFor matches the error with which the hub refuses a certificate of
+// an earlier registration of cluster.
+func refusedFor(cluster string) OmegaMatcher {
+	return SatisfyAll(
+		WithTransform(status.Code, Equal(codes.PermissionDenied)),
+		WithTransform(func(err error) string { return status.Convert(err).Message() },
+			Equal(fmt.Sprintf("certificate was issued for an earlier registration of cluster %q; join again with a new token", cluster))),
+	)
 }
 
 var _ = Describe("Federation", Ordered, func() {
@@ -286,7 +359,8 @@ var _ = Describe("Federation", Ordered, func() {
 	It("renews a certificate nearing its expiry without a token", func(ctx SpecContext) {
 		beta := spokes["beta"]
 		Expect(beta.stopReporter()).To(Succeed())
-		// A certificate of the hub CA with 2 of its 12 hours left.
+		// A certificate of the hub CA for beta's registration with 2 of its
+		// 12 hours left.
 		var caSecret corev1.Secret
 		Expect(hubServer.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: "imperator-hub-ca"}, &caSecret)).To(Succeed())
 		ca, err := pki.LoadCA(caSecret.Data[corev1.TLSCertKey], caSecret.Data[corev1.TLSPrivateKeyKey])
@@ -296,6 +370,7 @@ var _ = Describe("Federation", Ordered, func() {
 		tmpl := &x509.Certificate{
 			SerialNumber: big.NewInt(time.Now().UnixNano()),
 			Subject:      pkix.Name{CommonName: "beta", Organization: []string{identity.SpokeOrganization}},
+			URIs:         []*url.URL{identity.RegistrationURI("beta", registrationOf(ctx, "beta"))},
 			NotBefore:    time.Now().Add(-10 * time.Hour),
 			NotAfter:     time.Now().Add(2 * time.Hour),
 			KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -372,5 +447,56 @@ var _ = Describe("Federation", Ordered, func() {
 		// The spoke keeps trying and is refused.
 		Consistently(func() bool { _, ok := hub.Cluster("beta"); return ok }).WithTimeout(2 * time.Second).Should(BeFalse())
 		Expect(connected("alpha")).To(BeTrue())
+	})
+	It("refuses the certificates of an earlier registration once the cluster is deregistered and joined again", func(ctx SpecContext) {
+		const cluster = "delta"
+		DeferCleanup(deregister, cluster)
+		token, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
+		Expect(err).NotTo(HaveOccurred())
+		earlier := joinForCertificate(ctx, cluster, token)
+		Expect(reportWith(ctx, earlier, cluster)).To(Succeed())
+
+		deregister(ctx, cluster)
+		token, err = hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
+		Expect(err).NotTo(HaveOccurred())
+		current := joinForCertificate(ctx, cluster, token)
+
+		// The hub's cache may lag behind the API for a moment; then the old
+		// certificate is refused for good.
+		Eventually(func() error { return reportWith(ctx, earlier, cluster) }).
+			WithTimeout(10 * time.Second).Should(refusedFor(cluster))
+		Consistently(func() error { return reportWith(ctx, earlier, cluster) }).
+			WithTimeout(time.Second).Should(refusedFor(cluster))
+		csr, _, err := pki.NewCSR(cluster)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = dialHub(earlier).Renew(ctx, &federationv1.RenewRequest{Csr: csr})
+		Expect(err).To(refusedFor(cluster), "the old certificate cannot be renewed into a current one")
+
+		Expect(reportWith(ctx, current, cluster)).To(Succeed())
+	})
+
+	It("refuses a certificate once its cluster's ManagedCluster is deleted and created again by someone else", func(ctx SpecContext) {
+		const cluster = "epsilon"
+		DeferCleanup(deregister, cluster)
+		token, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
+		Expect(err).NotTo(HaveOccurred())
+		cert := joinForCertificate(ctx, cluster, token)
+		Expect(reportWith(ctx, cert, cluster)).To(Succeed())
+
+		deregister(ctx, cluster)
+		Expect(hubServer.client.Create(ctx, &clusterv1.ManagedCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: cluster},
+			Spec:       clusterv1.ManagedClusterSpec{HubAcceptsClient: true},
+		})).To(Succeed())
+		Eventually(func() error { return reportWith(ctx, cert, cluster) }).
+			WithTimeout(10 * time.Second).Should(refusedFor(cluster))
+
+		// A token bound to the name adopts the new ManagedCluster: its
+		// certificate works, the earlier one still does not.
+		token, err = hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, cluster)
+		Expect(err).NotTo(HaveOccurred())
+		adopted := joinForCertificate(ctx, cluster, token)
+		Expect(reportWith(ctx, adopted, cluster)).To(Succeed())
+		Expect(reportWith(ctx, cert, cluster)).To(refusedFor(cluster))
 	})
 })
