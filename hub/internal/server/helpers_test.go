@@ -11,11 +11,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/testing/protocmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
@@ -41,6 +44,8 @@ type testHub struct {
 	// registeredAgain marks clusters whose registration was replaced: their
 	// UID is no longer testUID(name).
 	registeredAgain map[string]bool
+	// deregistered marks clusters without a registration.
+	deregistered map[string]bool
 }
 
 type refusingJoiner struct{}
@@ -72,7 +77,7 @@ func startTestHub(tb testing.TB) *testHub {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
-	h := &testHub{ca: ca, store: store.New(nil, time.Minute), rejected: map[string]bool{}, registeredAgain: map[string]bool{}}
+	h := &testHub{ca: ca, store: store.New(nil, time.Minute), rejected: map[string]bool{}, registeredAgain: map[string]bool{}, deregistered: map[string]bool{}}
 	metrics, err := NewMetrics(prometheus.NewRegistry(), h.store)
 	if err != nil {
 		tb.Fatal(err)
@@ -90,6 +95,9 @@ func startTestHub(tb testing.TB) *testHub {
 		Admit: func(_ context.Context, spoke identity.Spoke) error {
 			h.mu.Lock()
 			defer h.mu.Unlock()
+			if h.deregistered[spoke.Cluster] {
+				return registry.Admission(nil, spoke)
+			}
 			uid := testUID(spoke.Cluster)
 			if h.registeredAgain[spoke.Cluster] {
 				uid += "-again"
@@ -169,4 +177,27 @@ func snapshotMsg(gen uint64, machines ...*federationv1.Machine) *federationv1.Sp
 
 func deltaMsg(gen uint64, upserts ...*federationv1.Machine) *federationv1.SpokeMessage {
 	return &federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Delta{Delta: &federationv1.Delta{Generation: gen, Upserts: upserts}}}
+}
+
+// refusalInfo returns the ErrorInfo of err's status, nil when it has none.
+func refusalInfo(err error) *errdetails.ErrorInfo {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info
+		}
+	}
+	return nil
+}
+
+// wantRefusal checks that err is the hub's PermissionDenied refusal of
+// cluster's certificate for reason, with its ErrorInfo.
+func wantRefusal(tb testing.TB, err error, cluster string, reason registry.RefusalReason) {
+	tb.Helper()
+	if got := status.Code(err); got != codes.PermissionDenied {
+		tb.Errorf("code = %v (%v), want PermissionDenied", got, err)
+	}
+	want := &errdetails.ErrorInfo{Reason: string(reason), Domain: "imperator.tenzen-y.io", Metadata: map[string]string{"cluster": cluster}}
+	if diff := cmp.Diff(want, refusalInfo(err), protocmp.Transform()); diff != "" {
+		tb.Errorf("ErrorInfo (-want +got):\n%s", diff)
+	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -177,7 +178,8 @@ func (s *Server) handle(ctx context.Context, stream federationv1.Federation_Repo
 }
 
 // admit asks Admit whether spoke may talk to the hub: a refusal is
-// PermissionDenied with Admit's reason, failing to decide is Unavailable.
+// PermissionDenied with Admit's message and reason (see refusal), failing
+// to decide is Unavailable.
 func (s *Server) admit(ctx context.Context, spoke identity.Spoke) error {
 	err := s.opts.Admit(ctx, spoke)
 	if err == nil {
@@ -189,7 +191,7 @@ func (s *Server) admit(ctx context.Context, spoke identity.Spoke) error {
 	}
 	s.metrics.rejectedConnections.WithLabelValues(rejectNotAccepted).Inc()
 	ctrl.LoggerFrom(ctx).Info("Refused spoke certificate", "reason", refused.Reason, "registration", spoke.RegistrationUID)
-	return status.Error(codes.PermissionDenied, refused.Error())
+	return refusal(refused.Reason, spoke.Cluster, refused.Error())
 }
 
 // EndSession ends the cluster's Report stream, if one is open here (its
@@ -198,7 +200,7 @@ func (s *Server) EndSession(cluster string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sess, ok := s.sessions[cluster]; ok {
-		sess.reason = status.Errorf(codes.PermissionDenied, "cluster %q was deregistered from the hub", cluster)
+		sess.reason = refusal(registry.RefusedNotRegistered, cluster, fmt.Sprintf("cluster %q was deregistered from the hub; join again with a new token", cluster))
 		sess.deregistered = true
 		close(sess.ended)
 		delete(s.sessions, cluster)

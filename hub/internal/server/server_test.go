@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/imperator-federation/imperator/hub/internal/registry"
 	"github.com/imperator-federation/imperator/internal/identity"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
@@ -32,10 +33,13 @@ func TestReport(t *testing.T) {
 	cases := map[string]struct {
 		certCN, certOrg string
 		// certURIs replace the certificate's registration URI when not nil.
-		certURIs    []string
-		noCert      bool
-		rejected    bool
-		wantMsg     string
+		certURIs     []string
+		noCert       bool
+		rejected     bool
+		deregistered bool
+		wantMsg      string
+		// wantReason is the reason of the ErrorInfo of a refusal.
+		wantReason  registry.RefusalReason
 		send        []*federationv1.SpokeMessage
 		wantReplies []*federationv1.HubMessage
 		wantCode    codes.Code
@@ -62,19 +66,28 @@ func TestReport(t *testing.T) {
 			certCN: "a", certOrg: identity.SpokeOrganization, rejected: true,
 			send:     []*federationv1.SpokeMessage{hello("a", 1)},
 			wantCode: codes.PermissionDenied, wantMsg: "spec.hubAcceptsClient=false",
+			wantReason: registry.RefusedNotAccepted,
+		},
+		"cluster not registered": {
+			certCN: "a", certOrg: identity.SpokeOrganization, deregistered: true,
+			send:     []*federationv1.SpokeMessage{hello("a", 1)},
+			wantCode: codes.PermissionDenied, wantMsg: `cluster "a" is not registered at the hub`,
+			wantReason: registry.RefusedNotRegistered,
 		},
 		"certificate of an earlier registration": {
 			certCN: "a", certOrg: identity.SpokeOrganization,
-			certURIs: []string{"imperator://cluster/a/uid-of-a-deleted-managedcluster"},
-			send:     []*federationv1.SpokeMessage{hello("a", 1)},
-			wantCode: codes.PermissionDenied,
-			wantMsg:  `certificate was issued for an earlier registration of cluster "a"; join again with a new token`,
+			certURIs:   []string{"imperator://cluster/a/uid-of-a-deleted-managedcluster"},
+			send:       []*federationv1.SpokeMessage{hello("a", 1)},
+			wantCode:   codes.PermissionDenied,
+			wantMsg:    `certificate was issued for an earlier registration of cluster "a"; join again with a new token`,
+			wantReason: registry.RefusedEarlierRegistration,
 		},
 		"certificate without registration": {
 			certCN: "a", certOrg: identity.SpokeOrganization,
 			certURIs: []string{"spiffe://example.org/not-a-registration"},
 			send:     []*federationv1.SpokeMessage{hello("a", 1)},
 			wantCode: codes.PermissionDenied, wantMsg: "names no registration",
+			wantReason: registry.RefusedNoRegistration,
 		},
 		"registration URI of another cluster": {
 			certCN: "a", certOrg: identity.SpokeOrganization,
@@ -115,6 +128,7 @@ func TestReport(t *testing.T) {
 			h := startTestHub(t)
 			h.mu.Lock()
 			h.rejected["a"] = tc.rejected
+			h.deregistered["a"] = tc.deregistered
 			h.mu.Unlock()
 			var cert = h.certificate(t, tc.certCN, tc.certOrg)
 			if tc.certURIs != nil {
@@ -160,6 +174,11 @@ func TestReport(t *testing.T) {
 				}
 				if !strings.Contains(status.Convert(err).Message(), tc.wantMsg) {
 					t.Errorf("stream ended with %q, want a message containing %q", status.Convert(err).Message(), tc.wantMsg)
+				}
+				if tc.wantReason != "" {
+					wantRefusal(t, err, "a", tc.wantReason)
+				} else if info := refusalInfo(err); info != nil {
+					t.Errorf("stream ended with ErrorInfo %v, want none", info)
 				}
 			}
 			c, ok := h.store.Get("a")
@@ -221,9 +240,8 @@ func TestEndSession(t *testing.T) {
 	}
 	h.server.EndSession("a")
 	h.store.Remove("a")
-	if _, err := stream.Recv(); status.Code(err) != codes.PermissionDenied {
-		t.Errorf("stream ended with %v, want PermissionDenied", err)
-	}
+	_, err = stream.Recv()
+	wantRefusal(t, err, "a", registry.RefusedNotRegistered)
 	if _, ok := h.store.Get("a"); ok {
 		t.Error("deregistered cluster came back into the store when its stream ended")
 	}
@@ -254,9 +272,10 @@ func TestConnectedSpokeOfAnEarlierRegistrationIsRefusedAtItsNextHeartbeat(t *tes
 		t.Fatal(err)
 	}
 	_, err = stream.Recv()
-	if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), "earlier registration") {
-		t.Errorf("stream ended with %v, want PermissionDenied for an earlier registration", err)
+	if !strings.Contains(status.Convert(err).Message(), "earlier registration") {
+		t.Errorf("stream ended with %v, want a message about an earlier registration", err)
 	}
+	wantRefusal(t, err, "a", registry.RefusedEarlierRegistration)
 }
 
 func TestHealthWithoutClientCertificate(t *testing.T) {
@@ -287,10 +306,11 @@ func TestJoinWithoutClientCertificate(t *testing.T) {
 
 func TestRenew(t *testing.T) {
 	cases := map[string]struct {
-		cert     func(h *testHub) *tls.Certificate
-		rejected bool
-		wantCode codes.Code
-		wantCert string
+		cert       func(h *testHub) *tls.Certificate
+		rejected   bool
+		wantCode   codes.Code
+		wantReason registry.RefusalReason
+		wantCert   string
 	}{
 		"spoke certificate renews its own cluster and registration": {
 			cert:     func(h *testHub) *tls.Certificate { return h.certificate(t, "a", identity.SpokeOrganization) },
@@ -300,17 +320,17 @@ func TestRenew(t *testing.T) {
 			cert: func(h *testHub) *tls.Certificate {
 				return h.certificateWithURIs(t, "a", []string{identity.SpokeOrganization}, identity.RegistrationURI("a", "uid-earlier"))
 			},
-			wantCode: codes.PermissionDenied,
+			wantCode: codes.PermissionDenied, wantReason: registry.RefusedEarlierRegistration,
 		},
 		"certificate without registration": {
 			cert: func(h *testHub) *tls.Certificate {
 				return h.certificateWithURIs(t, "a", []string{identity.SpokeOrganization})
 			},
-			wantCode: codes.PermissionDenied,
+			wantCode: codes.PermissionDenied, wantReason: registry.RefusedNoRegistration,
 		},
 		"cluster no longer accepted": {
 			cert:     func(h *testHub) *tls.Certificate { return h.certificate(t, "a", identity.SpokeOrganization) },
-			rejected: true, wantCode: codes.PermissionDenied,
+			rejected: true, wantCode: codes.PermissionDenied, wantReason: registry.RefusedNotAccepted,
 		},
 		"no client certificate": {
 			cert:     func(*testHub) *tls.Certificate { return nil },
@@ -326,6 +346,9 @@ func TestRenew(t *testing.T) {
 			resp, err := h.client(t, tc.cert(h)).Renew(context.Background(), &federationv1.RenewRequest{Csr: []byte("csr")})
 			if got := status.Code(err); got != tc.wantCode {
 				t.Fatalf("Renew = %v, want code %v", err, tc.wantCode)
+			}
+			if tc.wantReason != "" {
+				wantRefusal(t, err, "a", tc.wantReason)
 			}
 			if got := string(resp.GetCertificate()); got != tc.wantCert {
 				t.Errorf("certificate = %q, want %q", got, tc.wantCert)
