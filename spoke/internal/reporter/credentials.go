@@ -27,11 +27,12 @@ const joinTimeout = 30 * time.Second
 const renewBefore = time.Hour
 
 // errNoToken means the agent has no usable certificate and no token to join.
-var errNoToken = errors.New("no hub client certificate in the credentials Secret and no bootstrap token (--join-token-file or $IMPERATOR_JOIN_TOKEN)")
+var errNoToken = errors.New("no usable hub client certificate in the credentials Secret and no bootstrap token (--join-token-file or $IMPERATOR_JOIN_TOKEN)")
 
 // credentials returns the client certificate from the credentials Secret,
 // joining the hub first when the Secret holds none (or one for another
-// cluster, or one about to expire).
+// cluster, or one about to expire, or one the hub refused for good). A
+// refused certificate stays in the Secret until a join replaces it.
 func (r *Reporter) credentials(ctx context.Context) (*tls.Certificate, error) {
 	key := client.ObjectKey{Namespace: r.opts.Namespace, Name: r.opts.Hub.CredentialsSecret}
 	var secret corev1.Secret
@@ -41,15 +42,38 @@ func (r *Reporter) credentials(ctx context.Context) (*tls.Certificate, error) {
 	}
 	if err == nil {
 		cert, reason := r.usableCertificate(&secret)
-		if cert != nil {
+		switch {
+		case r.refused.is(cert):
+			// session logged the refusal once; joining again is retried
+			// until an operator gives a new token.
+			r.log.V(2).Info("Stored hub certificate refused by the hub; joining", "reason", r.refused.reason)
+		case cert != nil:
+			r.refused = nil // someone stored another certificate
 			if renewDue(cert.Leaf) {
 				return r.renew(ctx, key, cert), nil
 			}
 			return cert, nil
+		default:
+			r.log.Info("Stored hub certificate not usable; joining", "reason", reason)
 		}
-		r.log.Info("Stored hub certificate not usable; joining", "reason", reason)
 	}
-	return r.join(ctx, key)
+	pair, err := r.join(ctx, key)
+	if err != nil {
+		if r.refused != nil {
+			return nil, &joinAgainError{reason: r.refused.reason, err: err}
+		}
+		return nil, err
+	}
+	r.refused = nil
+	return pair, nil
+}
+
+// notAfter is the expiry of cert, zero when unknown.
+func notAfter(cert *tls.Certificate) time.Time {
+	if cert == nil || cert.Leaf == nil {
+		return time.Time{}
+	}
+	return cert.Leaf.NotAfter
 }
 
 // renewDue is true once less than a third of the certificate's lifetime is left.

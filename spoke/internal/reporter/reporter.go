@@ -3,13 +3,17 @@
 // and streams them to the hub — Hello, a Snapshot, then debounced Deltas as
 // they change and Heartbeats — over mTLS with the certificate it obtained by
 // joining with a bootstrap token. It reconnects with capped exponential
-// backoff and jitter and resends a Snapshot after every reconnect. The hub
-// being unreachable is never an error of the Runnable: the agent's local
-// controllers keep working.
+// backoff and jitter and resends a Snapshot after every reconnect. When the
+// hub refuses its certificate because it belongs to no current registration
+// of the cluster (deregistered, or registered again), it joins again with
+// the bootstrap token it reads afresh for every attempt, so that an operator
+// only has to give it a new token. The hub being unreachable is never an
+// error of the Runnable: the agent's local controllers keep working.
 package reporter
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -84,6 +88,10 @@ type Reporter struct {
 	// generation of the inventory, monotonic for the life of the Reporter.
 	generation uint64
 	changed    chan struct{}
+	// refused is the stored certificate the hub refused for a reason that
+	// calls for joining again (joinAgainAfter); credentials joins instead of
+	// using it. Only the Start goroutine uses it.
+	refused *refusedCertificate
 }
 
 // New validates opts and reads the hub CA bundle.
@@ -155,7 +163,12 @@ func (r *Reporter) Start(ctx context.Context) error {
 		}
 		// Full jitter over [backoff/2, backoff): reconnecting spokes spread out.
 		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
-		r.log.Info("Hub session ended; reconnecting", "err", err.Error(), "retryIn", wait)
+		var joinErr *joinAgainError
+		if errors.As(err, &joinErr) {
+			r.log.Error(err, "Joining the hub again failed; waiting for a new bootstrap token", "refusal", joinErr.reason, "retryIn", wait)
+		} else {
+			r.log.Info("Hub session ended; reconnecting", "err", err.Error(), "retryIn", wait)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -173,12 +186,27 @@ func (r *Reporter) signal() {
 }
 
 // session runs one connection to the hub; it always returns an error saying
-// why it ended.
+// why it ended. When the hub refuses the certificate for a reason that calls
+// for joining again, the next session joins instead of using it.
 func (r *Reporter) session(ctx context.Context) error {
 	cert, err := r.credentials(ctx)
 	if err != nil {
 		return err
 	}
+	err = r.report(ctx, cert)
+	if reason, ok := hubRefusal(err); ok {
+		if !joinAgainAfter(reason) {
+			r.log.V(1).Info("Hub refused the client certificate; keeping it", "reason", reason)
+			return err
+		}
+		r.refused = &refusedCertificate{der: cert.Certificate[0], reason: reason}
+		r.log.Info("Hub refused the client certificate; joining again with the bootstrap token", "reason", reason, "notAfter", notAfter(cert))
+	}
+	return err
+}
+
+// report runs one Report stream with cert until it ends.
+func (r *Reporter) report(ctx context.Context, cert *tls.Certificate) error {
 	conn, err := r.dial(cert)
 	if err != nil {
 		return err
