@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -81,7 +82,10 @@ type spoke struct {
 	*apiServer
 	scheme *runtime.Scheme
 	caFile string
-	token  string
+	// token is the bootstrap token startReporter writes into tokenFile, the
+	// agent's --join-token-file.
+	token     string
+	tokenFile string
 
 	cancel  context.CancelFunc
 	stopped chan error
@@ -97,19 +101,24 @@ func (s *spoke) startReporter(hubAddress string) error {
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
-	token := s.token
+	if err := s.writeToken(s.token); err != nil {
+		return err
+	}
+	cfg := config.Default()
+	cfg.Hub = config.Hub{
+		Address:           hubAddress,
+		ClusterName:       s.name,
+		CAFile:            s.caFile,
+		CredentialsSecret: credentialsSecret,
+		ReportDebounce:    100 * time.Millisecond,
+		TokenFile:         s.tokenFile,
+	}
 	r, err := reporter.New(reporter.Options{
-		Cache:     mgr.GetCache(),
-		Client:    s.client,
-		Namespace: agentNamespace,
-		Hub: config.Hub{
-			Address:           hubAddress,
-			ClusterName:       s.name,
-			CAFile:            s.caFile,
-			CredentialsSecret: credentialsSecret,
-			ReportDebounce:    100 * time.Millisecond,
-		},
-		Token:             func() (string, error) { return token, nil },
+		Cache:             mgr.GetCache(),
+		Client:            s.client,
+		Namespace:         agentNamespace,
+		Hub:               cfg.Hub,
+		Token:             cfg.JoinToken,
 		AgentVersion:      "v0.0.0-test",
 		HeartbeatInterval: 300 * time.Millisecond,
 		InitialBackoff:    100 * time.Millisecond,
@@ -126,6 +135,19 @@ func (s *spoke) startReporter(hubAddress string) error {
 	s.cancel = cancel
 	s.stopped = make(chan error, 1)
 	go func() { s.stopped <- mgr.Start(ctx) }()
+	return nil
+}
+
+// writeToken replaces the content of the agent's token file at once, as
+// the kubelet updates a mounted Secret.
+func (s *spoke) writeToken(token string) error {
+	tmp := s.tokenFile + ".new"
+	if err := os.WriteFile(tmp, []byte(token+"\n"), 0o600); err != nil {
+		return fmt.Errorf("writing the token file: %w", err)
+	}
+	if err := os.Rename(tmp, s.tokenFile); err != nil {
+		return fmt.Errorf("writing the token file: %w", err)
+	}
 	return nil
 }
 

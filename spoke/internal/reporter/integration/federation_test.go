@@ -198,6 +198,48 @@ func refusedFor(cluster string) OmegaMatcher {
 	)
 }
 
+// storedCertificate returns the certificate in a spoke's credentials Secret
+// (PEM), failing g when the Secret is missing.
+func storedCertificate(ctx context.Context, g Gomega, s *spoke) []byte {
+	var secret corev1.Secret
+	g.Expect(s.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: credentialsSecret}, &secret)).To(Succeed())
+	return secret.Data[corev1.TLSCertKey]
+}
+
+// tokenUsedBy returns the cluster that used a bootstrap token, "" while it
+// is unused.
+func tokenUsedBy(ctx context.Context, g Gomega, token string) string {
+	var secret corev1.Secret
+	g.Expect(hubServer.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: "imperator-bootstrap-token-" + token[:6]}, &secret)).To(Succeed())
+	return string(secret.Data["used-by"])
+}
+
+// setHubAcceptsClient sets spec.hubAcceptsClient of cluster's ManagedCluster.
+func setHubAcceptsClient(ctx context.Context, cluster string, accept bool) {
+	GinkgoHelper()
+	var mc clusterv1.ManagedCluster
+	Expect(hubServer.client.Get(ctx, client.ObjectKey{Name: cluster}, &mc)).To(Succeed())
+	patch := client.MergeFrom(mc.DeepCopy())
+	mc.Spec.HubAcceptsClient = accept
+	Expect(hubServer.client.Patch(ctx, &mc, patch)).To(Succeed())
+}
+
+// reportsAgainUnder checks that cluster reports to the hub with a
+// certificate of its registration registration: connected, Available with
+// its Machine, at the hub and in its ManagedCluster.
+func reportsAgainUnder(ctx context.Context, g Gomega, s *spoke, registration string) {
+	c := clusterAtHub(g, s.name)
+	g.Expect(c.Connected).To(BeTrue())
+	g.Expect(string(c.State)).To(Equal("Available"))
+	m, ok := c.Machine(machineName)
+	g.Expect(ok).To(BeTrue(), "machine %s at the hub", machineName)
+	g.Expect(m.GetTypes()).To(HaveLen(3))
+	g.Expect(managedClusterAvailable(ctx, s.name)).To(Equal(metav1.ConditionTrue))
+	cert, err := pki.ParseCertificate(storedCertificate(ctx, g, s))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cert.URIs).To(ConsistOf(identity.RegistrationURI(s.name, registration)))
+}
+
 var _ = Describe("Federation", Ordered, func() {
 	It("registers joined spokes: ManagedCluster, ClusterInventory and the hub's index", func(ctx SpecContext) {
 		for name := range spokes {
@@ -498,5 +540,84 @@ var _ = Describe("Federation", Ordered, func() {
 		adopted := joinForCertificate(ctx, cluster, token)
 		Expect(reportWith(ctx, adopted, cluster)).To(Succeed())
 		Expect(reportWith(ctx, cert, cluster)).To(refusedFor(cluster))
+	})
+
+	It("keeps its certificate while the hub does not accept the cluster, and does not spend a token", func(ctx SpecContext) {
+		alpha := spokes["alpha"]
+		before := storedCertificate(ctx, Default, alpha)
+		// A token the agent could join with: a wrong re-join would use it and
+		// replace the certificate.
+		bound, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "alpha")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(alpha.writeToken(bound)).To(Succeed())
+		DeferCleanup(alpha.writeToken, alpha.token)
+
+		setHubAcceptsClient(ctx, "alpha", false)
+		DeferCleanup(setHubAcceptsClient, "alpha", true)
+		Eventually(func() bool { return connected("alpha") }).WithTimeout(10 * time.Second).Should(BeFalse())
+		// The agent retries every second at most: several refusals.
+		Consistently(func(g Gomega) {
+			g.Expect(connected("alpha")).To(BeFalse())
+			g.Expect(storedCertificate(ctx, g, alpha)).To(Equal(before))
+			g.Expect(tokenUsedBy(ctx, g, bound)).To(BeEmpty())
+		}).WithTimeout(3 * time.Second).Should(Succeed())
+
+		setHubAcceptsClient(ctx, "alpha", true)
+		Eventually(func() bool { return connected("alpha") }).WithTimeout(10 * time.Second).Should(BeTrue())
+		Expect(storedCertificate(ctx, Default, alpha)).To(Equal(before))
+		Expect(tokenUsedBy(ctx, Default, bound)).To(BeEmpty())
+	})
+
+	It("joins again by itself once its cluster is deregistered and a new token is written to its token file", func(ctx SpecContext) {
+		alpha := spokes["alpha"]
+		earlier := registrationOf(ctx, "alpha")
+		before := storedCertificate(ctx, Default, alpha)
+		// The token file still holds the token alpha joined with, used.
+		deregister(ctx, "alpha")
+		Eventually(func() bool { _, ok := hub.Cluster("alpha"); return ok }).WithTimeout(10 * time.Second).Should(BeFalse())
+		// The used token cannot register it again, and the agent deletes
+		// nothing: it waits with its credentials as they are.
+		Consistently(func(g Gomega) {
+			g.Expect(connected("alpha")).To(BeFalse())
+			g.Expect(apierrors.IsNotFound(hubServer.client.Get(ctx, client.ObjectKey{Name: "alpha"}, &clusterv1.ManagedCluster{}))).To(BeTrue(), "no new registration")
+			g.Expect(storedCertificate(ctx, g, alpha)).To(Equal(before))
+		}).WithTimeout(3 * time.Second).Should(Succeed())
+
+		token, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(alpha.writeToken(token)).To(Succeed())
+		var current string
+		Eventually(func(g Gomega) {
+			var mc clusterv1.ManagedCluster
+			g.Expect(hubServer.client.Get(ctx, client.ObjectKey{Name: "alpha"}, &mc)).To(Succeed())
+			current = string(mc.UID)
+		}).WithTimeout(15 * time.Second).Should(Succeed())
+		Expect(current).NotTo(Equal(earlier))
+		Eventually(func(g Gomega) { reportsAgainUnder(ctx, g, alpha, current) }).
+			WithTimeout(15 * time.Second).Should(Succeed())
+		Expect(tokenUsedBy(ctx, Default, token)).To(Equal("alpha"))
+	})
+
+	It("joins again by itself with a token bound to its name once someone else created its ManagedCluster again", func(ctx SpecContext) {
+		// beta was deregistered above; its agent has no token since it was
+		// restarted without one.
+		beta := spokes["beta"]
+		before := storedCertificate(ctx, Default, beta)
+		Expect(hubServer.client.Create(ctx, &clusterv1.ManagedCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: "beta"},
+			Spec:       clusterv1.ManagedClusterSpec{HubAcceptsClient: true},
+		})).To(Succeed())
+		current := registrationOf(ctx, "beta")
+		Consistently(func(g Gomega) {
+			g.Expect(connected("beta")).To(BeFalse())
+			g.Expect(storedCertificate(ctx, g, beta)).To(Equal(before))
+		}).WithTimeout(2 * time.Second).Should(Succeed())
+
+		token, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "beta")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(beta.writeToken(token)).To(Succeed())
+		Eventually(func(g Gomega) { reportsAgainUnder(ctx, g, beta, current) }).
+			WithTimeout(15 * time.Second).Should(Succeed())
+		Expect(registrationOf(ctx, "beta")).To(Equal(current), "the join adopted the ManagedCluster")
 	})
 })

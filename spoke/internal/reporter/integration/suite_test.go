@@ -7,6 +7,7 @@ package integration
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -67,7 +68,8 @@ var _ = BeforeSuite(func(ctx context.Context) {
 		DeferCleanup(server.stop)
 		token, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
 		Expect(err).NotTo(HaveOccurred())
-		s := &spoke{name: name, apiServer: server, scheme: spokeSch, caFile: caFile, token: token}
+		s := &spoke{name: name, apiServer: server, scheme: spokeSch, caFile: caFile, token: token,
+			tokenFile: filepath.Join(GinkgoT().TempDir(), "token")}
 		spokes[name] = s
 		Expect(s.client.Create(ctx, wrappers.GeneralMachine().Obj())).To(Succeed())
 		Expect(s.startReporter(hubAddr)).To(Succeed())
