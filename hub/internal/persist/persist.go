@@ -15,6 +15,7 @@ package persist
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -66,6 +67,32 @@ type Persister struct {
 	// Start) touch them.
 	last   map[string]*imperatorv1alpha1.ClusterInventory
 	leases map[string]*coordinationv1.Lease
+
+	// written is when each cluster's inventory was last written.
+	mu      sync.Mutex
+	written map[string]time.Time
+}
+
+// nextWrite is how long a change of cluster waits to be written: until an
+// interval has passed since its last write.
+func (p *Persister) nextWrite(cluster string) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return max(0, p.interval-time.Since(p.written[cluster]))
+}
+
+func (p *Persister) wrote(cluster string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.written[cluster] = time.Now()
+}
+
+func (p *Persister) forget(cluster string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.written, cluster)
+	delete(p.last, cluster)
+	delete(p.leases, cluster)
 }
 
 // New returns a Persister that listens to st's changes.
@@ -87,10 +114,13 @@ func New(c client.Client, st *store.Store, opts Options) *Persister {
 		queue:    workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "hub_persist"}),
 		last:     map[string]*imperatorv1alpha1.ClusterInventory{},
 		leases:   map[string]*coordinationv1.Lease{},
+		written:  map[string]time.Time{},
 	}
-	// A change schedules a write one interval later; further changes in
-	// between join it (the delaying queue keeps one entry per cluster).
-	st.OnChange(func(cluster string) { p.queue.AddAfter(cluster, p.interval) })
+	// A change is written at once when the cluster was not written for an
+	// interval, else when the interval is over; further changes in between
+	// join it (the delaying queue keeps one entry per cluster, due at the
+	// earliest time asked).
+	st.OnChange(func(cluster string) { p.queue.AddAfter(cluster, p.nextWrite(cluster)) })
 	return p
 }
 
@@ -203,8 +233,7 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	c, ok := p.store.Get(name)
 	if !ok {
 		// Deregistered: the inventory goes with the ManagedCluster.
-		delete(p.last, name)
-		delete(p.leases, name)
+		p.forget(name)
 		return nil
 	}
 	if !p.store.Local(c) {
@@ -259,6 +288,7 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 		return fmt.Errorf("patching ClusterInventory %s/%s status: %w", name, InventoryName(name), err)
 	}
 	p.last[name] = next
+	p.wrote(name)
 	p.log.V(2).Info("Persisted inventory", "cluster", name, "generation", c.Generation)
 	return nil
 }

@@ -58,28 +58,14 @@ var (
 
 var _ = BeforeSuite(func(ctx context.Context) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	root, err := repo.Root()
+	stop, err := startHubCluster(ctx)
+	DeferCleanup(stop)
 	Expect(err).NotTo(HaveOccurred())
-	env = &envtest.Environment{
-		BinaryAssetsDirectory: harness.BinDir(),
-		CRDDirectoryPaths:     []string{filepath.Join(root, "deploy/hub/crd"), filepath.Join(root, "deploy/hub/crd/ocm")},
-		ErrorIfCRDPathMissing: true,
-	}
-	restConfig, err := env.Start()
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(env.Stop)
-	hubClientConfig = restConfig
-	scheme, err := hubtest.Scheme()
-	Expect(err).NotTo(HaveOccurred())
-	hubClient, err = client.New(restConfig, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(hubClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hubNamespace}})).To(Succeed())
 
 	// Credentials for people: certificates of the hub CA with the admin and
 	// viewer organizations, and an imperatorctl configuration for each.
 	ca, err := hubca.LoadOrCreate(ctx, hubClient, hubNamespace, config.Default().CASecret)
 	Expect(err).NotTo(HaveOccurred())
-	caPEM = ca.CertPEM
 	credsDir = GinkgoT().TempDir()
 	Expect(os.WriteFile(filepath.Join(credsDir, "hub-ca.crt"), ca.CertPEM, 0o600)).To(Succeed())
 	for name, org := range map[string]string{"admin": query.AdminOrganization, "viewer": query.ViewerOrganization} {
@@ -89,12 +75,47 @@ var _ = BeforeSuite(func(ctx context.Context) {
 		Expect(os.WriteFile(filepath.Join(credsDir, name+".key"), keyPEM, 0o600)).To(Succeed())
 	}
 
-	hub, err = hubtest.Start(restConfig, hubtest.Options{Namespace: hubNamespace, GracePeriod: gracePeriod})
+	hub, err = hubtest.Start(hubClientConfig, hubtest.Options{Namespace: hubNamespace, GracePeriod: gracePeriod})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() error { return hub.Stop() })
 	adminConf = writeConfig("admin")
 	viewerConf = writeConfig("viewer")
 }, NodeTimeout(3*time.Minute))
+
+// startHubCluster starts the hub cluster's API server (envtest with the hub
+// CRDs) and sets hubClient, hubClientConfig and caPEM (the hub CA, created
+// in hubNamespace). stop undoes it, also after an error.
+func startHubCluster(ctx context.Context) (stop func() error, err error) {
+	root, err := repo.Root()
+	if err != nil {
+		return func() error { return nil }, err
+	}
+	env = &envtest.Environment{
+		BinaryAssetsDirectory: harness.BinDir(),
+		CRDDirectoryPaths:     []string{filepath.Join(root, "deploy/hub/crd"), filepath.Join(root, "deploy/hub/crd/ocm")},
+		ErrorIfCRDPathMissing: true,
+	}
+	stop = env.Stop
+	if hubClientConfig, err = env.Start(); err != nil {
+		return stop, fmt.Errorf("starting the hub cluster: %w", err)
+	}
+	scheme, err := hubtest.Scheme()
+	if err != nil {
+		return stop, err
+	}
+	if hubClient, err = client.New(hubClientConfig, client.Options{Scheme: scheme}); err != nil {
+		return stop, err
+	}
+	if err := hubClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hubNamespace}}); err != nil {
+		return stop, err
+	}
+	ca, err := hubca.LoadOrCreate(ctx, hubClient, hubNamespace, config.Default().CASecret)
+	if err != nil {
+		return stop, err
+	}
+	caPEM = ca.CertPEM
+	return stop, nil
+}
 
 // writeConfig writes an imperatorctl configuration file for the hub with
 // the credentials of user, with paths relative to the file.

@@ -1,0 +1,119 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/imperator-federation/imperator/hub/hubtest"
+	"github.com/imperator-federation/imperator/hub/internal/persist"
+)
+
+// BenchmarkReplicaPropagation measures how long a usage change a spoke
+// reports to one hub replica takes to reach the other replica's answers
+// (through the ClusterInventory the first writes and the second follows),
+// with every spoke changing at once. "quiet": each change comes after a
+// persist interval without one, so it is written at once; "busy": changes
+// follow each other, and the persist interval (3s) coalesces them.
+//
+//	go test -run '^$' -bench ReplicaPropagation -benchtime 5x ./hub/internal/query/integration/
+func BenchmarkReplicaPropagation(b *testing.B) {
+	for _, n := range []int{10, 50} {
+		for _, quiet := range []bool{true, false} {
+			name := fmt.Sprintf("spokes=%d/quiet=%t", n, quiet)
+			b.Run(name, func(b *testing.B) { benchmarkReplicaPropagation(b, n, quiet) })
+		}
+	}
+}
+
+func benchmarkReplicaPropagation(b *testing.B, n int, quiet bool) {
+	ctx := context.Background()
+	stop, err := startHubCluster(ctx)
+	b.Cleanup(func() { _ = stop() })
+	if err != nil {
+		b.Fatal(err)
+	}
+	first, err := hubtest.Start(hubClientConfig, hubtest.Options{Namespace: hubNamespace})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = first.Stop() })
+	second, err := hubtest.Start(hubClientConfig, hubtest.Options{Namespace: hubNamespace})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = second.Stop() })
+
+	spokes := make([]*simSpoke, n)
+	for i := range spokes {
+		s, err := joinSpokeVia(ctx, second.Address(), fmt.Sprintf("spoke-%03d", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.start(gpuMachine("g", 1000, 0)); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.stop() })
+		spokes[i] = s
+	}
+	seen := func(used int32) int {
+		count := 0
+		for _, s := range spokes {
+			if c, ok := first.Cluster(s.name); ok && usedOf(c, "g") == used {
+				count++
+			}
+		}
+		return count
+	}
+	if err := waitFor(func() bool { return seen(0) == n }, 2*time.Minute); err != nil {
+		b.Fatal("the first replica never saw every spoke:", err)
+	}
+
+	var latencies []time.Duration
+	b.ResetTimer()
+	for round := 1; round <= b.N; round++ {
+		if quiet {
+			b.StopTimer()
+			time.Sleep(persist.DefaultInterval)
+			b.StartTimer()
+		}
+		sent := time.Now()
+		for _, s := range spokes {
+			if err := s.update(gpuMachine("g", 1000, int32(round))); err != nil {
+				b.Fatal(err)
+			}
+		}
+		arrived := map[string]bool{}
+		err := waitFor(func() bool {
+			for _, s := range spokes {
+				if c, ok := first.Cluster(s.name); !arrived[s.name] && ok && usedOf(c, "g") == int32(round) {
+					arrived[s.name] = true
+					latencies = append(latencies, time.Since(sent))
+				}
+			}
+			return len(arrived) == n
+		}, time.Minute)
+		if err != nil {
+			b.Fatalf("round %d: %d of %d changes reached the other replica: %v", round, len(arrived), n, err)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(latencies)
+	b.ReportMetric(float64(latencies[len(latencies)/2].Milliseconds()), "p50-ms")
+	b.ReportMetric(float64(latencies[len(latencies)*99/100].Milliseconds()), "p99-ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+// waitFor polls done every 10ms until it is true or timeout passes.
+func waitFor(done func() bool, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for !done() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not done within %s", timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
