@@ -197,7 +197,17 @@ var _ = Describe("The binaries under exactly the RBAC of deploy/", Ordered, func
 			return len(list.Items), nil
 		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(250*time.Millisecond).Should(BeNumerically(">", 0), func() string { return hub.Tail(30) })
 
-		// The single-writer part of the hub: scores in the cluster's namespace.
+		// What other hub replicas follow: the spoke's heartbeat Lease.
+		Eventually(func(ctx context.Context) (string, error) {
+			lease, err := cluster.Kubernetes().CoordinationV1().Leases(clusterName).Get(ctx, "imperator-spoke", metav1.GetOptions{})
+			if err != nil || lease.Spec.HolderIdentity == nil {
+				return "", err
+			}
+			return *lease.Spec.HolderIdentity, nil
+		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(250*time.Millisecond).ShouldNot(BeEmpty(), func() string { return hub.Tail(30) })
+
+		// The single-writer parts of the hub, run by the elected replica:
+		// scores in the cluster's namespace.
 		Eventually(func(ctx context.Context) ([]any, error) {
 			score, err := dyn.Resource(placementScoreGVR).Namespace(clusterName).Get(ctx, "imperator", metav1.GetOptions{})
 			if err != nil {
