@@ -11,22 +11,16 @@ import (
 	"github.com/imperator-federation/imperator/internal/identity"
 )
 
-// RefusalReason says why Admit refuses a spoke certificate.
-type RefusalReason string
+// RefusalReason says why Admit refuses a spoke certificate; the hub sends
+// it to the spoke agent with the refusal.
+type RefusalReason = identity.RefusalReason
 
+// The reasons, as identity defines them for both sides.
 const (
-	// RefusedNotRegistered: the cluster has no ManagedCluster, or it is being
-	// deleted (the cluster was deregistered).
-	RefusedNotRegistered RefusalReason = "NotRegistered"
-	// RefusedNotAccepted: the ManagedCluster has spec.hubAcceptsClient=false.
-	RefusedNotAccepted RefusalReason = "NotAccepted"
-	// RefusedEarlierRegistration: the certificate was issued for another
-	// ManagedCluster of the same name, deleted since (the cluster was
-	// deregistered and registered again, or someone recreated it).
-	RefusedEarlierRegistration RefusalReason = "EarlierRegistration"
-	// RefusedNoRegistration: the certificate names no registration; the hub
-	// issued it before it recorded registrations in certificates.
-	RefusedNoRegistration RefusalReason = "NoRegistration"
+	RefusedNotRegistered       = identity.RefusedNotRegistered
+	RefusedNotAccepted         = identity.RefusedNotAccepted
+	RefusedEarlierRegistration = identity.RefusedEarlierRegistration
+	RefusedNoRegistration      = identity.RefusedNoRegistration
 )
 
 // RefusedError is the error with which Admit refuses a spoke certificate.

@@ -5,14 +5,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/hub/internal/registry"
+	"github.com/imperator-federation/imperator/internal/identity"
 )
-
-// errorDomain is the Domain of the ErrorInfo the hub attaches to its
-// refusals of a spoke certificate: the project's API group, which the spoke
-// agent matches too.
-var errorDomain = imperatorv1alpha1.GroupVersion.Group
 
 // refusal is the PermissionDenied status with which the hub refuses cluster's
 // certificate: message for people, and an ErrorInfo whose Reason (a
@@ -23,7 +18,7 @@ func refusal(reason registry.RefusalReason, cluster, message string) error {
 	st := status.New(codes.PermissionDenied, message)
 	withInfo, err := st.WithDetails(&errdetails.ErrorInfo{
 		Reason:   string(reason),
-		Domain:   errorDomain,
+		Domain:   identity.RefusalDomain,
 		Metadata: map[string]string{"cluster": cluster},
 	})
 	if err != nil {

@@ -8,42 +8,21 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
-)
-
-// errorDomain is the Domain of the ErrorInfo with which the hub refuses a
-// spoke certificate (hub/internal/server): the project's API group.
-var errorDomain = imperatorv1alpha1.GroupVersion.Group
-
-// Reasons of the hub's refusals of a spoke certificate, as the hub's
-// registry.RefusalReason names them.
-const (
-	// refusedNotRegistered: the cluster has no ManagedCluster at the hub (it
-	// was deregistered), or it is being deleted.
-	refusedNotRegistered = "NotRegistered"
-	// refusedNotAccepted: the ManagedCluster has spec.hubAcceptsClient=false;
-	// the platform team paused the cluster.
-	refusedNotAccepted = "NotAccepted"
-	// refusedEarlierRegistration: the certificate was issued for an earlier
-	// ManagedCluster of the cluster's name.
-	refusedEarlierRegistration = "EarlierRegistration"
-	// refusedNoRegistration: the certificate names no registration (an older
-	// hub issued it).
-	refusedNoRegistration = "NoRegistration"
+	"github.com/imperator-federation/imperator/internal/identity"
 )
 
 // hubRefusal returns the reason with which the hub refused the spoke's
 // certificate when err, possibly wrapped, is such a refusal: a
-// PermissionDenied status carrying an ErrorInfo of errorDomain. A refusal
+// PermissionDenied status carrying an ErrorInfo of identity.RefusalDomain. A refusal
 // without that ErrorInfo (a hub that predates it) has no reason: ok is false.
-func hubRefusal(err error) (reason string, ok bool) {
+func hubRefusal(err error) (reason identity.RefusalReason, ok bool) {
 	st, isStatus := status.FromError(err)
 	if err == nil || !isStatus || st.Code() != codes.PermissionDenied {
 		return "", false
 	}
 	for _, detail := range st.Details() {
-		if info, isInfo := detail.(*errdetails.ErrorInfo); isInfo && info.GetDomain() == errorDomain && info.GetReason() != "" {
-			return info.GetReason(), true
+		if info, isInfo := detail.(*errdetails.ErrorInfo); isInfo && info.GetDomain() == identity.RefusalDomain && info.GetReason() != "" {
+			return identity.RefusalReason(info.GetReason()), true
 		}
 	}
 	return "", false
@@ -65,9 +44,9 @@ func hubRefusal(err error) (reason string, ok bool) {
 // (spec.hubAcceptsClient=false) and the certificate works again once they
 // resume it. Unknown reasons, from a newer hub, are not either: the agent
 // keeps what it has rather than spend a token.
-func joinAgainAfter(reason string) bool {
+func joinAgainAfter(reason identity.RefusalReason) bool {
 	switch reason {
-	case refusedEarlierRegistration, refusedNoRegistration, refusedNotRegistered:
+	case identity.RefusedEarlierRegistration, identity.RefusedNoRegistration, identity.RefusedNotRegistered:
 		return true
 	default:
 		return false
@@ -78,7 +57,7 @@ func joinAgainAfter(reason string) bool {
 // that calls for joining again.
 type refusedCertificate struct {
 	der    []byte
-	reason string
+	reason identity.RefusalReason
 }
 
 // is reports whether cert is the refused certificate.
@@ -89,12 +68,12 @@ func (rc *refusedCertificate) is(cert *tls.Certificate) bool {
 // joinAgainError is the error of a failed join after the hub refused the
 // stored certificate: the operator must act (give a new token).
 type joinAgainError struct {
-	reason string
+	reason identity.RefusalReason
 	err    error
 }
 
 func (e *joinAgainError) Error() string {
-	return "the hub refused the stored certificate (" + e.reason + ") and joining again failed; the agent needs a new bootstrap token in its token file: " + e.err.Error()
+	return "the hub refused the stored certificate (" + string(e.reason) + ") and joining again failed; the agent needs a new bootstrap token in its token file: " + e.err.Error()
 }
 
 func (e *joinAgainError) Unwrap() error { return e.err }

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
+
+	"github.com/imperator-federation/imperator/internal/identity"
 )
 
 // hubStatus is a status as the hub sends it: code and message, and an
@@ -32,7 +34,7 @@ func TestHubRefusal(t *testing.T) {
 	const hubDomain = "imperator.tenzen-y.io"
 	cases := map[string]struct {
 		err           func(t *testing.T) error
-		wantReason    string
+		wantReason    identity.RefusalReason
 		wantRefusal   bool
 		wantJoinAgain bool
 	}{

@@ -1,0 +1,26 @@
+package identity
+
+// RefusalDomain is the Domain of the google.rpc.ErrorInfo with which the hub
+// refuses a spoke certificate (gRPC PermissionDenied); its Reason is a
+// RefusalReason. The spoke agent acts on it: it joins again when its
+// certificate belongs to no current registration.
+const RefusalDomain = "imperator.tenzen-y.io"
+
+// RefusalReason says why the hub refuses a spoke certificate.
+type RefusalReason string
+
+const (
+	// RefusedNotRegistered: the cluster has no ManagedCluster, or it is being
+	// deleted (the cluster was deregistered).
+	RefusedNotRegistered RefusalReason = "NotRegistered"
+	// RefusedNotAccepted: the ManagedCluster has spec.hubAcceptsClient=false;
+	// the platform team paused the cluster.
+	RefusedNotAccepted RefusalReason = "NotAccepted"
+	// RefusedEarlierRegistration: the certificate was issued for another
+	// ManagedCluster of the same name, deleted since (the cluster was
+	// deregistered and registered again, or someone recreated it).
+	RefusedEarlierRegistration RefusalReason = "EarlierRegistration"
+	// RefusedNoRegistration: the certificate names no registration; the hub
+	// issued it before it recorded registrations in certificates.
+	RefusedNoRegistration RefusalReason = "NoRegistration"
+)
