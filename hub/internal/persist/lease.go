@@ -8,6 +8,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,20 +33,13 @@ func RenewInterval(grace time.Duration) time.Duration { return max(grace/4, 100*
 // renewLeases queues the clusters whose streams are open here every
 // RenewInterval, so that their Leases follow the heartbeats.
 func (p *Persister) renewLeases(ctx context.Context) {
-	ticker := time.NewTicker(RenewInterval(p.store.GracePeriod()))
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			for _, c := range p.store.List() {
-				if c.Connected && p.store.Local(c) {
-					p.queue.Add(c.Name)
-				}
+	wait.UntilWithContext(ctx, func(context.Context) {
+		for _, c := range p.store.List() {
+			if c.Connected && p.store.Local(c) {
+				p.queue.Add(c.Name)
 			}
 		}
-	}
+	}, RenewInterval(p.store.GracePeriod()))
 }
 
 // renewLease writes the cluster's Lease when this replica does not hold it

@@ -153,6 +153,28 @@ func (h *testHub) certificateWithURIs(tb testing.TB, cn string, organizations []
 }
 
 // client dials the hub with cert (nil: none).
+// reportingStream opens a Report stream of cluster, which the hub
+// acknowledged a first Snapshot on.
+func (h *testHub) reportingStream(t *testing.T, cluster string) federationv1.Federation_ReportClient {
+	t.Helper()
+	fed := h.client(t, h.certificate(t, cluster, identity.SpokeOrganization))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := fed.Report(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*federationv1.SpokeMessage{hello(cluster, 1), snapshotMsg(1)} {
+		if err := stream.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatalf("waiting for the ack: %v", err)
+	}
+	return stream
+}
+
 func (h *testHub) client(tb testing.TB, cert *tls.Certificate) federationv1.FederationClient {
 	tb.Helper()
 	cfg, err := identity.ClientTLS(h.ca.CertPEM, cert, "127.0.0.1")

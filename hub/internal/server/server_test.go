@@ -223,24 +223,10 @@ func TestNewerStreamReplacesOlder(t *testing.T) {
 
 func TestEndSession(t *testing.T) {
 	h := startTestHub(t)
-	fed := h.client(t, h.certificate(t, "a", identity.SpokeOrganization))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stream, err := fed.Report(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range []*federationv1.SpokeMessage{hello("a", 1), snapshotMsg(1)} {
-		if err := stream.Send(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := stream.Recv(); err != nil {
-		t.Fatalf("waiting for the ack: %v", err)
-	}
+	stream := h.reportingStream(t, "a")
 	h.server.EndSession("a")
 	h.store.Remove("a")
-	_, err = stream.Recv()
+	_, err := stream.Recv()
 	wantRefusal(t, err, "a", registry.RefusedNotRegistered)
 	if _, ok := h.store.Get("a"); ok {
 		t.Error("deregistered cluster came back into the store when its stream ended")
@@ -249,21 +235,7 @@ func TestEndSession(t *testing.T) {
 
 func TestConnectedSpokeOfAnEarlierRegistrationIsRefusedAtItsNextHeartbeat(t *testing.T) {
 	h := startTestHub(t)
-	fed := h.client(t, h.certificate(t, "a", identity.SpokeOrganization))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stream, err := fed.Report(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range []*federationv1.SpokeMessage{hello("a", 1), snapshotMsg(1)} {
-		if err := stream.Send(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := stream.Recv(); err != nil {
-		t.Fatalf("waiting for the ack: %v", err)
-	}
+	stream := h.reportingStream(t, "a")
 	h.mu.Lock()
 	h.registeredAgain["a"] = true
 	h.mu.Unlock()
@@ -271,7 +243,7 @@ func TestConnectedSpokeOfAnEarlierRegistrationIsRefusedAtItsNextHeartbeat(t *tes
 	if err := stream.Send(heartbeat); err != nil {
 		t.Fatal(err)
 	}
-	_, err = stream.Recv()
+	_, err := stream.Recv()
 	if !strings.Contains(status.Convert(err).Message(), "earlier registration") {
 		t.Errorf("stream ended with %v, want a message about an earlier registration", err)
 	}
