@@ -15,6 +15,12 @@ const (
 	// ReasonReservationConflict: an object with a reservation's name exists and
 	// belongs to something else.
 	ReasonReservationConflict = "ReservationConflict"
+	// ReasonReservationPriorityClassMismatch: the reservation PriorityClass
+	// exists with another value, preemptionPolicy or globalDefault than the
+	// agent creates it with. Both value and preemptionPolicy are immutable:
+	// the reservations are scaled to 0 until it is deleted, and the agent
+	// then recreates it.
+	ReasonReservationPriorityClassMismatch = "ReservationPriorityClassMismatch"
 	// ReasonReconcileFailed: the agent could not bring the reservations in line
 	// with the spec; the message carries the error.
 	ReasonReconcileFailed = "ReconcileFailed"

@@ -7,7 +7,15 @@
 // (replicas = available − used − waiting) and grow back when they leave;
 // reservation pods have no grace period, so the slot of the one removed for a
 // guest is free at once, and run at a PriorityClass the controller creates
-// that never preempts anything. The Machine's status reports
+// that never preempts anything (value 0, preemptionPolicy Never). A
+// PriorityClass of that name that someone else made with another value,
+// preemptionPolicy or globalDefault is never patched (those fields are
+// immutable): every reservation is held at 0 replicas, since pods admitted
+// under it would keep guests out or preempt, and every Machine's Ready
+// condition says ReservationPriorityClassMismatch, naming the class, the
+// found and wanted values and the fix (delete it; the controller, watching
+// PriorityClasses, recreates it and restores the reservations). The
+// Machine's status reports
 // maximum/reserved/used/waiting per type and the Ready, InsufficientCapacity
 // and OverSubscribed conditions; the same figures are Prometheus gauges, and
 // the time a guest takes to run is a histogram. A reservation pod is reserved

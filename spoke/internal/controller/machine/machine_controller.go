@@ -51,7 +51,10 @@ type Options struct {
 	// Image of the placeholder container. Default DefaultImage.
 	Image string
 	// PriorityClassName of reservation pods; the controller creates it when it
-	// is missing. Default DefaultPriorityClassName.
+	// is missing. One that exists with another value, preemptionPolicy or
+	// globalDefault holds every reservation at 0 replicas and sets the
+	// Machines' Ready condition to ReservationPriorityClassMismatch until an
+	// operator deletes it. Default DefaultPriorityClassName.
 	PriorityClassName string
 	// MaxConcurrentReconciles defaults to the manager's setting, else 1.
 	MaxConcurrentReconciles int
@@ -137,6 +140,9 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 		// Reservation pods count as reserved only on node-pool=ready nodes:
 		// only a change of what the node pool puts on a node matters.
 		Watches(&corev1.Node{}, r.nodeHandler, mcbuilder.WithPredicates(nodePoolChanged())).
+		// A deleted reservation PriorityClass is recreated, and a wrong one
+		// holds the reservations back, without waiting for a resync.
+		Watches(&schedulingv1.PriorityClass{}, r.priorityClassHandler, mcbuilder.WithPredicates(isReservationPriorityClass(opts.PriorityClassName))).
 		WithOptions(ctrlOpts).
 		Complete(r)
 	if err != nil {
@@ -207,10 +213,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	state.usage = usage
 	state.served = servedTypes(machine)
 
-	if len(state.served) > 0 {
-		if err := r.ensurePriorityClass(ctx, c); err != nil {
-			return ctrl.Result{}, err
-		}
+	// The PriorityClass is checked for every Machine, also one that serves
+	// nothing yet, so that each one the agent manages tells of a wrong one.
+	mismatch, err := r.ensurePriorityClass(ctx, c, cl.GetAPIReader(), len(state.served) > 0)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(mismatch) > 0 {
+		// Keep the StatefulSets and Services, at 0 replicas: the
+		// reservations come back as soon as the PriorityClass is right.
+		holdReservations(usage)
+		state.readyReason = imperatorv1alpha1.ReasonReservationPriorityClassMismatch
+		state.readyMessage = priorityClassMismatchMessage(r.opts.PriorityClassName, mismatch)
+		log.V(1).Info("Reservation PriorityClass differs from the agent's, holding reservations at 0",
+			"machine", klog.KObj(machine), "priorityClass", r.opts.PriorityClassName, "differences", mismatch)
 	}
 	keep := make(map[string]bool, len(state.served))
 	var errs []error
@@ -304,25 +320,6 @@ func (r *Reconciler) countUsage(ctx context.Context, c client.Client, machine *i
 		return nil, lookupErr
 	}
 	return usage, nil
-}
-
-// ensurePriorityClass creates the reservation PriorityClass when it is
-// missing. An existing one is left as it is: its value is immutable and an
-// administrator may have created it on purpose.
-func (r *Reconciler) ensurePriorityClass(ctx context.Context, c client.Client) error {
-	existing := &schedulingv1.PriorityClass{}
-	err := c.Get(ctx, client.ObjectKey{Name: r.opts.PriorityClassName}, existing)
-	if err == nil {
-		return nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("getting PriorityClass %s: %w", r.opts.PriorityClassName, err)
-	}
-	if err := c.Create(ctx, reservationPriorityClass(r.opts.PriorityClassName)); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating PriorityClass %s: %w", r.opts.PriorityClassName, err)
-	}
-	ctrl.LoggerFrom(ctx).V(1).Info("Created the reservation PriorityClass", "priorityClass", r.opts.PriorityClassName)
-	return nil
 }
 
 // conflictError is an object with a reservation's name that the Machine does

@@ -51,7 +51,33 @@ func (r *Reconciler) patchStatus(ctx context.Context, c client.Client, recorder 
 			recorder.Eventf(machine, nil, corev1.EventTypeNormal, now.Reason, "Reconcile", "%s", now.Message)
 		}
 	}
+	if e, ok := priorityClassEvent(meta.FindStatusCondition(before.Status.Conditions, imperatorv1alpha1.ConditionReady),
+		meta.FindStatusCondition(machine.Status.Conditions, imperatorv1alpha1.ConditionReady), r.opts.PriorityClassName); ok {
+		recorder.Eventf(machine, nil, e.eventType, e.reason, "Reconcile", "%s", e.note)
+	}
 	return nil
+}
+
+// transitionEvent is an event sent when a condition changes.
+type transitionEvent struct{ eventType, reason, note string }
+
+// priorityClassEvent is the event for a change of the Ready condition from
+// was to now that concerns the reservation PriorityClass: a Warning when it
+// turns out to be wrong (or wrong in another way), a Normal one when it is
+// right again. Other changes send none, nor does a reconcile that finds it
+// as wrong as before.
+func priorityClassEvent(was, now *metav1.Condition, priorityClass string) (transitionEvent, bool) {
+	mismatched := func(c *metav1.Condition) bool {
+		return c != nil && c.Reason == imperatorv1alpha1.ReasonReservationPriorityClassMismatch
+	}
+	switch {
+	case mismatched(now) && (!mismatched(was) || was.Message != now.Message):
+		return transitionEvent{corev1.EventTypeWarning, now.Reason, now.Message}, true
+	case mismatched(was) && !mismatched(now) && now != nil && now.Status == metav1.ConditionTrue:
+		return transitionEvent{corev1.EventTypeNormal, now.Reason,
+			fmt.Sprintf("PriorityClass %s is the agent's again: %s", priorityClass, now.Message)}, true
+	}
+	return transitionEvent{}, false
 }
 
 // setStatus writes the usage and the conditions into status. Usage is kept as
