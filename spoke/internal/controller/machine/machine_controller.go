@@ -80,7 +80,9 @@ func (o *Options) complete() error {
 // CacheOptions restricts the manager's cache to what the Machine controller
 // reads: pods carrying a machine-group label (guests and reservations), and
 // StatefulSets and Services of the agent's namespace. Nodes are read whole
-// (the node-pool controller needs every one). Pass it as
+// (the node-pool controller needs every one), and so are PriorityClasses: a
+// cluster has a handful, and the controller watches the reservation one by
+// its configured name, which this function does not know. Pass it as
 // cache.Options.ByObject when no other component needs the rest.
 func CacheOptions(namespace string) map[client.Object]cache.ByObject {
 	grouped, _ := labels.NewRequirement(imperatorv1alpha1.MachineGroupKey, selection.Exists, nil)
