@@ -10,7 +10,10 @@
 // step with the pool mode and the node's health, removes everything it put on
 // a node when that node leaves the pool, changes type, stops being tainted or
 // the pool is deleted (finalizer), and reports each node in the
-// MachineNodePool status. Every key under imperator.tenzen-y.io/ on a Node is
+// MachineNodePool status. When a listed node turns Missing (it does not
+// exist) or Conflict (an older pool lists it and owns it), a Warning event
+// says so on the Machine, once per change; a Normal event follows when such a
+// node joins the pool. Every key under imperator.tenzen-y.io/ on a Node is
 // this package's; nothing else on a node is touched, and a node is written
 // only when something changes.
 //

@@ -181,9 +181,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	}
 
 	original := pool.DeepCopy()
+	var results []nodeResult
 	defer func() {
-		if err := patchStatus(ctx, c, original, pool); err != nil {
+		written, err := patchStatus(ctx, c, original, pool)
+		if err != nil {
 			reterr = errors.Join(reterr, err)
+		}
+		if written {
+			// The status was patched over the version it was compared with
+			// (optimistic lock), so each change of a node's condition is
+			// reported once, however stale the cache was.
+			recordNodeEvents(cl.GetEventRecorder(ControllerName), pool, nodeEvents(original.Status.NodePool, results))
 		}
 	}()
 
@@ -232,8 +240,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, c client.Client, live 
 // nodeResult is what happened to one listed node.
 type nodeResult struct {
 	status imperatorv1alpha1.NodePoolStatus
-	// owner names the pool the node belongs to when it is not this one.
-	owner string
+	// owner names the pool the node belongs to when it is not this one, and
+	// ownerMachine the Machine controlling that pool, if any.
+	owner, ownerMachine string
 	// failed is set when the node could not be written.
 	failed bool
 }
@@ -241,59 +250,62 @@ type nodeResult struct {
 // configureNodes brings every listed node this pool owns to its desired state.
 // requeue reports a lost optimistic-lock race.
 func (r *Reconciler) configureNodes(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool) ([]nodeResult, bool, error) {
-	log := ctrl.LoggerFrom(ctx)
-	results := make([]nodeResult, 0, len(pool.Spec.NodePool))
-	var errs []error
-	requeue := false
-	for _, entry := range pool.Spec.NodePool {
-		result := nodeResult{status: imperatorv1alpha1.NodePoolStatus{Name: entry.Name}}
-		if len(entry.MachineType) > 0 {
-			result.status.MachineType = entry.MachineType[0].Name
-		}
-
-		node := &corev1.Node{}
-		if err := c.Get(ctx, client.ObjectKey{Name: entry.Name}, node); err != nil {
-			if !apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("getting node %s: %w", entry.Name, err))
-				result.failed = true
-			}
-			result.status.Condition = imperatorv1alpha1.NodeConditionMissing
-			results = append(results, result)
-			continue
-		}
-
-		owner, err := ownerOf(ctx, c, entry.Name)
-		if err != nil {
-			// Without knowing the owner, writing the node could take it from
-			// another pool: report its health and retry instead.
-			errs = append(errs, err)
-			result.failed = true
-			result.status.Condition = conditionOf(Health(node, entry.Mode))
-			results = append(results, result)
-			continue
-		}
-		if owner != "" && owner != pool.Name {
-			result.owner = owner
-			result.status.Condition = imperatorv1alpha1.NodeConditionConflict
-			results = append(results, result)
-			continue
-		}
-
-		state := Health(node, entry.Mode)
-		result.status.Condition = conditionOf(state)
-		changed, err := patchNode(ctx, c, node, DesiredState(entry, pool.Spec.MachineGroup, state))
-		switch {
-		case apierrors.IsConflict(err):
-			requeue = true
-		case err != nil:
-			errs = append(errs, err)
-			result.failed = true
-		case changed:
-			log.V(1).Info("Configured node", "node", klog.KObj(node), "machineNodePool", klog.KObj(pool), "state", state)
-		}
-		results = append(results, result)
+	results := make([]nodeResult, len(pool.Spec.NodePool))
+	conflicts := make([]bool, len(pool.Spec.NodePool))
+	errs := make([]error, len(pool.Spec.NodePool))
+	for i, entry := range pool.Spec.NodePool {
+		results[i], conflicts[i], errs[i] = configureNode(ctx, c, pool, entry)
 	}
-	return results, requeue, errors.Join(errs...)
+	return results, slices.Contains(conflicts, true), errors.Join(errs...)
+}
+
+// configureNode brings one listed node to its desired state when this pool
+// owns it, and says what became of it. conflict reports a lost
+// optimistic-lock race.
+func configureNode(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool, entry imperatorv1alpha1.NodePool) (_ nodeResult, conflict bool, _ error) {
+	result := nodeResult{status: imperatorv1alpha1.NodePoolStatus{Name: entry.Name}}
+	if len(entry.MachineType) > 0 {
+		result.status.MachineType = entry.MachineType[0].Name
+	}
+
+	node := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: entry.Name}, node); err != nil {
+		result.status.Condition = imperatorv1alpha1.NodeConditionMissing
+		if !apierrors.IsNotFound(err) {
+			result.failed = true
+			return result, false, fmt.Errorf("getting node %s: %w", entry.Name, err)
+		}
+		return result, false, nil
+	}
+
+	owner, err := ownerOf(ctx, c, entry.Name)
+	if err != nil {
+		// Without knowing the owner, writing the node could take it from
+		// another pool: report its health and retry instead.
+		result.failed = true
+		result.status.Condition = conditionOf(Health(node, entry.Mode))
+		return result, false, err
+	}
+	if owner != nil && owner.Name != pool.Name {
+		result.owner = owner.Name
+		result.ownerMachine = controllingMachine(owner)
+		result.status.Condition = imperatorv1alpha1.NodeConditionConflict
+		return result, false, nil
+	}
+
+	state := Health(node, entry.Mode)
+	result.status.Condition = conditionOf(state)
+	changed, err := patchNode(ctx, c, node, DesiredState(entry, pool.Spec.MachineGroup, state))
+	switch {
+	case apierrors.IsConflict(err):
+		return result, true, nil
+	case err != nil:
+		result.failed = true
+		return result, false, err
+	case changed:
+		ctrl.LoggerFrom(ctx).V(1).Info("Configured node", "node", klog.KObj(node), "machineNodePool", klog.KObj(pool), "state", state)
+	}
+	return result, false, nil
 }
 
 // releaseNodes takes everything this package put on a node off the nodes
@@ -301,7 +313,6 @@ func (r *Reconciler) configureNodes(ctx context.Context, c client.Client, pool *
 // pool lists. When the pool is being deleted (keep is nil), the listed nodes,
 // read through live, are released too.
 func (r *Reconciler) releaseNodes(ctx context.Context, c client.Client, live client.Reader, pool *imperatorv1alpha1.MachineNodePool, keep map[string]bool) (bool, error) {
-	log := ctrl.LoggerFrom(ctx)
 	group := pool.Spec.MachineGroup
 	annotated := &corev1.NodeList{}
 	if err := c.List(ctx, annotated, client.MatchingFields{NodeMachineGroupKey: group}); err != nil {
@@ -326,40 +337,49 @@ func (r *Reconciler) releaseNodes(ctx context.Context, c client.Client, live cli
 		}
 	}
 
-	var errs []error
-	requeue := false
-	for _, node := range candidates {
-		if keep[node.Name] {
-			continue
-		}
-		owner, err := ownerOf(ctx, c, node.Name)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if owner != "" && owner != pool.Name {
-			// The pool that owns the node now rewrites it.
-			continue
-		}
-		changed, err := patchNode(ctx, c, node, OwnedState{})
-		switch {
-		case apierrors.IsConflict(err):
-			requeue = true
-		case err != nil:
-			errs = append(errs, err)
-		case changed:
-			log.V(1).Info("Released node", "node", klog.KObj(node), "machineNodePool", klog.KObj(pool))
+	var release []*corev1.Node
+	for name, node := range candidates {
+		if !keep[name] {
+			release = append(release, node)
 		}
 	}
-	return requeue, errors.Join(errs...)
+	errs := make([]error, len(release))
+	conflicts := make([]bool, len(release))
+	for i, node := range release {
+		conflicts[i], errs[i] = releaseNode(ctx, c, pool, node)
+	}
+	return slices.Contains(conflicts, true), errors.Join(errs...)
 }
 
-// ownerOf is the oldest live pool listing node (ties broken by name), or ""
+// releaseNode takes everything this package put on node off it unless
+// another live pool owns it. conflict reports a lost optimistic-lock race.
+func releaseNode(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool, node *corev1.Node) (conflict bool, _ error) {
+	owner, err := ownerOf(ctx, c, node.Name)
+	if err != nil {
+		return false, err
+	}
+	if owner != nil && owner.Name != pool.Name {
+		// The pool that owns the node now rewrites it.
+		return false, nil
+	}
+	changed, err := patchNode(ctx, c, node, OwnedState{})
+	switch {
+	case apierrors.IsConflict(err):
+		return true, nil
+	case err != nil:
+		return false, err
+	case changed:
+		ctrl.LoggerFrom(ctx).V(1).Info("Released node", "node", klog.KObj(node), "machineNodePool", klog.KObj(pool))
+	}
+	return false, nil
+}
+
+// ownerOf is the oldest live pool listing node (ties broken by name), or nil
 // when none does.
-func ownerOf(ctx context.Context, c client.Reader, node string) (string, error) {
+func ownerOf(ctx context.Context, c client.Reader, node string) (*imperatorv1alpha1.MachineNodePool, error) {
 	pools := &imperatorv1alpha1.MachineNodePoolList{}
 	if err := c.List(ctx, pools, client.MatchingFields{PoolNodeNameKey: node}); err != nil {
-		return "", fmt.Errorf("listing the MachineNodePools of node %s: %w", node, err)
+		return nil, fmt.Errorf("listing the MachineNodePools of node %s: %w", node, err)
 	}
 	var owner *imperatorv1alpha1.MachineNodePool
 	for i := range pools.Items {
@@ -371,10 +391,7 @@ func ownerOf(ctx context.Context, c client.Reader, node string) (string, error) 
 			owner = pool
 		}
 	}
-	if owner == nil {
-		return "", nil
-	}
-	return owner.Name, nil
+	return owner, nil
 }
 
 func olderThan(a, b *imperatorv1alpha1.MachineNodePool) bool {

@@ -6,8 +6,11 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
@@ -81,13 +84,22 @@ func nameList(names []string) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxNamesInMessage], ", "), len(names)-maxNamesInMessage)
 }
 
-// patchStatus writes the status of pool when it differs from original's.
-func patchStatus(ctx context.Context, c client.Client, original, pool *imperatorv1alpha1.MachineNodePool) error {
+// patchStatus writes the status of pool when it differs from original's and
+// reports whether it did. The patch carries original's resourceVersion: when
+// the pool changed since the cache gave it (or the cache has not seen our
+// last write yet), nothing is written and the newer version, whose event
+// queues the pool again, is reconciled instead. So what is compared with is
+// what was last written, and a change is written, and reported, once.
+func patchStatus(ctx context.Context, c client.Client, original, pool *imperatorv1alpha1.MachineNodePool) (bool, error) {
 	if equality.Semantic.DeepEqual(original.Status, pool.Status) {
-		return nil
+		return false, nil
 	}
-	if err := c.Status().Patch(ctx, pool, client.MergeFrom(original)); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("patching the status of MachineNodePool %s: %w", pool.Name, err))
+	if err := c.Status().Patch(ctx, pool, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) {
+			ctrl.LoggerFrom(ctx).V(1).Info("MachineNodePool changed while reconciling, status left to the next reconcile", "machineNodePool", klog.KObj(pool))
+			return false, nil
+		}
+		return false, client.IgnoreNotFound(fmt.Errorf("patching the status of MachineNodePool %s: %w", pool.Name, err))
 	}
-	return nil
+	return true, nil
 }

@@ -431,8 +431,21 @@ var _ = Describe("Node-pool controller", func() {
 				g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
 				out[obj.GetName()] = obj.GetResourceVersion()
 			}
+			// Events are writes too: the one about the missing node is
+			// neither sent again nor counted again in a series.
+			evs, eventVersions := machineEvents(ctx, g, "steady")
+			for i, ev := range evs {
+				out["event "+ev.Reason+" "+ev.Node] = eventVersions[i]
+			}
 			return out
 		}
+		Eventually(func(g Gomega) {
+			evs, _ := machineEvents(ctx, g, "steady")
+			g.Expect(evs).To(ConsistOf(machineEvent{
+				Type: corev1.EventTypeWarning, Reason: "NodeMissing", Node: "steady-missing", Count: 1,
+				Note: "node steady-missing listed in spec.nodePool does not exist",
+			}))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 		settled := resourceVersions(Default)
 		Consistently(resourceVersions).WithTimeout(3 * time.Second).WithPolling(200 * time.Millisecond).Should(Equal(settled))
 
