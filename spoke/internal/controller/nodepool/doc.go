@@ -13,7 +13,8 @@
 // MachineNodePool status. When a listed node turns Missing (it does not
 // exist) or Conflict (an older pool lists it and owns it), a Warning event
 // says so on the Machine, once per change; a Normal event follows when such a
-// node joins the pool. Every key under imperator.tenzen-y.io/ on a Node is
+// node joins the pool. The nodes of a pool are written a few at a time.
+// Every key under imperator.tenzen-y.io/ on a Node is
 // this package's; nothing else on a node is touched, and a node is written
 // only when something changes.
 //

@@ -47,13 +47,28 @@ const conflictRetry = time.Second
 // oldest one; the others report it as Conflict and leave it alone, and a pool
 // takes nothing off a node that another live pool lists. So no two pools
 // ever write the same node back and forth.
+//
+// The nodes of one pool are written by up to nodeWorkers requests at a time:
+// each node is read, decided and patched on its own (the cache hands out
+// copies, and every call writes only its own slot of the results), so a large
+// pool does not wait for one round trip after the other.
 type Reconciler struct {
-	mgr mcmanager.Manager
+	mgr         mcmanager.Manager
+	nodeWorkers int
 }
+
+// DefaultNodeWorkers is how many nodes of one pool are written at a time. A
+// node patch is a round trip that mostly waits on the API server. On a
+// two-core test machine, where the API server's own CPU is soon the limit,
+// four in flight configure a 100-node pool in about 0.7 of the time one
+// after the other takes (BenchmarkConfigurePool: ~690 ms down to ~500 ms)
+// and eight do no better; four also keeps one pool's burst of writes small
+// next to the other writers of a busy cluster's API server.
+const DefaultNodeWorkers = 4
 
 // NewReconciler returns a node-pool Reconciler for the clusters of mgr.
 func NewReconciler(mgr mcmanager.Manager) *Reconciler {
-	return &Reconciler{mgr: mgr}
+	return &Reconciler{mgr: mgr, nodeWorkers: DefaultNodeWorkers}
 }
 
 // SetupWithManager registers the reconciler. It needs the indexes of
@@ -247,21 +262,23 @@ type nodeResult struct {
 	failed bool
 }
 
-// configureNodes brings every listed node this pool owns to its desired state.
-// requeue reports a lost optimistic-lock race.
+// configureNodes brings every listed node this pool owns to its desired state,
+// up to r.nodeWorkers nodes at a time. requeue reports a lost optimistic-lock
+// race.
 func (r *Reconciler) configureNodes(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool) ([]nodeResult, bool, error) {
 	results := make([]nodeResult, len(pool.Spec.NodePool))
 	conflicts := make([]bool, len(pool.Spec.NodePool))
 	errs := make([]error, len(pool.Spec.NodePool))
-	for i, entry := range pool.Spec.NodePool {
-		results[i], conflicts[i], errs[i] = configureNode(ctx, c, pool, entry)
-	}
+	forEach(len(pool.Spec.NodePool), r.nodeWorkers, func(i int) {
+		results[i], conflicts[i], errs[i] = configureNode(ctx, c, pool, pool.Spec.NodePool[i])
+	})
 	return results, slices.Contains(conflicts, true), errors.Join(errs...)
 }
 
 // configureNode brings one listed node to its desired state when this pool
 // owns it, and says what became of it. conflict reports a lost
-// optimistic-lock race.
+// optimistic-lock race. It reads pool and writes only the node: several run
+// at once.
 func configureNode(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool, entry imperatorv1alpha1.NodePool) (_ nodeResult, conflict bool, _ error) {
 	result := nodeResult{status: imperatorv1alpha1.NodePoolStatus{Name: entry.Name}}
 	if len(entry.MachineType) > 0 {
@@ -345,9 +362,9 @@ func (r *Reconciler) releaseNodes(ctx context.Context, c client.Client, live cli
 	}
 	errs := make([]error, len(release))
 	conflicts := make([]bool, len(release))
-	for i, node := range release {
-		conflicts[i], errs[i] = releaseNode(ctx, c, pool, node)
-	}
+	forEach(len(release), r.nodeWorkers, func(i int) {
+		conflicts[i], errs[i] = releaseNode(ctx, c, pool, release[i])
+	})
 	return slices.Contains(conflicts, true), errors.Join(errs...)
 }
 
