@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -269,7 +270,8 @@ func (r *Reconciler) configureNodes(ctx context.Context, c client.Client, pool *
 	results := make([]nodeResult, len(pool.Spec.NodePool))
 	conflicts := make([]bool, len(pool.Spec.NodePool))
 	errs := make([]error, len(pool.Spec.NodePool))
-	forEach(len(pool.Spec.NodePool), r.nodeWorkers, func(i int) {
+	// Every node is tried even when ctx ends: each call fails on its own then.
+	workqueue.ParallelizeUntil(context.Background(), max(1, r.nodeWorkers), len(pool.Spec.NodePool), func(i int) {
 		results[i], conflicts[i], errs[i] = configureNode(ctx, c, pool, pool.Spec.NodePool[i])
 	})
 	return results, slices.Contains(conflicts, true), errors.Join(errs...)
@@ -362,7 +364,7 @@ func (r *Reconciler) releaseNodes(ctx context.Context, c client.Client, live cli
 	}
 	errs := make([]error, len(release))
 	conflicts := make([]bool, len(release))
-	forEach(len(release), r.nodeWorkers, func(i int) {
+	workqueue.ParallelizeUntil(context.Background(), max(1, r.nodeWorkers), len(release), func(i int) {
 		conflicts[i], errs[i] = releaseNode(ctx, c, pool, release[i])
 	})
 	return slices.Contains(conflicts, true), errors.Join(errs...)

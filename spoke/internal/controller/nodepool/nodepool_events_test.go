@@ -2,7 +2,6 @@ package nodepool
 
 import (
 	"fmt"
-	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -104,27 +103,6 @@ func TestNodeEvents(t *testing.T) {
 			got := nodeEvents(tc.before, tc.results)
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(nodeEvent{})); diff != "" {
 				t.Errorf("nodeEvents (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func TestForEach(t *testing.T) {
-	cases := map[string]struct{ n, workers int }{
-		"none":                     {n: 0, workers: 4},
-		"sequential":               {n: 5, workers: 1},
-		"no workers configured":    {n: 5, workers: 0},
-		"fewer items than workers": {n: 2, workers: 4},
-		"many items":               {n: 100, workers: 4},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			calls := make([]atomic.Int32, tc.n)
-			forEach(tc.n, tc.workers, func(i int) { calls[i].Add(1) })
-			for i := range calls {
-				if got := calls[i].Load(); got != 1 {
-					t.Errorf("item %d: called %d times, want 1", i, got)
-				}
 			}
 		})
 	}
