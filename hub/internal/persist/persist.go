@@ -262,6 +262,11 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 			return err
 		}
 	}
+	if available && !c.Synced() {
+		// Hello without its Snapshot yet: the Snapshot, a moment later,
+		// is worth the write (and the interval's wait after it).
+		return nil
+	}
 	inv, err := p.inventory(ctx, mc)
 	if err != nil {
 		return err

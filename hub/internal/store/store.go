@@ -80,6 +80,10 @@ type Cluster struct {
 // Stale clusters never count as free capacity.
 func (c *Cluster) Stale() bool { return c.Restored || c.State != StateAvailable }
 
+// Synced is true once the spoke sent a Snapshot on the stream held here, so
+// that Machines are the spoke's current ones.
+func (c *Cluster) Synced() bool { return c.synced }
+
 // Machine returns the Machine with the given name.
 func (c *Cluster) Machine(name string) (*federationv1.Machine, bool) {
 	i, ok := slices.BinarySearchFunc(c.Machines, name, func(m *federationv1.Machine, n string) int {
