@@ -148,7 +148,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	}
 	st := store.New(nil, cfg.GracePeriod)
 	st.SetReplica(replica)
-	persister := persist.New(mgr.GetClient(), st, persist.Options{Interval: cfg.PersistInterval, Elected: mgr.Elected(), Log: log.WithName("persist")})
+	persister := persist.New(mgr.GetClient(), st, persist.Options{Interval: cfg.PersistInterval, Elected: mgr.Elected(), Reader: mgr.GetAPIReader(), Log: log.WithName("persist")})
 	if err := persister.Restore(ctx, direct); err != nil {
 		return err
 	}
@@ -197,7 +197,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 			srv.EndSession(cluster)
 			st.Remove(cluster)
 		}}),
-		(&persist.Follower{Client: mgr.GetClient(), Store: st, Started: started}).SetupWithManager(mgr),
+		(&persist.Follower{Client: mgr.GetClient(), Store: st, Started: started, EndStream: srv.EndStaleSession}).SetupWithManager(mgr),
 		mgr.AddHealthzCheck("ping", healthz.Ping),
 		mgr.AddReadyzCheck("ping", healthz.Ping),
 	); err != nil {

@@ -131,7 +131,7 @@ func Find(clusters []*store.Cluster, req Request, now time.Time) *queryv1.FindCa
 		case c.State != store.StateAvailable:
 			ex(queryv1.ExclusionReason_EXCLUSION_REASON_OFFLINE, OfflineMessage(c, now))
 		case c.Restored:
-			ex(queryv1.ExclusionReason_EXCLUSION_REASON_STALE, fmt.Sprintf("figures observed %s ago were restored after a hub restart and are not confirmed by the spoke yet", age(c.ObservedAt, now)))
+			ex(queryv1.ExclusionReason_EXCLUSION_REASON_STALE, fmt.Sprintf("figures observed %s ago were read back from the hub cluster and are not confirmed yet (the hub restarted or this replica just started)", age(c.ObservedAt, now)))
 		case !matched:
 			ex(queryv1.ExclusionReason_EXCLUSION_REASON_NO_SUCH_TYPE, req.describe())
 		case free == 0:

@@ -31,6 +31,13 @@ type Follower struct {
 	// Started is when this replica started: Leases renewed earlier do not
 	// prove that their holder is still running.
 	Started time.Time
+	// EndStream ends the Report stream of a cluster open here when its
+	// spoke reports to another replica now (optional).
+	EndStream func(cluster string)
+
+	// running are the replicas seen renewing a Lease since Started; only
+	// the controller's single worker touches it.
+	running map[string]bool
 }
 
 // SetupWithManager runs the Follower on every replica, leader or not.
@@ -44,7 +51,13 @@ func (f *Follower) SetupWithManager(mgr ctrl.Manager) error {
 			}
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: InventoryName(obj.GetNamespace())}}}
 		})).
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
+		// A ManagedCluster the cache had not seen when its inventory came.
+		Watches(&clusterv1.ManagedCluster{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetName(), Name: InventoryName(obj.GetName())}}}
+		})).
+		// One worker: running needs no lock, and the store orders updates
+		// per cluster anyway.
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
 		Complete(f)
 }
 
@@ -76,8 +89,26 @@ func (f *Follower) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 		return reconcile.Result{}, fmt.Errorf("getting Lease %s/%s: %w", name, LeaseName, err)
 	}
 	peer := peerOf(inv, lease, f.Started)
+	if peer.Live && peer.Replica != "" && !f.running[peer.Replica] {
+		// One renewal proves the replica runs: its other clusters are
+		// current too, without waiting for each of their renewals.
+		if f.running == nil {
+			f.running = map[string]bool{}
+		}
+		f.running[peer.Replica] = true
+		f.Store.ConfirmReplica(peer.Replica)
+	}
+	peer.Live = peer.Live || f.running[peer.Replica]
 	if f.Store.Observe(name, peer) {
-		ctrl.LoggerFrom(ctx).Info("Spoke reconnected to another hub replica; the stream held here is stale", "cluster", name, "replica", peer.Replica)
+		ctrl.LoggerFrom(ctx).Info("Spoke reports to another hub replica now; ending its stream here", "cluster", name, "replica", peer.Replica)
+		if f.EndStream != nil {
+			f.EndStream(name)
+		}
+	}
+	// The ManagedCluster may have gone meanwhile, and the deregistration
+	// with it: make sure the cluster does not stay in the index.
+	if err := f.Client.Get(ctx, client.ObjectKey{Name: name}, mc); apierrors.IsNotFound(err) || (err == nil && !mc.DeletionTimestamp.IsZero()) {
+		f.Store.Remove(name)
 	}
 	return reconcile.Result{}, nil
 }

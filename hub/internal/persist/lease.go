@@ -23,34 +23,72 @@ import (
 // spoke. Other replicas judge the cluster's liveness from it.
 const LeaseName = "imperator-spoke"
 
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;patch
+// Only the spokes' Leases (list and watch by metadata.name field selector);
+// creating cannot be limited by name.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,resourceNames=imperator-spoke,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=create
 
-// RenewInterval is how often the serving replica renews a cluster's Lease
-// while heartbeats arrive: a quarter of the grace period, so that a few lost
-// writes do not make other replicas think the cluster silent.
-func RenewInterval(grace time.Duration) time.Duration { return max(grace/4, 100*time.Millisecond) }
+// RenewInterval is how often the serving replica looks at a cluster's Lease
+// while heartbeats arrive, and how much newer than the Lease a heartbeat
+// must be to be written: an eighth of the grace period. A renewal is then at
+// most two intervals and one spoke heartbeat old when written (15 s of the
+// default 40 s grace with 5 s heartbeats), which leaves room for a slow API
+// server before other replicas would think the cluster silent.
+func RenewInterval(grace time.Duration) time.Duration { return max(grace/8, 100*time.Millisecond) }
 
-// renewLeases queues the clusters whose streams are open here every
-// RenewInterval, so that their Leases follow the heartbeats.
+// renewLeases queues the Lease renewal of every cluster whose stream is open
+// here, every RenewInterval.
 func (p *Persister) renewLeases(ctx context.Context) {
 	wait.UntilWithContext(ctx, func(context.Context) {
 		for _, c := range p.store.List() {
 			if c.Connected && p.store.Local(c) {
-				p.queue.Add(c.Name)
+				p.queue.Add(item{cluster: c.Name, lease: true})
 			}
 		}
 	}, RenewInterval(p.store.GracePeriod()))
 }
 
+// leaseHolder is who holds a Lease and when it was renewed.
+func leaseHolder(l *coordinationv1.Lease) (string, time.Time) {
+	var renewed time.Time
+	if l.Spec.RenewTime != nil {
+		renewed = l.Spec.RenewTime.Time
+	}
+	return ptr.Deref(l.Spec.HolderIdentity, ""), renewed
+}
+
+// movedAway reports whether another replica heard from the cluster's spoke
+// after this one did, reading the Lease from the API server.
+func (p *Persister) movedAway(ctx context.Context, c *store.Cluster) (bool, error) {
+	lease := &coordinationv1.Lease{}
+	if err := p.reader.Get(ctx, client.ObjectKey{Namespace: c.Name, Name: LeaseName}, lease); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("getting Lease %s/%s: %w", c.Name, LeaseName, err)
+	}
+	holder, renewed := leaseHolder(lease)
+	if holder != p.store.Replica() && renewed.After(c.LastHeartbeat) {
+		p.forget(c.Name)
+		p.log.V(1).Info("Not persisting a cluster another replica serves now", "cluster", c.Name, "replica", holder)
+		return true, nil
+	}
+	return false, nil
+}
+
 // renewLease writes the cluster's Lease when this replica does not hold it
 // yet, or when the spoke's last heartbeat is RenewInterval newer than it.
-func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *clusterv1.ManagedCluster) error {
+// It never takes the Lease from a replica that heard from the spoke later
+// (moved is then true: the stream open here is a leftover). Writes carry the
+// Lease's resourceVersion, so that a stale copy never hides the holder.
+func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *clusterv1.ManagedCluster) (moved bool, err error) {
 	self := p.store.Replica()
 	renew := metav1.NewMicroTime(c.LastHeartbeat)
+	duration := ptr.To(int32(p.store.GracePeriod().Round(time.Second) / time.Second))
 	cur, ok := p.leases[c.Name]
 	if !ok {
 		cur = &coordinationv1.Lease{}
-		err := p.client.Get(ctx, client.ObjectKey{Namespace: c.Name, Name: LeaseName}, cur)
+		err := p.reader.Get(ctx, client.ObjectKey{Namespace: c.Name, Name: LeaseName}, cur)
 		if apierrors.IsNotFound(err) {
 			lease := &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{
@@ -63,44 +101,47 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 				},
 				Spec: coordinationv1.LeaseSpec{
 					HolderIdentity:       ptr.To(self),
-					LeaseDurationSeconds: ptr.To(int32(p.store.GracePeriod().Round(time.Second) / time.Second)),
+					LeaseDurationSeconds: duration,
 					AcquireTime:          ptr.To(renew),
 					RenewTime:            ptr.To(renew),
 				},
 			}
 			if err := p.client.Create(ctx, lease); err != nil {
-				return fmt.Errorf("creating Lease %s/%s: %w", c.Name, LeaseName, err)
+				// AlreadyExists: another replica made it; read it next time.
+				return false, fmt.Errorf("creating Lease %s/%s: %w", c.Name, LeaseName, err)
 			}
 			p.leases[c.Name] = lease
-			return nil
+			return false, nil
 		}
 		if err != nil {
-			return fmt.Errorf("getting Lease %s/%s: %w", c.Name, LeaseName, err)
+			return false, fmt.Errorf("getting Lease %s/%s: %w", c.Name, LeaseName, err)
 		}
 	}
-	holder := ptr.Deref(cur.Spec.HolderIdentity, "")
-	renewed := time.Time{}
-	if cur.Spec.RenewTime != nil {
-		renewed = cur.Spec.RenewTime.Time
-	}
-	if holder == self && c.LastHeartbeat.Sub(renewed) < RenewInterval(p.store.GracePeriod()) {
+	holder, renewed := leaseHolder(cur)
+	switch {
+	case holder != self && renewed.After(c.LastHeartbeat):
+		p.forget(c.Name)
+		p.log.Info("Spoke reports to another hub replica now; leaving its Lease", "cluster", c.Name, "replica", holder)
+		return true, nil
+	case holder == self && c.LastHeartbeat.Sub(renewed) < RenewInterval(p.store.GracePeriod()):
 		p.leases[c.Name] = cur
-		return nil
+		return false, nil
 	}
 	next := cur.DeepCopy()
 	next.Spec.HolderIdentity = ptr.To(self)
 	next.Spec.RenewTime = ptr.To(renew)
-	next.Spec.LeaseDurationSeconds = ptr.To(int32(p.store.GracePeriod().Round(time.Second) / time.Second))
+	next.Spec.LeaseDurationSeconds = duration
 	if holder != self {
 		next.Spec.AcquireTime = ptr.To(renew)
 		next.Spec.LeaseTransitions = ptr.To(ptr.Deref(cur.Spec.LeaseTransitions, 0) + 1)
 	}
-	if err := p.client.Patch(ctx, next, client.MergeFrom(cur)); err != nil {
+	if err := p.client.Patch(ctx, next, client.MergeFromWithOptions(cur, client.MergeFromWithOptimisticLock{})); err != nil {
+		// A conflict: someone wrote it since; the retry reads it afresh.
 		delete(p.leases, c.Name)
-		return fmt.Errorf("renewing Lease %s/%s: %w", c.Name, LeaseName, err)
+		return false, fmt.Errorf("renewing Lease %s/%s: %w", c.Name, LeaseName, err)
 	}
 	p.leases[c.Name] = next
-	return nil
+	return false, nil
 }
 
 // peerOf is what an inventory and its Lease say about a cluster; the Lease

@@ -50,7 +50,18 @@ type Options struct {
 	// Elected is closed once this replica leads (the manager's Elected()).
 	// Nil: this replica is the only one and always leads.
 	Elected <-chan struct{}
-	Log     logr.Logger
+	// Reader reads from the API server, past the cache, where a decision
+	// must not rest on a stale copy (who holds a cluster's Lease); the
+	// client when nil.
+	Reader client.Reader
+	Log    logr.Logger
+}
+
+// item is a unit of the Persister's work: a cluster's full write, or the
+// renewal of its Lease alone.
+type item struct {
+	cluster string
+	lease   bool
 }
 
 // Persister writes the store's clusters to the API server, a
@@ -60,8 +71,9 @@ type Persister struct {
 	store    *store.Store
 	interval time.Duration
 	elected  <-chan struct{}
+	reader   client.Reader
 	log      logr.Logger
-	queue    workqueue.TypedDelayingInterface[string]
+	queue    workqueue.TypedRateLimitingInterface[item]
 	// last is the ClusterInventory and leases the Lease as last read or
 	// written, per cluster; only the worker goroutine (and Restore, before
 	// Start) touch them.
@@ -87,12 +99,13 @@ func (p *Persister) wrote(cluster string) {
 	p.written[cluster] = time.Now()
 }
 
+// forget drops what the worker remembers of cluster.
 func (p *Persister) forget(cluster string) {
+	delete(p.last, cluster)
+	delete(p.leases, cluster)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.written, cluster)
-	delete(p.last, cluster)
-	delete(p.leases, cluster)
 }
 
 // New returns a Persister that listens to st's changes.
@@ -105,22 +118,27 @@ func New(c client.Client, st *store.Store, opts Options) *Persister {
 		close(always)
 		opts.Elected = always
 	}
+	if opts.Reader == nil {
+		opts.Reader = c
+	}
 	p := &Persister{
 		client:   c,
 		store:    st,
 		interval: opts.Interval,
 		elected:  opts.Elected,
+		reader:   opts.Reader,
 		log:      opts.Log,
-		queue:    workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "hub_persist"}),
-		last:     map[string]*imperatorv1alpha1.ClusterInventory{},
-		leases:   map[string]*coordinationv1.Lease{},
-		written:  map[string]time.Time{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
+			workqueue.TypedRateLimitingQueueConfig[item]{Name: "hub_persist"}),
+		last:    map[string]*imperatorv1alpha1.ClusterInventory{},
+		leases:  map[string]*coordinationv1.Lease{},
+		written: map[string]time.Time{},
 	}
 	// A change is written at once when the cluster was not written for an
 	// interval, else when the interval is over; further changes in between
 	// join it (the delaying queue keeps one entry per cluster, due at the
 	// earliest time asked).
-	st.OnChange(func(cluster string) { p.queue.AddAfter(cluster, p.nextWrite(cluster)) })
+	st.OnChange(func(cluster string) { p.queue.AddAfter(item{cluster: cluster}, p.nextWrite(cluster)) })
 	return p
 }
 
@@ -202,20 +220,33 @@ func (p *Persister) Start(ctx context.Context) error {
 		case <-ctx.Done():
 		case <-p.elected:
 			for _, c := range p.store.List() {
-				p.queue.Add(c.Name)
+				p.queue.Add(item{cluster: c.Name})
 			}
 		}
 	}()
 	for {
-		cluster, shutdown := p.queue.Get()
+		it, shutdown := p.queue.Get()
 		if shutdown {
 			break
 		}
-		if err := p.sync(ctx, cluster); err != nil {
-			p.log.Error(err, "Persisting cluster failed; retrying", "cluster", cluster)
-			p.queue.AddAfter(cluster, p.interval)
+		var err error
+		if it.lease {
+			err = p.renew(ctx, it.cluster)
+		} else {
+			err = p.sync(ctx, it.cluster)
 		}
-		p.queue.Done(cluster)
+		switch {
+		case err == nil:
+			p.queue.Forget(it)
+		case apierrors.IsConflict(err):
+			// Someone wrote since we read: read again and retry soon.
+			p.log.V(1).Info("Persisting cluster raced another writer; retrying", "cluster", it.cluster, "lease", it.lease)
+			p.queue.AddRateLimited(it)
+		default:
+			p.log.Error(err, "Persisting cluster failed; retrying", "cluster", it.cluster, "lease", it.lease)
+			p.queue.AddRateLimited(it)
+		}
+		p.queue.Done(it)
 	}
 	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()
@@ -246,21 +277,29 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 		}
 		return nil
 	}
-	available := c.State == store.StateAvailable
-	msg := availabilityMessage(available, p.store.GracePeriod())
-	mc, err := registry.SetAvailable(ctx, p.client, name, available, msg)
-	if err != nil {
-		return err
-	}
-	if mc == nil {
-		// Deregistered: do not recreate its namespace and inventory.
-		p.log.V(1).Info("Not persisting a cluster without ManagedCluster", "cluster", name)
-		return nil
-	}
-	if c.Connected {
-		if err := p.renewLease(ctx, c, mc); err != nil {
+	if !c.Connected {
+		// The stream ended here: the spoke may be on another replica by
+		// now, whose writes must not be overwritten with older figures
+		// (this replica's cache may not show them yet, or be stopped).
+		moved, err := p.movedAway(ctx, c)
+		if err != nil || moved {
 			return err
 		}
+	}
+	mc, err := p.managedCluster(ctx, name)
+	if err != nil || mc == nil {
+		return err
+	}
+	if c.Connected {
+		// First, so that a failing status write never lets it lapse.
+		if moved, err := p.renewLease(ctx, c, mc); err != nil || moved {
+			return err
+		}
+	}
+	available := c.State == store.StateAvailable
+	msg := availabilityMessage(available, p.store.GracePeriod())
+	if _, err := registry.SetAvailable(ctx, p.client, name, available, msg); err != nil {
+		return err
 	}
 	if available && !c.Synced() {
 		// Hello without its Snapshot yet: the Snapshot, a moment later,
@@ -288,7 +327,10 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	if next.Status.LastHeartbeatTime == nil {
 		next.Status.LastHeartbeatTime = heartbeat
 	}
-	if err := p.client.Status().Patch(ctx, next, client.MergeFrom(inv)); err != nil {
+	// Optimistic lock: a write by anyone else since inv was read (the
+	// leader marking the cluster Unknown, a replica the spoke left) makes
+	// this one read again rather than patch over it unseen.
+	if err := p.client.Status().Patch(ctx, next, client.MergeFromWithOptions(inv, client.MergeFromWithOptimisticLock{})); err != nil {
 		delete(p.last, name)
 		return fmt.Errorf("patching ClusterInventory %s/%s status: %w", name, InventoryName(name), err)
 	}
@@ -296,6 +338,40 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	p.wrote(name)
 	p.log.V(2).Info("Persisted inventory", "cluster", name, "generation", c.Generation)
 	return nil
+}
+
+// managedCluster returns the cluster's ManagedCluster, from the cache or
+// else the API server; nil when it does not exist (deregistered: nothing of
+// it is written any more).
+func (p *Persister) managedCluster(ctx context.Context, name string) (*clusterv1.ManagedCluster, error) {
+	mc := &clusterv1.ManagedCluster{}
+	err := p.client.Get(ctx, client.ObjectKey{Name: name}, mc)
+	if apierrors.IsNotFound(err) {
+		// Just joined: the cache may not have seen it yet.
+		err = p.reader.Get(ctx, client.ObjectKey{Name: name}, mc)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		p.log.V(1).Info("Not persisting a cluster without ManagedCluster", "cluster", name)
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading ManagedCluster %q: %w", name, err)
+	}
+	return mc, nil
+}
+
+// renew renews the Lease of a cluster whose stream is open here.
+func (p *Persister) renew(ctx context.Context, name string) error {
+	c, ok := p.store.Get(name)
+	if !ok || !c.Connected || !p.store.Local(c) {
+		return nil
+	}
+	mc, err := p.managedCluster(ctx, name)
+	if err != nil || mc == nil {
+		return err
+	}
+	_, err = p.renewLease(ctx, c, mc)
+	return err
 }
 
 // markUnknown sets the Available conditions of a cluster another replica

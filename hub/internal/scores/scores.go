@@ -20,10 +20,12 @@
 //
 // Freshness: while a cluster is Available its scores carry validUntil =
 // now + ValidFor and are refreshed before they expire. When a cluster goes
-// offline or its figures are stale (restored after a hub restart, not yet
-// confirmed) validUntil is set to now, so Placement ignores its scores at
-// once. Writes happen only when the scores or the validity change, at most
-// once per MinInterval per cluster.
+// offline validUntil is set to now, so Placement ignores its scores at once.
+// Figures read back from the hub cluster and not confirmed yet (after a hub
+// restart, or on a replica that just took the lead) change nothing: the
+// published scores run out on their own unless the cluster reports again.
+// Writes happen only when the scores or the validity change, at most once
+// per MinInterval per cluster.
 package scores
 
 import (
@@ -169,6 +171,12 @@ func (p *Publisher) sync(ctx context.Context, name string, now time.Time) (time.
 		// The cluster is gone; its namespace (and the score) go with its
 		// ManagedCluster.
 		delete(p.written, name)
+		return 0, nil
+	}
+	if c.Restored && c.State == store.StateAvailable {
+		// Figures nobody has confirmed since this replica started (it just
+		// took over, or the hub restarted): what was published stays, with
+		// its own validUntil, until the cluster reports or goes silent.
 		return 0, nil
 	}
 	want := published{scores: Scores(c), at: now}

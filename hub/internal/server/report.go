@@ -208,6 +208,20 @@ func (s *Server) EndSession(cluster string) {
 	}
 }
 
+// EndStaleSession ends the cluster's Report stream, if one is open here,
+// because the spoke reports to another hub replica now: what is left here
+// is a connection the spoke gave up (the spoke would reconnect if not).
+func (s *Server) EndStaleSession(cluster string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sess, ok := s.sessions[cluster]; ok {
+		sess.reason = status.Error(codes.Aborted, "the spoke reports to another hub replica now")
+		close(sess.ended)
+		delete(s.sessions, cluster)
+		s.metrics.connectedSpokes.Dec()
+	}
+}
+
 func (s *Server) openSession(cluster string) *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()

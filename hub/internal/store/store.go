@@ -350,6 +350,10 @@ type Peer struct {
 func (s *Store) Observe(name string, p Peer) (superseded bool) {
 	_, existed := s.Get(name)
 	s.update(name, func(c *Cluster) (Result, bool) {
+		if existed && p.Replica != "" && p.Replica == s.replica {
+			// This replica's own write coming back: it knows better.
+			return Result{}, false
+		}
 		// Newer evidence: another replica heard from the spoke after we did.
 		moved := p.Replica != "" && p.Replica != s.replica && p.RenewTime.After(c.LastHeartbeat)
 		if c.Replica == s.replica && (c.Connected || c.synced) {
@@ -382,6 +386,31 @@ func (s *Store) Observe(name string, p Peer) (superseded bool) {
 		return Result{}, changed
 	})
 	return superseded
+}
+
+// ConfirmReplica records that the replica named replica is running (it
+// renewed a Lease after this one started): the figures of every cluster it
+// serves are current, not only those whose Lease was renewed since.
+func (s *Store) ConfirmReplica(replica string) {
+	s.mu.Lock()
+	var changed []string
+	for name, c := range s.clusters {
+		if c.Replica == replica && replica != s.replica && c.Restored {
+			next := *c
+			next.Restored = false
+			next.Connected = next.State == StateAvailable
+			s.clusters[name] = &next
+			changed = append(changed, name)
+		}
+	}
+	listeners := s.listeners
+	s.mu.Unlock()
+	sort.Strings(changed)
+	for _, name := range changed {
+		for _, l := range listeners {
+			l(name)
+		}
+	}
 }
 
 // EvaluateLiveness turns clusters silent past the grace period Unknown and

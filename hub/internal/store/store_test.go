@@ -400,3 +400,38 @@ func TestObserveNotifiesOnlyChanges(t *testing.T) {
 		t.Errorf("after a new generation: notified=%d generation=%d, want 2 and 4 with the new figures", notified, c.Generation)
 	}
 }
+
+func TestConfirmReplicaMakesAllItsClustersCurrent(t *testing.T) {
+	start := time.Unix(10_000, 0)
+	s := New(clocktesting.NewFakePassiveClock(start), 40*time.Second)
+	s.SetReplica("hub-a")
+	// Read back at start: renewed before this replica started, not live yet.
+	for _, name := range []string{"x", "y"} {
+		s.Observe(name, Peer{Inventory: Cluster{Generation: 1}, Replica: "hub-b", RenewTime: start.Add(-time.Second)})
+	}
+	s.Observe("z", Peer{Inventory: Cluster{Generation: 1}, Replica: "hub-c", RenewTime: start.Add(-time.Second)})
+	var notified []string
+	s.OnChange(func(name string) { notified = append(notified, name) })
+	s.ConfirmReplica("hub-b")
+	for name, wantStale := range map[string]bool{"x": false, "y": false, "z": true} {
+		c, _ := s.Get(name)
+		if c.Stale() != wantStale || c.Connected == wantStale {
+			t.Errorf("%s: stale=%t connected=%t, want stale=%t", name, c.Stale(), c.Connected, wantStale)
+		}
+	}
+	if diff := cmp.Diff([]string{"x", "y"}, notified); diff != "" {
+		t.Errorf("notified (-want +got):\n%s", diff)
+	}
+}
+
+func TestOwnLeaseEchoDoesNotReviveAClosedStream(t *testing.T) {
+	start := time.Unix(10_000, 0)
+	s := New(clocktesting.NewFakePassiveClock(start), 40*time.Second)
+	s.SetReplica("hub-a")
+	s.Connect("a", &federationv1.Hello{Epoch: 2}) // closed before its Snapshot
+	s.Disconnect("a")
+	s.Observe("a", Peer{Inventory: Cluster{Epoch: 1, Generation: 7}, Replica: "hub-a", RenewTime: start, Live: true})
+	if c, _ := s.Get("a"); c.Connected || c.Generation == 7 {
+		t.Errorf("connected=%t generation=%d after our own Lease came back, want false and the figures held here", c.Connected, c.Generation)
+	}
+}
