@@ -131,18 +131,28 @@ func registrationUID(u *url.URL, cluster string) (string, error) {
 	return uid, nil
 }
 
-// SpokeFromPeer returns the spoke identified by the verified client
-// certificate of the gRPC call in ctx.
-func SpokeFromPeer(ctx context.Context) (Spoke, error) {
+// VerifiedCertificate returns the verified client certificate of the gRPC
+// call in ctx, or ErrNoClientCertificate.
+func VerifiedCertificate(ctx context.Context) (*x509.Certificate, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return Spoke{}, ErrNoClientCertificate
+		return nil, ErrNoClientCertificate
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
-		return Spoke{}, ErrNoClientCertificate
+		return nil, ErrNoClientCertificate
 	}
-	return SpokeFromCertificate(info.State.VerifiedChains[0][0])
+	return info.State.VerifiedChains[0][0], nil
+}
+
+// SpokeFromPeer returns the spoke identified by the verified client
+// certificate of the gRPC call in ctx.
+func SpokeFromPeer(ctx context.Context) (Spoke, error) {
+	cert, err := VerifiedCertificate(ctx)
+	if err != nil {
+		return Spoke{}, err
+	}
+	return SpokeFromCertificate(cert)
 }
 
 type spokeKey struct{}

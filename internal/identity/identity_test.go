@@ -1,12 +1,17 @@
 package identity
 
 import (
+	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"net/url"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 )
 
 func mustURL(t *testing.T, raw string) *url.URL {
@@ -129,5 +134,41 @@ func TestRegistrationURIIsReadBack(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("spoke (-want +got):\n%s", diff)
+	}
+}
+
+func TestVerifiedCertificate(t *testing.T) {
+	leaf := &x509.Certificate{Subject: pkix.Name{CommonName: "alice"}}
+	cases := map[string]struct {
+		ctx      context.Context
+		wantCert *x509.Certificate
+	}{
+		"no peer": {ctx: context.Background()},
+		"peer without TLS": {
+			ctx: peer.NewContext(context.Background(), &peer.Peer{}),
+		},
+		"TLS peer without a verified client certificate": {
+			ctx: peer.NewContext(context.Background(), &peer.Peer{AuthInfo: credentials.TLSInfo{}}),
+		},
+		"TLS peer with a verified client certificate": {
+			ctx: peer.NewContext(context.Background(), &peer.Peer{AuthInfo: credentials.TLSInfo{
+				State: tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{leaf, {}}}},
+			}}),
+			wantCert: leaf,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cert, err := VerifiedCertificate(tc.ctx)
+			if tc.wantCert == nil {
+				if !errors.Is(err, ErrNoClientCertificate) {
+					t.Errorf("VerifiedCertificate() error = %v, want ErrNoClientCertificate", err)
+				}
+				return
+			}
+			if err != nil || cert != tc.wantCert {
+				t.Errorf("VerifiedCertificate() = %v, %v; want the chain's leaf", cert, err)
+			}
+		})
 	}
 }

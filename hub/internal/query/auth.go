@@ -3,12 +3,9 @@ package query
 import (
 	"context"
 	"crypto/x509"
-	"errors"
 	"slices"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/imperator-federation/imperator/internal/identity"
@@ -67,21 +64,13 @@ func RoleOf(cert *x509.Certificate) Role {
 	}
 }
 
-// errNoCertificate is returned for calls without a verified client certificate.
-var errNoCertificate = errors.New("no verified client certificate")
-
 // callerOf returns the common name and role of the verified client
 // certificate of the call in ctx.
 func callerOf(ctx context.Context) (string, Role, error) {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return "", RoleNone, errNoCertificate
+	cert, err := identity.VerifiedCertificate(ctx)
+	if err != nil {
+		return "", RoleNone, err
 	}
-	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
-		return "", RoleNone, errNoCertificate
-	}
-	cert := info.State.VerifiedChains[0][0]
 	return cert.Subject.CommonName, RoleOf(cert), nil
 }
 
