@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -123,6 +124,8 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if err != nil {
 		return fmt.Errorf("loading serving certificate: %w", err)
 	}
+	clientCAs := x509.NewCertPool()
+	clientCAs.AddCert(ca.Cert)
 
 	started := time.Now()
 	replica, err := replicaID()
@@ -169,7 +172,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		ListenAddress: cfg.ListenAddress,
 		TLS: identity.ServerTLS(func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return &serving, nil
-		}, poolOf(ca.Cert.Raw)),
+		}, clientCAs),
 		Store: st,
 		Joiner: &join.Service{
 			Tokens:   tokens,
