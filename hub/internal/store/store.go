@@ -182,33 +182,46 @@ func (s *Store) List() []*Cluster {
 	return out
 }
 
-// update applies fn to a copy of the named cluster (a new one when absent)
-// and stores the copy. fn returns the result and whether listeners must hear
-// of the change.
-func (s *Store) update(name string, fn func(c *Cluster) (Result, bool)) Result {
+// update applies fn to a copy of the named cluster and stores the copy. An
+// absent cluster is created when create is true, else left absent (fn is not
+// called); fn learns whether the cluster existed. fn returns the result and
+// whether listeners must hear of the change.
+func (s *Store) update(name string, create bool, fn func(c *Cluster, existed bool) (Result, bool)) Result {
 	s.mu.Lock()
 	next := &Cluster{Name: name, State: StateUnknown}
-	if cur, ok := s.clusters[name]; ok {
+	cur, existed := s.clusters[name]
+	if !existed && !create {
+		s.mu.Unlock()
+		return Result{}
+	}
+	if existed {
 		copied := *cur
 		next = &copied
 	}
-	res, changed := fn(next)
+	res, changed := fn(next, existed)
 	s.clusters[name] = next
 	listeners := s.listeners
 	s.mu.Unlock()
 	if changed {
+		notify(listeners, name)
+	}
+	return res
+}
+
+// notify calls every listener with every name, outside the store's lock.
+func notify(listeners []func(cluster string), names ...string) {
+	for _, name := range names {
 		for _, l := range listeners {
 			l(name)
 		}
 	}
-	return res
 }
 
 // Connect records that a Report stream of the cluster opened with hello. The
 // spoke must send a Snapshot next: until then Deltas are refused.
 func (s *Store) Connect(name string, hello *federationv1.Hello) {
 	now := s.clock.Now()
-	s.update(name, func(c *Cluster) (Result, bool) {
+	s.update(name, true, func(c *Cluster, _ bool) (Result, bool) {
 		c.AgentVersion = hello.GetAgentVersion()
 		c.Capabilities = slices.Clone(hello.GetCapabilities())
 		c.Connected = true
@@ -227,10 +240,7 @@ func (s *Store) Connect(name string, hello *federationv1.Hello) {
 // and it stays Available until the grace period runs out. A cluster removed
 // meanwhile stays removed.
 func (s *Store) Disconnect(name string) {
-	if _, ok := s.Get(name); !ok {
-		return
-	}
-	s.update(name, func(c *Cluster) (Result, bool) {
+	s.update(name, false, func(c *Cluster, _ bool) (Result, bool) {
 		// A stream another replica took over is not this one's to close.
 		changed := c.Connected && c.Replica == s.replica
 		if changed {
@@ -249,9 +259,7 @@ func (s *Store) Remove(name string) {
 	listeners := s.listeners
 	s.mu.Unlock()
 	if ok {
-		for _, l := range listeners {
-			l(name)
-		}
+		notify(listeners, name)
 	}
 }
 
@@ -259,7 +267,7 @@ func (s *Store) Remove(name string) {
 // A Snapshot older than (or as old as) the one held in the same epoch is ignored.
 func (s *Store) ApplySnapshot(name string, epoch uint64, snap *federationv1.Snapshot) Result {
 	now := s.clock.Now()
-	return s.update(name, func(c *Cluster) (Result, bool) {
+	return s.update(name, true, func(c *Cluster, _ bool) (Result, bool) {
 		c.LastHeartbeat = now
 		if c.Epoch == epoch && c.synced && snap.GetGeneration() <= c.Generation {
 			return Result{Ack: true, Generation: c.Generation, Stale: true}, false
@@ -284,7 +292,7 @@ func (s *Store) ApplySnapshot(name string, epoch uint64, snap *federationv1.Snap
 // (once until the Snapshot arrives) when it cannot apply one.
 func (s *Store) ApplyDelta(name string, epoch uint64, delta *federationv1.Delta) Result {
 	now := s.clock.Now()
-	return s.update(name, func(c *Cluster) (Result, bool) {
+	return s.update(name, true, func(c *Cluster, _ bool) (Result, bool) {
 		c.LastHeartbeat = now
 		switch {
 		case c.resyncPending:
@@ -314,7 +322,7 @@ func (s *Store) ApplyDelta(name string, epoch uint64, delta *federationv1.Delta)
 // spoke is ahead of what the hub holds (a Delta was lost).
 func (s *Store) Heartbeat(name string, epoch uint64, hb *federationv1.Heartbeat) Result {
 	now := s.clock.Now()
-	return s.update(name, func(c *Cluster) (Result, bool) {
+	return s.update(name, true, func(c *Cluster, _ bool) (Result, bool) {
 		c.LastHeartbeat = now
 		changed := c.State != StateAvailable
 		c.State = StateAvailable
@@ -348,8 +356,7 @@ type Peer struct {
 // the last message of the stream open here: the spoke has moved, and that
 // stream is a leftover to end.
 func (s *Store) Observe(name string, p Peer) (superseded bool) {
-	_, existed := s.Get(name)
-	s.update(name, func(c *Cluster) (Result, bool) {
+	s.update(name, true, func(c *Cluster, existed bool) (Result, bool) {
 		if existed && p.Replica != "" && p.Replica == s.replica {
 			// This replica's own write coming back: it knows better.
 			return Result{}, false
@@ -406,11 +413,7 @@ func (s *Store) ConfirmReplica(replica string) {
 	listeners := s.listeners
 	s.mu.Unlock()
 	sort.Strings(changed)
-	for _, name := range changed {
-		for _, l := range listeners {
-			l(name)
-		}
-	}
+	notify(listeners, changed...)
 }
 
 // EvaluateLiveness turns clusters silent past the grace period Unknown and
@@ -435,11 +438,7 @@ func (s *Store) EvaluateLiveness() []string {
 	listeners := s.listeners
 	s.mu.Unlock()
 	sort.Strings(changed)
-	for _, name := range changed {
-		for _, l := range listeners {
-			l(name)
-		}
-	}
+	notify(listeners, changed...)
 	return changed
 }
 
