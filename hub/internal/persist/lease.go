@@ -92,12 +92,10 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 		if apierrors.IsNotFound(err) {
 			lease := &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{
-					Namespace: c.Name,
-					Name:      LeaseName,
-					Labels:    map[string]string{imperatorv1alpha1.Prefix + "cluster": c.Name},
-					OwnerReferences: []metav1.OwnerReference{{
-						APIVersion: clusterv1.GroupVersion.String(), Kind: "ManagedCluster", Name: mc.Name, UID: mc.UID,
-					}},
+					Namespace:       c.Name,
+					Name:            LeaseName,
+					Labels:          map[string]string{imperatorv1alpha1.Prefix + "cluster": c.Name},
+					OwnerReferences: ownedBy(mc),
 				},
 				Spec: coordinationv1.LeaseSpec{
 					HolderIdentity:       ptr.To(self),
@@ -149,10 +147,7 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 func peerOf(inv *imperatorv1alpha1.ClusterInventory, lease *coordinationv1.Lease, started time.Time) store.Peer {
 	peer := store.Peer{Inventory: clusterFromInventory(inv)}
 	if lease != nil {
-		peer.Replica = ptr.Deref(lease.Spec.HolderIdentity, "")
-		if lease.Spec.RenewTime != nil {
-			peer.RenewTime = lease.Spec.RenewTime.Time
-		}
+		peer.Replica, peer.RenewTime = leaseHolder(lease)
 		peer.Live = !started.IsZero() && peer.RenewTime.After(started)
 	}
 	return peer

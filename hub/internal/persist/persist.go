@@ -452,14 +452,9 @@ func (p *Persister) inventory(ctx context.Context, mc *clusterv1.ManagedCluster)
 		}
 		inv = &imperatorv1alpha1.ClusterInventory{
 			ObjectMeta: metav1.ObjectMeta{
-				Namespace: name,
-				Name:      InventoryName(name),
-				OwnerReferences: []metav1.OwnerReference{{
-					APIVersion: clusterv1.GroupVersion.String(),
-					Kind:       "ManagedCluster",
-					Name:       mc.Name,
-					UID:        mc.UID,
-				}},
+				Namespace:       name,
+				Name:            InventoryName(name),
+				OwnerReferences: ownedBy(mc),
 			},
 			Spec: imperatorv1alpha1.ClusterInventorySpec{ClusterName: name},
 		}
@@ -470,4 +465,10 @@ func (p *Persister) inventory(ctx context.Context, mc *clusterv1.ManagedCluster)
 	}
 	p.last[name] = inv
 	return inv, nil
+}
+
+// ownedBy is the owner reference that lets the garbage collector delete what
+// the hub writes for a cluster together with its ManagedCluster.
+func ownedBy(mc *clusterv1.ManagedCluster) []metav1.OwnerReference {
+	return []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "ManagedCluster", Name: mc.Name, UID: mc.UID}}
 }
