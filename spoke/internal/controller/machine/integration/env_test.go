@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -20,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
@@ -115,7 +111,7 @@ func startEnvironment(ctx context.Context, name string) (_ *environment, err err
 			err = errors.Join(err, e.stop())
 		}
 	}()
-	if err := installCRDs(e.Cluster.Config, filepath.Join(root, "deploy", "spoke", "crd")); err != nil {
+	if err := e.Cluster.InstallCRDs(ctx, filepath.Join(root, "deploy", "spoke", "crd")); err != nil {
 		return nil, err
 	}
 	if e.Client, err = client.New(e.Cluster.Config, client.Options{Scheme: scheme}); err != nil {
@@ -178,44 +174,4 @@ func (e *environment) stop() error {
 		errs = append(errs, e.Cluster.Stop())
 	}
 	return errors.Join(errs...)
-}
-
-// installCRDs installs the CRDs of dir. The API server of the harness
-// rejects the Machine CRD's CEL rules on spec.machineTypes[].spec.cpu and
-// .memory (estimated cost over budget); they validate input, which this
-// suite does not exercise, so they are left out here until the API fixes
-// them.
-func installCRDs(cfg *rest.Config, dir string) error {
-	read := &envtest.CRDInstallOptions{Paths: []string{dir}, ErrorIfPathMissing: true}
-	if err := envtest.ReadCRDFiles(read); err != nil {
-		return fmt.Errorf("reading CRDs from %s: %w", dir, err)
-	}
-	crds := read.CRDs
-	for _, crd := range crds {
-		for i := range crd.Spec.Versions {
-			if v := crd.Spec.Versions[i].Schema; v != nil {
-				dropQuantityRules(v.OpenAPIV3Schema)
-			}
-		}
-	}
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{CRDs: crds}); err != nil {
-		return fmt.Errorf("installing CRDs from %s: %w", dir, err)
-	}
-	return nil
-}
-
-func dropQuantityRules(schema *apiextensionsv1.JSONSchemaProps) {
-	if schema == nil {
-		return
-	}
-	schema.XValidations = slices.DeleteFunc(schema.XValidations, func(r apiextensionsv1.ValidationRule) bool {
-		return strings.Contains(r.Rule, "quantity(string(self))")
-	})
-	for k, p := range schema.Properties {
-		dropQuantityRules(&p)
-		schema.Properties[k] = p
-	}
-	if schema.Items != nil {
-		dropQuantityRules(schema.Items.Schema)
-	}
 }
