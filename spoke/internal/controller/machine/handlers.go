@@ -32,9 +32,15 @@ func enqueueGroup(ctx context.Context, name multicluster.ClusterName, cl cluster
 	if group == "" {
 		return
 	}
+	enqueueMachines(ctx, name, cl, q, client.MatchingLabels{imperatorv1alpha1.MachineGroupKey: group})
+}
+
+// enqueueMachines adds the Machines of the cluster's cache that match opts
+// (every one without opts) to the queue.
+func enqueueMachines(ctx context.Context, name multicluster.ClusterName, cl cluster.Cluster, q queue, opts ...client.ListOption) {
 	machines := &imperatorv1alpha1.MachineList{}
-	if err := cl.GetCache().List(ctx, machines, client.MatchingLabels{imperatorv1alpha1.MachineGroupKey: group}); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing the Machines of a machine group failed", "machineGroup", group)
+	if err := cl.GetCache().List(ctx, machines, opts...); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing Machines failed")
 		return
 	}
 	for _, m := range machines.Items {
@@ -118,14 +124,7 @@ func (r *Reconciler) namespaceHandler(name multicluster.ClusterName, cl cluster.
 			if injectionEnabled(e.ObjectOld.GetLabels()) == injectionEnabled(e.ObjectNew.GetLabels()) {
 				return
 			}
-			machines := &imperatorv1alpha1.MachineList{}
-			if err := cl.GetCache().List(ctx, machines); err != nil {
-				ctrl.LoggerFrom(ctx).Error(err, "Listing Machines failed")
-				return
-			}
-			for _, m := range machines.Items {
-				q.Add(mcreconcile.Request{Request: reconcile.Request{NamespacedName: types.NamespacedName{Name: m.Name}}, ClusterName: name})
-			}
+			enqueueMachines(ctx, name, cl, q)
 		},
 	}
 }

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,12 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mchandler "sigs.k8s.io/multicluster-runtime/pkg/handler"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
-
-	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 )
 
 // ensurePriorityClass makes sure the reservation PriorityClass exists and is
@@ -110,16 +106,7 @@ func holdReservations(usage map[string]*typeUsage) {
 // reservation PriorityClass is created, changed or deleted: whether the
 // reservations may run depends on it, and a deleted one is recreated at once.
 func (r *Reconciler) priorityClassHandler(name multicluster.ClusterName, cl cluster.Cluster) mchandler.EventHandler {
-	enqueueAll := func(ctx context.Context, q queue) {
-		machines := &imperatorv1alpha1.MachineList{}
-		if err := cl.GetCache().List(ctx, machines); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Listing Machines failed")
-			return
-		}
-		for _, m := range machines.Items {
-			q.Add(mcreconcile.Request{Request: reconcile.Request{NamespacedName: types.NamespacedName{Name: m.Name}}, ClusterName: name})
-		}
-	}
+	enqueueAll := func(ctx context.Context, q queue) { enqueueMachines(ctx, name, cl, q) }
 	return handler.TypedFuncs[client.Object, mcreconcile.Request]{
 		CreateFunc: func(ctx context.Context, _ event.TypedCreateEvent[client.Object], q queue) { enqueueAll(ctx, q) },
 		UpdateFunc: func(ctx context.Context, _ event.TypedUpdateEvent[client.Object], q queue) { enqueueAll(ctx, q) },
