@@ -435,3 +435,43 @@ func TestOwnLeaseEchoDoesNotReviveAClosedStream(t *testing.T) {
 		t.Errorf("connected=%t generation=%d after our own Lease came back, want false and the figures held here", c.Connected, c.Generation)
 	}
 }
+
+// Listeners (persister, Watch streams, score publisher) hear of a spoke
+// message only when it changes what the hub holds: not of every heartbeat.
+func TestStreamNotifiesOnlyChanges(t *testing.T) {
+	start := time.Unix(10_000, 0)
+	clk := clocktesting.NewFakePassiveClock(start)
+	s := New(clk, 40*time.Second)
+	var notified int
+	s.OnChange(func(string) { notified++ })
+	// In order: each step acts on what the steps before left.
+	steps := []struct {
+		name         string
+		apply        func()
+		wantNotified int
+	}{
+		{name: "hello", apply: func() { s.Connect("a", &federationv1.Hello{Epoch: 1}) }, wantNotified: 1},
+		{name: "snapshot", apply: func() { s.ApplySnapshot("a", 1, snapshot(1, machine("m1", 1))) }, wantNotified: 1},
+		{name: "heartbeat", apply: func() { s.Heartbeat("a", 1, &federationv1.Heartbeat{Generation: 1}) }, wantNotified: 0},
+		{name: "stale snapshot", apply: func() { s.ApplySnapshot("a", 1, snapshot(1, machine("m1", 9))) }, wantNotified: 0},
+		{name: "delta", apply: func() { s.ApplyDelta("a", 1, delta(2, []*federationv1.Machine{machine("m1", 2)})) }, wantNotified: 1},
+		{name: "stale delta", apply: func() { s.ApplyDelta("a", 1, delta(2, []*federationv1.Machine{machine("m1", 9)})) }, wantNotified: 0},
+		{name: "later heartbeat", apply: func() {
+			clk.SetTime(start.Add(10 * time.Second))
+			s.Heartbeat("a", 1, &federationv1.Heartbeat{Generation: 2})
+		}, wantNotified: 0},
+		{name: "heartbeat after silence", apply: func() {
+			clk.SetTime(start.Add(time.Minute))
+			s.EvaluateLiveness()
+			notified = 0 // the turn to Unknown is a change; tested in TestLiveness
+			s.Heartbeat("a", 1, &federationv1.Heartbeat{Generation: 2})
+		}, wantNotified: 1},
+	}
+	for _, step := range steps {
+		notified = 0
+		step.apply()
+		if notified != step.wantNotified {
+			t.Errorf("%s: listeners heard %d changes, want %d", step.name, notified, step.wantNotified)
+		}
+	}
+}
