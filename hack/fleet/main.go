@@ -28,7 +28,7 @@ func main() {
 func run() error {
 	dir := flag.String("dir", ".fleet", "Directory for the clusters' data, logs and fleet.json.")
 	binDir := flag.String("bin", "bin", "Directory holding the hub, spoke and imperatorctl binaries.")
-	grace := flag.Duration("grace-period", 15*time.Second, "How long the hub waits for a silent spoke before marking it Unknown.")
+	grace := flag.Duration("grace-period", fleet.DefaultGracePeriod, "How long the hub waits for a silent spoke before marking it Unknown.")
 	flag.Parse()
 
 	absDir, err := filepath.Abs(*dir)

@@ -31,10 +31,6 @@ import (
 // Binaries are the programs of `make build` the journeys need.
 var Binaries = []string{"hub", "spoke", "imperatorctl"}
 
-// DefaultGracePeriod is the fleet's default: how long the hub waits for a
-// silent spoke before it reports it offline.
-const DefaultGracePeriod = 15 * time.Second
-
 // Lifecycle stops and starts the fleet's Imperator processes. A *fleet.Fleet
 // is one; an attached fleet (fleet.json of `make up`) has none, and the
 // journeys that need it are skipped.
@@ -114,7 +110,7 @@ func NewCluster(name string, cfg *rest.Config, scheme *runtime.Scheme) (*Cluster
 }
 
 // NewEnvFromFleet wraps a fleet started with fleet.Start (with BinDir set).
-func NewEnvFromFleet(f *fleet.Fleet, binDir, repoRoot string, grace time.Duration) (*Env, error) {
+func NewEnvFromFleet(f *fleet.Fleet, binDir, repoRoot string) (*Env, error) {
 	scheme, err := Scheme()
 	if err != nil {
 		return nil, err
@@ -123,7 +119,7 @@ func NewEnvFromFleet(f *fleet.Fleet, binDir, repoRoot string, grace time.Duratio
 		Spokes:      map[string]*Cluster{},
 		Ctl:         &Imperatorctl{Bin: filepath.Join(binDir, "imperatorctl"), Config: f.ImperatorctlConfig()},
 		Fleet:       f,
-		GracePeriod: grace,
+		GracePeriod: f.GracePeriod(),
 		Namespace:   fleet.Namespace,
 		RepoRoot:    repoRoot,
 	}
@@ -155,7 +151,7 @@ func NewEnvFromDescription(path, binDir, repoRoot string) (*Env, error) {
 	env := &Env{
 		Spokes:      map[string]*Cluster{},
 		Ctl:         &Imperatorctl{Bin: filepath.Join(binDir, "imperatorctl"), Config: d.ImperatorctlConfig},
-		GracePeriod: DefaultGracePeriod,
+		GracePeriod: fleet.DefaultGracePeriod,
 		Namespace:   fleet.Namespace,
 		RepoRoot:    repoRoot,
 	}

@@ -57,7 +57,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	dir, err := os.MkdirTemp("", "imperator-e2e-")
 	Expect(err).NotTo(HaveOccurred())
 	started := time.Now()
-	f, err := fleet.Start(ctx, fleet.Options{Dir: dir, BinDir: binDir, GracePeriod: DefaultGracePeriod})
+	f, err := fleet.Start(ctx, fleet.Options{Dir: dir, BinDir: binDir})
 	Expect(err).NotTo(HaveOccurred(), "the fleet's logs are in %s", dir)
 	DeferCleanup(func() {
 		By("stopping the fleet")
@@ -69,7 +69,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		Expect(os.RemoveAll(dir)).To(Succeed())
 	})
 	AddReportEntry("fleet start", time.Since(started).Round(time.Millisecond).String())
-	env, err = NewEnvFromFleet(f, binDir, root, DefaultGracePeriod)
+	env, err = NewEnvFromFleet(f, binDir, root)
 	Expect(err).NotTo(HaveOccurred())
 }, NodeTimeout(fleetStartTimeout))
 

@@ -29,9 +29,13 @@ type Options struct {
 	// Spokes default to DefaultSpokes().
 	Spokes []SpokeSpec
 	// GracePeriod is how long the hub waits for a silent spoke before it
-	// marks it Unknown; default 15s, short so that the fleet shows it soon.
+	// marks it Unknown; default DefaultGracePeriod.
 	GracePeriod time.Duration
 }
+
+// DefaultGracePeriod is the hub's grace period for silent spokes in a fleet:
+// shorter than the hub's own default, so that a stopped agent shows soon.
+const DefaultGracePeriod = 15 * time.Second
 
 // Fleet is a running hub cluster and its spoke clusters.
 type Fleet struct {
@@ -56,7 +60,7 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 		opts.Spokes = DefaultSpokes()
 	}
 	if opts.GracePeriod == 0 {
-		opts.GracePeriod = 15 * time.Second
+		opts.GracePeriod = DefaultGracePeriod
 	}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)

@@ -131,6 +131,10 @@ func (f *Fleet) ImperatorctlConfig() string { return filepath.Join(f.opts.Dir, "
 // HubCAFile is the PEM bundle of the hub's CA.
 func (f *Fleet) HubCAFile() string { return f.hubCAPath() }
 
+// GracePeriod is how long the fleet's hub waits for a silent spoke before it
+// marks it Unknown.
+func (f *Fleet) GracePeriod() time.Duration { return f.opts.GracePeriod }
+
 // hubCommand runs an admin subcommand of the hub binary against the hub
 // cluster and returns its standard output.
 func (f *Fleet) hubCommand(ctx context.Context, args ...string) (string, error) {
