@@ -197,25 +197,24 @@ func (s *Server) admit(ctx context.Context, spoke identity.Spoke) error {
 // EndSession ends the cluster's Report stream, if one is open here (its
 // ManagedCluster was deleted).
 func (s *Server) EndSession(cluster string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sess, ok := s.sessions[cluster]; ok {
-		sess.reason = refusal(registry.RefusedNotRegistered, cluster, fmt.Sprintf("cluster %q was deregistered from the hub; join again with a new token", cluster))
-		sess.deregistered = true
-		close(sess.ended)
-		delete(s.sessions, cluster)
-		s.metrics.connectedSpokes.Dec()
-	}
+	s.endSession(cluster, true, refusal(registry.RefusedNotRegistered, cluster,
+		fmt.Sprintf("cluster %q was deregistered from the hub; join again with a new token", cluster)))
 }
 
 // EndStaleSession ends the cluster's Report stream, if one is open here,
 // because the spoke reports to another hub replica now: what is left here
 // is a connection the spoke gave up (the spoke would reconnect if not).
 func (s *Server) EndStaleSession(cluster string) {
+	s.endSession(cluster, false, status.Error(codes.Aborted, "the spoke reports to another hub replica now"))
+}
+
+// endSession ends the cluster's open stream with reason.
+func (s *Server) endSession(cluster string, deregistered bool, reason error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sess, ok := s.sessions[cluster]; ok {
-		sess.reason = status.Error(codes.Aborted, "the spoke reports to another hub replica now")
+		sess.reason = reason
+		sess.deregistered = deregistered
 		close(sess.ended)
 		delete(s.sessions, cluster)
 		s.metrics.connectedSpokes.Dec()

@@ -233,6 +233,20 @@ func TestEndSession(t *testing.T) {
 	}
 }
 
+func TestEndStaleSession(t *testing.T) {
+	h := startTestHub(t)
+	stream := h.reportingStream(t, "a")
+	h.server.EndStaleSession("a")
+	if _, err := stream.Recv(); status.Code(err) != codes.Aborted {
+		t.Errorf("stream ended with %v, want Aborted", err)
+	}
+	// The spoke moved to another replica: its figures stay known here.
+	if _, ok := h.store.Get("a"); !ok {
+		t.Error("cluster left the store when its stale stream ended")
+	}
+	h.server.EndStaleSession("a") // no stream open any more: nothing to do
+}
+
 func TestConnectedSpokeOfAnEarlierRegistrationIsRefusedAtItsNextHeartbeat(t *testing.T) {
 	h := startTestHub(t)
 	stream := h.reportingStream(t, "a")
