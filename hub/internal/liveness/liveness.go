@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/imperator-federation/imperator/hub/internal/store"
 )
@@ -25,27 +26,20 @@ func New(st *store.Store, log logr.Logger) *Checker { return &Checker{store: st,
 // NeedLeaderElection is false: every replica keeps its own index current.
 func (c *Checker) NeedLeaderElection() bool { return false }
 
-// Period is how often clusters are evaluated: a tenth of the grace period,
+// period is how often clusters are evaluated: a tenth of the grace period,
 // at least every 100ms.
-func (c *Checker) Period() time.Duration {
+func (c *Checker) period() time.Duration {
 	return max(c.store.GracePeriod()/10, 100*time.Millisecond)
 }
 
 // Start evaluates until ctx is done.
 func (c *Checker) Start(ctx context.Context) error {
-	ticker := time.NewTicker(c.Period())
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-			for _, name := range c.store.EvaluateLiveness() {
-				cl, ok := c.store.Get(name)
-				if ok {
-					c.log.Info("Cluster liveness changed", "cluster", name, "state", cl.State, "lastHeartbeat", cl.LastHeartbeat)
-				}
+	wait.UntilWithContext(ctx, func(context.Context) {
+		for _, name := range c.store.EvaluateLiveness() {
+			if cl, ok := c.store.Get(name); ok {
+				c.log.Info("Cluster liveness changed", "cluster", name, "state", cl.State, "lastHeartbeat", cl.LastHeartbeat)
 			}
 		}
-	}
+	}, c.period())
+	return nil
 }
