@@ -273,5 +273,18 @@ var _ = Describe("The binaries under exactly the RBAC of deploy/", Ordered, func
 			Expect(err).NotTo(HaveOccurred())
 			Expect(out).NotTo(MatchRegexp(`(?m)^\*\.\*|\[\*\]`), "%s has a wildcard rule", sa)
 		}
+		// can-i --list prints a core-group wildcard as a bare "*" and a
+		// group wildcard as "pods.*", which the pattern above does not
+		// match: the rules as written must not hold one either.
+		for _, role := range ofKind(append(append([]*unstructured.Unstructured{}, spokeObjs...), hubObjs...), "ClusterRole", "Role") {
+			rules, _, err := unstructured.NestedSlice(role.Object, "rules")
+			Expect(err).NotTo(HaveOccurred())
+			for _, r := range rules {
+				for _, field := range []string{"apiGroups", "resources", "resourceNames", "verbs", "nonResourceURLs"} {
+					values, _, _ := unstructured.NestedStringSlice(r.(map[string]any), field)
+					Expect(values).NotTo(ContainElement(ContainSubstring("*")), "%s %s has a wildcard in %s: %v", role.GetKind(), role.GetName(), field, r)
+				}
+			}
+		}
 	})
 })
