@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -178,11 +179,8 @@ func apply(ctx context.Context, objs []*unstructured.Unstructured, extra ...stri
 func ofKind(objs []*unstructured.Unstructured, kinds ...string) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
 	for _, o := range objs {
-		for _, k := range kinds {
-			if o.GetKind() == k {
-				out = append(out, o)
-				break
-			}
+		if slices.Contains(kinds, o.GetKind()) {
+			out = append(out, o)
 		}
 	}
 	return out
@@ -192,11 +190,7 @@ func ofKind(objs []*unstructured.Unstructured, kinds ...string) []*unstructured.
 func except(objs []*unstructured.Unstructured, kinds ...string) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
 	for _, o := range objs {
-		skip := false
-		for _, k := range kinds {
-			skip = skip || o.GetKind() == k
-		}
-		if !skip {
+		if !slices.Contains(kinds, o.GetKind()) {
 			out = append(out, o)
 		}
 	}
@@ -281,7 +275,7 @@ func withoutVerb(role *unstructured.Unstructured, resource, verb string) *unstru
 	for _, r := range rules {
 		rule := r.(map[string]any)
 		resources, _, _ := unstructured.NestedStringSlice(rule, "resources")
-		if !contains(resources, resource) {
+		if !slices.Contains(resources, resource) {
 			continue
 		}
 		Expect(resources).To(HaveLen(1), "the rule granting %s covers further resources; split it before removing a verb", resource)
@@ -299,13 +293,4 @@ func withoutVerb(role *unstructured.Unstructured, resource, verb string) *unstru
 	Expect(removed).To(BeTrue(), "%s %s grants no %s on %s", role.GetKind(), role.GetName(), verb, resource)
 	Expect(unstructured.SetNestedSlice(role.Object, rules, "rules")).To(Succeed())
 	return role
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
