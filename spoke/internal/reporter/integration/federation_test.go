@@ -33,6 +33,7 @@ import (
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
 const machineName = "general-machine"
@@ -289,6 +290,47 @@ var _ = Describe("Federation", Ordered, func() {
 		// The other cluster's figures are untouched.
 		Consistently(func() int32 { return usedAtHub("beta", "compute-xlarge") }).
 			WithTimeout(500 * time.Millisecond).Should(Equal(int32(-1)))
+	})
+
+	It("shows a spoke's new Machine and its node-pool health at the hub, and drops the Machine once it is deleted", func(ctx SpecContext) {
+		s := spokes["alpha"]
+		const name, group = "extra-machine", "extra"
+		machine := wrappers.MakeMachine(name, group).Type("compute-medium", "6", "48Gi", 1).Node("extra-node", "compute-medium").Obj()
+		pool := &imperatorv1alpha1.MachineNodePool{
+			ObjectMeta: metav1.ObjectMeta{Name: imperatorv1alpha1.NodePoolName(name)},
+			Spec:       imperatorv1alpha1.MachineNodePoolSpec{MachineGroup: group},
+		}
+		Expect(s.client.Create(ctx, machine)).To(Succeed())
+		Expect(s.client.Create(ctx, pool)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			Expect(client.IgnoreNotFound(s.client.Delete(ctx, pool))).To(Succeed())
+			Expect(client.IgnoreNotFound(s.client.Delete(ctx, machine))).To(Succeed())
+		})
+		nodesAtHub := func(g Gomega) *federationv1.NodeCounts {
+			m, ok := clusterAtHub(g, "alpha").Machine(name)
+			g.Expect(ok).To(BeTrue(), "Machine %s at the hub", name)
+			g.Expect(m.GetTypes()).To(HaveLen(1))
+			return m.GetTypes()[0].GetNodes()
+		}
+		Eventually(nodesAtHub).WithTimeout(10 * time.Second).Should(HaveField("NotReady", int32(0)))
+
+		By("the node-pool controller finding the pool's node not ready")
+		patch := client.MergeFrom(pool.DeepCopy())
+		pool.Status.NodePool = []imperatorv1alpha1.NodePoolStatus{
+			{Name: "extra-node", MachineType: "compute-medium", Condition: imperatorv1alpha1.NodeConditionNotReady},
+		}
+		Expect(s.client.Status().Patch(ctx, pool, patch)).To(Succeed())
+		Eventually(nodesAtHub).WithTimeout(2 * time.Second).WithPolling(20 * time.Millisecond).
+			Should(HaveField("NotReady", int32(1)))
+
+		By("deleting the Machine on the spoke")
+		Expect(s.client.Delete(ctx, machine)).To(Succeed())
+		Eventually(func(g Gomega) bool {
+			_, ok := clusterAtHub(g, "alpha").Machine(name)
+			return ok
+		}).WithTimeout(2 * time.Second).WithPolling(20 * time.Millisecond).Should(BeFalse())
+		_, ok := clusterAtHub(Default, "alpha").Machine(machineName)
+		Expect(ok).To(BeTrue(), "the spoke's other Machine stays at the hub")
 	})
 
 	It("refuses a spoke that presents another cluster's certificate", func(ctx SpecContext) {
