@@ -20,8 +20,10 @@ func TestSetStatus(t *testing.T) {
 	}
 	served := []string{"compute-medium", "compute-xlarge"}
 	cases := map[string]struct {
-		state          reconcileState
-		err            error
+		state reconcileState
+		err   error
+		// conditions are the conditions before; none when nil.
+		conditions     []metav1.Condition
 		wantUsage      []imperatorv1alpha1.AvailableMachine
 		wantConditions []metav1.Condition
 	}{
@@ -100,8 +102,13 @@ func TestSetStatus(t *testing.T) {
 				{Type: "Ready", Status: "False", Reason: "ReconcileFailed", Message: "listing pods of machine group general-machine: boom"},
 			},
 		},
-		"no machine group": {
+		"no machine group: the usage and the capacity conditions go": {
 			state: reconcileState{readyReason: imperatorv1alpha1.ReasonMachineGroupMissing, readyMessage: "label missing"},
+			conditions: []metav1.Condition{
+				{Type: "Ready", Status: "True", Reason: "ReservationsReconciled", Message: "reservations in place for compute-xlarge"},
+				{Type: "InsufficientCapacity", Status: "True", Reason: "ReservationsUnschedulable", Message: "compute-xlarge: 1 of 1 reservation pods cannot be scheduled"},
+				{Type: "OverSubscribed", Status: "True", Reason: "GuestsExceedAvailable", Message: "compute-xlarge: 2 guests for 1 available, 1 waiting"},
+			},
 			wantConditions: []metav1.Condition{
 				{Type: "Ready", Status: "False", Reason: "MachineGroupMissing", Message: "label missing"},
 			},
@@ -111,6 +118,7 @@ func TestSetStatus(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			status := imperatorv1alpha1.MachineStatus{
 				AvailableMachines: []imperatorv1alpha1.AvailableMachine{{Name: "compute-xlarge", Usage: imperatorv1alpha1.Usage{Maximum: 1, Reserved: 1}}},
+				Conditions:        tc.conditions,
 			}
 			setStatus(&status, machine, &tc.state, tc.err)
 			if status.ObservedGeneration != 7 {
