@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
@@ -87,25 +88,38 @@ func renewDue(cert *x509.Certificate) bool {
 // renew asks the hub for a new certificate with the current one and stores
 // it; on failure it keeps using the current certificate, still valid.
 func (r *Reporter) renew(ctx context.Context, key client.ObjectKey, current *tls.Certificate) *tls.Certificate {
-	csrPEM, keyPEM, err := pki.NewCSR(r.opts.Hub.ClusterName)
-	if err == nil {
-		var conn *grpc.ClientConn
-		if conn, err = r.dial(current); err == nil {
-			defer conn.Close()
-			callCtx, cancel := context.WithTimeout(ctx, joinTimeout)
-			defer cancel()
-			var resp *federationv1.RenewResponse
-			if resp, err = federationv1.NewFederationClient(conn).Renew(callCtx, &federationv1.RenewRequest{Csr: csrPEM}); err == nil {
-				var pair *tls.Certificate
-				if pair, err = r.storeCredentials(ctx, key, resp.GetCertificate(), keyPEM, resp.GetCa()); err == nil {
-					r.log.Info("Renewed the hub client certificate", "notAfter", resp.GetNotAfter().AsTime())
-					return pair
-				}
-			}
-		}
+	pair, err := r.requestRenewal(ctx, key, current)
+	if err != nil {
+		r.log.Error(err, "Renewing the hub client certificate failed; using the current one")
+		return current
 	}
-	r.log.Error(err, "Renewing the hub client certificate failed; using the current one")
-	return current
+	return pair
+}
+
+// requestRenewal exchanges current and a new key's CSR for a certificate
+// and stores both in the credentials Secret.
+func (r *Reporter) requestRenewal(ctx context.Context, key client.ObjectKey, current *tls.Certificate) (*tls.Certificate, error) {
+	csrPEM, keyPEM, err := pki.NewCSR(r.opts.Hub.ClusterName)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := r.dial(current)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	callCtx, cancel := context.WithTimeout(ctx, joinTimeout)
+	defer cancel()
+	resp, err := federationv1.NewFederationClient(conn).Renew(callCtx, &federationv1.RenewRequest{Csr: csrPEM})
+	if err != nil {
+		return nil, fmt.Errorf("renewing at the hub at %s: %w", r.opts.Hub.Address, err)
+	}
+	pair, err := r.storeCredentials(ctx, key, resp.GetCertificate(), keyPEM, resp.GetCa())
+	if err != nil {
+		return nil, err
+	}
+	r.log.Info("Renewed the hub client certificate", "notAfter", resp.GetNotAfter().AsTime())
+	return pair, nil
 }
 
 func (r *Reporter) usableCertificate(secret *corev1.Secret) (*tls.Certificate, string) {
@@ -175,24 +189,17 @@ func (r *Reporter) storeCredentials(ctx context.Context, key client.ObjectKey, c
 	if err != nil {
 		return nil, fmt.Errorf("loading the certificate the hub issued: %w", err)
 	}
-	data := map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, "ca.crt": caPEM}
+	// Update, not patch: the whole Secret is ours, and the resourceVersion
+	// CreateOrUpdate read guards against a concurrent writer.
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-	switch err := r.opts.Client.Get(ctx, key, secret); {
-	case apierrors.IsNotFound(err):
-		secret.Type = corev1.SecretTypeTLS
-		secret.Data = data
-		if err := r.opts.Client.Create(ctx, secret); err != nil {
-			return nil, fmt.Errorf("storing hub credentials in secret %s: %w", key, err)
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.opts.Client, secret, func() error {
+		if secret.CreationTimestamp.IsZero() {
+			secret.Type = corev1.SecretTypeTLS // immutable once created
 		}
-	case err != nil:
-		return nil, fmt.Errorf("reading hub credentials secret %s: %w", key, err)
-	default:
-		// Update, not patch: the whole Secret is ours, and its resourceVersion
-		// guards against a concurrent writer.
-		secret.Data = data
-		if err := r.opts.Client.Update(ctx, secret); err != nil {
-			return nil, fmt.Errorf("storing hub credentials in secret %s: %w", key, err)
-		}
+		secret.Data = map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, "ca.crt": caPEM}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("storing hub credentials in secret %s: %w", key, err)
 	}
 	return &pair, nil
 }
