@@ -53,7 +53,7 @@ func nodeEvents(before []imperatorv1alpha1.NodePoolStatus, results []nodeResult)
 		if result.failed {
 			continue
 		}
-		was, listed := previous[result.status.Name]
+		was := previous[result.status.Name]
 		now := result.status.Condition
 		switch {
 		case was == now:
@@ -61,7 +61,8 @@ func nodeEvents(before []imperatorv1alpha1.NodePoolStatus, results []nodeResult)
 			missing = append(missing, result)
 		case now == imperatorv1alpha1.NodeConditionConflict:
 			conflicting = append(conflicting, result)
-		case listed && (was == imperatorv1alpha1.NodeConditionMissing || was == imperatorv1alpha1.NodeConditionConflict):
+		// A node absent from before has the empty condition: it cannot join.
+		case was == imperatorv1alpha1.NodeConditionMissing, was == imperatorv1alpha1.NodeConditionConflict:
 			joined = append(joined, result)
 		}
 	}
