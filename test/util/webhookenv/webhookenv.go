@@ -146,8 +146,10 @@ func Start(opts Options) (_ *Environment, err error) {
 	}); err != nil {
 		return nil, fmt.Errorf("waiting for the webhook server: %w", err)
 	}
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		return nil, errors.New("waiting for the manager's cache to sync")
+	syncCtx, cancelSync := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelSync()
+	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
+		return nil, errors.New("waiting for the manager's cache to sync: not synced within 30s")
 	}
 	return e, nil
 }
