@@ -45,7 +45,14 @@ const (
 	DefaultTokenTTL                     = 24 * time.Hour
 )
 
-var tokenPattern = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
+var (
+	tokenPattern   = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
+	tokenIDPattern = regexp.MustCompile(`^[a-z0-9]{6}$`)
+)
+
+// ValidTokenID reports whether id is shaped like a token ID (the part of a
+// token before the dot).
+func ValidTokenID(id string) bool { return tokenIDPattern.MatchString(id) }
 
 // Errors of Consume. Each message says what the operator must do.
 var (
@@ -148,6 +155,10 @@ func (t *Tokens) List(ctx context.Context) ([]TokenInfo, error) {
 // Revoke deletes the token with the given ID; revoking an unknown token is
 // an error so that typos do not go unnoticed.
 func (t *Tokens) Revoke(ctx context.Context, id string) error {
+	if !ValidTokenID(id) {
+		// Not a token's ID: no Secret of another kind is deleted by mistake.
+		return fmt.Errorf("revoking bootstrap token %q: %w", id, ErrUnknownToken)
+	}
 	obj := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secretNamePrefix + id, Namespace: t.namespace}}
 	if err := t.client.Delete(ctx, obj); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
@@ -139,6 +141,17 @@ func TestTokenStoredHashed(t *testing.T) {
 	tokens := NewTokens(c, "hub", nil)
 	if err := tokens.Revoke(ctx, "zzzzzz"); !errors.Is(err, ErrUnknownToken) {
 		t.Errorf("Revoke(unknown) = %v, want ErrUnknownToken", err)
+	}
+	// A Secret that only shares the token Secrets' name prefix is no token.
+	other := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secretNamePrefix + "signing-key", Namespace: "hub"}}
+	if err := c.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if err := tokens.Revoke(ctx, "signing-key"); !errors.Is(err, ErrUnknownToken) {
+		t.Errorf("Revoke(not a token ID) = %v, want ErrUnknownToken", err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(other), other); err != nil {
+		t.Errorf("Revoke deleted a Secret that is no token: %v", err)
 	}
 }
 

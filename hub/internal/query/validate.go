@@ -2,7 +2,6 @@ package query
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/imperator-federation/imperator/hub/internal/capacity"
+	"github.com/imperator-federation/imperator/hub/internal/join"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 )
 
@@ -25,8 +25,6 @@ const (
 	maxTokenTTL       = 30 * 24 * time.Hour
 	maxQuantityLength = 64
 )
-
-var tokenIDPattern = regexp.MustCompile(`^[a-z0-9]{6}$`)
 
 func invalid(field, format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
@@ -173,7 +171,7 @@ func validateCreateToken(req *queryv1.CreateTokenRequest) (time.Duration, error)
 }
 
 func validateRevokeToken(req *queryv1.RevokeTokenRequest) error {
-	if !tokenIDPattern.MatchString(req.GetId()) {
+	if !join.ValidTokenID(req.GetId()) {
 		return invalid("id", "%q: want the 6-character token ID (the part before the dot)", req.GetId())
 	}
 	return nil
