@@ -1,0 +1,190 @@
+package reporter
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/internal/identity"
+	"github.com/imperator-federation/imperator/internal/pki"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+	"github.com/imperator-federation/imperator/spoke/internal/config"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
+)
+
+// objectCache is a cache whose informers are fakes and whose reads come
+// from a fake client.
+type objectCache struct {
+	*informertest.FakeInformers
+	reader client.Reader
+}
+
+func (c objectCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return c.reader.Get(ctx, key, obj, opts...)
+}
+
+func (c objectCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return c.reader.List(ctx, list, opts...)
+}
+
+// recordingHub is a Federation server that hands each Report stream to the
+// test and forwards what the spoke sends on it.
+type recordingHub struct {
+	federationv1.UnimplementedFederationServer
+	streams  chan grpc.BidiStreamingServer[federationv1.SpokeMessage, federationv1.HubMessage]
+	received chan *federationv1.SpokeMessage
+}
+
+func (h *recordingHub) Report(stream grpc.BidiStreamingServer[federationv1.SpokeMessage, federationv1.HubMessage]) error {
+	h.streams <- stream
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		select {
+		case h.received <- msg:
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
+}
+
+// next returns the spoke's next message, failing the test when none comes.
+func (h *recordingHub) next(t *testing.T) *federationv1.SpokeMessage {
+	t.Helper()
+	select {
+	case msg := <-h.received:
+		return msg
+	case <-time.After(10 * time.Second):
+		t.Fatal("the spoke sent nothing within 10s")
+		return nil
+	}
+}
+
+// startHub serves a recordingHub over TLS on loopback with a serving
+// certificate of ca.
+func startHub(t *testing.T, ca *pki.CA) (*recordingHub, string) {
+	t.Helper()
+	certPEM, keyPEM, err := ca.IssueServer("127.0.0.1", []string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCAs := x509.NewCertPool()
+	clientCAs.AddCert(ca.Cert)
+	tlsConfig := identity.ServerTLS(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &serving, nil }, clientCAs)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := &recordingHub{
+		streams:  make(chan grpc.BidiStreamingServer[federationv1.SpokeMessage, federationv1.HubMessage], 1),
+		received: make(chan *federationv1.SpokeMessage, 16),
+	}
+	server := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsConfig)))
+	federationv1.RegisterFederationServer(server, hub)
+	go func() { _ = server.Serve(lis) }()
+	t.Cleanup(server.Stop)
+	return hub, lis.Addr().String()
+}
+
+func TestReporterSendsASnapshotWhenTheHubAsksForOne(t *testing.T) {
+	const cluster, namespace, secretName = "alpha", "imperator-system", "imperator-hub-credentials"
+	ca, err := pki.NewCA("hub-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub, address := startHub(t, ca)
+	caFile := filepath.Join(t.TempDir(), "hub-ca.crt")
+	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A certificate from an earlier join: the reporter reports with it.
+	certPEM, keyPEM, err := ca.IssueClient(cluster, nil, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := imperatorv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	objects := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		wrappers.MakeMachine("gpu", "team-a").Type("compute-xlarge", "40", "128Gi", 2).Obj(),
+		&corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: secretName},
+			Type:       corev1.SecretTypeTLS,
+			Data:       map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM},
+		},
+	).Build()
+
+	r, err := New(Options{
+		Cache:     objectCache{FakeInformers: &informertest.FakeInformers{Scheme: scheme}, reader: objects},
+		Client:    objects,
+		Namespace: namespace,
+		Hub: config.Hub{
+			Address: address, ClusterName: cluster, CAFile: caFile,
+			CredentialsSecret: secretName, ReportDebounce: 10 * time.Millisecond,
+		},
+		Token: func() (string, error) { return "", nil },
+		// No heartbeat during the test: every message is a reply to the hub.
+		HeartbeatInterval: time.Hour,
+		Log:               logr.Discard(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("Start() = %v", err)
+		}
+	})
+
+	if hello := hub.next(t).GetHello(); hello.GetClusterName() != cluster {
+		t.Fatalf("first message: Hello for %q, want one for %q", hello.GetClusterName(), cluster)
+	}
+	snapshot := hub.next(t).GetSnapshot()
+	if snapshot == nil || len(snapshot.GetMachines()) != 1 || snapshot.GetMachines()[0].GetName() != "gpu" {
+		t.Fatalf("second message: %v, want a Snapshot of Machine gpu", snapshot)
+	}
+
+	stream := <-hub.streams
+	if err := stream.Send(&federationv1.HubMessage{Kind: &federationv1.HubMessage_Resync{Resync: &federationv1.Resync{Reason: "generation gap"}}}); err != nil {
+		t.Fatal(err)
+	}
+	resent := hub.next(t).GetSnapshot()
+	if resent == nil {
+		t.Fatal("after a Resync the spoke sent something else than a Snapshot")
+	}
+	if resent.GetGeneration() <= snapshot.GetGeneration() || len(resent.GetMachines()) != 1 {
+		t.Errorf("Snapshot after Resync: generation %d with %d Machines, want a generation above %d with Machine gpu",
+			resent.GetGeneration(), len(resent.GetMachines()), snapshot.GetGeneration())
+	}
+}
