@@ -41,7 +41,6 @@ const (
 type Cluster struct {
 	Name         string
 	AgentVersion string
-	Capabilities []string
 
 	// Epoch and Generation identify the inventory held: Generation is only
 	// meaningful within Epoch (one run of the spoke agent).
@@ -223,7 +222,6 @@ func (s *Store) Connect(name string, hello *federationv1.Hello) {
 	now := s.clock.Now()
 	s.update(name, true, func(c *Cluster, _ bool) (Result, bool) {
 		c.AgentVersion = hello.GetAgentVersion()
-		c.Capabilities = slices.Clone(hello.GetCapabilities())
 		c.Connected = true
 		c.Replica = s.replica
 		c.LastHeartbeat = now
