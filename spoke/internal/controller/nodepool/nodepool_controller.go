@@ -54,22 +54,21 @@ const conflictRetry = time.Second
 // copies, and every call writes only its own slot of the results), so a large
 // pool does not wait for one round trip after the other.
 type Reconciler struct {
-	mgr         mcmanager.Manager
-	nodeWorkers int
+	mgr mcmanager.Manager
 }
 
-// DefaultNodeWorkers is how many nodes of one pool are written at a time. A
+// nodeWorkers is how many nodes of one pool are written at a time. A
 // node patch is a round trip that mostly waits on the API server. On a
 // two-core test machine, where the API server's own CPU is soon the limit,
 // four in flight configure a 100-node pool in about 0.7 of the time one
 // after the other takes (BenchmarkConfigurePool: ~690 ms down to ~500 ms)
 // and eight do no better; four also keeps one pool's burst of writes small
 // next to the other writers of a busy cluster's API server.
-const DefaultNodeWorkers = 4
+const nodeWorkers = 4
 
 // NewReconciler returns a node-pool Reconciler for the clusters of mgr.
 func NewReconciler(mgr mcmanager.Manager) *Reconciler {
-	return &Reconciler{mgr: mgr, nodeWorkers: DefaultNodeWorkers}
+	return &Reconciler{mgr: mgr}
 }
 
 // SetupWithManager registers the reconciler. It needs the indexes of
@@ -264,14 +263,14 @@ type nodeResult struct {
 }
 
 // configureNodes brings every listed node this pool owns to its desired state,
-// up to r.nodeWorkers nodes at a time. requeue reports a lost optimistic-lock
+// up to nodeWorkers nodes at a time. requeue reports a lost optimistic-lock
 // race.
 func (r *Reconciler) configureNodes(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool) ([]nodeResult, bool, error) {
 	results := make([]nodeResult, len(pool.Spec.NodePool))
 	conflicts := make([]bool, len(pool.Spec.NodePool))
 	errs := make([]error, len(pool.Spec.NodePool))
 	// Every node is tried even when ctx ends: each call fails on its own then.
-	workqueue.ParallelizeUntil(context.Background(), max(1, r.nodeWorkers), len(pool.Spec.NodePool), func(i int) {
+	workqueue.ParallelizeUntil(context.Background(), nodeWorkers, len(pool.Spec.NodePool), func(i int) {
 		results[i], conflicts[i], errs[i] = configureNode(ctx, c, pool, pool.Spec.NodePool[i])
 	})
 	return results, slices.Contains(conflicts, true), errors.Join(errs...)
@@ -364,7 +363,7 @@ func (r *Reconciler) releaseNodes(ctx context.Context, c client.Client, live cli
 	}
 	errs := make([]error, len(release))
 	conflicts := make([]bool, len(release))
-	workqueue.ParallelizeUntil(context.Background(), max(1, r.nodeWorkers), len(release), func(i int) {
+	workqueue.ParallelizeUntil(context.Background(), nodeWorkers, len(release), func(i int) {
 		conflicts[i], errs[i] = releaseNode(ctx, c, pool, release[i])
 	})
 	return slices.Contains(conflicts, true), errors.Join(errs...)
