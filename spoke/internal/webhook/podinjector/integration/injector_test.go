@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	. "github.com/onsi/ginkgo/v2"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
@@ -104,6 +106,28 @@ func ourTolerations(pod *corev1.Pod) []corev1.Toleration {
 	return tols
 }
 
+// injectorRequests is how many admission requests the injector's webhook
+// server has answered, from controller-runtime's webhook metrics.
+func injectorRequests() float64 {
+	GinkgoHelper()
+	families, err := ctrlmetrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	var total float64
+	for _, family := range families {
+		if family.GetName() != "controller_runtime_webhook_requests_total" {
+			continue
+		}
+		for _, metric := range family.GetMetric() {
+			for _, label := range metric.GetLabel() {
+				if label.GetName() == "webhook" && label.GetValue() == podinjector.WebhookPath {
+					total += metric.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
 // expectUntouched checks that the pod reached the API server as written.
 func expectUntouched(pod *corev1.Pod) {
 	GinkgoHelper()
@@ -116,9 +140,9 @@ func expectUntouched(pod *corev1.Pod) {
 
 var _ = Describe("Pod Resource Injector", func() {
 	It("injects a Deployment's guest pods exactly as seed 000's Guest Pod example", func(ctx SpecContext) {
-		ns, deploy, err := loadGuestSample()
+		// BeforeSuite created the sample's Namespace.
+		_, deploy, err := loadGuestSample()
 		Expect(err).NotTo(HaveOccurred())
-		Expect(k8s.Create(ctx, ns)).To(Succeed())
 		Expect(k8s.Create(ctx, deploy)).To(Succeed())
 
 		pod := podFromTemplate(deploy)
@@ -196,10 +220,18 @@ var _ = Describe("Pod Resource Injector", func() {
 	)
 
 	It("does not intercept pods that are not guests in an enabled namespace", func(ctx SpecContext) {
+		// The handler would let this pod through too: only the webhook's
+		// request count shows that the API server never called it.
+		before := injectorRequests()
 		pod := wrappers.MakePod("team-a", "web").Label(imperatorv1alpha1.PodRoleKey, "reservation").
 			Label(imperatorv1alpha1.MachineGroupKey, "no-such-group").Obj()
 		Expect(k8s.Create(ctx, pod)).To(Succeed())
 		expectUntouched(pod)
+		Consistently(injectorRequests).WithTimeout(time.Second).Should(Equal(before))
+
+		By("counting the call for a guest pod in the same namespace")
+		Expect(k8s.Create(ctx, guestPod("team-a"))).To(Succeed())
+		Eventually(injectorRequests).WithTimeout(5 * time.Second).Should(Equal(before + 1))
 	})
 
 	// Where an injected guest lands is the real scheduler's business: the

@@ -50,6 +50,12 @@ var _ = BeforeSuite(func(ctx context.Context) {
 		return env.Cache.Get(ctx, client.ObjectKeyFromObject(machine), &imperatorv1alpha1.Machine{})
 	}).WithTimeout(10 * time.Second).Should(Succeed())
 
+	// The sample's team-a Namespace, injection enabled: most specs create
+	// their pods there, so it exists before any of them runs.
+	sampleNamespace, _, err := loadGuestSample()
+	Expect(err).NotTo(HaveOccurred())
+	Expect(k8s.Create(ctx, sampleNamespace)).To(Succeed())
+
 	enabledEverywhere := map[string]string{
 		imperatorv1alpha1.InjectResourceKey:       imperatorv1alpha1.InjectResourceEnabled,
 		imperatorv1alpha1.LegacyInjectResourceKey: imperatorv1alpha1.InjectResourceEnabled,
