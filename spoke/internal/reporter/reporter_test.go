@@ -53,7 +53,11 @@ type recordingHub struct {
 }
 
 func (h *recordingHub) Report(stream grpc.BidiStreamingServer[federationv1.SpokeMessage, federationv1.HubMessage]) error {
-	h.streams <- stream
+	select {
+	case h.streams <- stream:
+	case <-stream.Context().Done():
+		return stream.Context().Err()
+	}
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
