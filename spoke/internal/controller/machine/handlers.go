@@ -50,35 +50,43 @@ func enqueueMachines(ctx context.Context, name multicluster.ClusterName, cl clus
 
 func groupOf(obj client.Object) string { return obj.GetLabels()[imperatorv1alpha1.MachineGroupKey] }
 
+// groupHandler maps an object to the Machines of the machine group that
+// groupOf reads from it, before and after an update. An update for which
+// unchanged returns true is dropped; a nil unchanged drops none.
+func groupHandler(name multicluster.ClusterName, cl cluster.Cluster, groupOf func(client.Object) string,
+	unchanged func(ctx context.Context, oldObj, newObj client.Object) bool) mchandler.EventHandler {
+	enqueue := func(ctx context.Context, q queue, obj client.Object) { enqueueGroup(ctx, name, cl, q, groupOf(obj)) }
+	return handler.TypedFuncs[client.Object, mcreconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q queue) { enqueue(ctx, q, e.Object) },
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q queue) {
+			if unchanged != nil && unchanged(ctx, e.ObjectOld, e.ObjectNew) {
+				return
+			}
+			enqueue(ctx, q, e.ObjectOld)
+			if groupOf(e.ObjectNew) != groupOf(e.ObjectOld) {
+				enqueue(ctx, q, e.ObjectNew)
+			}
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q queue) { enqueue(ctx, q, e.Object) },
+		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[client.Object], q queue) {
+			enqueue(ctx, q, e.Object)
+		},
+	}
+}
+
 // podHandler maps a pod to the Machines of its machine-group label. Updates
 // that change nothing the usage depends on are dropped, and a guest that
 // starts running is timed for the handover histogram.
 func (r *Reconciler) podHandler(name multicluster.ClusterName, cl cluster.Cluster) mchandler.EventHandler {
-	return handler.TypedFuncs[client.Object, mcreconcile.Request]{
-		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q queue) {
-			enqueueGroup(ctx, name, cl, q, groupOf(e.Object))
-		},
-		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q queue) {
-			oldPod, okOld := e.ObjectOld.(*corev1.Pod)
-			newPod, okNew := e.ObjectNew.(*corev1.Pod)
-			if okOld && okNew {
-				observeHandover(ctx, name, cl, oldPod, newPod)
-				if podView(oldPod) == podView(newPod) {
-					return
-				}
-			}
-			enqueueGroup(ctx, name, cl, q, groupOf(e.ObjectOld))
-			if groupOf(e.ObjectNew) != groupOf(e.ObjectOld) {
-				enqueueGroup(ctx, name, cl, q, groupOf(e.ObjectNew))
-			}
-		},
-		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q queue) {
-			enqueueGroup(ctx, name, cl, q, groupOf(e.Object))
-		},
-		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[client.Object], q queue) {
-			enqueueGroup(ctx, name, cl, q, groupOf(e.Object))
-		},
-	}
+	return groupHandler(name, cl, groupOf, func(ctx context.Context, oldObj, newObj client.Object) bool {
+		oldPod, okOld := oldObj.(*corev1.Pod)
+		newPod, okNew := newObj.(*corev1.Pod)
+		if !okOld || !okNew {
+			return false
+		}
+		observeHandover(ctx, name, cl, oldPod, newPod)
+		return podView(oldPod) == podView(newPod)
+	})
 }
 
 // podState is what the usage of a pod depends on.
@@ -133,23 +141,7 @@ func (r *Reconciler) namespaceHandler(name multicluster.ClusterName, cl cluster.
 // annotated with, before and after an update: whether the reservation pods
 // bound to it are reserved depends on its node-pool label.
 func (r *Reconciler) nodeHandler(name multicluster.ClusterName, cl cluster.Cluster) mchandler.EventHandler {
-	return handler.TypedFuncs[client.Object, mcreconcile.Request]{
-		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q queue) {
-			enqueueGroup(ctx, name, cl, q, nodeGroupOf(e.Object))
-		},
-		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q queue) {
-			enqueueGroup(ctx, name, cl, q, nodeGroupOf(e.ObjectOld))
-			if nodeGroupOf(e.ObjectNew) != nodeGroupOf(e.ObjectOld) {
-				enqueueGroup(ctx, name, cl, q, nodeGroupOf(e.ObjectNew))
-			}
-		},
-		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q queue) {
-			enqueueGroup(ctx, name, cl, q, nodeGroupOf(e.Object))
-		},
-		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[client.Object], q queue) {
-			enqueueGroup(ctx, name, cl, q, nodeGroupOf(e.Object))
-		},
-	}
+	return groupHandler(name, cl, nodeGroupOf, nil)
 }
 
 func nodeGroupOf(obj client.Object) string {
