@@ -25,7 +25,11 @@ import (
 // WebhookPath is where the agent's webhook server serves the injector.
 const WebhookPath = "/mutate-v1-pod"
 
-// +kubebuilder:webhook:path=/mutate-v1-pod,mutating=true,failurePolicy=fail,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=pod-injector.imperator.tenzen-y.io,admissionReviewVersions=v1,timeoutSeconds=5,reinvocationPolicy=Never,matchPolicy=Equivalent
+// No +kubebuilder:webhook marker: MutatingWebhookConfiguration is the one
+// registration. A marker cannot express its namespace and object selectors,
+// and the manifest generated from one would send every pod of the cluster to
+// the injector, failing their creation whenever the agent is down.
+//
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
 
 // Handler is the admission handler of the Pod Resource Injector. It injects
