@@ -172,3 +172,45 @@ func defaulted(s *appsv1.StatefulSet) {
 	c := &pod.Containers[0]
 	c.TerminationMessagePath, c.ImagePullPolicy = "/dev/termination-log", corev1.PullIfNotPresent
 }
+
+// A Service the API server has as applied is left alone, so that a steady
+// reconcile sends no apply; one that lost a label, its selector or its owner
+// is applied again.
+func TestServiceInSync(t *testing.T) {
+	m := seedMachine()
+	desired := reservationService(m, group, agentNS, "compute-xlarge")
+	cases := map[string]struct {
+		mutate func(*corev1.Service)
+		want   bool
+	}{
+		"as applied": {mutate: func(*corev1.Service) {}, want: true},
+		"with the API server's defaults": {mutate: func(s *corev1.Service) {
+			s.UID, s.ResourceVersion = "uid", "42"
+			s.Spec.ClusterIPs = []string{corev1.ClusterIPNone}
+			s.Spec.SessionAffinity = corev1.ServiceAffinityNone
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+		}, want: true},
+		"with labels of someone else too": {mutate: func(s *corev1.Service) { s.Labels["team"] = "x" }, want: true},
+		"label removed":                   {mutate: func(s *corev1.Service) { delete(s.Labels, imperatorv1alpha1.PodRoleKey) }},
+		"selector changed": {mutate: func(s *corev1.Service) {
+			s.Spec.Selector[imperatorv1alpha1.MachineTypeKey] = "compute-medium"
+		}},
+		"other owner": {mutate: func(s *corev1.Service) { s.OwnerReferences[0].UID = "other" }},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			existing := &corev1.Service{}
+			if err := roundTrip(reservationService(m, group, agentNS, "compute-xlarge"), existing); err != nil {
+				t.Fatal(err)
+			}
+			tc.mutate(existing)
+			got, err := serviceInSync(existing, desired)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("serviceInSync() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
