@@ -196,6 +196,20 @@ func TestApply(t *testing.T) {
 			desired: OwnedState{},
 			want:    wrappers.MakeNode("n").Label(foreignKey, "x").Obj(),
 		},
+		"a taint of ours whose value was edited is put right": {
+			node: wrappers.MakeNode("n").
+				Label(imperatorv1alpha1.MachineTypeKey, xlarge).Label(xlargeKey, group).Label(imperatorv1alpha1.NodePoolKey, "ready").
+				Annotation(imperatorv1alpha1.MachineGroupKey, group).
+				Taint(xlargeKey, group, corev1.TaintEffectNoSchedule).
+				Taint(imperatorv1alpha1.NodePoolKey, "maintenance", corev1.TaintEffectNoSchedule).Obj(),
+			desired:     tainted,
+			wantChanged: true,
+			want: wrappers.MakeNode("n").
+				Label(imperatorv1alpha1.MachineTypeKey, xlarge).Label(xlargeKey, group).Label(imperatorv1alpha1.NodePoolKey, "ready").
+				Annotation(imperatorv1alpha1.MachineGroupKey, group).
+				Taint(xlargeKey, group, corev1.TaintEffectNoSchedule).
+				Taint(imperatorv1alpha1.NodePoolKey, "ready", corev1.TaintEffectNoSchedule).Obj(),
+		},
 		"stale type label and foreign-effect taint under our prefix are replaced": {
 			node: wrappers.MakeNode("n").Label(imperatorv1alpha1.Prefix+"compute-medium", group).
 				Label(imperatorv1alpha1.MachineTypeKey, "compute-medium").
