@@ -179,6 +179,18 @@ func TestPodCounts(t *testing.T) {
 				"compute-xlarge": {Usage: imperatorv1alpha1.Usage{Maximum: 3, Reserved: 1}, Replicas: 3, Unschedulable: 1},
 			},
 		},
+		"a guest deleted before it was bound or after it finished holds no slot: the reservation lacks capacity": {
+			pods: []*corev1.Pod{
+				reservationPod("compute-xlarge", "0").NodeName("michiru").Obj(),
+				withUnschedulable(reservationPod("compute-xlarge", "1").Obj()),
+				deleting(wrappers.MakePod(guestNS, "cancelled").Guest(group, "compute-xlarge").Obj()),
+				deleting(withPhase(wrappers.MakePod(guestNS, "done").Guest(group, "compute-xlarge").NodeName("michiru").Obj(), corev1.PodSucceeded)),
+			},
+			available: map[string]int32{"compute-xlarge": 2},
+			want: map[string]counts{
+				"compute-xlarge": {Usage: imperatorv1alpha1.Usage{Maximum: 2, Reserved: 1}, Replicas: 2, Unschedulable: 1},
+			},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
