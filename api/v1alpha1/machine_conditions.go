@@ -1,8 +1,18 @@
 package v1alpha1
 
-// ConditionOverSubscribed is True when guest pods ask for more units of a
-// machine type than it makes available: the extra guests wait.
-const ConditionOverSubscribed = "OverSubscribed"
+// Condition types of a Machine.
+const (
+	// ConditionReady is True when the reservations are in line with the
+	// spec; its reason says why not otherwise.
+	ConditionReady = "Ready"
+	// ConditionInsufficientCapacity is True when reservation pods of a
+	// machine type cannot be held: unschedulable, on nodes that are not
+	// node-pool=ready, or no node serves the type.
+	ConditionInsufficientCapacity = "InsufficientCapacity"
+	// ConditionOverSubscribed is True when guest pods ask for more units of a
+	// machine type than it makes available: the extra guests wait.
+	ConditionOverSubscribed = "OverSubscribed"
+)
 
 // Reasons of the Ready condition of a Machine.
 const (

@@ -193,12 +193,6 @@ type Usage struct {
 	Waiting int32 `json:"waiting"`
 }
 
-// Condition types and reasons of a Machine.
-const (
-	ConditionReady                = "Ready"
-	ConditionInsufficientCapacity = "InsufficientCapacity"
-)
-
 // Machine is a machine group: nodes carved into named machine types whose
 // capacity is held by reservation pods until guest pods claim it.
 // +kubebuilder:object:root=true
