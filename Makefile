@@ -22,6 +22,9 @@ export KUBEBUILDER_ASSETS = $(K8S_BIN)
 help: ## List the targets.
 	@awk -F':.*## ' '/^[a-z0-9-]+:.*## /{printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# Every tool is found through hack/tools.sh, which builds what the cache lacks:
+# suites call it through test/util/repo.Tool, so no target needs `make tools`
+# first.
 .PHONY: tools
 tools: ## Build the pinned code generators and test tools into the cache.
 	@hack/tools.sh >/dev/null
@@ -90,6 +93,10 @@ vet: ## Run go vet on every package.
 test: k8s-bin vet ## Vet, unit tests with -race, integration suites against real control planes.
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 	$(GO) test -count=1 -timeout 30m $(INTEGRATION_PKGS)
+
+.PHONY: fresh-cache-check
+fresh-cache-check: ## Run TARGETS (default: test) with an empty tool cache, as on a new machine (control plane linked in).
+	@hack/fresh-cache-check.sh $(or $(TARGETS),test)
 
 .PHONY: clean
 clean: ## Remove build output (the tool and binary caches stay).

@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
 # Builds the pinned developer tools of hack/tools (controller-gen, protoc-gen-go,
 # protoc-gen-go-grpc, ginkgo, kustomize) and hack/tools/buf (buf) into a cache
-# directory outside the clone, keyed by the hash of their go.mod/go.sum, and
-# prints that directory. A second run builds nothing.
+# directory outside the clone, keyed by the hash of their go.mod/go.sum. A
+# tool already in the cache is not built again.
+#
+# This script is the one way anything finds a tool: make targets and test
+# suites (test/util/repo.Tool) ask it, and it builds what is missing, so a
+# machine with an empty cache needs no earlier `make tools`.
+#
+#   hack/tools.sh            build every tool, print the directory
+#   hack/tools.sh dir        print the directory (builds nothing)
+#   hack/tools.sh path NAME  build NAME if missing, print its path
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -10,19 +18,44 @@ cache=${IMPERATOR_CACHE:-$HOME/.cache/imperator}
 key=$(cat "$root"/hack/tools/go.mod "$root"/hack/tools/go.sum "$root"/hack/tools/buf/go.mod "$root"/hack/tools/buf/go.sum | sha256sum | cut -c1-12)
 dir="$cache/tools-$key"
 
-if [ "${1:-}" = dir ]; then echo "$dir"; exit 0; fi
+# The tools: name, module directory, package.
+tools=(
+  "controller-gen     hack/tools     sigs.k8s.io/controller-tools/cmd/controller-gen"
+  "protoc-gen-go      hack/tools     google.golang.org/protobuf/cmd/protoc-gen-go"
+  "protoc-gen-go-grpc hack/tools     google.golang.org/grpc/cmd/protoc-gen-go-grpc"
+  "ginkgo             hack/tools     github.com/onsi/ginkgo/v2/ginkgo"
+  "kustomize          hack/tools     sigs.k8s.io/kustomize/kustomize/v5"
+  "buf                hack/tools/buf github.com/bufbuild/buf/cmd/buf"
+)
 
-build() { # build MODULE_DIR NAME PACKAGE
-  [ -x "$dir/$2" ] && return
-  printf 'tools: building %s\n' "$2" >&2
-  (cd "$1" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dir/$2" "$3")
+build() { # build NAME: build the tool unless it is in the cache
+  local name moddir pkg
+  for t in "${tools[@]}"; do
+    read -r name moddir pkg <<<"$t"
+    [ "$name" = "$1" ] || continue
+    [ -x "$dir/$name" ] && return
+    mkdir -p "$dir"
+    printf 'tools: building %s\n' "$name" >&2
+    # Built to a temporary name and moved, so that two builds racing (two
+    # suites at once) never leave a half-written binary behind.
+    (cd "$root/$moddir" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dir/.$name.$$" "$pkg")
+    mv -f "$dir/.$name.$$" "$dir/$name"
+    return
+  done
+  echo "tools: unknown tool $1" >&2
+  return 2
 }
 
-mkdir -p "$dir"
-build "$root/hack/tools" controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
-build "$root/hack/tools" protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
-build "$root/hack/tools" protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc
-build "$root/hack/tools" ginkgo github.com/onsi/ginkgo/v2/ginkgo
-build "$root/hack/tools" kustomize sigs.k8s.io/kustomize/kustomize/v5
-build "$root/hack/tools/buf" buf github.com/bufbuild/buf/cmd/buf
-echo "$dir"
+case "${1:-all}" in
+  dir) echo "$dir" ;;
+  path)
+    [ $# -eq 2 ] || { echo "usage: $0 path NAME" >&2; exit 2; }
+    build "$2"
+    echo "$dir/$2"
+    ;;
+  all)
+    for t in "${tools[@]}"; do build "${t%% *}"; done
+    echo "$dir"
+    ;;
+  *) echo "usage: $0 [dir | path NAME]" >&2; exit 2 ;;
+esac

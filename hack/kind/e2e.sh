@@ -308,8 +308,7 @@ collect_logs() {
 
 up() {
   check_tools
-  "$root/hack/tools.sh" >/dev/null
-  kustomize="$("$root/hack/tools.sh" dir)/kustomize"
+  kustomize=$("$root/hack/tools.sh" path kustomize)
   mkdir -p "$dir"
   printf '*\n' >"$dir/.gitignore"
   local name

@@ -52,7 +52,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	var err error
 	root, err = repo.Root()
 	Expect(err).NotTo(HaveOccurred())
-	kustomize, err = toolPath("kustomize")
+	kustomize, err = repo.Tool("kustomize")
 	Expect(err).NotTo(HaveOccurred())
 
 	// Build the binaries while the cluster starts; $IMPERATOR_BIN_DIR skips
@@ -82,7 +82,9 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	buildErr := <-built
 	Expect(err).NotTo(HaveOccurred())
 	Expect(buildErr).NotTo(HaveOccurred())
-}, NodeTimeout(4*time.Minute))
+	// On a machine whose tool cache is empty, the kustomize build above
+	// takes a minute or two of the budget.
+}, NodeTimeout(8*time.Minute))
 
 var _ = ReportAfterEach(func(report SpecReport) {
 	if !report.Failed() {
@@ -97,26 +99,6 @@ var _ = ReportAfterEach(func(report SpecReport) {
 		AddReportEntry("log of "+p.Name(), p.Tail(60))
 	}
 })
-
-// toolPath finds a pinned tool in $IMPERATOR_TOOLS_DIR, else in the directory
-// `hack/tools.sh dir` names.
-func toolPath(name string) (string, error) {
-	dir := os.Getenv("IMPERATOR_TOOLS_DIR")
-	if dir == "" {
-		cmd := exec.Command(filepath.Join(root, "hack", "tools.sh"), "dir")
-		cmd.Dir = root
-		out, err := cmd.Output()
-		if err != nil {
-			return "", fmt.Errorf("running hack/tools.sh dir: %w", err)
-		}
-		dir = strings.TrimSpace(string(out))
-	}
-	path := filepath.Join(dir, name)
-	if !fileExists(path) {
-		return "", fmt.Errorf("%s not found in %s: run `make tools`", name, dir)
-	}
-	return path, nil
-}
 
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
