@@ -12,6 +12,20 @@ const (
 	// ConditionOverSubscribed is True when guest pods ask for more units of a
 	// machine type than it makes available: the extra guests wait.
 	ConditionOverSubscribed = "OverSubscribed"
+	// ConditionNodePoolConflict is True while a MachineNodePool with the
+	// Machine's pool name (<machine>-node-pool) exists that the Machine does
+	// not control: the Machine has no node pool until it is deleted. It is
+	// set only once such a conflict was seen, and False after it ended.
+	ConditionNodePoolConflict = "NodePoolConflict"
+)
+
+// Reasons of the NodePoolConflict condition of a Machine.
+const (
+	// ReasonNodePoolNotControlled: the MachineNodePool of the Machine's pool
+	// name belongs to something else.
+	ReasonNodePoolNotControlled = "NodePoolNotControlled"
+	// ReasonNodePoolControlled: the Machine controls its MachineNodePool.
+	ReasonNodePoolControlled = "NodePoolControlled"
 )
 
 // Reasons of the Ready condition of a Machine.

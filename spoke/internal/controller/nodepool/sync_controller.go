@@ -3,16 +3,20 @@ package nodepool
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
+	mchandler "sigs.k8s.io/multicluster-runtime/pkg/handler"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
@@ -21,6 +25,7 @@ import (
 
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines/finalizers,verbs=update
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines/status,verbs=get;patch
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machinenodepools,verbs=get;list;watch;create;patch
 
 // PoolSyncReconciler keeps the MachineNodePool of every Machine: named
@@ -35,15 +40,34 @@ func NewPoolSyncReconciler(mgr mcmanager.Manager) *PoolSyncReconciler {
 	return &PoolSyncReconciler{mgr: mgr}
 }
 
-// SetupWithManager registers the reconciler: Machines and the pools they
-// control (a pool edited or deleted by hand is put back).
+// SetupWithManager registers the reconciler: Machines, and every
+// MachineNodePool mapped to the Machine it belongs to or whose name it
+// carries (poolToMachines): a pool edited or deleted by hand is put back, and
+// a foreign pool that blocked a Machine's name being deleted lets the
+// Machine get its pool at once.
 func (r *PoolSyncReconciler) SetupWithManager(mgr mcmanager.Manager) error {
 	return mcbuilder.ControllerManagedBy(mgr).
 		Named("machinenodepool_sync").
 		For(&imperatorv1alpha1.Machine{}).
-		Owns(&imperatorv1alpha1.MachineNodePool{}).
+		Watches(&imperatorv1alpha1.MachineNodePool{}, mchandler.EnqueueRequestsFromMapFunc(poolToMachines)).
 		WithOptions(controllerOptions(mgr)).
 		Complete(r)
+}
+
+// poolToMachines maps a MachineNodePool to the Machine controlling it and
+// to the Machine whose pool name it has (<machine>-node-pool), when these
+// differ: the name's Machine may be waiting for a foreign pool to go.
+func poolToMachines(_ context.Context, pool client.Object) []reconcile.Request {
+	var requests []reconcile.Request
+	owner := ""
+	if ref := metav1.GetControllerOf(pool); ref != nil && ref.Kind == "Machine" && strings.HasPrefix(ref.APIVersion, imperatorv1alpha1.GroupVersion.Group+"/") {
+		owner = ref.Name
+		requests = append(requests, reconcile.Request{NamespacedName: types.NamespacedName{Name: owner}})
+	}
+	if machine, ok := strings.CutSuffix(pool.GetName(), imperatorv1alpha1.NodePoolName("")); ok && machine != "" && machine != owner {
+		requests = append(requests, reconcile.Request{NamespacedName: types.NamespacedName{Name: machine}})
+	}
+	return requests
 }
 
 // DesiredNodePool is the MachineNodePool of machine, without its owner
@@ -109,9 +133,14 @@ func (r *PoolSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 	}
 
 	if !metav1.IsControlledBy(current, machine) {
-		// Someone else's object under our name: leave it, and do not retry
-		// until either object changes.
-		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("MachineNodePool %s exists and is not controlled by Machine %s", current.Name, machine.Name))
+		// Someone else's object under our name: leave it and say so on the
+		// Machine. Its deletion (or a change of owner) enqueues the Machine
+		// again through poolToMachines.
+		log.Info("MachineNodePool of the Machine's name is not controlled by it", "machineNodePool", klog.KObj(current))
+		return ctrl.Result{}, setPoolConflict(ctx, c, machine, poolConflictCondition(machine, current))
+	}
+	if err := setPoolConflict(ctx, c, machine, poolConflictCondition(machine, nil)); err != nil {
+		return ctrl.Result{}, err
 	}
 	if !current.DeletionTimestamp.IsZero() {
 		// Being cleaned up (its finalizer runs); the delete event brings us
@@ -134,4 +163,53 @@ func (r *PoolSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 	}
 	log.V(1).Info("Updated MachineNodePool", "machineNodePool", klog.KObj(current))
 	return ctrl.Result{}, nil
+}
+
+// poolConflictCondition is the NodePoolConflict condition of machine when
+// pool (nil: none) holds its pool name: True naming the pool's controller
+// when the Machine does not control it, False otherwise.
+func poolConflictCondition(machine *imperatorv1alpha1.Machine, pool *imperatorv1alpha1.MachineNodePool) metav1.Condition {
+	if pool == nil {
+		return metav1.Condition{
+			Type:               imperatorv1alpha1.ConditionNodePoolConflict,
+			Status:             metav1.ConditionFalse,
+			Reason:             imperatorv1alpha1.ReasonNodePoolControlled,
+			Message:            fmt.Sprintf("MachineNodePool %s is controlled by this Machine", imperatorv1alpha1.NodePoolName(machine.Name)),
+			ObservedGeneration: machine.Generation,
+		}
+	}
+	controller := "no controller"
+	if ref := metav1.GetControllerOf(pool); ref != nil {
+		controller = fmt.Sprintf("%s %s", ref.Kind, ref.Name)
+	}
+	return metav1.Condition{
+		Type:   imperatorv1alpha1.ConditionNodePoolConflict,
+		Status: metav1.ConditionTrue,
+		Reason: imperatorv1alpha1.ReasonNodePoolNotControlled,
+		Message: fmt.Sprintf("MachineNodePool %s exists and is not controlled by this Machine (it has %s); "+
+			"the Machine gets its node pool once that object is deleted", pool.Name, controller),
+		ObservedGeneration: machine.Generation,
+	}
+}
+
+// setPoolConflict writes cond into the Machine's status when it differs
+// from what is there. A False condition is only written over a True one:
+// Machines that never had a conflict carry none. The patch carries the
+// resourceVersion, so that the Machine controller's own status write and
+// this one never undo each other; a conflict is retried by the queue.
+func setPoolConflict(ctx context.Context, c client.Client, machine *imperatorv1alpha1.Machine, cond metav1.Condition) error {
+	current := meta.FindStatusCondition(machine.Status.Conditions, cond.Type)
+	if current == nil && cond.Status == metav1.ConditionFalse {
+		return nil
+	}
+	if current != nil && current.Status == cond.Status && current.Reason == cond.Reason &&
+		current.Message == cond.Message && current.ObservedGeneration == cond.ObservedGeneration {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(machine.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	meta.SetStatusCondition(&machine.Status.Conditions, cond)
+	if err := c.Status().Patch(ctx, machine, patch); err != nil {
+		return fmt.Errorf("setting the %s condition of Machine %s: %w", cond.Type, machine.Name, err)
+	}
+	return nil
 }
