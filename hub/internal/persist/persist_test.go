@@ -54,7 +54,7 @@ func TestSyncWritesTheInventoryOnlyWhenItChanges(t *testing.T) {
 	st := store.New(clk, 40*time.Second)
 	st.SetReplica("hub-a")
 	p := New(c, st, Options{Log: logr.Discard()})
-	machine := &federationv1.Machine{Name: "m", Group: "g", Types: []*federationv1.MachineType{{Name: "t", Available: 2}}}
+	machine := &federationv1.Machine{Name: "m", Group: "g", Types: []*federationv1.MachineType{{Name: "t", Cpu: "4", Memory: "16Gi", Available: 2}}}
 
 	st.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 1})
 	st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{machine}})
@@ -74,7 +74,7 @@ func TestSyncWritesTheInventoryOnlyWhenItChanges(t *testing.T) {
 		t.Errorf("a heartbeat alone wrote the inventory: %d writes, want 1", inventoryWrites)
 	}
 
-	st.ApplyDelta("a", 1, &federationv1.Delta{Generation: 2, Upserts: []*federationv1.Machine{{Name: "m", Group: "g", Types: []*federationv1.MachineType{{Name: "t", Available: 3}}}}})
+	st.ApplyDelta("a", 1, &federationv1.Delta{Generation: 2, Upserts: []*federationv1.Machine{{Name: "m", Group: "g", Types: []*federationv1.MachineType{{Name: "t", Cpu: "4", Memory: "16Gi", Available: 3}}}}})
 	if err := p.sync(ctx, "a"); err != nil {
 		t.Fatalf("sync after a delta: %v", err)
 	}

@@ -6,10 +6,14 @@
 //
 // Every Cluster value handed out is an immutable snapshot: writers build a new
 // value (copy-on-write) and swap it in under the lock, so readers never copy
-// and never see a half-applied Delta.
+// and never see a half-applied Delta. The costly part of a write — checking
+// a spoke's message against the limits (package ingest), sorting, merging a
+// Delta into a new Machines slice — happens before the lock is taken; under
+// it only the generation checks and the swap run.
 package store
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -18,6 +22,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/imperator-federation/imperator/hub/internal/ingest"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
@@ -67,6 +72,11 @@ type Cluster struct {
 	Restored bool
 	// State is the liveness as of the last evaluation.
 	State State
+	// Outdated is non-empty when the figures held are known to be older
+	// than the spoke's: the hub refused the spoke's last inventory message
+	// (it broke a limit), or the replica serving the cluster could not
+	// persist it. It says why, and clears with the next Snapshot applied.
+	Outdated string
 
 	// synced is true once a Snapshot of Epoch was applied; Deltas need it.
 	synced bool
@@ -75,9 +85,10 @@ type Cluster struct {
 }
 
 // Stale is true when the figures may not reflect the cluster any more:
-// restored from the API server and not yet confirmed, or the spoke is silent.
-// Stale clusters never count as free capacity.
-func (c *Cluster) Stale() bool { return c.Restored || c.State != StateAvailable }
+// restored from the API server and not yet confirmed, the spoke is silent,
+// or its current inventory could not be taken in. Stale clusters never count
+// as free capacity.
+func (c *Cluster) Stale() bool { return c.Restored || c.State != StateAvailable || c.Outdated != "" }
 
 // Synced is true once the spoke sent a Snapshot on the stream held here, so
 // that Machines are the spoke's current ones.
@@ -104,6 +115,9 @@ type Result struct {
 	// Stale is true when the message was older than what the hub holds and
 	// was ignored.
 	Stale bool
+	// Refused is the *ingest.Error of a message that broke a limit; the
+	// store kept what it held. The hub ends the stream with InvalidArgument.
+	Refused error
 }
 
 // Store is the thread-safe index of clusters.
@@ -115,6 +129,7 @@ type Store struct {
 	mu        sync.RWMutex
 	clusters  map[string]*Cluster
 	listeners []func(cluster string)
+	limits    ingest.Limits
 }
 
 // New returns an empty store whose clusters become Unknown after grace
@@ -126,7 +141,22 @@ func New(clk clock.PassiveClock, grace time.Duration) *Store {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Store{clock: clk, grace: grace, clusters: map[string]*Cluster{}}
+	return &Store{clock: clk, grace: grace, clusters: map[string]*Cluster{}, limits: ingest.DefaultLimits()}
+}
+
+// SetLimits replaces the limits spoke messages are checked against
+// (ingest.DefaultLimits until then). Set them before the store is used.
+func (s *Store) SetLimits(l ingest.Limits) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limits = l
+}
+
+// Limits are the limits spoke messages are checked against.
+func (s *Store) Limits() ingest.Limits {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.limits
 }
 
 // GracePeriod is how long a cluster may stay silent before it becomes Unknown.
@@ -262,22 +292,28 @@ func (s *Store) Remove(name string) {
 }
 
 // ApplySnapshot replaces the cluster's inventory with snap, sent in epoch.
-// A Snapshot older than (or as old as) the one held in the same epoch is ignored.
+// A Snapshot older than (or as old as) the one held in the same epoch is
+// ignored; one that breaks the limits is refused (Result.Refused) and the
+// inventory held is kept, marked Outdated.
 func (s *Store) ApplySnapshot(name string, epoch uint64, snap *federationv1.Snapshot) Result {
+	if err := ingest.ValidateSnapshot(snap, s.Limits()); err != nil {
+		return s.refuse(name, "Snapshot", err)
+	}
+	// Outside the lock: the names are unique now, so a plain sort will do.
+	machines := slices.Clone(snap.GetMachines())
+	sortMachines(machines)
 	now := s.clock.Now()
 	return s.update(name, true, func(c *Cluster, _ bool) (Result, bool) {
 		c.LastHeartbeat = now
 		if c.Epoch == epoch && c.synced && snap.GetGeneration() <= c.Generation {
 			return Result{Ack: true, Generation: c.Generation, Stale: true}, false
 		}
-		machines := slices.Clone(snap.GetMachines())
-		sortMachines(machines)
-		machines = dedupMachines(machines)
 		c.Machines = machines
 		c.Epoch = epoch
 		c.Generation = snap.GetGeneration()
 		c.ObservedAt = snap.GetObservedAt().AsTime()
 		c.Restored = false
+		c.Outdated = ""
 		c.synced = true
 		c.resyncPending = false
 		c.State = StateAvailable
@@ -285,35 +321,153 @@ func (s *Store) ApplySnapshot(name string, epoch uint64, snap *federationv1.Snap
 	})
 }
 
-// ApplyDelta applies delta, sent in epoch, when the cluster holds exactly
-// generation-1 of that epoch; it ignores older Deltas and asks for a Resync
-// (once until the Snapshot arrives) when it cannot apply one.
-func (s *Store) ApplyDelta(name string, epoch uint64, delta *federationv1.Delta) Result {
+// maxOutdatedMessage bounds Cluster.Outdated, which is persisted in a
+// condition message.
+const maxOutdatedMessage = 1024
+
+// refuse records that the cluster's spoke sent a kind of message that broke
+// the limits: the spoke is alive, but the inventory held is older than its.
+func (s *Store) refuse(name, kind string, err error) Result {
+	msg := fmt.Sprintf("the hub refused the spoke's %s: %v", kind, err)
+	if len(msg) > maxOutdatedMessage {
+		msg = msg[:maxOutdatedMessage-3] + "..."
+	}
 	now := s.clock.Now()
 	return s.update(name, true, func(c *Cluster, _ bool) (Result, bool) {
 		c.LastHeartbeat = now
-		switch {
-		case c.resyncPending:
-			// Deltas sent before the spoke saw our Resync: the Snapshot
-			// will supersede them.
-			return Result{}, false
-		case !c.synced || c.Epoch != epoch:
-			c.resyncPending = true
-			return Result{Resync: "no snapshot of this epoch"}, false
-		case delta.GetGeneration() <= c.Generation:
-			return Result{Ack: true, Generation: c.Generation, Stale: true}, false
-		case delta.GetGeneration() != c.Generation+1:
-			c.resyncPending = true
-			return Result{Resync: "generation gap"}, false
-		}
-		c.Machines = applyDelta(c.Machines, delta)
-		c.Generation = delta.GetGeneration()
-		if at := delta.GetObservedAt(); at != nil {
-			c.ObservedAt = at.AsTime()
-		}
+		changed := c.Outdated != msg || c.State != StateAvailable
+		c.Outdated = msg
 		c.State = StateAvailable
-		return Result{Ack: true, Generation: c.Generation}, true
+		return Result{Refused: err}, changed
 	})
+}
+
+// ApplyDelta applies delta, sent in epoch, when the cluster holds exactly
+// generation-1 of that epoch; it ignores older Deltas and asks for a Resync
+// (once until the Snapshot arrives) when it cannot apply one. A Delta that
+// breaks the limits, or whose result would, is refused (Result.Refused) and
+// the inventory held is kept, marked Outdated.
+//
+// The Delta is merged into a new Machines slice before the lock is taken;
+// under the lock the result is swapped in when the Machines it was built
+// from are still those held, else the merge is done again.
+func (s *Store) ApplyDelta(name string, epoch uint64, delta *federationv1.Delta) Result {
+	limits := s.Limits()
+	if err := ingest.ValidateDelta(delta, limits); err != nil {
+		return s.refuse(name, "Delta", err)
+	}
+	now := s.clock.Now()
+	for attempt := 1; ; attempt++ {
+		var (
+			base, merged []*federationv1.Machine
+			capErr       error
+			prepared     bool
+		)
+		// Later attempts merge under the lock: the Machines changed under
+		// the earlier ones (another replica's write was observed), and a
+		// writer that keeps losing must still finish.
+		underLock := attempt > maxMergeAttempts
+		if cur, ok := s.Get(name); ok && !underLock && deltaVerdict(cur, epoch, delta) == verdictApply {
+			base = cur.Machines
+			merged, capErr = mergeDelta(base, delta, limits)
+			prepared = true
+		}
+		retry := false
+		res := s.update(name, true, func(c *Cluster, _ bool) (Result, bool) {
+			c.LastHeartbeat = now
+			switch deltaVerdict(c, epoch, delta) {
+			case verdictIgnore:
+				// Deltas sent before the spoke saw our Resync: the
+				// Snapshot will supersede them.
+				return Result{}, false
+			case verdictNoSnapshot:
+				c.resyncPending = true
+				return Result{Resync: "no snapshot of this epoch"}, false
+			case verdictStale:
+				return Result{Ack: true, Generation: c.Generation, Stale: true}, false
+			case verdictGap:
+				c.resyncPending = true
+				return Result{Resync: "generation gap"}, false
+			}
+			switch {
+			case underLock:
+				merged, capErr = mergeDelta(c.Machines, delta, limits)
+			case !prepared || !sameMachines(c.Machines, base):
+				retry = true
+				return Result{}, false
+			}
+			if capErr != nil {
+				return Result{Refused: capErr}, false
+			}
+			c.Machines = merged
+			c.Generation = delta.GetGeneration()
+			if at := delta.GetObservedAt(); at != nil {
+				c.ObservedAt = at.AsTime()
+			}
+			c.State = StateAvailable
+			return Result{Ack: true, Generation: c.Generation}, true
+		})
+		switch {
+		case retry:
+			continue
+		case res.Refused != nil:
+			return s.refuse(name, "Delta", res.Refused)
+		}
+		return res
+	}
+}
+
+// maxMergeAttempts is how often ApplyDelta merges outside the lock before it
+// merges under it.
+const maxMergeAttempts = 3
+
+// verdict is what the store does with a Delta, given what it holds.
+type verdict int
+
+const (
+	verdictApply verdict = iota
+	// verdictIgnore: a Resync is pending; the Snapshot will supersede it.
+	verdictIgnore
+	// verdictNoSnapshot: no Snapshot of the Delta's epoch is held.
+	verdictNoSnapshot
+	// verdictStale: the Delta is older than what is held.
+	verdictStale
+	// verdictGap: a Delta between the one held and this one is missing.
+	verdictGap
+)
+
+func deltaVerdict(c *Cluster, epoch uint64, delta *federationv1.Delta) verdict {
+	switch {
+	case c.resyncPending:
+		return verdictIgnore
+	case !c.synced || c.Epoch != epoch:
+		return verdictNoSnapshot
+	case delta.GetGeneration() <= c.Generation:
+		return verdictStale
+	case delta.GetGeneration() != c.Generation+1:
+		return verdictGap
+	}
+	return verdictApply
+}
+
+// mergeDelta is applyDelta checked against the per-cluster caps: a stream
+// of Deltas cannot grow an inventory past them.
+func mergeDelta(machines []*federationv1.Machine, delta *federationv1.Delta, limits ingest.Limits) ([]*federationv1.Machine, error) {
+	merged := applyDelta(machines, delta)
+	var totals ingest.Totals
+	for _, m := range merged {
+		totals.Add(m)
+	}
+	if err := totals.Check(ingest.DeltaPath, limits); err != nil {
+		return nil, err
+	}
+	return merged, nil
+}
+
+// sameMachines is true when a and b are the same slice: Machines are never
+// changed in place, so a Delta merged into a applies to b unchanged.
+func sameMachines(a, b []*federationv1.Machine) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // Heartbeat records a heartbeat sent in epoch and asks for a Resync when the
@@ -345,6 +499,10 @@ type Peer struct {
 	// Live is true when the lease was renewed after this replica started,
 	// so its holder is running and the inventory is current.
 	Live bool
+	// Outdated is non-empty when the serving replica reported that the
+	// persisted inventory is older than the spoke's: why (see
+	// Cluster.Outdated).
+	Outdated string
 }
 
 // Observe takes in what the API server says about a cluster served by
@@ -383,11 +541,12 @@ func (s *Store) Observe(name string, p Peer) (superseded bool) {
 		c.Replica = p.Replica
 		c.State = s.stateAt(c.LastHeartbeat, s.clock.Now())
 		c.Restored = !p.Live
+		c.Outdated = p.Outdated
 		c.Connected = p.Live && c.State == StateAvailable
 		c.synced, c.resyncPending = false, false
 		changed := !existed || c.Epoch != before.Epoch || c.Generation != before.Generation || c.State != before.State ||
 			c.Connected != before.Connected || c.Restored != before.Restored || c.Replica != before.Replica ||
-			c.AgentVersion != before.AgentVersion
+			c.AgentVersion != before.AgentVersion || c.Outdated != before.Outdated
 		return Result{}, changed
 	})
 	return superseded

@@ -23,7 +23,7 @@ type step struct {
 }
 
 func machine(name string, available int32) *federationv1.Machine {
-	return &federationv1.Machine{Name: name, Group: "g", Types: []*federationv1.MachineType{{Name: "t", Available: available}}}
+	return &federationv1.Machine{Name: name, Group: "g", Types: []*federationv1.MachineType{{Name: "t", Cpu: "4", Memory: "16Gi", Available: available}}}
 }
 
 func snapshot(gen uint64, machines ...*federationv1.Machine) *federationv1.Snapshot {
@@ -119,14 +119,6 @@ func TestStateMachine(t *testing.T) {
 			},
 			wantGeneration: 1,
 			wantMachines:   map[string]int32{"m1": 1},
-		},
-		"duplicate names in a snapshot keep the last": {
-			steps: []step{
-				{hello: hello},
-				{epoch: 1, snapshot: snapshot(1, machine("m1", 1), machine("m1", 2)), wantRes: Result{Ack: true, Generation: 1}},
-			},
-			wantGeneration: 1,
-			wantMachines:   map[string]int32{"m1": 2},
 		},
 	}
 	for name, tc := range cases {
