@@ -726,9 +726,18 @@ type Heartbeat struct {
 	// for a Resync (a Delta was lost).
 	Generation uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
 	// sent_at is the spoke's clock when sending; informative only.
-	SentAt        *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SentAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
+	// api_server_unreachable_since is set while the agent has not reached its
+	// own cluster's API server for longer than its bound (the agent's
+	// --api-server-stale-after, 30s by default): it is the time of the agent's
+	// last successful read from it. The figures the agent sends come from an
+	// informer cache that hears of no change meanwhile, so they are at most as
+	// current as this; the hub shows the cluster as stale (degraded) instead
+	// of Available while it is set. Unset when the API server answers; a spoke
+	// that predates the field never sets it.
+	ApiServerUnreachableSince *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=api_server_unreachable_since,json=apiServerUnreachableSince,proto3" json:"api_server_unreachable_since,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
@@ -771,6 +780,13 @@ func (x *Heartbeat) GetGeneration() uint64 {
 func (x *Heartbeat) GetSentAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.SentAt
+	}
+	return nil
+}
+
+func (x *Heartbeat) GetApiServerUnreachableSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ApiServerUnreachableSince
 	}
 	return nil
 }
@@ -1492,12 +1508,13 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\vobserved_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"observedAt\x12:\n" +
 	"\aupserts\x18\x03 \x03(\v2 .imperator.federation.v1.MachineR\aupserts\x12\x1a\n" +
-	"\bremovals\x18\x04 \x03(\tR\bremovals\"`\n" +
+	"\bremovals\x18\x04 \x03(\tR\bremovals\"\xbd\x01\n" +
 	"\tHeartbeat\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x123\n" +
-	"\asent_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\"\x81\x01\n" +
+	"\asent_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12[\n" +
+	"\x1capi_server_unreachable_since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x19apiServerUnreachableSince\"\x81\x01\n" +
 	"\n" +
 	"HubMessage\x120\n" +
 	"\x03ack\x18\x01 \x01(\v2\x1c.imperator.federation.v1.AckH\x00R\x03ack\x129\n" +
@@ -1614,26 +1631,27 @@ var file_imperator_federation_v1_federation_proto_depIdxs = []int32{
 	20, // 8: imperator.federation.v1.Delta.observed_at:type_name -> google.protobuf.Timestamp
 	14, // 9: imperator.federation.v1.Delta.upserts:type_name -> imperator.federation.v1.Machine
 	20, // 10: imperator.federation.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	12, // 11: imperator.federation.v1.HubMessage.ack:type_name -> imperator.federation.v1.Ack
-	13, // 12: imperator.federation.v1.HubMessage.resync:type_name -> imperator.federation.v1.Resync
-	15, // 13: imperator.federation.v1.Machine.types:type_name -> imperator.federation.v1.MachineType
-	19, // 14: imperator.federation.v1.Machine.nodes:type_name -> imperator.federation.v1.PoolNode
-	1,  // 15: imperator.federation.v1.Machine.ready:type_name -> imperator.federation.v1.ConditionStatus
-	16, // 16: imperator.federation.v1.MachineType.gpu:type_name -> imperator.federation.v1.GPU
-	17, // 17: imperator.federation.v1.MachineType.usage:type_name -> imperator.federation.v1.Usage
-	18, // 18: imperator.federation.v1.MachineType.nodes:type_name -> imperator.federation.v1.NodeCounts
-	0,  // 19: imperator.federation.v1.PoolNode.condition:type_name -> imperator.federation.v1.NodeCondition
-	2,  // 20: imperator.federation.v1.Federation.Join:input_type -> imperator.federation.v1.JoinRequest
-	4,  // 21: imperator.federation.v1.Federation.Renew:input_type -> imperator.federation.v1.RenewRequest
-	6,  // 22: imperator.federation.v1.Federation.Report:input_type -> imperator.federation.v1.SpokeMessage
-	3,  // 23: imperator.federation.v1.Federation.Join:output_type -> imperator.federation.v1.JoinResponse
-	5,  // 24: imperator.federation.v1.Federation.Renew:output_type -> imperator.federation.v1.RenewResponse
-	11, // 25: imperator.federation.v1.Federation.Report:output_type -> imperator.federation.v1.HubMessage
-	23, // [23:26] is the sub-list for method output_type
-	20, // [20:23] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	20, // 11: imperator.federation.v1.Heartbeat.api_server_unreachable_since:type_name -> google.protobuf.Timestamp
+	12, // 12: imperator.federation.v1.HubMessage.ack:type_name -> imperator.federation.v1.Ack
+	13, // 13: imperator.federation.v1.HubMessage.resync:type_name -> imperator.federation.v1.Resync
+	15, // 14: imperator.federation.v1.Machine.types:type_name -> imperator.federation.v1.MachineType
+	19, // 15: imperator.federation.v1.Machine.nodes:type_name -> imperator.federation.v1.PoolNode
+	1,  // 16: imperator.federation.v1.Machine.ready:type_name -> imperator.federation.v1.ConditionStatus
+	16, // 17: imperator.federation.v1.MachineType.gpu:type_name -> imperator.federation.v1.GPU
+	17, // 18: imperator.federation.v1.MachineType.usage:type_name -> imperator.federation.v1.Usage
+	18, // 19: imperator.federation.v1.MachineType.nodes:type_name -> imperator.federation.v1.NodeCounts
+	0,  // 20: imperator.federation.v1.PoolNode.condition:type_name -> imperator.federation.v1.NodeCondition
+	2,  // 21: imperator.federation.v1.Federation.Join:input_type -> imperator.federation.v1.JoinRequest
+	4,  // 22: imperator.federation.v1.Federation.Renew:input_type -> imperator.federation.v1.RenewRequest
+	6,  // 23: imperator.federation.v1.Federation.Report:input_type -> imperator.federation.v1.SpokeMessage
+	3,  // 24: imperator.federation.v1.Federation.Join:output_type -> imperator.federation.v1.JoinResponse
+	5,  // 25: imperator.federation.v1.Federation.Renew:output_type -> imperator.federation.v1.RenewResponse
+	11, // 26: imperator.federation.v1.Federation.Report:output_type -> imperator.federation.v1.HubMessage
+	24, // [24:27] is the sub-list for method output_type
+	21, // [21:24] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_imperator_federation_v1_federation_proto_init() }
