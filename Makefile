@@ -12,7 +12,7 @@ K8S_BIN    = $(shell hack/k8s-bin.sh dir)
 # start real control planes (envtest or the harness): every package in an
 # `integration` directory, test/integration/ for cross-cutting ones and
 # <package>/integration/ beside the internal package a suite exercises.
-UNIT_PKGS        = $(shell $(GO) list ./... | grep -v -e /integration -e /test/e2e)
+UNIT_PKGS        = $(shell $(GO) list ./... | grep -v -e /integration -e /test/e2e -e /test/fault)
 INTEGRATION_PKGS = $(shell $(GO) list ./... | grep /integration)
 
 export IMPERATOR_K8S_BIN = $(K8S_BIN)
@@ -63,6 +63,10 @@ images: ## Build the spoke and hub container images with Docker (IMAGE_REGISTRY,
 .PHONY: e2e
 e2e: k8s-bin build ## The multi-cluster journeys against a fleet started for the run (or E2E_FLEET=.fleet/fleet.json).
 	E2E_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -v ./test/e2e/
+
+.PHONY: fault
+fault: k8s-bin build ## The fault suite: faults injected for real into a local fleet; prints each fault's time to detect and to recover.
+	E2E_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -v ./test/fault/ 2>&1 | tee $(BIN)/fault.log
 
 .PHONY: e2e-kind
 e2e-kind: ## The e2e journeys on kind clusters with the built images (needs Docker and kind; not run in CI).

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/imperator-federation/imperator/test/util/faultproxy"
 	"github.com/imperator-federation/imperator/test/util/harness"
 )
 
@@ -31,6 +32,12 @@ type Options struct {
 	// GracePeriod is how long the hub waits for a silent spoke before it
 	// marks it Unknown; default DefaultGracePeriod.
 	GracePeriod time.Duration
+	// FaultProxies puts a fault proxy (test/util/faultproxy) between each
+	// agent and the hub, reached with Fleet.Proxy, for the fault suite.
+	FaultProxies bool
+	// HubArgs and AgentArgs are extra flags of the hub and of every agent
+	// (short certificate lifetimes in the fault suite, for instance).
+	HubArgs, AgentArgs []string
 }
 
 // DefaultGracePeriod is the hub's grace period for silent spokes in a fleet:
@@ -48,6 +55,9 @@ type Fleet struct {
 	mu     sync.Mutex
 	hub    *hubProcess
 	agents map[string]*agentProcess
+	// proxies stand between each agent and the hub when
+	// Options.FaultProxies is set.
+	proxies map[string]*faultproxy.Proxy
 }
 
 // Start starts the hub cluster and every spoke cluster side by side and adds
@@ -65,7 +75,7 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	f := &Fleet{opts: opts, Spokes: map[string]*harness.Cluster{}, agents: map[string]*agentProcess{}}
+	f := &Fleet{opts: opts, Spokes: map[string]*harness.Cluster{}, agents: map[string]*agentProcess{}, proxies: map[string]*faultproxy.Proxy{}}
 	defer func() {
 		if err != nil {
 			_ = f.Stop()

@@ -180,6 +180,7 @@ func (f *Fleet) StartHub(ctx context.Context) error {
 		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metricsPort),
 		"--grace-period", f.opts.GracePeriod.String(),
 	}
+	args = append(args, f.opts.HubArgs...)
 	h.proc, err = harness.StartProcess("imperator-hub", filepath.Join(f.opts.BinDir, "hub"), args, f.Hub.Dir)
 	if err != nil {
 		return fmt.Errorf("fleet: %w", err)
@@ -219,6 +220,10 @@ func (f *Fleet) StartAgent(ctx context.Context, spoke string) error {
 	if err != nil {
 		return err
 	}
+	hubAddress, err := f.agentHubAddressLocked(spoke)
+	if err != nil {
+		return err
+	}
 	a := &agentProcess{webhookPort: ports[0], healthPort: ports[1]}
 	if old := f.agents[spoke]; old != nil {
 		// The webhook configuration points at this port: keep it.
@@ -231,11 +236,12 @@ func (f *Fleet) StartAgent(ctx context.Context, spoke string) error {
 		"--webhook-url", "https://127.0.0.1:" + strconv.Itoa(a.webhookPort),
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(a.healthPort),
 		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(ports[2]),
-		"--hub-address", f.hubAddressLocked(),
+		"--hub-address", hubAddress,
 		"--cluster-name", spoke,
 		"--hub-ca-file", f.hubCAPath(),
 		"--join-token-file", f.tokenPath(spoke),
 	}
+	args = append(args, f.opts.AgentArgs...)
 	a.proc, err = harness.StartProcess("imperator-agent", filepath.Join(f.opts.BinDir, "spoke"), args, cluster.Dir,
 		"KUBECONFIG="+cluster.KubeconfigPath)
 	if err != nil {
@@ -271,6 +277,7 @@ func (f *Fleet) stopImperator() error {
 	if f.hub != nil {
 		errs = append(errs, f.hub.proc.Stop())
 	}
+	errs = append(errs, f.closeProxies())
 	return errors.Join(errs...)
 }
 

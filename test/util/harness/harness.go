@@ -30,8 +30,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -95,6 +97,9 @@ type Cluster struct {
 	binDir   string
 	ownsDir  bool
 	procs    []*Process // in start order; stopped in reverse
+	// apiArgs are the kube-apiserver's arguments, to start it again after
+	// StopAPIServer.
+	apiArgs []string
 	kube     kubernetes.Interface
 	stopOnce sync.Once
 	stopErr  error
@@ -240,7 +245,8 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		"--profiling=false",
 		"--cert-dir=" + path("apiserver-certs"),
 	}
-	apiserver, err := StartProcess("kube-apiserver", c.bin("kube-apiserver"), append(apiArgs, opts.APIServerFlags...), c.Dir)
+	c.apiArgs = append(apiArgs, opts.APIServerFlags...)
+	apiserver, err := StartProcess(apiServerName, c.bin("kube-apiserver"), c.apiArgs, c.Dir)
 	if err != nil {
 		return err
 	}
@@ -262,10 +268,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	if c.kube, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
-	err = waitFor(ctx, "kube-apiserver /readyz", 100*time.Millisecond, c.procs, func(ctx context.Context) bool {
-		return c.kube.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error() == nil
-	})
-	if err != nil {
+	if err := c.waitAPIServerReady(ctx); err != nil {
 		return err
 	}
 
@@ -278,6 +281,74 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		_, err := c.kube.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil
 	})
+}
+
+// apiServerName is the kube-apiserver's process name, and its log's.
+const apiServerName = "kube-apiserver"
+
+func (c *Cluster) waitAPIServerReady(ctx context.Context) error {
+	return waitFor(ctx, "kube-apiserver /readyz", 100*time.Millisecond, c.procs, func(ctx context.Context) bool {
+		return c.kube.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error() == nil
+	})
+}
+
+// apiServer returns the running kube-apiserver process.
+func (c *Cluster) apiServer() (*Process, error) {
+	for _, p := range c.procs {
+		if p.Name() == apiServerName {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("cluster %s has no kube-apiserver running", c.Name)
+}
+
+// StopAPIServer stops the cluster's kube-apiserver, for a fault test: etcd
+// and the other components keep running, clients get connection refused.
+// StartAPIServer brings it back on the same address.
+func (c *Cluster) StopAPIServer() error {
+	p, err := c.apiServer()
+	if err != nil {
+		return err
+	}
+	if err := p.Stop(); err != nil {
+		return err
+	}
+	c.procs = slices.DeleteFunc(c.procs, func(q *Process) bool { return q == p })
+	return nil
+}
+
+// StartAPIServer starts the kube-apiserver again after StopAPIServer, with
+// the same arguments, and waits until it is ready.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	if _, err := c.apiServer(); err == nil {
+		return nil
+	}
+	p, err := StartProcess(apiServerName, c.bin("kube-apiserver"), c.apiArgs, c.Dir)
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, p)
+	return c.waitAPIServerReady(ctx)
+}
+
+// FreezeAPIServer stops the kube-apiserver with SIGSTOP, for a fault test:
+// its connections stay open and nothing answers, as with a hung server.
+// ThawAPIServer resumes it.
+func (c *Cluster) FreezeAPIServer() error {
+	p, err := c.apiServer()
+	if err != nil {
+		return err
+	}
+	return p.Signal(syscall.SIGSTOP)
+}
+
+// ThawAPIServer resumes a kube-apiserver frozen by FreezeAPIServer.
+func (c *Cluster) ThawAPIServer() error {
+	p, err := c.apiServer()
+	if err != nil {
+		return err
+	}
+	return p.Signal(syscall.SIGCONT)
 }
 
 func (c *Cluster) startAfterAPIServer() error {

@@ -83,12 +83,42 @@ func (p *Process) Stop() error {
 	}
 	pgid := -p.cmd.Process.Pid
 	_ = syscall.Kill(pgid, syscall.SIGTERM)
+	// A process frozen by a fault test (SIGSTOP) handles SIGTERM only once resumed.
+	_ = syscall.Kill(pgid, syscall.SIGCONT)
 	select {
 	case <-p.exited:
 		return nil
 	case <-time.After(stopGrace):
 	}
 	_ = syscall.Kill(pgid, syscall.SIGKILL)
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(stopGrace):
+		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.name, p.cmd.Process.Pid)
+	}
+}
+
+// Signal sends sig to the process group: SIGSTOP and SIGCONT freeze and
+// resume it, SIGKILL ends it without a chance to clean up (Stop still
+// returns once it is gone).
+func (p *Process) Signal(sig syscall.Signal) error {
+	if !p.Running() {
+		return fmt.Errorf("%s has exited", p.name)
+	}
+	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil {
+		return fmt.Errorf("sending %s to %s: %w", sig, p.name, err)
+	}
+	return nil
+}
+
+// Kill ends the process group with SIGKILL — no graceful stop, as a crash
+// or an OOM kill would — and returns once the process is gone.
+func (p *Process) Kill() error {
+	if !p.Running() {
+		return nil
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	select {
 	case <-p.exited:
 		return nil

@@ -1,0 +1,202 @@
+package fault
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
+	"github.com/imperator-federation/imperator/test/e2e"
+	"github.com/imperator-federation/imperator/test/util/faultproxy"
+	"github.com/imperator-federation/imperator/test/util/fleet"
+)
+
+// Input is what every fault spec needs.
+type Input struct {
+	Env   *e2e.Env
+	Fleet *fleet.Fleet
+	Table *Table
+}
+
+// PartitionInput configures PartitionSpec.
+type PartitionInput struct {
+	Input
+	Spoke string
+	// Mode is the fault: faultproxy.Cut or faultproxy.Blackhole.
+	Mode faultproxy.Mode
+	// For is how long the partition lasts; longer than the grace period, so
+	// that the hub must notice.
+	For time.Duration
+	// NextAvailable is what the burst Machine's `available` becomes during
+	// the partition: a change the hub must learn once it is over.
+	NextAvailable int32
+}
+
+// PartitionSpec cuts or blackholes the link between one spoke's agent and
+// the hub while the spoke's Machines change: the hub shows the spoke Offline
+// once the grace period has passed (not before, and no other spoke), and
+// once the link heals it shows the change the spoke made meanwhile.
+func PartitionSpec(ctx context.Context, in PartitionInput) {
+	env := in.Env
+	WaitRecovered(ctx, env, time.Now())
+	proxy := in.Fleet.Proxy(in.Spoke)
+	Expect(proxy).NotTo(BeNil(), "the fleet has a fault proxy for %s", in.Spoke)
+
+	By(fmt.Sprintf("partitioning %s from the hub (%s) for %s", in.Spoke, in.Mode, in.For))
+	proxy.SetMode(in.Mode)
+	injected := time.Now()
+	DeferCleanup(func() { proxy.SetMode(faultproxy.Pass) })
+	Expect(SetBurstAvailable(ctx, env.Spoke(in.Spoke).Client, in.NextAvailable)).To(Succeed())
+
+	By("the hub shows the spoke Offline once the grace period has passed since its last heartbeat, and not before")
+	detect := WaitState(ctx, env, in.Spoke, queryv1.ClusterState_CLUSTER_STATE_OFFLINE, env.GracePeriod+30*time.Second, injected)
+	// The last heartbeat came at most one heartbeat interval before the fault.
+	Expect(detect).To(BeNumerically(">=", env.GracePeriod-heartbeatInterval-time.Second),
+		"the hub must not mark %s Offline before its grace period (%s) has passed", in.Spoke, env.GracePeriod)
+	for name := range env.Spokes {
+		if name != in.Spoke {
+			Expect(ClusterState(ctx, env, name)).To(Equal(queryv1.ClusterState_CLUSTER_STATE_AVAILABLE), "%s is not partitioned", name)
+		}
+	}
+
+	if rest := in.For - time.Since(injected); rest > 0 {
+		time.Sleep(rest) // the partition's length is the fault itself, not a wait for a condition
+	}
+	By("healing the link: the hub shows the spoke's current figures")
+	proxy.SetMode(faultproxy.Pass)
+	healed := time.Now()
+	recovered := WaitRecovered(ctx, env, healed)
+	in.Table.Add(Row{
+		Fault:   fmt.Sprintf("%s partitioned from the hub (%s, %s)", in.Spoke, in.Mode, in.For),
+		Detect:  detect,
+		Recover: recovered,
+		Note:    fmt.Sprintf("grace period %s; a change made during the partition arrived", env.GracePeriod),
+	})
+}
+
+// SlowLinkInput configures SlowLinkSpec.
+type SlowLinkInput struct {
+	Input
+	Spoke   string
+	Latency time.Duration
+	For     time.Duration
+	// NextAvailable is the change made while the link is slow.
+	NextAvailable int32
+}
+
+// SlowLinkSpec delays every packet between one spoke's agent and the hub:
+// the spoke stays Available throughout, and a change still arrives.
+func SlowLinkSpec(ctx context.Context, in SlowLinkInput) {
+	env := in.Env
+	WaitRecovered(ctx, env, time.Now())
+	proxy := in.Fleet.Proxy(in.Spoke)
+	Expect(proxy).NotTo(BeNil(), "the fleet has a fault proxy for %s", in.Spoke)
+
+	var propagated time.Duration
+	ExpectAlwaysAvailable(ctx, env, spokeNames(env), func() {
+		By(fmt.Sprintf("delaying every packet between %s and the hub by %s", in.Spoke, in.Latency))
+		proxy.SetLatency(in.Latency)
+		DeferCleanup(func() { proxy.SetLatency(0) })
+		start := time.Now()
+		Expect(SetBurstAvailable(ctx, env.Spoke(in.Spoke).Client, in.NextAvailable)).To(Succeed())
+		propagated = WaitRecovered(ctx, env, start)
+		if rest := in.For - time.Since(start); rest > 0 {
+			time.Sleep(rest) // keep the link slow for the fault's length, watching for false alarms
+		}
+		proxy.SetLatency(0)
+	})
+	in.Table.Add(Row{
+		Fault:   fmt.Sprintf("link %s ↔ hub slowed by %s for %s", in.Spoke, in.Latency, in.For),
+		Recover: propagated,
+		Note:    "never shown as not Available; recover = a change's propagation while slow",
+	})
+}
+
+// AgentKillInput configures AgentKillSpec.
+type AgentKillInput struct {
+	Input
+	Spoke         string
+	NextAvailable int32
+}
+
+// AgentKillSpec kills a spoke's agent with SIGKILL, changes a Machine while
+// it is down and starts it again at once: the spoke is never shown as
+// anything but Available (the restart is well within the grace period) and
+// the hub learns the change.
+func AgentKillSpec(ctx context.Context, in AgentKillInput) {
+	env := in.Env
+	WaitRecovered(ctx, env, time.Now())
+	var recovered time.Duration
+	ExpectAlwaysAvailable(ctx, env, spokeNames(env), func() {
+		By(fmt.Sprintf("killing the agent of %s (SIGKILL) and starting it again", in.Spoke))
+		killed := time.Now()
+		Expect(in.Fleet.KillAgent(in.Spoke)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) { Expect(in.Fleet.StartAgent(ctx, in.Spoke)).To(Succeed()) })
+		Expect(SetBurstAvailable(ctx, env.Spoke(in.Spoke).Client, in.NextAvailable)).To(Succeed())
+		Expect(in.Fleet.StartAgent(ctx, in.Spoke)).To(Succeed())
+		recovered = WaitRecovered(ctx, env, killed)
+	})
+	in.Table.Add(Row{
+		Fault:   fmt.Sprintf("agent of %s SIGKILLed and restarted", in.Spoke),
+		Recover: recovered,
+		Note:    "never shown as not Available; recover counted from the kill",
+	})
+}
+
+// HubKillInput configures HubKillSpec.
+type HubKillInput struct {
+	Input
+	// Burst is how long every spoke keeps changing its burst Machine; the
+	// hub is killed in the middle of it.
+	Burst time.Duration
+}
+
+// HubKillSpec kills the hub with SIGKILL while every spoke sends a burst of
+// changes, and starts it again: once the spokes are back, the hub's answer
+// equals every spoke's truth — nothing applied before or after the crash
+// is lost.
+func HubKillSpec(ctx context.Context, in HubKillInput) {
+	env := in.Env
+	WaitRecovered(ctx, env, time.Now())
+
+	By(fmt.Sprintf("every spoke changes its burst Machine for %s", in.Burst))
+	burstCtx, stopBurst := context.WithCancel(ctx)
+	defer stopBurst()
+	var wg sync.WaitGroup
+	changes := make([]int, len(spokeNames(env)))
+	for i, name := range spokeNames(env) {
+		c := env.Spoke(name).Client
+		wg.Go(func() {
+			defer GinkgoRecover()
+			deadline := time.Now().Add(in.Burst)
+			for n := int32(1); time.Now().Before(deadline) && burstCtx.Err() == nil; n++ {
+				if err := SetBurstAvailable(burstCtx, c, n%50); err == nil {
+					changes[i]++
+				}
+				time.Sleep(100 * time.Millisecond) // the burst's pace: about ten changes a second per spoke
+			}
+		})
+	}
+	time.Sleep(in.Burst / 3) // kill the hub a third into the burst
+	By("killing the hub (SIGKILL) in the middle of the burst, then starting it again")
+	killed := time.Now()
+	Expect(in.Fleet.KillHub()).To(Succeed())
+	DeferCleanup(func(ctx context.Context) { Expect(in.Fleet.StartHub(ctx)).To(Succeed()) })
+	Expect(in.Fleet.StartHub(ctx)).To(Succeed())
+	restarted := time.Now()
+	wg.Wait()
+	burstEnded := time.Now()
+
+	By("once the burst is over, the hub's answer equals every spoke's truth")
+	WaitRecovered(ctx, env, burstEnded)
+	in.Table.Add(Row{
+		Fault:   fmt.Sprintf("hub SIGKILLed during a burst of changes from %d spokes", len(changes)),
+		Detect:  restarted.Sub(killed),
+		Recover: time.Since(restarted),
+		Note:    fmt.Sprintf("changes sent per spoke: %v; detect = hub down until ready again; recover counted from its restart", changes),
+	})
+}

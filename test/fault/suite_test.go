@@ -1,0 +1,111 @@
+package fault
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/imperator-federation/imperator/test/e2e"
+	"github.com/imperator-federation/imperator/test/util/faultproxy"
+	"github.com/imperator-federation/imperator/test/util/fleet"
+	"github.com/imperator-federation/imperator/test/util/repo"
+)
+
+// binDirEnv is the directory of hub, spoke and imperatorctl (`make fault`
+// sets it); default <repo>/bin.
+const binDirEnv = "E2E_BIN_DIR"
+
+const (
+	spokeA = "spoke-a"
+	spokeB = "spoke-b"
+)
+
+var (
+	in    Input
+	table = &Table{}
+	// failed is set once a spec failed: the fleet's directory is kept then.
+	failed bool
+)
+
+func TestFaults(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Imperator Federation faults")
+}
+
+var _ = BeforeSuite(func(ctx SpecContext) {
+	root, err := repo.Root()
+	Expect(err).NotTo(HaveOccurred())
+	binDir := os.Getenv(binDirEnv)
+	if binDir == "" {
+		binDir = filepath.Join(root, "bin")
+	}
+	Expect(e2e.CheckBinaries(binDir)).To(Succeed())
+
+	By("starting a fleet with a fault proxy between every agent and the hub")
+	dir, err := os.MkdirTemp("", "imperator-fault-")
+	Expect(err).NotTo(HaveOccurred())
+	f, err := fleet.Start(ctx, fleet.Options{Dir: dir, BinDir: binDir, FaultProxies: true})
+	Expect(err).NotTo(HaveOccurred(), "the fleet's logs are in %s", dir)
+	DeferCleanup(func() {
+		By("stopping the fleet")
+		Expect(f.Stop()).To(Succeed())
+		if failed {
+			GinkgoWriter.Printf("the fleet's data and logs are kept in %s\n", dir)
+			return
+		}
+		Expect(os.RemoveAll(dir)).To(Succeed())
+	})
+	env, err := e2e.NewEnvFromFleet(f, binDir, root)
+	Expect(err).NotTo(HaveOccurred())
+	in = Input{Env: env, Fleet: f, Table: table}
+
+	By("the sample Machines and a burst Machine on every spoke")
+	for spoke, sample := range map[string]string{spokeA: "general-machine.yaml", spokeB: "hopper-machine.yaml"} {
+		m, err := e2e.ReadMachine(env.Sample(sample))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(e2e.ApplyMachine(ctx, env.Spoke(spoke).Client, m)).To(Succeed())
+		Expect(e2e.ApplyMachine(ctx, env.Spoke(spoke).Client, BurstMachine(1))).To(Succeed())
+	}
+	WaitRecovered(ctx, env, time.Now())
+}, NodeTimeout(8*time.Minute))
+
+var _ = AfterEach(func() {
+	if CurrentSpecReport().Failed() {
+		failed = true
+		GinkgoWriter.Printf("\n===== fleet logs (last 100 lines of every process) =====\n%s\n", in.Env.Logs(100))
+	}
+})
+
+var _ = AfterSuite(func() {
+	report := table.String()
+	AddReportEntry("fault table", report)
+	fmt.Fprintf(os.Stdout, "\nFault table (time to detect, time to recover):\n%s\n", report)
+})
+
+var _ = Describe("Faults", Ordered, ContinueOnFailure, func() {
+	It("a cut link between spoke-a and the hub: Offline after the grace period, current again once healed", func(ctx SpecContext) {
+		PartitionSpec(ctx, PartitionInput{Input: in, Spoke: spokeA, Mode: faultproxy.Cut, For: in.Env.GracePeriod + 10*time.Second, NextAvailable: 2})
+	}, SpecTimeout(3*time.Minute))
+
+	It("a blackholed link (no FIN) between spoke-b and the hub: Offline after the grace period, current again once healed", func(ctx SpecContext) {
+		PartitionSpec(ctx, PartitionInput{Input: in, Spoke: spokeB, Mode: faultproxy.Blackhole, For: in.Env.GracePeriod + 10*time.Second, NextAvailable: 3})
+	}, SpecTimeout(3*time.Minute))
+
+	It("a slow link (500 ms each way) to spoke-a: never a false alarm, and changes still arrive", func(ctx SpecContext) {
+		SlowLinkSpec(ctx, SlowLinkInput{Input: in, Spoke: spokeA, Latency: 500 * time.Millisecond, For: 20 * time.Second, NextAvailable: 4})
+	}, SpecTimeout(3*time.Minute))
+
+	It("spoke-b's agent is SIGKILLed and restarted: never a false alarm, the change made meanwhile arrives", func(ctx SpecContext) {
+		AgentKillSpec(ctx, AgentKillInput{Input: in, Spoke: spokeB, NextAvailable: 5})
+	}, SpecTimeout(3*time.Minute))
+
+	It("the hub is SIGKILLed during a burst of changes from every spoke: nothing is lost", func(ctx SpecContext) {
+		HubKillSpec(ctx, HubKillInput{Input: in, Burst: 15 * time.Second})
+	}, SpecTimeout(4*time.Minute))
+})
+
