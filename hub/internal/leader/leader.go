@@ -1,0 +1,191 @@
+// Package leader runs the hub's leader-only work — publishing placement
+// scores, marking silent clusters of departed replicas Unknown — under a
+// Lease that a replica can lose and win again without exiting.
+//
+// controller-runtime's manager ends the whole process when its leader Lease
+// is lost ("leader election lost"): right for a controller whose every task
+// needs the lead, wrong for the hub, whose replicas must keep serving spoke
+// streams and queries from memory through a hub-cluster API-server outage.
+// So the hub's main manager runs without leader election, and Campaign runs
+// a second, small manager per term: it campaigns for the Lease, starts the
+// term's runnables (fresh ones, built by Setup) once elected, stops them when
+// the Lease is lost, and campaigns again. The term manager shares nothing
+// with the main one but what Setup hands its runnables (the main manager's
+// client and cache), so a term costs a Lease and no extra watches.
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// Defaults of the Lease timing, client-go's and controller-runtime's: a
+// leader that cannot renew for RenewDeadline steps down; another replica
+// takes over after LeaseDuration.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
+// Campaign is a manager.Runnable that holds the leader Lease whenever it can
+// and runs the leader's runnables while it does.
+type Campaign struct {
+	// Config reaches the hub cluster's API server.
+	Config *rest.Config
+	// Namespace and Name locate the Lease; Identity names this replica in it.
+	Namespace, Name, Identity string
+	// LeaseDuration, RenewDeadline and RetryPeriod: the defaults above when zero.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Setup adds a term's runnables to mgr, a new manager for every term
+	// (runnables cannot be started twice). It runs before the campaign of
+	// each term.
+	Setup func(mgr manager.Manager) error
+	Log   logr.Logger
+
+	leading atomic.Bool
+	terms   atomic.Int64
+}
+
+// NeedLeaderElection is false: the campaign is what elects.
+func (c *Campaign) NeedLeaderElection() bool { return false }
+
+// Leading reports whether this replica holds the lead now.
+func (c *Campaign) Leading() bool { return c.leading.Load() }
+
+// Terms is how many times this replica has been elected.
+func (c *Campaign) Terms() int64 { return c.terms.Load() }
+
+// Start campaigns, term after term, until ctx is done. Losing the Lease
+// stops the term's runnables and starts a new campaign; only a term that
+// cannot be set up at all (a programming error) ends Start with an error.
+func (c *Campaign) Start(ctx context.Context) error {
+	backoff := wait.Backoff{Duration: c.retryPeriod(), Factor: 2, Jitter: 0.2, Steps: 6, Cap: time.Minute}
+	for ctx.Err() == nil {
+		mgr, err := c.newTermManager()
+		if err != nil {
+			return err
+		}
+		if err := c.Setup(mgr); err != nil {
+			return fmt.Errorf("setting up the leader's runnables: %w", err)
+		}
+		term := &term{campaign: c}
+		if err := mgr.Add(term); err != nil {
+			return fmt.Errorf("setting up the leader's term: %w", err)
+		}
+		err = mgr.Start(ctx)
+		c.leading.Store(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if term.elected.Load() {
+			backoff = wait.Backoff{Duration: c.retryPeriod(), Factor: 2, Jitter: 0.2, Steps: 6, Cap: time.Minute}
+		}
+		c.Log.Info("Leader term ended; campaigning again", "reason", errString(err))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff.Step()):
+		}
+	}
+	return nil
+}
+
+// newTermManager is a manager that only campaigns and runs the term's
+// runnables: no metrics or probe endpoints (the main manager serves those),
+// controller names reusable from one term to the next.
+func (c *Campaign) newTermManager() (manager.Manager, error) {
+	lock, err := c.lock()
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                true,
+		LeaderElectionID:              c.Name,
+		LeaderElectionNamespace:       c.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 ptr.To(c.durationOr(c.LeaseDuration, DefaultLeaseDuration)),
+		RenewDeadline:                 ptr.To(c.durationOr(c.RenewDeadline, DefaultRenewDeadline)),
+		RetryPeriod:                   ptr.To(c.retryPeriod()),
+		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
+		Logger:                        c.Log,
+		// The Lease records this replica's name, so that operators see
+		// which replica leads.
+		LeaderElectionResourceLockInterface: lock,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the leader's manager: %w", err)
+	}
+	return mgr, nil
+}
+
+// lock is the Lease lock with this replica's identity. Its requests time out
+// within half the renew deadline, so that one hung request (an API server
+// that froze) cannot hold the lead past it.
+func (c *Campaign) lock() (resourcelock.Interface, error) {
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Timeout = max(c.durationOr(c.RenewDeadline, DefaultRenewDeadline)/2, time.Second)
+	cfg = rest.AddUserAgent(cfg, "leader-election")
+	client, err := coordinationv1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the leader Lease client: %w", err)
+	}
+	return &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name},
+		Client:     client,
+		LockConfig: resourcelock.ResourceLockConfig{Identity: c.Identity},
+	}, nil
+}
+
+func (c *Campaign) retryPeriod() time.Duration { return c.durationOr(c.RetryPeriod, DefaultRetryPeriod) }
+
+func (c *Campaign) durationOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// term marks the replica leading while its manager runs the leader's
+// runnables: it is one of them, so it starts once elected and stops when the
+// term ends.
+type term struct {
+	campaign *Campaign
+	elected  atomic.Bool
+}
+
+func (t *term) NeedLeaderElection() bool { return true }
+
+func (t *term) Start(ctx context.Context) error {
+	t.elected.Store(true)
+	t.campaign.terms.Add(1)
+	t.campaign.leading.Store(true)
+	t.campaign.Log.Info("Elected leader", "lease", t.campaign.Namespace+"/"+t.campaign.Name, "identity", t.campaign.Identity)
+	<-ctx.Done()
+	t.campaign.leading.Store(false)
+	return nil
+}
+
+func errString(err error) string {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return "stopped"
+	}
+	return err.Error()
+}
