@@ -11,11 +11,17 @@
 // handover (a waiting guest whose reservation pod has not stopped yet) the
 // minimum keeps the slot the guest will take from being offered twice.
 // Offline and stale clusters never count as free capacity.
+//
+// Sums. Figures are int32 on the wire; sums over types and clusters are
+// taken in int64 and saturate at math.MaxInt32 when they go back into int32
+// fields, so that one cluster reporting huge counts can never wrap a total
+// negative. Aggregation is linear: entries are found through maps.
 package capacity
 
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -58,7 +64,7 @@ func StateOf(c *store.Cluster) queryv1.ClusterState {
 	switch {
 	case c.State != store.StateAvailable:
 		return queryv1.ClusterState_CLUSTER_STATE_OFFLINE
-	case c.Restored:
+	case c.Restored || c.Outdated != "":
 		return queryv1.ClusterState_CLUSTER_STATE_STALE
 	default:
 		return queryv1.ClusterState_CLUSTER_STATE_AVAILABLE
@@ -72,7 +78,13 @@ func Free(t *federationv1.MachineType) int32 {
 	if u == nil {
 		return 0
 	}
-	return max(0, min(u.GetReserved(), u.GetMaximum()-u.GetUsed()-u.GetWaiting()))
+	// In int64: maximum − used − waiting of int32 counts can leave int32.
+	return int32(max(0, min(int64(u.GetReserved()), int64(u.GetMaximum())-int64(u.GetUsed())-int64(u.GetWaiting()))))
+}
+
+// saturate is v in int32, clamped at its bounds.
+func saturate(v int64) int32 {
+	return int32(min(max(v, math.MinInt32), math.MaxInt32))
 }
 
 // matches reports whether the type t of Machine m is one the request asks for.
@@ -132,6 +144,8 @@ func Find(clusters []*store.Cluster, req Request, now time.Time) *queryv1.FindCa
 			ex(queryv1.ExclusionReason_EXCLUSION_REASON_OFFLINE, OfflineMessage(c, now))
 		case c.Restored:
 			ex(queryv1.ExclusionReason_EXCLUSION_REASON_STALE, fmt.Sprintf("figures observed %s ago were read back from the hub cluster and are not confirmed yet (the hub restarted or this replica just started)", age(c.ObservedAt, now)))
+		case c.Outdated != "":
+			ex(queryv1.ExclusionReason_EXCLUSION_REASON_STALE, fmt.Sprintf("figures observed %s ago are older than the cluster's: %s", age(c.ObservedAt, now), c.Outdated))
 		case !matched:
 			ex(queryv1.ExclusionReason_EXCLUSION_REASON_NO_SUCH_TYPE, req.describe())
 		case free == 0:
@@ -167,59 +181,106 @@ func Find(clusters []*store.Cluster, req Request, now time.Time) *queryv1.FindCa
 	return resp
 }
 
-// freeMatching sums the free units of the cluster's matching types and says
-// whether any type matched, without allocating.
+// freeMatching sums the free units of the cluster's matching types
+// (saturating) and says whether any type matched, without allocating.
 func freeMatching(c *store.Cluster, req *Request) (free int32, matched bool) {
+	var sum int64
 	for _, m := range c.Machines {
 		for _, t := range m.GetTypes() {
 			if req.matches(m, t) {
 				matched = true
-				free += Free(t)
+				sum += int64(Free(t))
 			}
 		}
 	}
-	return free, matched
+	return saturate(sum), matched
 }
 
 // matchingTypes lists the matching types with free units, summed per group
 // and type, most free first.
 func matchingTypes(c *store.Cluster, req *Request) []*queryv1.TypeUsage {
-	var out []*queryv1.TypeUsage
+	var rows []typeRow
 	for _, m := range c.Machines {
 		for _, t := range m.GetTypes() {
 			if !req.matches(m, t) || Free(t) == 0 {
 				continue
 			}
-			out = addUsage(out, m.GetGroup(), t)
+			rows = append(rows, rowOfType(m.GetGroup(), t))
 		}
 	}
-	slices.SortFunc(out, func(a, b *queryv1.TypeUsage) int {
-		return cmp.Or(cmp.Compare(b.Free, a.Free), strings.Compare(a.Group, b.Group), strings.Compare(a.Type, b.Type))
-	})
+	out := sumRows(rows)
+	slices.SortStableFunc(out, func(a, b *queryv1.TypeUsage) int { return cmp.Compare(b.Free, a.Free) })
 	return out
 }
 
-// addUsage adds t's figures to the entry of (group, t's name) in list,
-// appending one when missing. Lists are short (a cluster's types).
-func addUsage(list []*queryv1.TypeUsage, group string, t *federationv1.MachineType) []*queryv1.TypeUsage {
-	var entry *queryv1.TypeUsage
-	for _, e := range list {
-		if e.Group == group && e.Type == t.GetName() {
-			entry = e
-			break
-		}
-	}
-	if entry == nil {
-		entry = &queryv1.TypeUsage{Group: group, Type: t.GetName()}
-		list = append(list, entry)
-	}
+// typeRow is the usage of one (group, type), summed in int64.
+type typeRow struct {
+	group, typ                             string
+	maximum, reserved, used, waiting, free int64
+}
+
+// rowOfType is the row of type t of a Machine of group.
+func rowOfType(group string, t *federationv1.MachineType) typeRow {
 	u := t.GetUsage()
-	entry.Maximum += u.GetMaximum()
-	entry.Reserved += u.GetReserved()
-	entry.Used += u.GetUsed()
-	entry.Waiting += u.GetWaiting()
-	entry.Free += Free(t)
-	return list
+	return typeRow{
+		group: group, typ: t.GetName(),
+		maximum: int64(u.GetMaximum()), reserved: int64(u.GetReserved()), used: int64(u.GetUsed()),
+		waiting: int64(u.GetWaiting()), free: int64(Free(t)),
+	}
+}
+
+// rowOfUsage is the row of an already summed entry (a cluster's, for the fleet).
+func rowOfUsage(u *queryv1.TypeUsage) typeRow {
+	return typeRow{
+		group: u.Group, typ: u.Type,
+		maximum: int64(u.Maximum), reserved: int64(u.Reserved), used: int64(u.Used),
+		waiting: int64(u.Waiting), free: int64(u.Free),
+	}
+}
+
+func compareRows(a, b *typeRow) int {
+	if a.group != b.group {
+		return strings.Compare(a.group, b.group)
+	}
+	return strings.Compare(a.typ, b.typ)
+}
+
+// sumRows sums the rows of each (group, type) and returns them sorted by
+// group and type, saturated into int32. One sort (of pointers: rows are
+// large) gives both the grouping and the order, in O(n log n) for n rows,
+// with no per-entry lookups.
+func sumRows(rows []typeRow) []*queryv1.TypeUsage {
+	if len(rows) == 0 {
+		return nil
+	}
+	sorted := make([]*typeRow, len(rows))
+	for i := range rows {
+		sorted[i] = &rows[i]
+	}
+	slices.SortFunc(sorted, compareRows)
+	out := make([]*queryv1.TypeUsage, 0, len(rows))
+	// One allocation for every message: a cluster may have tens of
+	// thousands of types.
+	backing := make([]queryv1.TypeUsage, len(rows))
+	for i := 0; i < len(sorted); {
+		sum := *sorted[i]
+		j := i + 1
+		for ; j < len(sorted) && compareRows(sorted[i], sorted[j]) == 0; j++ {
+			r := sorted[j]
+			sum.maximum += r.maximum
+			sum.reserved += r.reserved
+			sum.used += r.used
+			sum.waiting += r.waiting
+			sum.free += r.free
+		}
+		u := &backing[len(out)]
+		u.Group, u.Type = sum.group, sum.typ
+		u.Maximum, u.Reserved, u.Used = saturate(sum.maximum), saturate(sum.reserved), saturate(sum.used)
+		u.Waiting, u.Free = saturate(sum.waiting), saturate(sum.free)
+		out = append(out, u)
+		i = j
+	}
+	return out
 }
 
 // OfflineMessage says since when a cluster is offline, e.g. "offline since

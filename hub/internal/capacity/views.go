@@ -1,7 +1,6 @@
 package capacity
 
 import (
-	"cmp"
 	"slices"
 	"strings"
 	"time"
@@ -21,16 +20,18 @@ func ClusterInfo(c *store.Cluster, now time.Time) *queryv1.Cluster {
 		AgentVersion:  c.AgentVersion,
 		LastHeartbeat: timestamp(c.LastHeartbeat),
 		ObservedAt:    timestamp(c.ObservedAt),
-		MachineCount:  int32(len(c.Machines)),
+		MachineCount:  saturate(int64(len(c.Machines))),
 		Connected:     c.Connected,
 		Generation:    c.Generation,
 	}
 	if !c.LastHeartbeat.IsZero() {
 		out.HeartbeatAge = durationpb.New(now.Sub(c.LastHeartbeat).Truncate(time.Second))
 	}
+	types := 0
 	for _, m := range c.Machines {
-		out.MachineTypeCount += int32(len(m.GetTypes()))
+		types += len(m.GetTypes())
 	}
+	out.MachineTypeCount = saturate(int64(types))
 	return out
 }
 
@@ -95,53 +96,46 @@ func Machines(clusters []*store.Cluster, f Filter) []*queryv1.MachineTypeInfo {
 	return out
 }
 
-// ClusterUsageOf is the usage of c per group and type.
+// ClusterUsageOf is the usage of c per group and type, in time linear in
+// its types. Sums saturate at math.MaxInt32.
 func ClusterUsageOf(c *store.Cluster) *queryv1.ClusterUsage {
 	out := &queryv1.ClusterUsage{Cluster: c.Name, State: StateOf(c), ObservedAt: timestamp(c.ObservedAt)}
+	types := 0
+	for _, m := range c.Machines {
+		types += len(m.GetTypes())
+	}
+	rows := make([]typeRow, 0, types)
 	for _, m := range c.Machines {
 		for _, t := range m.GetTypes() {
-			out.Types = addUsage(out.Types, m.GetGroup(), t)
+			rows = append(rows, rowOfType(m.GetGroup(), t))
 		}
 	}
-	sortUsage(out.Types)
+	out.Types = sumRows(rows)
 	return out
 }
 
 // Usage is the usage of every cluster and the fleet totals over clusters
-// that are neither offline nor stale.
-func Usage(clusters []*store.Cluster) *queryv1.GetUsageResponse {
+// that are neither offline nor stale. usageOf gives a cluster's usage
+// (ClusterUsageOf when nil; a UsageCache's Of shares it between callers).
+// The fleet's sums saturate at math.MaxInt32.
+func Usage(clusters []*store.Cluster, usageOf func(*store.Cluster) *queryv1.ClusterUsage) *queryv1.GetUsageResponse {
+	if usageOf == nil {
+		usageOf = ClusterUsageOf
+	}
 	resp := &queryv1.GetUsageResponse{}
-	type key struct{ group, typ string }
-	fleet := map[key]*queryv1.TypeUsage{}
+	var fleet []typeRow
 	for _, c := range clusters {
-		cu := ClusterUsageOf(c)
+		cu := usageOf(c)
 		resp.Clusters = append(resp.Clusters, cu)
 		if cu.State != queryv1.ClusterState_CLUSTER_STATE_AVAILABLE {
 			continue
 		}
 		for _, t := range cu.Types {
-			k := key{t.Group, t.Type}
-			sum, ok := fleet[k]
-			if !ok {
-				sum = &queryv1.TypeUsage{Group: t.Group, Type: t.Type}
-				fleet[k] = sum
-				resp.Fleet = append(resp.Fleet, sum)
-			}
-			sum.Maximum += t.Maximum
-			sum.Reserved += t.Reserved
-			sum.Used += t.Used
-			sum.Waiting += t.Waiting
-			sum.Free += t.Free
+			fleet = append(fleet, rowOfUsage(t))
 		}
 	}
-	sortUsage(resp.Fleet)
+	resp.Fleet = sumRows(fleet)
 	return resp
-}
-
-func sortUsage(list []*queryv1.TypeUsage) {
-	slices.SortFunc(list, func(a, b *queryv1.TypeUsage) int {
-		return cmp.Or(strings.Compare(a.Group, b.Group), strings.Compare(a.Type, b.Type))
-	})
 }
 
 func byTypeName(a, b *federationv1.MachineType) int { return strings.Compare(a.GetName(), b.GetName()) }

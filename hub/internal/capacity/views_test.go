@@ -63,7 +63,7 @@ func TestUsage(t *testing.T) {
 			Machine("gpu-2", "g", makeType("xlarge").Usage(1, 1, 0).Obj()).Obj(),
 		makeCluster("c").Restored().Machine("gpu", "g", makeType("xlarge").Usage(100, 0, 0).Obj()).Obj(),
 	}
-	got := Usage(clusters)
+	got := Usage(clusters, nil)
 	wantFleet := []*queryv1.TypeUsage{{Group: "g", Type: "xlarge", Maximum: 7, Reserved: 4, Used: 2, Waiting: 1, Free: 4}}
 	if diff := cmp.Diff(wantFleet, got.Fleet, protoTransform()); diff != "" {
 		t.Errorf("fleet (-want +got):\n%s", diff)
