@@ -1,15 +1,20 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/imperator-federation/imperator/hub/internal/query"
+	"github.com/imperator-federation/imperator/hub/internal/registry"
+	"github.com/imperator-federation/imperator/internal/identity"
+	"github.com/imperator-federation/imperator/internal/pki"
 )
 
 // imperatorctlConfig is the imperatorctl configuration file (see
@@ -31,12 +36,19 @@ type imperatorctlContext struct {
 // the hub CA and prints an imperatorctl configuration file that holds it:
 //
 //	hub client-cert --name alice --role admin --hub-address hub.example.com:9443 > ~/.imperator/config
+//
+// and revokes one by serial (printed when it is issued):
+//
+//	hub client-cert revoke [--reason TEXT] SERIAL
 func runClientCert(args []string) error {
+	if len(args) > 0 && args[0] == "revoke" {
+		return runRevokeClientCert(args[1:])
+	}
 	fs, cfg := adminFlags("client-cert")
 	name := fs.String("name", "", "Name of the person or automation (the certificate's common name).")
 	role := fs.String("role", "viewer", "viewer (read-only queries) or admin (also bootstrap tokens).")
 	hubAddress := fs.String("hub-address", "", "host:port at which imperatorctl reaches the hub.")
-	validity := fs.Duration("validity", 90*24*time.Hour, "Lifetime of the certificate.")
+	validity := fs.Duration("validity", query.DefaultClientCertValidity, fmt.Sprintf("Lifetime of the certificate, at most %s.", query.MaxClientCertValidity))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,8 +63,8 @@ func runClientCert(args []string) error {
 	if *hubAddress == "" {
 		errs = append(errs, errors.New("--hub-address: required"))
 	}
-	if *validity <= 0 {
-		errs = append(errs, fmt.Errorf("--validity %s: must be positive", *validity))
+	if *validity <= 0 || *validity > query.MaxClientCertValidity {
+		errs = append(errs, fmt.Errorf("--validity %s: must be positive and at most %s (the hub refuses longer-lived certificates)", *validity, query.MaxClientCertValidity))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -65,6 +77,10 @@ func runClientCert(args []string) error {
 	certPEM, keyPEM, err := ca.IssueClient(*name, []string{organization}, *validity)
 	if err != nil {
 		return fmt.Errorf("issuing the client certificate of %s: %w", *name, err)
+	}
+	cert, err := pki.ParseCertificate(certPEM)
+	if err != nil {
+		return fmt.Errorf("reading the issued certificate: %w", err)
 	}
 	out, err := yaml.Marshal(imperatorctlConfig{
 		CurrentContext: *name,
@@ -79,8 +95,33 @@ func runClientCert(args []string) error {
 	if err != nil {
 		return fmt.Errorf("encoding the imperatorctl configuration: %w", err)
 	}
-	fmt.Fprintf(os.Stderr, "Issued a %s certificate for %s, valid until %s; the imperatorctl configuration follows.\n",
-		*role, *name, time.Now().Add(*validity).Format(time.RFC3339))
+	fmt.Fprintf(os.Stderr, "Issued a %s certificate for %s, serial %s, valid until %s (revoke it with: hub client-cert revoke %s); the imperatorctl configuration follows.\n",
+		*role, *name, identity.SerialOf(cert), cert.NotAfter.Format(time.RFC3339), identity.SerialOf(cert))
 	_, err = os.Stdout.Write(out)
 	return err
+}
+
+// runRevokeClientCert adds a certificate's serial to the hub's revocation
+// list; every hub replica refuses it within --revocations-refresh.
+func runRevokeClientCert(args []string) error {
+	fs, cfg := adminFlags("client-cert revoke")
+	reason := fs.String("reason", "", "Why the certificate is revoked, kept with the entry.")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: hub client-cert revoke [--reason TEXT] SERIAL")
+	}
+	serial := strings.ToLower(strings.TrimPrefix(fs.Arg(0), "0x"))
+	c, err := adminClient(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := registry.Revoke(ctx, c, cfg.Namespace, serial, *reason, time.Now()); err != nil {
+		return err
+	}
+	fmt.Println("revoked", serial)
+	return nil
 }

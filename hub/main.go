@@ -10,6 +10,7 @@
 //	hub ca                                        print the hub CA bundle (PEM) for spokes' --hub-ca-file
 //	hub client-cert --name N --role viewer|admin --hub-address H
 //	                                              print an imperatorctl configuration with a new client certificate
+//	hub client-cert revoke SERIAL                 revoke a client certificate on every hub replica
 package main
 
 import (

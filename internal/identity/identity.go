@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -79,6 +80,20 @@ type Spoke struct {
 	// issued for; empty for a certificate without a registration URI
 	// (issued before the hub recorded registrations).
 	RegistrationUID string
+	// Serial is the certificate's serial number (SerialOf): the hub records
+	// which serials of a registration are current (registry.Admission).
+	Serial string
+	// NotBefore is the start of the certificate's validity.
+	NotBefore time.Time
+}
+
+// SerialOf is the serial number of cert in lowercase hex, as the hub
+// records and revokes it.
+func SerialOf(cert *x509.Certificate) string {
+	if cert == nil || cert.SerialNumber == nil {
+		return ""
+	}
+	return cert.SerialNumber.Text(16)
 }
 
 // RegistrationURI is the URI SAN that binds a spoke certificate to the
@@ -98,7 +113,7 @@ func SpokeFromCertificate(cert *x509.Certificate) (Spoke, error) {
 	if !slices.Contains(cert.Subject.Organization, SpokeOrganization) {
 		return Spoke{}, fmt.Errorf("client certificate %q is not a spoke certificate (organization %q missing)", cert.Subject.CommonName, SpokeOrganization)
 	}
-	spoke := Spoke{Cluster: cert.Subject.CommonName}
+	spoke := Spoke{Cluster: cert.Subject.CommonName, Serial: SerialOf(cert), NotBefore: cert.NotBefore}
 	if spoke.Cluster == "" {
 		return Spoke{}, errors.New("client certificate has an empty common name")
 	}

@@ -17,10 +17,17 @@ const (
 	// the platform team paused the cluster.
 	RefusedNotAccepted RefusalReason = "NotAccepted"
 	// RefusedEarlierRegistration: the certificate was issued for another
-	// ManagedCluster of the same name, deleted since (the cluster was
-	// deregistered and registered again, or someone recreated it).
+	// registration of the same name: its ManagedCluster was deleted since
+	// (deregistered and registered again, or recreated), or the cluster
+	// joined again with a token bound to its name, which retires every
+	// certificate issued before.
 	RefusedEarlierRegistration RefusalReason = "EarlierRegistration"
 	// RefusedNoRegistration: the certificate names no registration; the hub
 	// issued it before it recorded registrations in certificates.
 	RefusedNoRegistration RefusalReason = "NoRegistration"
+	// RefusedReplacedCertificate: the certificate is of the current
+	// registration but a Renew replaced it with a newer one, and the
+	// renewal overlap has passed; the agent must use the newer certificate
+	// it stored.
+	RefusedReplacedCertificate RefusalReason = "ReplacedCertificate"
 )

@@ -167,6 +167,10 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	tokens := join.NewTokens(direct, cfg.Namespace, nil)
 	queries := query.New(st, tokens, nil)
 	publisher := scores.New(mgr.GetClient(), st, scores.Options{Log: log.WithName("scores")})
+	revocations := &registry.Revocations{Reader: direct, Namespace: cfg.Namespace, Refresh: cfg.RevocationsRefresh, Log: log.WithName("revocations")}
+	if err := revocations.Load(ctx); err != nil {
+		return err
+	}
 	srv, err := server.New(server.Options{
 		Listener:      opts.Listener,
 		ListenAddress: cfg.ListenAddress,
@@ -175,22 +179,28 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		}, clientCAs),
 		Store: st,
 		Joiner: &join.Service{
-			Tokens:   tokens,
-			CA:       ca,
-			Client:   direct,
-			Validity: cfg.ClientCertValidity,
+			Tokens:         tokens,
+			CA:             ca,
+			Client:         direct,
+			Validity:       cfg.ClientCertValidity,
+			HubNamespace:   cfg.Namespace,
+			RenewalOverlap: cfg.RenewalOverlap,
 		},
 		Admit:           registry.Admitter(cached, apiReader),
 		Metrics:         metrics,
 		Log:             log.WithName("grpc"),
 		MaxRecvMsgBytes: cfg.MaxRecvMsgBytes,
+		Limits:          cfg.Limits,
 		Services:        []func(grpc.ServiceRegistrar){queries.Register},
+		Authorize:       query.Authorize,
+		Revoked:         revocations.Revoked,
 	})
 	if err != nil {
 		return err
 	}
 	if err := errors.Join(
 		mgr.Add(srv),
+		mgr.Add(revocations),
 		mgr.Add(persister),
 		mgr.Add(queries),
 		mgr.Add(publisher),

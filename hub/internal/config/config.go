@@ -17,6 +17,7 @@ import (
 
 	"github.com/imperator-federation/imperator/hub/internal/join"
 	"github.com/imperator-federation/imperator/hub/internal/persist"
+	"github.com/imperator-federation/imperator/hub/internal/registry"
 	"github.com/imperator-federation/imperator/hub/internal/server"
 	"github.com/imperator-federation/imperator/hub/internal/store"
 )
@@ -50,6 +51,14 @@ type Config struct {
 	ClientCertValidity time.Duration
 	// MaxRecvMsgBytes bounds one spoke message.
 	MaxRecvMsgBytes int
+	// Limits bound connections and anonymous calls of the gRPC server.
+	Limits server.Limits
+	// RenewalOverlap is how long a spoke certificate replaced by a Renew
+	// stays good.
+	RenewalOverlap time.Duration
+	// RevocationsRefresh is how often every replica rereads the list of
+	// revoked certificates.
+	RevocationsRefresh time.Duration
 	// LeaderElect elects one replica, through a Lease in Namespace, for the
 	// work that needs a single writer: placement scores and marking Unknown
 	// the clusters whose replica went away. Every replica serves spokes and
@@ -76,6 +85,9 @@ func Default() Config {
 		PersistInterval:    persist.DefaultInterval,
 		ClientCertValidity: join.DefaultCertificateValidity,
 		MaxRecvMsgBytes:    server.DefaultMaxRecvMsgBytes,
+		Limits:             server.DefaultLimits(),
+		RenewalOverlap:     join.DefaultRenewalOverlap,
+		RevocationsRefresh: registry.DefaultRevocationsRefresh,
 		LeaderElect:        true,
 	}
 }
@@ -101,6 +113,18 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PersistInterval, "persist-interval", c.PersistInterval, "Shortest time between two writes of one cluster's inventory.")
 	fs.DurationVar(&c.ClientCertValidity, "client-cert-validity", c.ClientCertValidity, "Lifetime of spoke client certificates issued on join.")
 	fs.IntVar(&c.MaxRecvMsgBytes, "max-recv-msg-bytes", c.MaxRecvMsgBytes, "Largest spoke message accepted, in bytes.")
+	fs.IntVar(&c.Limits.MaxConnections, "max-connections", c.Limits.MaxConnections, "Most open gRPC connections, of every kind.")
+	fs.IntVar(&c.Limits.MaxAnonymousConnections, "max-anonymous-connections", c.Limits.MaxAnonymousConnections, "Most open gRPC connections without a verified client certificate (joining spokes); more are closed at once.")
+	fs.DurationVar(&c.Limits.HandshakeTimeout, "tls-handshake-timeout", c.Limits.HandshakeTimeout, "Longest TLS handshake of a gRPC connection.")
+	fs.DurationVar(&c.Limits.AnonymousIdleTimeout, "anonymous-connection-idle", c.Limits.AnonymousIdleTimeout, "Close a connection without a client certificate after this long without a call.")
+	fs.DurationVar(&c.Limits.MaxConnectionIdle, "max-connection-idle", c.Limits.MaxConnectionIdle, "Close an authenticated connection after this long without a call.")
+	fs.DurationVar(&c.Limits.MaxConnectionAge, "max-connection-age", c.Limits.MaxConnectionAge, "Make clients reconnect after this long (±10%), so that renewed certificates are used.")
+	fs.DurationVar(&c.Limits.MaxConnectionAgeGrace, "max-connection-age-grace", c.Limits.MaxConnectionAgeGrace, "How long calls in progress may go on after --max-connection-age.")
+	fs.Float64Var(&c.Limits.JoinRatePerSource, "join-rate-per-source", c.Limits.JoinRatePerSource, "Join calls per second allowed from one IP address.")
+	fs.IntVar(&c.Limits.JoinBurstPerSource, "join-burst-per-source", c.Limits.JoinBurstPerSource, "Join calls one IP address may make in a burst.")
+	fs.IntVar(&c.Limits.MaxConcurrentJoins, "max-concurrent-joins", c.Limits.MaxConcurrentJoins, "Join calls answered at once; more wait within their deadline.")
+	fs.DurationVar(&c.RenewalOverlap, "renewal-overlap", c.RenewalOverlap, "How long a spoke certificate replaced by a renewal stays good.")
+	fs.DurationVar(&c.RevocationsRefresh, "revocations-refresh", c.RevocationsRefresh, "How often every replica rereads the list of revoked certificates.")
 	fs.BoolVar(&c.LeaderElect, "leader-elect", c.LeaderElect, "Elect one replica for the single-writer work (placement scores, marking silent clusters Unknown); disable only when exactly one hub runs.")
 }
 
@@ -135,6 +159,31 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRecvMsgBytes < 1<<20 {
 		errs = append(errs, fmt.Errorf("--max-recv-msg-bytes %d: must be at least 1MiB", c.MaxRecvMsgBytes))
+	}
+	for flagName, positive := range map[string]bool{
+		"--max-connections":           c.Limits.MaxConnections > 0,
+		"--max-anonymous-connections": c.Limits.MaxAnonymousConnections > 0,
+		"--tls-handshake-timeout":     c.Limits.HandshakeTimeout > 0,
+		"--anonymous-connection-idle": c.Limits.AnonymousIdleTimeout > 0,
+		"--max-connection-idle":       c.Limits.MaxConnectionIdle > 0,
+		"--max-connection-age":        c.Limits.MaxConnectionAge > 0,
+		"--max-connection-age-grace":  c.Limits.MaxConnectionAgeGrace > 0,
+		"--join-rate-per-source":      c.Limits.JoinRatePerSource > 0,
+		"--join-burst-per-source":     c.Limits.JoinBurstPerSource > 0,
+		"--max-concurrent-joins":      c.Limits.MaxConcurrentJoins > 0,
+	} {
+		if !positive {
+			errs = append(errs, fmt.Errorf("%s: must be positive", flagName))
+		}
+	}
+	if c.Limits.MaxAnonymousConnections > c.Limits.MaxConnections {
+		errs = append(errs, fmt.Errorf("--max-anonymous-connections %d: must not exceed --max-connections %d", c.Limits.MaxAnonymousConnections, c.Limits.MaxConnections))
+	}
+	if c.RenewalOverlap <= 0 {
+		errs = append(errs, fmt.Errorf("--renewal-overlap %s: must be positive", c.RenewalOverlap))
+	}
+	if c.RevocationsRefresh <= 0 {
+		errs = append(errs, fmt.Errorf("--revocations-refresh %s: must be positive", c.RevocationsRefresh))
 	}
 	return errors.Join(errs...)
 }

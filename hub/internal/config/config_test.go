@@ -35,6 +35,19 @@ func TestFlags(t *testing.T) {
 		"grace period too short": {args: []string{"--grace-period=10ms"}, wantErrFlag: "--grace-period"},
 		"bad listen address":     {args: []string{"--listen-address=nope"}, wantErrFlag: "--listen-address"},
 		"bad namespace":          {args: []string{"--namespace=Not_A_Namespace"}, wantErrFlag: "--namespace"},
+		"short anonymous idle and connection age for tests": {
+			args: []string{"--anonymous-connection-idle=2s", "--max-connection-age=1m", "--max-connection-age-grace=5s", "--join-rate-per-source=0.5"},
+			check: func(t *testing.T, c Config) {
+				if c.Limits.AnonymousIdleTimeout != 2*time.Second || c.Limits.MaxConnectionAge != time.Minute || c.Limits.MaxConnectionAgeGrace != 5*time.Second || c.Limits.JoinRatePerSource != 0.5 {
+					t.Errorf("got limits %+v", c.Limits)
+				}
+			},
+		},
+		"zero join rate":             {args: []string{"--join-rate-per-source=0"}, wantErrFlag: "--join-rate-per-source"},
+		"no connection age":          {args: []string{"--max-connection-age=0s"}, wantErrFlag: "--max-connection-age"},
+		"more anonymous than all":    {args: []string{"--max-connections=10", "--max-anonymous-connections=20"}, wantErrFlag: "--max-anonymous-connections"},
+		"negative renewal overlap":   {args: []string{"--renewal-overlap=-1s"}, wantErrFlag: "--renewal-overlap"},
+		"no revocation list refresh": {args: []string{"--revocations-refresh=0s"}, wantErrFlag: "--revocations-refresh"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

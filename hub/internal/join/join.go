@@ -2,15 +2,22 @@ package join
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/clock"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,7 +33,14 @@ const DefaultCertificateValidity = 365 * 24 * time.Hour
 // maxCSRBytes bounds the CSR a joining spoke may send.
 const maxCSRBytes = 16 << 10
 
-// Service answers the Join call.
+// DefaultRenewalOverlap is how long the certificate a Renew replaces stays
+// good. The agent stores the renewed certificate and moves its stream to it
+// at once; the overlap covers a failed write of its credentials Secret and a
+// reconnect with backoff, and bounds to minutes how long a copied key of a
+// renewed certificate is worth anything.
+const DefaultRenewalOverlap = 10 * time.Minute
+
+// Service answers the Join and Renew calls.
 type Service struct {
 	Tokens *Tokens
 	CA     *pki.CA
@@ -34,6 +48,36 @@ type Service struct {
 	Client client.Client
 	// Validity of issued certificates (DefaultCertificateValidity when zero).
 	Validity time.Duration
+	// HubNamespace is the hub's own namespace, a name no cluster may take.
+	HubNamespace string
+	// RenewalOverlap is how long a renewed certificate stays good
+	// (DefaultRenewalOverlap when zero).
+	RenewalOverlap time.Duration
+	// Clock is the time of renewal overlaps (the real clock when nil).
+	Clock clock.PassiveClock
+}
+
+// reservedPrefixes and reservedNames are cluster names no join may take:
+// Kubernetes' and OCM's own namespaces, which a registration would adopt.
+var (
+	reservedPrefixes = []string{"kube-", "open-cluster-management"}
+	reservedNames    = []string{"default"}
+)
+
+// ReservedName says why cluster may not be joined, or "" when it may.
+func ReservedName(cluster, hubNamespace string) string {
+	for _, p := range reservedPrefixes {
+		if strings.HasPrefix(cluster, p) {
+			return fmt.Sprintf("names starting with %q are reserved for the system's own namespaces", p)
+		}
+	}
+	if slices.Contains(reservedNames, cluster) {
+		return "the name is reserved for the system's own namespace"
+	}
+	if cluster == hubNamespace {
+		return "the name is the hub's own namespace"
+	}
+	return ""
 }
 
 // Join validates the request, consumes the token, registers the cluster and
@@ -42,27 +86,42 @@ type Service struct {
 // cluster's ManagedCluster. A cluster whose ManagedCluster exists already
 // (re-join, or adoption of an OCM cluster) needs a token bound to its name
 // and keeps its registration; a new registration — also of a name whose
-// ManagedCluster was deleted — gets a new UID, so certificates issued before
-// are refused.
+// ManagedCluster was deleted — gets a new UID. Either way the issued
+// certificate is recorded as the registration's only good one
+// (registry.RecordJoin): every certificate issued for the name before is
+// retired.
+//
+// Everything that needs no API read is checked first: the token's format,
+// the name, the CSR. A retry with the same token and the same key within
+// JoinRetryWindow is answered again (see Tokens.ConsumeForKey).
+//
 // Errors are gRPC status errors whose message tells the spoke's operator
 // what to do.
 func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*federationv1.JoinResponse, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", req.GetClusterName())
+	if _, _, err := ParseToken(req.GetToken()); err != nil {
+		return nil, status.Errorf(codes.Unauthenticated, "token: %v", err)
+	}
 	if msgs := validation.IsDNS1123Label(req.GetClusterName()); len(msgs) > 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "cluster_name %q: %s", req.GetClusterName(), strings.Join(msgs, "; "))
+	}
+	if why := ReservedName(req.GetClusterName(), s.HubNamespace); why != "" {
+		return nil, status.Errorf(codes.InvalidArgument, "cluster_name %q: %s", req.GetClusterName(), why)
 	}
 	if len(req.GetCsr()) == 0 || len(req.GetCsr()) > maxCSRBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "csr: want a PEM certificate request of at most %d bytes", maxCSRBytes)
 	}
 	// Check the CSR first so that a bad one does not burn the token.
-	if _, err := pki.ParseCSR(req.GetCsr()); err != nil {
+	csr, err := pki.ParseCSR(req.GetCsr())
+	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "csr: %v", err)
 	}
 	registered, err := registry.Exists(ctx, s.Client, req.GetClusterName())
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "checking cluster registration: %v", err)
 	}
-	if err := s.Tokens.Consume(ctx, req.GetToken(), req.GetClusterName(), registered); err != nil {
+	retry, err := s.Tokens.ConsumeForKey(ctx, req.GetToken(), req.GetClusterName(), KeySHA256(csr.RawSubjectPublicKeyInfo), registered)
+	if err != nil {
 		log.Info("Join refused", "reason", err.Error())
 		switch {
 		case errors.Is(err, ErrWrongCluster), errors.Is(err, ErrUnboundToken):
@@ -73,39 +132,55 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 			return nil, status.Errorf(codes.Unavailable, "checking bootstrap token: %v", err)
 		}
 	}
-	// A new name is claimed by creating its ManagedCluster, so that two joins
-	// racing for it cannot both get its identity; a registered one is adopted.
-	register := registry.EnsureCluster
-	if !registered {
-		register = registry.Register
+	var uid types.UID
+	switch {
+	case retry:
+		// The first join registered the cluster; its ManagedCluster must
+		// still be there.
+		uid, err = registeredUID(ctx, s.Client, req.GetClusterName())
+	case registered:
+		uid, err = registry.EnsureCluster(ctx, s.Client, req.GetClusterName())
+	default:
+		// A new name is claimed by creating its ManagedCluster, so that two
+		// joins racing for it cannot both get its identity.
+		uid, err = registry.Register(ctx, s.Client, req.GetClusterName())
 	}
-	uid, err := register(ctx, s.Client, req.GetClusterName())
 	if err == nil && uid == "" {
 		err = errors.New("the ManagedCluster has no UID")
 	}
-	var certPEM []byte
+	var (
+		certPEM []byte
+		cert    *x509.Certificate
+	)
 	if err == nil {
-		certPEM, err = s.sign(req.GetCsr(), identity.Spoke{Cluster: req.GetClusterName(), RegistrationUID: string(uid)})
+		certPEM, cert, err = s.sign(req.GetCsr(), identity.Spoke{Cluster: req.GetClusterName(), RegistrationUID: string(uid)})
+	}
+	if err == nil {
+		err = registry.RecordJoin(ctx, s.Client, req.GetClusterName(), uid, identity.SerialOf(cert), cert.NotBefore)
 	}
 	if err != nil {
 		// The join did not happen: give the token back so that the spoke's
-		// retry can use it.
-		if releaseErr := s.Tokens.Release(ctx, req.GetToken(), req.GetClusterName()); releaseErr != nil {
-			log.Error(releaseErr, "Releasing the bootstrap token of a failed join")
+		// retry can use it (a retry's token stays with the first join).
+		if !retry {
+			if releaseErr := s.Tokens.Release(ctx, req.GetToken(), req.GetClusterName()); releaseErr != nil {
+				log.Error(releaseErr, "Releasing the bootstrap token of a failed join")
+			}
 		}
-		if errors.Is(err, registry.ErrAlreadyRegistered) {
+		var refused *registry.RefusedError
+		switch {
+		case errors.Is(err, registry.ErrAlreadyRegistered):
 			log.Info("Join refused", "reason", "cluster registered by another join meanwhile")
 			return nil, status.Errorf(codes.PermissionDenied,
 				"cluster %q was registered by another join meanwhile; joining a registered cluster needs a token bound to its name (hub token create --cluster %s)",
 				req.GetClusterName(), req.GetClusterName())
+		case errors.As(err, &refused):
+			log.Info("Join refused", "reason", err.Error())
+			return nil, status.Errorf(codes.PermissionDenied, "cluster %q was deregistered or registered again since this token was used: %v; ask the platform team for a new token", req.GetClusterName(), err)
 		}
 		return nil, status.Errorf(codes.Unavailable, "registering cluster: %v", err)
 	}
-	cert, err := pki.ParseCertificate(certPEM)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "reading issued certificate: %v", err)
-	}
-	log.Info("Cluster joined", "agentVersion", req.GetAgentVersion(), "registration", uid, "newRegistration", !registered, "notAfter", cert.NotAfter)
+	log.Info("Cluster joined", "agentVersion", req.GetAgentVersion(), "registration", uid, "newRegistration", !registered, "retry", retry,
+		"serial", identity.SerialOf(cert), "notAfter", cert.NotAfter)
 	return &federationv1.JoinResponse{
 		Certificate: certPEM,
 		Ca:          s.CA.CertPEM,
@@ -113,10 +188,27 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 	}, nil
 }
 
+// registeredUID is the UID of cluster's ManagedCluster, which must exist.
+func registeredUID(ctx context.Context, c client.Reader, cluster string) (types.UID, error) {
+	var mc clusterv1.ManagedCluster
+	if err := c.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", &registry.RefusedError{Reason: registry.RefusedNotRegistered, Cluster: cluster}
+		}
+		return "", fmt.Errorf("reading ManagedCluster %q: %w", cluster, err)
+	}
+	if !mc.DeletionTimestamp.IsZero() {
+		return "", &registry.RefusedError{Reason: registry.RefusedNotRegistered, Cluster: cluster}
+	}
+	return mc.UID, nil
+}
+
 // Renew issues a new client certificate for spoke — the caller's verified
 // and admitted identity, never a name from the request — for the CSR's key,
-// bound to the same registration: rotating a certificate does not revoke the
-// current one, which stays valid until it expires.
+// bound to the same registration, and records it as the registration's
+// current certificate (registry.RecordRenewal): the caller's certificate
+// stays good for RenewalOverlap, then is retired. Only the current
+// certificate may renew.
 func (s *Service) Renew(ctx context.Context, spoke identity.Spoke, req *federationv1.RenewRequest) (*federationv1.RenewResponse, error) {
 	if len(req.GetCsr()) == 0 || len(req.GetCsr()) > maxCSRBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "csr: want a PEM certificate request of at most %d bytes", maxCSRBytes)
@@ -124,24 +216,47 @@ func (s *Service) Renew(ctx context.Context, spoke identity.Spoke, req *federati
 	if spoke.Cluster == "" || spoke.RegistrationUID == "" {
 		return nil, status.Error(codes.PermissionDenied, "renewing needs a spoke certificate bound to a registration; join again with a new token")
 	}
-	certPEM, err := s.sign(req.GetCsr(), spoke)
-	if err != nil {
+	if _, err := pki.ParseCSR(req.GetCsr()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "csr: %v", err)
 	}
-	cert, err := pki.ParseCertificate(certPEM)
+	certPEM, cert, err := s.sign(req.GetCsr(), spoke)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "reading issued certificate: %v", err)
+		return nil, status.Errorf(codes.Internal, "issuing certificate: %v", err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Renewed cluster certificate", "cluster", spoke.Cluster, "registration", spoke.RegistrationUID, "notAfter", cert.NotAfter)
+	overlap := s.RenewalOverlap
+	if overlap <= 0 {
+		overlap = DefaultRenewalOverlap
+	}
+	clk := s.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	if err := registry.RecordRenewal(ctx, s.Client, spoke.Cluster, types.UID(spoke.RegistrationUID), spoke, identity.SerialOf(cert), clk.Now().Add(overlap)); err != nil {
+		var refused *registry.RefusedError
+		if errors.As(err, &refused) {
+			return nil, status.Error(codes.PermissionDenied, err.Error())
+		}
+		return nil, status.Errorf(codes.Unavailable, "recording the renewed certificate: %v", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Renewed cluster certificate", "cluster", spoke.Cluster, "registration", spoke.RegistrationUID,
+		"serial", identity.SerialOf(cert), "replaced", spoke.Serial, "notAfter", cert.NotAfter)
 	return &federationv1.RenewResponse{Certificate: certPEM, Ca: s.CA.CertPEM, NotAfter: timestamppb.New(cert.NotAfter)}, nil
 }
 
 // sign issues the client certificate of spoke for the CSR's key.
-func (s *Service) sign(csrPEM []byte, spoke identity.Spoke) ([]byte, error) {
+func (s *Service) sign(csrPEM []byte, spoke identity.Spoke) ([]byte, *x509.Certificate, error) {
 	validity := s.Validity
 	if validity <= 0 {
 		validity = DefaultCertificateValidity
 	}
 	uris := []*url.URL{identity.RegistrationURI(spoke.Cluster, spoke.RegistrationUID)}
-	return s.CA.SignClientCSR(csrPEM, spoke.Cluster, []string{identity.SpokeOrganization}, uris, validity)
+	certPEM, err := s.CA.SignClientCSR(csrPEM, spoke.Cluster, []string{identity.SpokeOrganization}, uris, validity)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := pki.ParseCertificate(certPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading issued certificate: %w", err)
+	}
+	return certPEM, cert, nil
 }

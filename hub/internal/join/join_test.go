@@ -3,6 +3,7 @@ package join
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	testingclock "k8s.io/utils/clock/testing"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -162,9 +164,39 @@ func currentUID(t *testing.T, c client.Client, cluster string) string {
 	return string(mc.UID)
 }
 
+// registration is the part of a spoke identity that names its registration.
+func registration(s identity.Spoke) identity.Spoke {
+	return identity.Spoke{Cluster: s.Cluster, RegistrationUID: s.RegistrationUID}
+}
+
+// admission is the hub's decision at now on spoke, read from the fake hub
+// cluster.
+func admission(t *testing.T, c client.Client, spoke identity.Spoke, now time.Time) error {
+	t.Helper()
+	var mc clusterv1.ManagedCluster
+	if err := c.Get(context.Background(), client.ObjectKey{Name: spoke.Cluster}, &mc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return registry.Admission(nil, spoke, now)
+		}
+		t.Fatal(err)
+	}
+	return registry.Admission(&mc, spoke, now)
+}
+
+func refusalOf(err error) registry.RefusalReason {
+	var refused *registry.RefusedError
+	if errors.As(err, &refused) {
+		return refused.Reason
+	}
+	return ""
+}
+
 func TestCertificatesAreBoundToTheRegistration(t *testing.T) {
 	ctx := context.Background()
 	svc, tokens := newJoinService(t, interceptor.Funcs{})
+	clk := testingclock.NewFakeClock(time.Now())
+	svc.Clock = clk
+	svc.RenewalOverlap = time.Minute
 	bound := func() string {
 		t.Helper()
 		token, _, err := tokens.Create(ctx, CreateOptions{ClusterName: "prod-a"})
@@ -179,31 +211,55 @@ func TestCertificatesAreBoundToTheRegistration(t *testing.T) {
 		t.Fatalf("Join() = %v", err)
 	}
 	firstSpoke := issuedSpoke(t, first.GetCertificate())
-	if want := (identity.Spoke{Cluster: "prod-a", RegistrationUID: currentUID(t, svc.Client, "prod-a")}); firstSpoke != want {
+	if want := (identity.Spoke{Cluster: "prod-a", RegistrationUID: currentUID(t, svc.Client, "prod-a")}); registration(firstSpoke) != want {
 		t.Fatalf("certificate identifies %+v, want %+v", firstSpoke, want)
 	}
+	if err := admission(t, svc.Client, firstSpoke, clk.Now()); err != nil {
+		t.Fatalf("Admission(joined certificate) = %v, want nil", err)
+	}
 
-	// A re-join of the registered cluster adopts its registration: the
-	// earlier certificate stays valid.
+	// A re-join of the registered cluster keeps its ManagedCluster but
+	// retires every certificate issued before it.
 	adopted, err := svc.Join(ctx, joinRequest(t, "prod-a", bound()))
 	if err != nil {
 		t.Fatalf("re-Join() of a registered cluster = %v", err)
 	}
-	if got := issuedSpoke(t, adopted.GetCertificate()); got != firstSpoke {
-		t.Errorf("re-joined certificate identifies %+v, want the same registration %+v", got, firstSpoke)
+	adoptedSpoke := issuedSpoke(t, adopted.GetCertificate())
+	if registration(adoptedSpoke) != registration(firstSpoke) {
+		t.Errorf("re-joined certificate identifies %+v, want the same registration %+v", adoptedSpoke, firstSpoke)
+	}
+	if got := refusalOf(admission(t, svc.Client, firstSpoke, clk.Now())); got != registry.RefusedEarlierRegistration {
+		t.Errorf("Admission(certificate from before the re-join) refusal = %q, want %q", got, registry.RefusedEarlierRegistration)
+	}
+	if err := admission(t, svc.Client, adoptedSpoke, clk.Now()); err != nil {
+		t.Errorf("Admission(re-joined certificate) = %v, want nil", err)
 	}
 
-	// Renewing keeps the registration.
+	// Renewing keeps the registration; the replaced certificate stays good
+	// for the overlap, then is retired, and may not renew again meanwhile.
 	csr, _, err := pki.NewCSR("prod-a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	renewed, err := svc.Renew(ctx, firstSpoke, &federationv1.RenewRequest{Csr: csr})
+	renewed, err := svc.Renew(ctx, adoptedSpoke, &federationv1.RenewRequest{Csr: csr})
 	if err != nil {
 		t.Fatalf("Renew() = %v", err)
 	}
-	if got := issuedSpoke(t, renewed.GetCertificate()); got != firstSpoke {
-		t.Errorf("renewed certificate identifies %+v, want %+v", got, firstSpoke)
+	renewedSpoke := issuedSpoke(t, renewed.GetCertificate())
+	if registration(renewedSpoke) != registration(firstSpoke) {
+		t.Errorf("renewed certificate identifies %+v, want %+v", renewedSpoke, firstSpoke)
+	}
+	if err := admission(t, svc.Client, adoptedSpoke, clk.Now().Add(59*time.Second)); err != nil {
+		t.Errorf("Admission(replaced certificate within the overlap) = %v, want nil", err)
+	}
+	if _, err := svc.Renew(ctx, adoptedSpoke, &federationv1.RenewRequest{Csr: csr}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("Renew() by the replaced certificate = %v, want PermissionDenied", err)
+	}
+	if got := refusalOf(admission(t, svc.Client, adoptedSpoke, clk.Now().Add(time.Minute))); got != registry.RefusedReplacedCertificate {
+		t.Errorf("Admission(replaced certificate after the overlap) refusal = %q, want %q", got, registry.RefusedReplacedCertificate)
+	}
+	if err := admission(t, svc.Client, renewedSpoke, clk.Now().Add(time.Hour)); err != nil {
+		t.Errorf("Admission(renewed certificate) = %v, want nil", err)
 	}
 
 	// Deregistered, then joined again: a new registration, and the hub no
@@ -222,9 +278,84 @@ func TestCertificatesAreBoundToTheRegistration(t *testing.T) {
 	if err := registry.Admit(ctx, svc.Client, againSpoke); err != nil {
 		t.Errorf("Admit(new certificate) = %v, want nil", err)
 	}
-	var refused *registry.RefusedError
-	if err := registry.Admit(ctx, svc.Client, firstSpoke); !errors.As(err, &refused) || refused.Reason != registry.RefusedEarlierRegistration {
+	if err := registry.Admit(ctx, svc.Client, renewedSpoke); refusalOf(err) != registry.RefusedEarlierRegistration {
 		t.Errorf("Admit(certificate of the first registration) = %v, want %s", err, registry.RefusedEarlierRegistration)
+	}
+}
+
+func TestJoinRetriedWithTheSameKeyIsAnsweredAgain(t *testing.T) {
+	ctx := context.Background()
+	svc, tokens := newJoinService(t, interceptor.Funcs{})
+	clk := testingclock.NewFakeClock(time.Now())
+	tokens.clock = clk
+	token := createToken(t, tokens)
+	req := joinRequest(t, "prod-a", token)
+
+	first, err := svc.Join(ctx, req)
+	if err != nil {
+		t.Fatalf("Join() = %v", err)
+	}
+	// The response was lost: the agent retries with the same key.
+	clk.Step(JoinRetryWindow - time.Second)
+	retried, err := svc.Join(ctx, req)
+	if err != nil {
+		t.Fatalf("retried Join() with the same token and key = %v, want a certificate", err)
+	}
+	if registration(issuedSpoke(t, retried.GetCertificate())) != registration(issuedSpoke(t, first.GetCertificate())) {
+		t.Errorf("retried Join() issued for another registration")
+	}
+	if err := admission(t, svc.Client, issuedSpoke(t, retried.GetCertificate()), time.Now()); err != nil {
+		t.Errorf("Admission(certificate of the retried join) = %v, want nil", err)
+	}
+
+	// Another key with the used token: refused.
+	if _, err := svc.Join(ctx, joinRequest(t, "prod-a", token)); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("Join() with the used token and another key = %v, want Unauthenticated (token already used)", err)
+	}
+	// The same key after the window: refused.
+	clk.Step(2 * time.Second)
+	if _, err := svc.Join(ctx, req); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("Join() with the same key after the retry window = %v, want Unauthenticated (token already used)", err)
+	}
+}
+
+func TestJoinRefusesReservedNamesAndMalformedTokensWithoutReadingTheAPI(t *testing.T) {
+	cases := map[string]struct {
+		cluster, token string
+		wantCode       codes.Code
+	}{
+		"kube-system":               {cluster: "kube-system", wantCode: codes.InvalidArgument},
+		"kube- prefix":              {cluster: "kube-node-lease", wantCode: codes.InvalidArgument},
+		"default":                   {cluster: "default", wantCode: codes.InvalidArgument},
+		"open-cluster-management":   {cluster: "open-cluster-management-agent", wantCode: codes.InvalidArgument},
+		"the hub's own namespace":   {cluster: "hub", wantCode: codes.InvalidArgument},
+		"malformed token":           {cluster: "prod-a", token: "not-a-token", wantCode: codes.Unauthenticated},
+		"token of the wrong shape":  {cluster: "prod-a", token: "ABCDEF.0123456789abcdef", wantCode: codes.Unauthenticated},
+		"oversized token":           {cluster: "prod-a", token: strings.Repeat("a", 1<<16), wantCode: codes.Unauthenticated},
+		"name that is no DNS label": {cluster: "Prod_A", wantCode: codes.InvalidArgument},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var reads int
+			svc, tokens := newJoinService(t, interceptor.Funcs{
+				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					reads++
+					return c.Get(ctx, key, obj, opts...)
+				},
+			})
+			svc.HubNamespace = "hub"
+			token := tc.token
+			if token == "" {
+				token = createToken(t, tokens)
+			}
+			_, err := svc.Join(context.Background(), joinRequest(t, tc.cluster, token))
+			if got := status.Code(err); got != tc.wantCode {
+				t.Errorf("Join() = %v, want %v", err, tc.wantCode)
+			}
+			if reads != 0 {
+				t.Errorf("Join() read the hub cluster's API %d times, want none", reads)
+			}
+		})
 	}
 }
 

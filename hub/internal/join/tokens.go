@@ -39,6 +39,7 @@ const (
 	keyDescription                      = "description"
 	keyUsedBy                           = "used-by"
 	keyUsedAt                           = "used-at"
+	keyUsedKey                          = "used-key-sha256"
 	tokenIDLength                       = 6
 	tokenSecretLength                   = 16
 	tokenAlphabet                       = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -176,46 +177,88 @@ func (t *Tokens) Revoke(ctx context.Context, id string) error {
 // bound to clusterName is accepted, so that an unbound token cannot take
 // over an existing cluster's identity.
 func (t *Tokens) Consume(ctx context.Context, token, clusterName string, registered bool) error {
-	m := tokenPattern.FindStringSubmatch(token)
-	if m == nil {
-		return ErrMalformedToken
+	_, err := t.ConsumeForKey(ctx, token, clusterName, "", registered)
+	return err
+}
+
+// JoinRetryWindow is how long after a join the same token and the same key
+// (the same CSR public key) may join again: the spoke's retry after a lost
+// response or a failed write of its credentials gets a certificate again
+// instead of "token already used".
+const JoinRetryWindow = 10 * time.Minute
+
+// ConsumeForKey is Consume for a join whose CSR's public key has the
+// SHA-256 keySHA256 (hex; see KeySHA256), recorded with the use. When the
+// token was used, by the same cluster name and key, less than
+// JoinRetryWindow ago, it returns retry true and nil: the caller answers the
+// join again for the registration that first join made. Any other key is
+// refused with ErrUsedToken.
+func (t *Tokens) ConsumeForKey(ctx context.Context, token, clusterName, keySHA256 string, registered bool) (retry bool, err error) {
+	id, secret, err := ParseToken(token)
+	if err != nil {
+		return false, err
 	}
-	id, secret := m[1], m[2]
 	var obj corev1.Secret
 	if err := t.client.Get(ctx, client.ObjectKey{Namespace: t.namespace, Name: secretNamePrefix + id}, &obj); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ErrUnknownToken
+			return false, ErrUnknownToken
 		}
-		return fmt.Errorf("reading bootstrap token secret: %w", err)
+		return false, fmt.Errorf("reading bootstrap token secret: %w", err)
 	}
 	want := obj.Data[keySecretSHA256]
 	got := []byte(hashSecret(secret))
 	if obj.Type != SecretType || subtle.ConstantTimeCompare(want, got) != 1 {
-		return ErrUnknownToken
+		return false, ErrUnknownToken
 	}
 	info := infoFrom(&obj)
 	if info.UsedBy != "" {
-		return ErrUsedToken
+		usedKey := obj.Data[keyUsedKey]
+		if keySHA256 != "" && info.UsedBy == clusterName && subtle.ConstantTimeCompare(usedKey, []byte(keySHA256)) == 1 &&
+			t.clock.Now().Before(info.UsedAt.Add(JoinRetryWindow)) {
+			return true, nil
+		}
+		return false, ErrUsedToken
 	}
 	if !t.clock.Now().Before(info.Expiration) {
-		return ErrExpiredToken
+		return false, ErrExpiredToken
 	}
 	if info.ClusterName != "" && info.ClusterName != clusterName {
-		return ErrWrongCluster
+		return false, ErrWrongCluster
 	}
 	if registered && info.ClusterName == "" {
-		return ErrUnboundToken
+		return false, ErrUnboundToken
 	}
 	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	obj.Data[keyUsedBy] = []byte(clusterName)
 	obj.Data[keyUsedAt] = []byte(t.clock.Now().UTC().Format(time.RFC3339))
+	if keySHA256 != "" {
+		obj.Data[keyUsedKey] = []byte(keySHA256)
+	}
 	if err := t.client.Patch(ctx, &obj, patch); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return ErrUsedToken
+			return false, ErrUsedToken
 		}
-		return fmt.Errorf("marking bootstrap token used: %w", err)
+		return false, fmt.Errorf("marking bootstrap token used: %w", err)
 	}
-	return nil
+	return false, nil
+}
+
+// ParseToken splits a token into its ID and secret, or returns
+// ErrMalformedToken; it reads nothing, so that a malformed token costs the
+// hub cluster's API server nothing.
+func ParseToken(token string) (id, secret string, err error) {
+	m := tokenPattern.FindStringSubmatch(token)
+	if m == nil {
+		return "", "", ErrMalformedToken
+	}
+	return m[1], m[2], nil
+}
+
+// KeySHA256 is the hex SHA-256 of a DER SubjectPublicKeyInfo: how a token
+// records the key it was used for.
+func KeySHA256(subjectPublicKeyInfo []byte) string {
+	sum := sha256.Sum256(subjectPublicKeyInfo)
+	return hex.EncodeToString(sum[:])
 }
 
 // Release undoes Consume when the join it allowed could not finish (the
@@ -239,6 +282,7 @@ func (t *Tokens) Release(ctx context.Context, token, clusterName string) error {
 	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	delete(obj.Data, keyUsedBy)
 	delete(obj.Data, keyUsedAt)
+	delete(obj.Data, keyUsedKey)
 	if err := t.client.Patch(ctx, &obj, patch); err != nil {
 		return fmt.Errorf("releasing bootstrap token: %w", err)
 	}

@@ -4,12 +4,67 @@ import (
 	"context"
 	"crypto/x509"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/imperator-federation/imperator/internal/identity"
+	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 )
+
+// Lifetimes of the certificates people and automation use (hub client-cert).
+const (
+	// DefaultClientCertValidity is the default lifetime of a viewer or admin
+	// certificate.
+	DefaultClientCertValidity = 90 * 24 * time.Hour
+	// MaxClientCertValidity is the longest lifetime of a viewer or admin
+	// certificate: hub client-cert issues none longer, and the query API
+	// refuses one that is (issued by other means from the hub CA).
+	MaxClientCertValidity = 365 * 24 * time.Hour
+	// notBeforeSkew is how far the hub backdates NotBefore (pki).
+	notBeforeSkew = 5 * time.Minute
+)
+
+// methodRoles is the role each Query method needs. A method missing here is
+// refused to everyone: a new method must be given its role.
+var methodRoles = map[string]Role{
+	queryv1.Query_ListClusters_FullMethodName: RoleViewer,
+	queryv1.Query_ListMachines_FullMethodName: RoleViewer,
+	queryv1.Query_GetUsage_FullMethodName:     RoleViewer,
+	queryv1.Query_FindCapacity_FullMethodName: RoleViewer,
+	queryv1.Query_Watch_FullMethodName:        RoleViewer,
+	queryv1.Query_CreateToken_FullMethodName:  RoleAdmin,
+	queryv1.Query_ListTokens_FullMethodName:   RoleAdmin,
+	queryv1.Query_RevokeToken_FullMethodName:  RoleAdmin,
+}
+
+// Authorize decides a Query call by the verified client certificate in ctx,
+// before the request is handed to its handler (the hub server's
+// interceptor calls it for every method of the service): Unauthenticated
+// without a certificate, PermissionDenied when its role is short of the
+// method's, when the method has no role, or when a viewer or admin
+// certificate lives longer than MaxClientCertValidity. A spoke
+// certificate's admission (its cluster still registered and accepted) is
+// the server's to check.
+func Authorize(ctx context.Context, fullMethod string) error {
+	want, ok := methodRoles[fullMethod]
+	if !ok {
+		return status.Errorf(codes.PermissionDenied, "%s is granted to no role", fullMethod)
+	}
+	cert, err := identity.VerifiedCertificate(ctx)
+	if err != nil {
+		return status.Errorf(codes.Unauthenticated, "the query API requires a client certificate signed by the hub CA with organization %s or %s: %v", ViewerOrganization, AdminOrganization, err)
+	}
+	if !slices.Contains(cert.Subject.Organization, identity.SpokeOrganization) {
+		if life := cert.NotAfter.Sub(cert.NotBefore); life > MaxClientCertValidity+notBeforeSkew {
+			return status.Errorf(codes.PermissionDenied, "client certificate %q is valid for %s, longer than the %s the hub accepts; issue a new one with hub client-cert",
+				cert.Subject.CommonName, life.Round(time.Hour), MaxClientCertValidity)
+		}
+	}
+	_, err = authorize(ctx, want)
+	return err
+}
 
 // Organizations (O) of client certificates signed by the hub CA that grant a
 // role in the query API. A certificate's common name names the person or

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
@@ -21,6 +22,7 @@ const (
 	RefusedNotAccepted         = identity.RefusedNotAccepted
 	RefusedEarlierRegistration = identity.RefusedEarlierRegistration
 	RefusedNoRegistration      = identity.RefusedNoRegistration
+	RefusedReplacedCertificate = identity.RefusedReplacedCertificate
 )
 
 // RefusedError is the error with which Admit refuses a spoke certificate.
@@ -28,9 +30,18 @@ const (
 type RefusedError struct {
 	Reason  RefusalReason
 	Cluster string
+	// detail, when set, says more about the refusal.
+	detail string
 }
 
 func (e *RefusedError) Error() string {
+	if e.detail != "" {
+		return e.message() + " (" + e.detail + ")"
+	}
+	return e.message()
+}
+
+func (e *RefusedError) message() string {
 	switch e.Reason {
 	case RefusedNotRegistered:
 		return fmt.Sprintf("cluster %q is not registered at the hub (its ManagedCluster is missing or being deleted); join again with a new token", e.Cluster)
@@ -38,6 +49,8 @@ func (e *RefusedError) Error() string {
 		return fmt.Sprintf("the hub does not accept cluster %q: its ManagedCluster has spec.hubAcceptsClient=false", e.Cluster)
 	case RefusedEarlierRegistration:
 		return fmt.Sprintf("certificate was issued for an earlier registration of cluster %q; join again with a new token", e.Cluster)
+	case RefusedReplacedCertificate:
+		return fmt.Sprintf("certificate of cluster %q was replaced by a renewed one and is retired; use the renewed certificate", e.Cluster)
 	case RefusedNoRegistration:
 		return fmt.Sprintf("certificate of cluster %q names no registration (issued by an older hub); join again with a new token", e.Cluster)
 	default:
@@ -54,16 +67,18 @@ func Admit(ctx context.Context, r client.Reader, spoke identity.Spoke) error {
 	var mc clusterv1.ManagedCluster
 	if err := r.Get(ctx, client.ObjectKey{Name: spoke.Cluster}, &mc); err != nil {
 		if apierrors.IsNotFound(err) {
-			return Admission(nil, spoke)
+			return Admission(nil, spoke, time.Now())
 		}
 		return fmt.Errorf("reading ManagedCluster %q: %w", spoke.Cluster, err)
 	}
-	return Admission(&mc, spoke)
+	return Admission(&mc, spoke, time.Now())
 }
 
-// Admission is Admit's decision for the cluster's ManagedCluster mc (nil
-// when it does not exist).
-func Admission(mc *clusterv1.ManagedCluster, spoke identity.Spoke) error {
+// Admission is Admit's decision at now for the cluster's ManagedCluster mc
+// (nil when it does not exist): the registration must be the certificate's,
+// the certificate one the registration's record (CertificatesAnnotation)
+// still accepts, and the cluster accepted.
+func Admission(mc *clusterv1.ManagedCluster, spoke identity.Spoke, now time.Time) error {
 	refuse := func(reason RefusalReason) error { return &RefusedError{Reason: reason, Cluster: spoke.Cluster} }
 	switch {
 	case mc == nil || !mc.DeletionTimestamp.IsZero():
@@ -72,6 +87,11 @@ func Admission(mc *clusterv1.ManagedCluster, spoke identity.Spoke) error {
 		return refuse(RefusedNoRegistration)
 	case string(mc.UID) != spoke.RegistrationUID:
 		return refuse(RefusedEarlierRegistration)
+	}
+	if err := certificateAdmission(mc, spoke, now); err != nil {
+		return err
+	}
+	switch {
 	case !mc.Spec.HubAcceptsClient:
 		return refuse(RefusedNotAccepted)
 	default:

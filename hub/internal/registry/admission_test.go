@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -83,7 +84,7 @@ func TestAdmission(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			err := Admission(tc.mc, tc.spoke)
+			err := Admission(tc.mc, tc.spoke, time.Now())
 			var gotReason RefusalReason
 			var refused *RefusedError
 			if errors.As(err, &refused) {

@@ -96,7 +96,7 @@ func startTestHub(tb testing.TB) *testHub {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			if h.deregistered[spoke.Cluster] {
-				return registry.Admission(nil, spoke)
+				return registry.Admission(nil, spoke, time.Now())
 			}
 			uid := testUID(spoke.Cluster)
 			if h.registeredAgain[spoke.Cluster] {
@@ -105,7 +105,7 @@ func startTestHub(tb testing.TB) *testHub {
 			return registry.Admission(&clusterv1.ManagedCluster{
 				ObjectMeta: metav1.ObjectMeta{Name: spoke.Cluster, UID: types.UID(uid)},
 				Spec:       clusterv1.ManagedClusterSpec{HubAcceptsClient: !h.rejected[spoke.Cluster]},
-			}, spoke)
+			}, spoke, time.Now())
 		},
 		Metrics: metrics,
 		Log:     logr.Discard(),

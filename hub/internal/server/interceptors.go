@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
@@ -16,37 +15,74 @@ import (
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
-// Methods callable without a client certificate: Join (that is how a spoke
-// gets one) and the health service (probes).
-func anonymousAllowed(fullMethod string) bool {
-	return fullMethod == federationv1.Federation_Join_FullMethodName ||
-		strings.HasPrefix(fullMethod, "/grpc.health.v1.Health/")
+// federationMethod reports whether the method belongs to the Federation
+// service (Join, Renew, Report).
+func federationMethod(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, "/"+federationv1.Federation_ServiceDesc.ServiceName+"/")
 }
 
-// selfAuthenticated reports whether the method belongs to a service that
-// authorizes its callers itself: the Query API admits people and automation
-// (viewer and admin certificates), not only spokes.
-func selfAuthenticated(fullMethod string) bool {
-	return strings.HasPrefix(fullMethod, "/imperator.query.v1.Query/")
+// infrastructureMethod reports whether the method belongs to a service any
+// holder of a verified certificate may call: health and reflection.
+func infrastructureMethod(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, "/grpc.health.v1.Health/") || strings.HasPrefix(fullMethod, "/grpc.reflection.")
 }
 
-// authenticate puts the spoke of the verified client certificate into ctx,
-// or refuses the call with Unauthenticated.
+// authenticate decides every call, in one place, before its handler runs:
+//   - without a verified client certificate (the anonymous server) only Join
+//     and the health check get here (anonymousTap refused the rest);
+//   - a revoked certificate is refused everything (PermissionDenied);
+//   - Join is open to every caller (a spoke may join again holding its old
+//     certificate); Renew and Report need a spoke certificate, whose
+//     admission their handlers check;
+//   - a registered service's call (the Query API) needs Authorize's yes and,
+//     from a spoke certificate, the spoke's admission: a deregistered,
+//     paused or retired spoke reads nothing;
+//   - health and reflection need a verified certificate only.
+//
+// It returns ctx with the spoke of a spoke certificate.
 func (s *Server) authenticate(ctx context.Context, fullMethod string) (context.Context, error) {
-	spoke, err := identity.SpokeFromPeer(ctx)
-	if err == nil {
-		return identity.WithSpoke(ctx, spoke), nil
+	cert, err := identity.VerifiedCertificate(ctx)
+	if err != nil {
+		if fullMethod == federationv1.Federation_Join_FullMethodName || fullMethod == healthCheckMethod {
+			return ctx, nil
+		}
+		// Unreachable through the router; kept so that no route around it
+		// (a server built without it) serves an anonymous caller.
+		s.metrics.rejectedConnections.WithLabelValues(rejectNoCertificate).Inc()
+		return nil, status.Errorf(codes.Unauthenticated, "%s requires a client certificate signed by the hub CA", fullMethod)
 	}
-	if anonymousAllowed(fullMethod) || selfAuthenticated(fullMethod) {
+	if s.opts.Revoked != nil && s.opts.Revoked(cert) {
+		s.metrics.rejectedConnections.WithLabelValues(rejectRevoked).Inc()
+		s.log.Info("Refused revoked certificate", "method", fullMethod, "subject", cert.Subject.CommonName, "serial", identity.SerialOf(cert))
+		return nil, status.Errorf(codes.PermissionDenied, "client certificate %q (serial %s) was revoked", cert.Subject.CommonName, identity.SerialOf(cert))
+	}
+	spoke, spokeErr := identity.SpokeFromCertificate(cert)
+	if spokeErr == nil {
+		ctx = identity.WithSpoke(ctx, spoke)
+	}
+	switch {
+	case fullMethod == federationv1.Federation_Join_FullMethodName, infrastructureMethod(fullMethod):
+		return ctx, nil
+	case federationMethod(fullMethod):
+		if spokeErr != nil {
+			s.metrics.rejectedConnections.WithLabelValues(rejectBadCertificate).Inc()
+			s.log.Info("Refused call without a spoke certificate", "method", fullMethod, "reason", spokeErr.Error())
+			return nil, status.Errorf(codes.Unauthenticated, "%s requires a spoke client certificate signed by the hub CA: %v", fullMethod, spokeErr)
+		}
 		return ctx, nil
 	}
-	reason := rejectBadCertificate
-	if errors.Is(err, identity.ErrNoClientCertificate) {
-		reason = rejectNoCertificate
+	if s.opts.Authorize == nil {
+		return nil, status.Errorf(codes.PermissionDenied, "%s is not served to anyone", fullMethod)
 	}
-	s.metrics.rejectedConnections.WithLabelValues(reason).Inc()
-	s.log.Info("Refused call without a spoke certificate", "method", fullMethod, "reason", err.Error())
-	return nil, status.Errorf(codes.Unauthenticated, "%s requires a spoke client certificate signed by the hub CA: %v", fullMethod, err)
+	if err := s.opts.Authorize(ctx, fullMethod); err != nil {
+		return nil, err
+	}
+	if spokeErr == nil {
+		if err := s.admit(ctx, spoke); err != nil {
+			return nil, err
+		}
+	}
+	return ctx, nil
 }
 
 func (s *Server) loggerFor(ctx context.Context, fullMethod string) logr.Logger {
@@ -61,10 +97,22 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	start := time.Now()
 	ctx, err := s.authenticate(ctx, info.FullMethod)
 	if err != nil {
-		s.metrics.requests.WithLabelValues(info.FullMethod, codes.Unauthenticated.String()).Inc()
+		s.metrics.requests.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
 		return nil, err
 	}
 	log := s.loggerFor(ctx, info.FullMethod)
+	if info.FullMethod == federationv1.Federation_Join_FullMethodName {
+		// Join reads and writes the hub cluster's API for anyone: bounded
+		// in time and in how many run at once.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, JoinTimeout)
+		defer cancel()
+		if err := s.joins.acquire(ctx); err != nil {
+			s.metrics.requests.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+			return nil, err
+		}
+		defer s.joins.release()
+	}
 	resp, err := handler(ctrl.LoggerInto(ctx, log), req)
 	code := status.Code(err)
 	s.metrics.requests.WithLabelValues(info.FullMethod, code.String()).Inc()
@@ -84,7 +132,7 @@ func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 	start := time.Now()
 	ctx, err := s.authenticate(ss.Context(), info.FullMethod)
 	if err != nil {
-		s.metrics.requests.WithLabelValues(info.FullMethod, codes.Unauthenticated.String()).Inc()
+		s.metrics.requests.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
 		return err
 	}
 	log := s.loggerFor(ctx, info.FullMethod)

@@ -13,6 +13,12 @@ const (
 	rejectWrongCluster   = "cluster_mismatch"
 	rejectNotAccepted    = "hub_does_not_accept_client"
 	rejectProtocol       = "protocol_violation"
+	rejectRevoked        = "certificate_revoked"
+	// Anonymous surface and connection limits.
+	rejectHandshake        = "tls_handshake_failed"
+	rejectTooManyAnonymous = "too_many_anonymous_connections"
+	rejectAnonymousMethod  = "anonymous_method_not_allowed"
+	rejectJoinRateLimited  = "join_rate_limited"
 )
 
 // Metrics are the hub's Prometheus metrics.

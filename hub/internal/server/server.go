@@ -1,12 +1,16 @@
-// Package server is the hub's gRPC server: TLS 1.3 with spoke client
-// certificates, keepalive enforcement, message-size limits, interceptors for
-// authentication, logging and metrics, health and reflection, and the
-// Federation service (Join, and the Report stream that feeds the store).
+// Package server is the hub's gRPC server: TLS 1.3 with client certificates,
+// connections routed by whether they carry a verified one (only Join and the
+// health check are served without), bounds on connections, anonymous calls
+// and message sizes, keepalive enforcement and connection ageing,
+// interceptors for authentication, authorization, logging and metrics,
+// health and reflection, and the Federation service (Join, Renew, and the
+// Report stream that feeds the store).
 package server
 
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -15,7 +19,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -66,12 +69,23 @@ type Options struct {
 	Metrics *Metrics
 	Log     logr.Logger
 	// MaxRecvMsgBytes bounds a spoke message (a Snapshot of every Machine).
+	// Anonymous calls get anonymousMaxRecvMsgBytes whatever this says.
 	MaxRecvMsgBytes int
 	// ShutdownTimeout bounds the graceful stop.
 	ShutdownTimeout time.Duration
-	// Services register further services (the Query API) on the server.
-	// They authenticate their callers themselves: see selfAuthenticated.
+	// Limits bound connections and anonymous calls (DefaultLimits when zero).
+	Limits Limits
+	// Services register further services (the Query API) on the
+	// authenticated server; Authorize decides each of their calls.
 	Services []func(grpc.ServiceRegistrar)
+	// Authorize decides a call of a registered Service (the Query API) by a
+	// verified client certificate: nil lets it through, else a status
+	// error (PermissionDenied). Required when Services are given.
+	Authorize func(ctx context.Context, fullMethod string) error
+	// Revoked reports whether a verified client certificate was revoked
+	// (by serial); revoked certificates are refused on every call. Nil
+	// revokes nothing.
+	Revoked func(cert *x509.Certificate) bool
 }
 
 // Server is the hub's gRPC server, a controller-runtime Runnable.
@@ -82,8 +96,12 @@ type Server struct {
 	store   *store.Store
 	metrics *Metrics
 	log     logr.Logger
-	grpc    *grpc.Server
-	health  *health.Server
+	// grpc serves connections with a verified client certificate,
+	// anonymous the others (see listener.go).
+	grpc      *grpc.Server
+	anonymous *grpc.Server
+	health    *health.Server
+	joins     *joinLimiter
 
 	// stopping is closed when shutdown begins; open streams end at once.
 	stopping chan struct{}
@@ -103,24 +121,44 @@ func New(opts Options) (*Server, error) {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if opts.Limits == (Limits{}) {
+		opts.Limits = DefaultLimits()
+	}
+	if err := opts.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("creating hub server: limits: %w", err)
+	}
+	if len(opts.Services) > 0 && opts.Authorize == nil {
+		return nil, errors.New("creating hub server: Authorize is required with Services")
+	}
+	limits := opts.Limits
 	s := &Server{
 		opts:     opts,
 		store:    opts.Store,
 		metrics:  opts.Metrics,
 		log:      opts.Log,
 		health:   health.NewServer(),
+		joins:    newJoinLimiter(limits),
 		stopping: make(chan struct{}),
 		sessions: map[string]*session{},
 	}
+	enforcement := grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true})
 	s.grpc = grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(opts.TLS)),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.Creds(handshakenTLS{}),
+		enforcement,
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:                  30 * time.Second,
+			Timeout:               10 * time.Second,
+			MaxConnectionIdle:     limits.MaxConnectionIdle,
+			MaxConnectionAge:      limits.MaxConnectionAge,
+			MaxConnectionAgeGrace: limits.MaxConnectionAgeGrace,
+		}),
 		grpc.MaxRecvMsgSize(opts.MaxRecvMsgBytes),
 		grpc.MaxSendMsgSize(DefaultMaxSendMsgBytes),
-		grpc.ConnectionTimeout(10*time.Second),
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
+		grpc.ConnectionTimeout(limits.HandshakeTimeout),
 		// A spoke needs one stream; people and automation a few more.
 		grpc.MaxConcurrentStreams(maxConcurrentStreams),
+		grpc.InTapHandle(s.joinTap),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
 		grpc.ChainStreamInterceptor(s.streamInterceptor),
 	)
@@ -130,6 +168,30 @@ func New(opts Options) (*Server, error) {
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
+
+	// The anonymous server: Join and the health check only (anonymousTap),
+	// small messages and headers, few streams, short-lived connections.
+	s.anonymous = grpc.NewServer(
+		grpc.Creds(handshakenTLS{}),
+		enforcement,
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:                  30 * time.Second,
+			Timeout:               10 * time.Second,
+			MaxConnectionIdle:     limits.AnonymousIdleTimeout,
+			MaxConnectionAge:      anonymousMaxConnectionAge,
+			MaxConnectionAgeGrace: JoinTimeout,
+		}),
+		grpc.MaxRecvMsgSize(anonymousMaxRecvMsgBytes),
+		grpc.MaxSendMsgSize(DefaultMaxSendMsgBytes),
+		grpc.MaxHeaderListSize(anonymousMaxHeaderListBytes),
+		grpc.ConnectionTimeout(limits.HandshakeTimeout),
+		grpc.MaxConcurrentStreams(anonymousMaxConcurrentStreams),
+		grpc.InTapHandle(s.anonymousTap),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
+		grpc.ChainStreamInterceptor(s.streamInterceptor),
+	)
+	federationv1.RegisterFederationServer(s.anonymous, s)
+	healthpb.RegisterHealthServer(s.anonymous, s.health)
 	return s, nil
 }
 
@@ -148,24 +210,35 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(federationv1.Federation_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- s.grpc.Serve(lis) }()
+	rt := newRouter(lis, s.opts.TLS, s.opts.Limits, s.metrics, s.log)
+	serveErr := make(chan error, 3)
+	go func() { serveErr <- rt.serve() }()
+	go func() { serveErr <- s.grpc.Serve(rt.authenticated) }()
+	go func() { serveErr <- s.anonymous.Serve(rt.anonymous) }()
 	s.log.Info("Serving gRPC", "address", lis.Addr().String())
 
+	var err error
 	select {
-	case err := <-serveErr:
-		return fmt.Errorf("serving gRPC: %w", err)
+	case err = <-serveErr:
+		err = fmt.Errorf("serving gRPC: %w", err)
 	case <-ctx.Done():
 	}
 	s.log.Info("Stopping gRPC server")
 	s.health.Shutdown()
 	close(s.stopping)
+	// No new connections; those open end gracefully.
+	_ = rt.close()
 	stopped := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	go func() {
+		s.anonymous.GracefulStop()
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
 	select {
 	case <-stopped:
 	case <-time.After(s.opts.ShutdownTimeout):
+		s.anonymous.Stop()
 		s.grpc.Stop()
 	}
-	return nil
+	return err
 }

@@ -1,0 +1,167 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/internal/identity"
+)
+
+// CertificatesAnnotation, on a ManagedCluster, is the hub's record of the
+// spoke certificates of its registration that are still good (a
+// CertificateRecord in JSON). Every Join and Renew writes it; Admission
+// reads it.
+//
+// It is an annotation on the ManagedCluster, not an object of its own,
+// because it is the registration's state: it goes when the ManagedCluster
+// goes, it is written with the ManagedCluster's resourceVersion as
+// optimistic lock (two replicas cannot both make their certificate
+// current), and Admission reads it from the object it reads anyway.
+const CertificatesAnnotation = imperatorv1alpha1.Prefix + "certificates"
+
+// CertificateRecord says which certificates of a registration the hub
+// accepts: the one the last Join or Renew issued, and, until ReplacedUntil,
+// the one that Renew replaced. Every other certificate of the registration
+// is retired: one issued before the last Join (JoinedAt) was of an earlier
+// join; one issued since was replaced by a later Renew.
+//
+// A ManagedCluster without a record (registered by a hub that did not keep
+// one) accepts every certificate of its registration until its next Join
+// or Renew.
+type CertificateRecord struct {
+	// Current is the serial (identity.SerialOf) of the newest certificate.
+	Current string `json:"current"`
+	// JoinSerial and JoinedAt are the serial and NotBefore of the
+	// certificate the last Join issued.
+	JoinSerial string    `json:"joinSerial"`
+	JoinedAt   time.Time `json:"joinedAt"`
+	// Replaced is the serial of the certificate the last Renew replaced;
+	// it stays good until ReplacedUntil (the renewal overlap) so that the
+	// spoke can move its stream to the new certificate.
+	Replaced      string     `json:"replaced,omitempty"`
+	ReplacedUntil *time.Time `json:"replacedUntil,omitempty"`
+}
+
+// certificateRecordOf reads the record of mc; nil when it has none.
+func certificateRecordOf(mc *clusterv1.ManagedCluster) (*CertificateRecord, error) {
+	raw, ok := mc.Annotations[CertificatesAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	var rec CertificateRecord
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
+		return nil, fmt.Errorf("reading annotation %s of ManagedCluster %q: %w", CertificatesAnnotation, mc.Name, err)
+	}
+	if rec.Current == "" {
+		return nil, fmt.Errorf("reading annotation %s of ManagedCluster %q: current serial is empty", CertificatesAnnotation, mc.Name)
+	}
+	return &rec, nil
+}
+
+// certificateAdmission refuses spoke's certificate when the record of mc
+// retires it; see CertificateRecord.
+func certificateAdmission(mc *clusterv1.ManagedCluster, spoke identity.Spoke, now time.Time) error {
+	rec, err := certificateRecordOf(mc)
+	if err != nil {
+		// Fail closed: an unreadable record admits nobody, and the next
+		// Join writes a good one.
+		return &RefusedError{Reason: RefusedEarlierRegistration, Cluster: spoke.Cluster, detail: err.Error()}
+	}
+	switch {
+	case rec == nil, spoke.Serial == rec.Current:
+		return nil
+	case spoke.Serial == rec.Replaced && rec.ReplacedUntil != nil && now.Before(*rec.ReplacedUntil):
+		return nil
+	case spoke.Serial == rec.JoinSerial, spoke.NotBefore.After(rec.JoinedAt):
+		// Issued by the last Join or since: a Renew replaced it.
+		return &RefusedError{Reason: RefusedReplacedCertificate, Cluster: spoke.Cluster}
+	default:
+		// Issued before the last Join (or in its second: NotBefore has
+		// second precision, and the safer guess is the one that makes the
+		// agent join again).
+		return &RefusedError{Reason: RefusedEarlierRegistration, Cluster: spoke.Cluster}
+	}
+}
+
+// RecordJoin makes the certificate (serial, notBefore) that a Join issued
+// for registration uid of cluster its only good one: every certificate
+// issued for the name before is retired.
+func RecordJoin(ctx context.Context, c client.Client, cluster string, uid types.UID, serial string, notBefore time.Time) error {
+	return updateRecord(ctx, c, cluster, uid, func(*CertificateRecord) (*CertificateRecord, error) {
+		return &CertificateRecord{Current: serial, JoinSerial: serial, JoinedAt: notBefore.UTC()}, nil
+	})
+}
+
+// RecordRenewal makes the certificate newSerial that a Renew issued the
+// current one of cluster's registration uid, and keeps the renewed
+// certificate replaced good until replacedUntil. Only the current
+// certificate may be renewed: a replaced one, still in its overlap, is
+// refused (RefusedReplacedCertificate), so that a copy of an old key cannot
+// keep itself alive by renewing.
+func RecordRenewal(ctx context.Context, c client.Client, cluster string, uid types.UID, replaced identity.Spoke, newSerial string, replacedUntil time.Time) error {
+	return updateRecord(ctx, c, cluster, uid, func(old *CertificateRecord) (*CertificateRecord, error) {
+		rec := &CertificateRecord{Current: newSerial, Replaced: replaced.Serial, ReplacedUntil: ptrTo(replacedUntil.UTC())}
+		switch {
+		case old == nil:
+			// First record of a registration from an older hub: the
+			// renewed certificate counts as joined.
+			rec.JoinSerial, rec.JoinedAt = replaced.Serial, replaced.NotBefore.UTC()
+		case old.Current != replaced.Serial:
+			return nil, &RefusedError{Reason: RefusedReplacedCertificate, Cluster: cluster}
+		default:
+			rec.JoinSerial, rec.JoinedAt = old.JoinSerial, old.JoinedAt
+		}
+		return rec, nil
+	})
+}
+
+// updateRecord rewrites the record of cluster's ManagedCluster with
+// mutate, under optimistic locking, retrying on conflict; the ManagedCluster
+// must be of registration uid.
+func updateRecord(ctx context.Context, c client.Client, cluster string, uid types.UID, mutate func(*CertificateRecord) (*CertificateRecord, error)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var mc clusterv1.ManagedCluster
+		if err := c.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
+			if apierrors.IsNotFound(err) {
+				return &RefusedError{Reason: RefusedNotRegistered, Cluster: cluster}
+			}
+			return fmt.Errorf("reading ManagedCluster %q: %w", cluster, err)
+		}
+		if mc.UID != uid || !mc.DeletionTimestamp.IsZero() {
+			return &RefusedError{Reason: RefusedEarlierRegistration, Cluster: cluster}
+		}
+		old, err := certificateRecordOf(&mc)
+		if err != nil {
+			// An unreadable record is replaced by the new one.
+			old = nil
+		}
+		rec, err := mutate(old)
+		if err != nil {
+			return err
+		}
+		raw, err := json.Marshal(rec)
+		if err != nil {
+			return fmt.Errorf("encoding certificate record of %q: %w", cluster, err)
+		}
+		patch := client.MergeFromWithOptions(mc.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		if mc.Annotations == nil {
+			mc.Annotations = map[string]string{}
+		}
+		mc.Annotations[CertificatesAnnotation] = string(raw)
+		if err := c.Patch(ctx, &mc, patch); err != nil {
+			return fmt.Errorf("recording certificate of ManagedCluster %q: %w", cluster, err)
+		}
+		return nil
+	})
+}
+
+func ptrTo[T any](v T) *T { return &v }

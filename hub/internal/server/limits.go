@@ -1,0 +1,225 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+	"k8s.io/utils/lru"
+
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+)
+
+// Limits bound what callers, above all anonymous ones, can make the hub hold.
+type Limits struct {
+	// MaxConnections bounds the open connections of every kind, including
+	// those still in their TLS handshake. Spokes and people need one each.
+	MaxConnections int
+	// MaxAnonymousConnections bounds the open connections without a verified
+	// client certificate (joining spokes, probes); more are closed at once.
+	MaxAnonymousConnections int
+	// HandshakeTimeout bounds a connection's TLS handshake.
+	HandshakeTimeout time.Duration
+	// AnonymousIdleTimeout closes an anonymous connection without a call in
+	// progress for this long.
+	AnonymousIdleTimeout time.Duration
+	// MaxConnectionIdle closes an authenticated connection without a call
+	// in progress for this long (an idle imperatorctl; a spoke always has its
+	// Report stream open).
+	MaxConnectionIdle time.Duration
+	// MaxConnectionAge makes clients reconnect after this long (grpc-go adds
+	// ±10% jitter), so that a spoke presents its renewed certificate and a
+	// retired or revoked one stops being used on an old connection;
+	// MaxConnectionAgeGrace is how long calls in progress then get to end.
+	MaxConnectionAge      time.Duration
+	MaxConnectionAgeGrace time.Duration
+	// JoinRatePerSource and JoinBurstPerSource limit the Join calls of one
+	// remote IP address (token bucket: so many per second, bursts of so many).
+	JoinRatePerSource  float64
+	JoinBurstPerSource int
+	// MaxConcurrentJoins bounds the Join calls being answered at once (each
+	// reads and writes the hub cluster's API); more wait, within their
+	// deadline, for a turn.
+	MaxConcurrentJoins int
+}
+
+// Defaults of Limits. A fleet has hundreds of spokes, each with one
+// connection; joins are rare (a new cluster, a lost certificate).
+const (
+	DefaultMaxConnections          = 4096
+	DefaultMaxAnonymousConnections = 256
+	DefaultHandshakeTimeout        = 10 * time.Second
+	DefaultAnonymousIdleTimeout    = 30 * time.Second
+	DefaultMaxConnectionIdle       = 15 * time.Minute
+	// DefaultMaxConnectionAge: spoke certificates renew at 2/3 of their life
+	// (months by default, minutes in the fault suite with its flags), and a
+	// Renew retires the replaced certificate after the renewal overlap
+	// (join.DefaultRenewalOverlap, 10 minutes): reconnecting every half hour
+	// costs a spoke one Snapshot and bounds how long any connection outlives
+	// a certificate change.
+	DefaultMaxConnectionAge = 30 * time.Minute
+	// DefaultMaxConnectionAgeGrace lets a Report stream finish the message
+	// it is on; the spoke reconnects at once when the stream ends.
+	DefaultMaxConnectionAgeGrace = 30 * time.Second
+	DefaultJoinRatePerSource     = 1
+	DefaultJoinBurstPerSource    = 5
+	DefaultMaxConcurrentJoins    = 8
+)
+
+// Fixed bounds of anonymous calls.
+const (
+	// anonymousMaxRecvMsgBytes is the receive limit of anonymous calls: a
+	// JoinRequest is a cluster name, a token and a CSR of at most 16 KiB.
+	anonymousMaxRecvMsgBytes = 64 << 10
+	// anonymousMaxHeaderListBytes bounds the request headers of anonymous calls.
+	anonymousMaxHeaderListBytes = 8 << 10
+	// maxHeaderListBytes bounds the request headers of authenticated calls.
+	maxHeaderListBytes = 64 << 10
+	// anonymousMaxConcurrentStreams: a joining spoke needs one call at a time.
+	anonymousMaxConcurrentStreams = 4
+	// anonymousMaxConnectionAge ends anonymous connections however busy.
+	anonymousMaxConnectionAge = 5 * time.Minute
+	// JoinTimeout is the deadline of a Join call at the hub.
+	JoinTimeout = 20 * time.Second
+	// maxJoinSources bounds the remote addresses whose Join rate is tracked;
+	// the least recently seen is forgotten first.
+	maxJoinSources = 16384
+)
+
+// DefaultLimits returns the default Limits.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxConnections:          DefaultMaxConnections,
+		MaxAnonymousConnections: DefaultMaxAnonymousConnections,
+		HandshakeTimeout:        DefaultHandshakeTimeout,
+		AnonymousIdleTimeout:    DefaultAnonymousIdleTimeout,
+		MaxConnectionIdle:       DefaultMaxConnectionIdle,
+		MaxConnectionAge:        DefaultMaxConnectionAge,
+		MaxConnectionAgeGrace:   DefaultMaxConnectionAgeGrace,
+		JoinRatePerSource:       DefaultJoinRatePerSource,
+		JoinBurstPerSource:      DefaultJoinBurstPerSource,
+		MaxConcurrentJoins:      DefaultMaxConcurrentJoins,
+	}
+}
+
+// Validate returns every limit that is not positive, by field name.
+func (l Limits) Validate() error {
+	var errs []error
+	positive := func(name string, ok bool) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s must be positive", name))
+		}
+	}
+	positive("MaxConnections", l.MaxConnections > 0)
+	positive("MaxAnonymousConnections", l.MaxAnonymousConnections > 0)
+	positive("HandshakeTimeout", l.HandshakeTimeout > 0)
+	positive("AnonymousIdleTimeout", l.AnonymousIdleTimeout > 0)
+	positive("MaxConnectionIdle", l.MaxConnectionIdle > 0)
+	positive("MaxConnectionAge", l.MaxConnectionAge > 0)
+	positive("MaxConnectionAgeGrace", l.MaxConnectionAgeGrace > 0)
+	positive("JoinRatePerSource", l.JoinRatePerSource > 0)
+	positive("JoinBurstPerSource", l.JoinBurstPerSource > 0)
+	positive("MaxConcurrentJoins", l.MaxConcurrentJoins > 0)
+	if l.MaxAnonymousConnections > l.MaxConnections {
+		errs = append(errs, fmt.Errorf("MaxAnonymousConnections %d exceeds MaxConnections %d", l.MaxAnonymousConnections, l.MaxConnections))
+	}
+	return errors.Join(errs...)
+}
+
+// joinLimiter limits Join calls per remote IP address and in total.
+type joinLimiter struct {
+	rate    rate.Limit
+	burst   int
+	mu      sync.Mutex
+	sources *lru.Cache
+	// slots holds one token per Join being answered.
+	slots chan struct{}
+}
+
+func newJoinLimiter(l Limits) *joinLimiter {
+	return &joinLimiter{
+		rate:    rate.Limit(l.JoinRatePerSource),
+		burst:   l.JoinBurstPerSource,
+		sources: lru.New(maxJoinSources),
+		slots:   make(chan struct{}, l.MaxConcurrentJoins),
+	}
+}
+
+// allow reports whether the caller in ctx (its remote IP) may call Join now.
+// It never blocks: it runs in the tap handle, before the request is read.
+func (j *joinLimiter) allow(ctx context.Context) bool {
+	source := sourceOf(ctx)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	limiter, ok := j.sources.Get(source)
+	if !ok {
+		limiter = rate.NewLimiter(j.rate, j.burst)
+		j.sources.Add(source, limiter)
+	}
+	return limiter.(*rate.Limiter).Allow()
+}
+
+// acquire waits for a turn to answer a Join; release gives it back.
+func (j *joinLimiter) acquire(ctx context.Context) error {
+	select {
+	case j.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return status.Errorf(codes.ResourceExhausted, "the hub is answering %d joins already; retry later", cap(j.slots))
+	}
+}
+
+func (j *joinLimiter) release() { <-j.slots }
+
+// sourceOf is the remote IP address of the call in ctx ("" when unknown:
+// all such calls then share one bucket).
+func sourceOf(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(p.Addr.String())
+	if err != nil {
+		return p.Addr.String()
+	}
+	return host
+}
+
+// healthCheckMethod is the one health method served anonymously; Watch is
+// not, since a stream held open would keep an idle connection alive.
+const healthCheckMethod = "/grpc.health.v1.Health/Check"
+
+// anonymousTap runs before an anonymous call's request is read: it lets
+// through Join (within its rate) and the health check and refuses everything
+// else with Unauthenticated.
+func (s *Server) anonymousTap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	switch info.FullMethodName {
+	case federationv1.Federation_Join_FullMethodName:
+		return s.joinTap(ctx, info)
+	case healthCheckMethod:
+		return ctx, nil
+	default:
+		s.metrics.rejectedConnections.WithLabelValues(rejectAnonymousMethod).Inc()
+		return nil, status.Errorf(codes.Unauthenticated,
+			"%s requires a client certificate signed by the hub CA: only Join and the health check are served without one", info.FullMethodName)
+	}
+}
+
+// joinTap applies the per-source Join rate, on both servers: a spoke joining
+// again may present its old certificate.
+func (s *Server) joinTap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if info.FullMethodName == federationv1.Federation_Join_FullMethodName && !s.joins.allow(ctx) {
+		s.metrics.rejectedConnections.WithLabelValues(rejectJoinRateLimited).Inc()
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"too many Join calls from %s: at most %g per second (bursts of %d); retry later", sourceOf(ctx), float64(s.joins.rate), s.joins.burst)
+	}
+	return ctx, nil
+}

@@ -1,0 +1,201 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"golang.org/x/net/netutil"
+	"google.golang.org/grpc/credentials"
+)
+
+// The unauthenticated surface is enforced in one place, here: the hub's
+// listener completes every TLS handshake itself (bounded in time and in
+// number) and hands a connection that presented a client certificate verified
+// against the hub CA to the authenticated gRPC server, and every other
+// connection to the anonymous gRPC server, which registers nothing but Join
+// and the health check and refuses everything else in its tap handle.
+//
+// A connection is routed, rather than a call checked, because grpc-go reads
+// and decodes a unary request before any interceptor runs and has one receive
+// limit per server: only a server of its own gives anonymous callers a small
+// receive limit (anonymousMaxRecvMsgBytes) while spokes keep the large one
+// their Snapshots need. Both servers share the one port, so spokes and
+// imperatorctl need no second address.
+
+// errListenerClosed is what a routed listener's Accept returns once closed.
+var errListenerClosed = errors.New("listener closed")
+
+// routedListener is the net.Listener a gRPC server serves: it yields the
+// connections the router hands it.
+type routedListener struct {
+	addr   net.Addr
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newRoutedListener(addr net.Addr) *routedListener {
+	return &routedListener{addr: addr, conns: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *routedListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, errListenerClosed
+	}
+}
+
+func (l *routedListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *routedListener) Addr() net.Addr { return l.addr }
+
+// deliver hands c to the server, or closes it when the server is gone.
+func (l *routedListener) deliver(c net.Conn) {
+	select {
+	case l.conns <- c:
+	case <-l.closed:
+		_ = c.Close()
+	}
+}
+
+// routedConn is a connection whose TLS handshake the router completed.
+type routedConn struct {
+	*tls.Conn
+	state   tls.ConnectionState
+	release func()
+	once    sync.Once
+}
+
+func (c *routedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		if c.release != nil {
+			c.release()
+		}
+	})
+	return err
+}
+
+// handshakenTLS are the transport credentials of a gRPC server fed by the
+// router: the handshake is done, so they only report its outcome (the
+// verified chains identity.VerifiedCertificate reads).
+type handshakenTLS struct{}
+
+func (handshakenTLS) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("the hub's routed credentials only serve")
+}
+
+func (handshakenTLS) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	rc, ok := c.(*routedConn)
+	if !ok {
+		return nil, nil, errors.New("connection did not come through the hub's router")
+	}
+	return rc, credentials.TLSInfo{
+		State:          rc.state,
+		CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity},
+	}, nil
+}
+
+func (handshakenTLS) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.3"}
+}
+
+func (h handshakenTLS) Clone() credentials.TransportCredentials { return h }
+
+func (handshakenTLS) OverrideServerName(string) error { return nil }
+
+// router accepts connections on the hub's port and routes them (see above).
+type router struct {
+	raw              net.Listener
+	tls              *tls.Config
+	handshakeTimeout time.Duration
+	authenticated    *routedListener
+	anonymous        *routedListener
+	// anonymousSlots bounds the open anonymous connections: one token per
+	// connection, returned when it closes.
+	anonymousSlots chan struct{}
+	metrics        *Metrics
+	log            logr.Logger
+}
+
+// newRouter limits lis to maxConns open connections (handshaking ones
+// included: a client that opens connections and never finishes a handshake
+// holds a slot for at most the handshake timeout).
+func newRouter(lis net.Listener, tlsConfig *tls.Config, limits Limits, metrics *Metrics, log logr.Logger) *router {
+	return &router{
+		raw:              netutil.LimitListener(lis, limits.MaxConnections),
+		tls:              tlsConfig,
+		handshakeTimeout: limits.HandshakeTimeout,
+		authenticated:    newRoutedListener(lis.Addr()),
+		anonymous:        newRoutedListener(lis.Addr()),
+		anonymousSlots:   make(chan struct{}, limits.MaxAnonymousConnections),
+		metrics:          metrics,
+		log:              log,
+	}
+}
+
+// serve accepts until the raw listener is closed.
+func (r *router) serve() error {
+	defer r.authenticated.Close()
+	defer r.anonymous.Close()
+	var backoff time.Duration
+	for {
+		c, err := r.raw.Accept()
+		if err != nil {
+			var netErr net.Error
+			if errors.As(err, &netErr) && netErr.Timeout() {
+				// Out of file descriptors and the like: wait, as net/http does.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		go r.route(c)
+	}
+}
+
+func (r *router) close() error {
+	err := r.raw.Close()
+	r.authenticated.Close()
+	r.anonymous.Close()
+	return err
+}
+
+func (r *router) route(c net.Conn) {
+	tc := tls.Server(c, r.tls)
+	ctx, cancel := context.WithTimeout(context.Background(), r.handshakeTimeout)
+	err := tc.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
+		r.metrics.rejectedConnections.WithLabelValues(rejectHandshake).Inc()
+		r.log.V(2).Info("TLS handshake failed", "remote", c.RemoteAddr().String(), "reason", err.Error())
+		_ = tc.Close()
+		return
+	}
+	state := tc.ConnectionState()
+	if len(state.VerifiedChains) > 0 {
+		r.authenticated.deliver(&routedConn{Conn: tc, state: state})
+		return
+	}
+	select {
+	case r.anonymousSlots <- struct{}{}:
+	default:
+		r.metrics.rejectedConnections.WithLabelValues(rejectTooManyAnonymous).Inc()
+		r.log.V(1).Info("Closed anonymous connection: too many open", "remote", c.RemoteAddr().String(), "limit", cap(r.anonymousSlots))
+		_ = tc.Close()
+		return
+	}
+	r.anonymous.deliver(&routedConn{Conn: tc, state: state, release: func() { <-r.anonymousSlots }})
+}
