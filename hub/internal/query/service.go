@@ -45,6 +45,9 @@ type Service struct {
 	tokens TokenAdmin
 	clock  clock.PassiveClock
 	watch  *broadcaster
+	// usage is computed once per cluster value and shared by every Watch
+	// stream and GetUsage call.
+	usage capacity.UsageCache
 }
 
 // New returns the service over st; it registers a change listener on st, so
@@ -55,6 +58,11 @@ func New(st *store.Store, tokens TokenAdmin, clk clock.PassiveClock) *Service {
 		clk = clock.RealClock{}
 	}
 	s := &Service{store: st, tokens: tokens, clock: clk, watch: newBroadcaster()}
+	st.OnChange(func(cluster string) {
+		if _, ok := st.Get(cluster); !ok {
+			s.usage.Forget(cluster)
+		}
+	})
 	st.OnChange(s.watch.publish)
 	return s
 }
@@ -111,7 +119,7 @@ func (s *Service) GetUsage(ctx context.Context, req *queryv1.GetUsageRequest) (*
 			return nil, status.Errorf(codes.NotFound, "cluster %q is not known to the hub", req.GetCluster())
 		}
 	}
-	return capacity.Usage(s.clusters(req.GetCluster())), nil
+	return capacity.Usage(s.clusters(req.GetCluster()), s.usage.Of), nil
 }
 
 // FindCapacity implements queryv1.QueryServer.
@@ -223,7 +231,7 @@ func (s *Service) watchEvent(name string, now time.Time, initial bool) *queryv1.
 	return &queryv1.ClusterEvent{
 		Type:    queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_UPDATED,
 		Cluster: capacity.ClusterInfo(c, now),
-		Usage:   capacity.ClusterUsageOf(c),
+		Usage:   s.usage.Of(c),
 		Initial: initial,
 	}
 }
