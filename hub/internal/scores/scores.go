@@ -32,6 +32,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -231,10 +232,11 @@ func (p *Publisher) write(ctx context.Context, namespace string, want published)
 // documentation), sorted by name.
 func Scores(c *store.Cluster) []clusterv1alpha1.AddOnPlacementScoreItem {
 	usage := capacity.ClusterUsageOf(c)
-	perType := map[string]int32{}
+	// Summed in int64: free units of one type over many groups can leave int32.
+	perType := map[string]int64{}
 	out := make([]clusterv1alpha1.AddOnPlacementScoreItem, 0, len(usage.Types)*2)
 	for _, t := range usage.Types {
-		perType[t.Type] += t.Free
+		perType[t.Type] += int64(t.Free)
 		if t.Group == "" {
 			// Only the per-type score: "<group>.<type>" would collide with it.
 			continue
@@ -242,7 +244,7 @@ func Scores(c *store.Cluster) []clusterv1alpha1.AddOnPlacementScoreItem {
 		out = append(out, clusterv1alpha1.AddOnPlacementScoreItem{Name: ScoreName(t.Group, t.Type), Value: Value(t.Free)})
 	}
 	for typ, free := range perType {
-		out = append(out, clusterv1alpha1.AddOnPlacementScoreItem{Name: ScoreName("", typ), Value: Value(free)})
+		out = append(out, clusterv1alpha1.AddOnPlacementScoreItem{Name: ScoreName("", typ), Value: Value(int32(min(free, math.MaxInt32)))})
 	}
 	slices.SortFunc(out, func(a, b clusterv1alpha1.AddOnPlacementScoreItem) int {
 		return cmp.Compare(a.Name, b.Name)

@@ -1,6 +1,7 @@
 package scores
 
 import (
+	"math"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -54,5 +55,21 @@ func TestScores(t *testing.T) {
 	}
 	if got := ScoreName("g", "x"); got != "g.x" {
 		t.Errorf("ScoreName with group = %q", got)
+	}
+}
+
+// Free units of one type summed over groups past MaxInt32 score the
+// maximum, never a wrapped negative sum's −100.
+func TestScoresSaturate(t *testing.T) {
+	huge := func() []*federationv1.MachineType {
+		return []*federationv1.MachineType{{Name: "x", Usage: &federationv1.Usage{Maximum: math.MaxInt32, Reserved: math.MaxInt32}}}
+	}
+	c := &store.Cluster{Name: "a", State: store.StateAvailable, Machines: []*federationv1.Machine{
+		{Name: "m1", Group: "g1", Types: huge()},
+		{Name: "m2", Group: "g2", Types: huge()},
+	}}
+	want := []clusterv1alpha1.AddOnPlacementScoreItem{{Name: "g1.x", Value: MaxScore}, {Name: "g2.x", Value: MaxScore}, {Name: "x", Value: MaxScore}}
+	if diff := cmp.Diff(want, Scores(c)); diff != "" {
+		t.Errorf("Scores (-want +got):\n%s", diff)
 	}
 }
