@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/imperator-federation/imperator/hub/internal/ingest"
 	"github.com/imperator-federation/imperator/hub/internal/registry"
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	"github.com/imperator-federation/imperator/internal/identity"
@@ -104,6 +105,10 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 	if err := s.admit(ctx, spoke); err != nil {
 		return err
 	}
+	if err := ingest.ValidateHello(hello); err != nil {
+		s.metrics.rejectedConnections.WithLabelValues(rejectInvalidInventory).Inc()
+		return invalidInventory(cluster, "Hello", err)
+	}
 
 	sess := s.openSession(cluster)
 	defer s.closeSession(cluster, sess)
@@ -111,6 +116,7 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 	log.Info("Spoke connected", "agentVersion", hello.GetAgentVersion(), "epoch", hello.GetEpoch())
 
 	epoch := hello.GetEpoch()
+	budget := newMessageBudget(s.store.Limits())
 	for {
 		select {
 		case <-ctx.Done():
@@ -122,16 +128,31 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 		case err := <-recvErr:
 			return err
 		case msg := <-msgs:
-			if err := s.handle(ctx, stream, spoke, epoch, msg); err != nil {
+			if err := s.handle(ctx, stream, spoke, epoch, budget, msg); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-func (s *Server) handle(ctx context.Context, stream federationv1.Federation_ReportServer, spoke identity.Spoke, epoch uint64, msg *federationv1.SpokeMessage) error {
+// handle applies one message of a Report stream after its Hello. Every
+// message draws on the stream's budget: over it Heartbeats are dropped and
+// a Snapshot or Delta ends the stream with ResourceExhausted. A Snapshot or
+// Delta the store refused (it broke a limit) ends the stream with
+// InvalidArgument naming the field; the store keeps the last good inventory.
+func (s *Server) handle(ctx context.Context, stream federationv1.Federation_ReportServer, spoke identity.Spoke, epoch uint64, budget *messageBudget, msg *federationv1.SpokeMessage) error {
 	start := time.Now()
 	cluster := spoke.Cluster
+	log := ctrl.LoggerFrom(ctx)
+	if _, isHello := msg.GetKind().(*federationv1.SpokeMessage_Hello); !isHello && !budget.take() {
+		if msg.GetHeartbeat() != nil {
+			s.metrics.streamMessages.WithLabelValues("dropped", "heartbeat").Inc()
+			return nil
+		}
+		s.metrics.rejectedConnections.WithLabelValues(rejectMessageRate).Inc()
+		log.Info("Ended a Report stream over its message rate", "messagesPerSecond", budget.limits.MessagesPerSecond, "burst", budget.limits.MessageBurst)
+		return budget.exceeded(cluster, messageKind(msg))
+	}
 	var (
 		res  store.Result
 		kind string
@@ -161,7 +182,11 @@ func (s *Server) handle(ctx context.Context, stream federationv1.Federation_Repo
 		kind = "unknown"
 	}
 	s.metrics.streamMessages.WithLabelValues("received", kind).Inc()
-	log := ctrl.LoggerFrom(ctx)
+	if res.Refused != nil {
+		s.metrics.rejectedConnections.WithLabelValues(rejectInvalidInventory).Inc()
+		log.Info("Refused a spoke's inventory; keeping the last good one", "type", kind, "err", res.Refused.Error())
+		return invalidInventory(cluster, messageKind(msg), res.Refused)
+	}
 	if res.Resync != "" {
 		log.V(1).Info("Asking spoke for a snapshot", "reason", res.Resync)
 		s.metrics.streamMessages.WithLabelValues("sent", "resync").Inc()
@@ -175,6 +200,20 @@ func (s *Server) handle(ctx context.Context, stream federationv1.Federation_Repo
 		return stream.Send(&federationv1.HubMessage{Kind: &federationv1.HubMessage_Ack{Ack: &federationv1.Ack{Generation: res.Generation}}})
 	}
 	return nil
+}
+
+// messageKind names msg's kind for people: Snapshot, Delta, Heartbeat.
+func messageKind(msg *federationv1.SpokeMessage) string {
+	switch msg.GetKind().(type) {
+	case *federationv1.SpokeMessage_Snapshot:
+		return "Snapshot"
+	case *federationv1.SpokeMessage_Delta:
+		return "Delta"
+	case *federationv1.SpokeMessage_Heartbeat:
+		return "Heartbeat"
+	default:
+		return "message"
+	}
 }
 
 // admit asks Admit whether spoke may talk to the hub: a refusal is
