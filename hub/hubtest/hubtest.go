@@ -34,6 +34,10 @@ type Options struct {
 	Namespace       string
 	GracePeriod     time.Duration
 	PersistInterval time.Duration
+	// ClientCertValidity, when set, is the lifetime of the spoke
+	// certificates the hub issues, and may be shorter than the hub's flag
+	// allows: specs of certificate renewal need lifetimes of seconds.
+	ClientCertValidity time.Duration
 }
 
 // Hub is a running in-process hub.
@@ -73,6 +77,9 @@ func Start(restConfig *rest.Config, opts Options) (*Hub, error) {
 	cfg.Complete()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if opts.ClientCertValidity > 0 {
+		cfg.ClientCertValidity = opts.ClientCertValidity
 	}
 	lis, err := net.Listen("tcp", opts.Address)
 	if err != nil {

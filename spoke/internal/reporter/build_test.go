@@ -1,6 +1,7 @@
 package reporter
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"testing"
 	"time"
@@ -115,25 +116,43 @@ func TestDiff(t *testing.T) {
 	}
 }
 
-func TestRenewDue(t *testing.T) {
-	now := time.Now()
+func TestRenewalIsDueAfterTwoThirdsOfTheLifeSinceTheAgentObtainedTheCertificate(t *testing.T) {
+	issued := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	// The hub backdates NotBefore by 5 minutes to tolerate clock skew.
+	const backdate = 5 * time.Minute
 	cases := map[string]struct {
-		notBefore, notAfter time.Time
-		want                bool
+		life     time.Duration
+		obtained time.Time
+		want     time.Time
 	}{
-		"fresh":                   {notBefore: now.Add(-time.Hour), notAfter: now.Add(365 * 24 * time.Hour), want: false},
-		"two thirds used":         {notBefore: now.Add(-70 * 24 * time.Hour), notAfter: now.Add(29 * 24 * time.Hour), want: true},
-		"just under a third left": {notBefore: now.Add(-201 * time.Hour), notAfter: now.Add(99 * time.Hour), want: true},
-		"just over a third left":  {notBefore: now.Add(-199 * time.Hour), notAfter: now.Add(101 * time.Hour), want: false},
+		"a year, obtained at issue": {
+			life: 365 * 24 * time.Hour, obtained: issued,
+			want: issued.Add(365 * 24 * time.Hour * 2 / 3),
+		},
+		"two minutes, obtained at issue: not due at once despite the backdated NotBefore": {
+			life: 2 * time.Minute, obtained: issued,
+			want: issued.Add(80 * time.Second),
+		},
+		"obtained time unknown (Secret of an older agent): counted from NotBefore": {
+			life: 30 * time.Minute, obtained: time.Time{},
+			want: issued.Add(-backdate).Add(35 * time.Minute * 2 / 3),
+		},
+		"obtained time after expiry (clock jumped): counted from NotBefore": {
+			life: 30 * time.Minute, obtained: issued.Add(time.Hour),
+			want: issued.Add(-backdate).Add(35 * time.Minute * 2 / 3),
+		},
+		"obtained a while after issue (answer delayed)": {
+			life: 3 * time.Minute, obtained: issued.Add(30 * time.Second),
+			want: issued.Add(30 * time.Second).Add(100 * time.Second),
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if got := renewDue(&x509.Certificate{NotBefore: tc.notBefore, NotAfter: tc.notAfter}); got != tc.want {
-				t.Errorf("renewDue = %t, want %t", got, tc.want)
+			leaf := &x509.Certificate{NotBefore: issued.Add(-backdate), NotAfter: issued.Add(tc.life)}
+			c := &credential{cert: &tls.Certificate{Leaf: leaf}, obtained: tc.obtained}
+			if got := c.renewalTime(); !got.Equal(tc.want) {
+				t.Errorf("renewalTime() = %s, want %s", got, tc.want)
 			}
 		})
-	}
-	if renewDue(nil) {
-		t.Error("renewDue(nil) = true, want false")
 	}
 }

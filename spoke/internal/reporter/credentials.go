@@ -1,11 +1,13 @@
 package reporter
 
 import (
+	"bytes"
 	"context"
+	"crypto"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc"
@@ -16,49 +18,128 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
-// joinTimeout bounds the Join call.
+// joinTimeout bounds the Join and Renew calls.
 const joinTimeout = 30 * time.Second
 
-// renewBefore is how long before expiry a stored certificate is no longer used.
-const renewBefore = time.Hour
+// Keys of the credentials Secret besides tls.crt, tls.key and ca.crt:
+// the key and CSR of a Join or Renew under way, stored before the call and
+// sent again on every retry until a certificate for them is stored, and the
+// annotation saying when the agent obtained the stored certificate.
+const (
+	pendingKeyKey        = "pending.key"
+	pendingCSRKey        = "pending.csr"
+	obtainedAtAnnotation = imperatorv1alpha1.Prefix + "certificate-obtained-at"
+)
+
+// minRenewalSpacing is the least time between two renewals: a hub that
+// issues certificates too short-lived to be used cannot make the agent spin.
+const minRenewalSpacing = time.Second
 
 // errNoToken means the agent has no usable certificate and no token to join.
 var errNoToken = errors.New("no usable hub client certificate in the credentials Secret and no bootstrap token (--join-token-file or $IMPERATOR_JOIN_TOKEN)")
 
+// credential is a client certificate (its Leaf parsed) and when the agent
+// obtained it.
+type credential struct {
+	cert     *tls.Certificate
+	obtained time.Time
+}
+
+// renewalTime is when two thirds of c's life have passed. Its life starts
+// when the agent obtained it, not at NotBefore, which the hub backdates to
+// tolerate clock skew: counted from NotBefore, a short-lived certificate
+// would be due for renewal as soon as it is issued.
+func (c *credential) renewalTime() time.Time {
+	leaf := c.cert.Leaf
+	start := leaf.NotBefore
+	if c.obtained.After(start) && c.obtained.Before(leaf.NotAfter) {
+		start = c.obtained
+	}
+	return start.Add(leaf.NotAfter.Sub(start) * 2 / 3)
+}
+
+// currentCredential is the credential in use, nil before the first.
+func (r *Reporter) currentCredential() *credential {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.current
+}
+
+// currentCertificate is the certificate in use, nil before the first.
+func (r *Reporter) currentCertificate() *tls.Certificate {
+	if c := r.currentCredential(); c != nil {
+		return c.cert
+	}
+	return nil
+}
+
+// use makes c the credential in use, unless it holds the certificate in use
+// already, and returns the certificate in use. A renewal tells the stream to
+// move to it; any other change tells the renewer to time its next renewal.
+func (r *Reporter) use(c *credential, renewed bool) *tls.Certificate {
+	r.mu.Lock()
+	if r.current != nil && bytes.Equal(r.current.cert.Certificate[0], c.cert.Certificate[0]) {
+		cert := r.current.cert
+		r.mu.Unlock()
+		return cert
+	}
+	r.current = c
+	r.mu.Unlock()
+	if renewed {
+		notify(r.rotated)
+	} else {
+		notify(r.certChanged)
+	}
+	return c.cert
+}
+
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
 // credentials returns the client certificate from the credentials Secret,
 // joining the hub first when the Secret holds none (or one for another
-// cluster, or one about to expire, or one the hub refused for good). A
-// refused certificate stays in the Secret until a join replaces it.
+// cluster, or an expired one, or one the hub refused for good). A refused
+// certificate stays in the Secret until a join replaces it. When the Secret
+// cannot be read (the cluster's API server is down, the hub may well be up)
+// the certificate in use serves on while it is valid.
 func (r *Reporter) credentials(ctx context.Context) (*tls.Certificate, error) {
+	r.credentialsMu.Lock()
+	defer r.credentialsMu.Unlock()
 	key := client.ObjectKey{Namespace: r.opts.Namespace, Name: r.opts.Hub.CredentialsSecret}
 	var secret corev1.Secret
 	err := r.opts.Client.Get(ctx, key, &secret)
 	if err != nil && !apierrors.IsNotFound(err) {
+		if cur := r.currentCredential(); cur != nil && time.Now().Before(cur.cert.Leaf.NotAfter) && !r.refused.is(cur.cert) {
+			r.log.V(1).Info("Cannot read the hub credentials secret; using the certificate in use", "err", err.Error())
+			return cur.cert, nil
+		}
 		return nil, fmt.Errorf("reading hub credentials secret %s: %w", key, err)
 	}
 	if err == nil {
-		cert, reason := r.usableCertificate(&secret)
+		cred, reason := r.usableCertificate(&secret)
 		switch {
-		case r.refused.is(cert):
+		case cred != nil && r.refused.is(cred.cert):
 			// session logged the refusal once; joining again is retried
 			// until an operator gives a new token.
 			r.log.V(2).Info("Stored hub certificate refused by the hub; joining", "reason", r.refused.reason)
-		case cert != nil:
+		case cred != nil:
 			r.refused = nil // someone stored another certificate
-			if renewDue(cert.Leaf) {
-				return r.renew(ctx, key, cert), nil
-			}
-			return cert, nil
+			return r.use(cred, false), nil
 		default:
 			r.log.Info("Stored hub certificate not usable; joining", "reason", reason)
 		}
 	}
-	pair, err := r.join(ctx, key)
+	cred, err := r.join(ctx, key)
 	if err != nil {
 		if r.refused != nil {
 			return nil, &joinAgainError{reason: r.refused.reason, err: err}
@@ -66,7 +147,7 @@ func (r *Reporter) credentials(ctx context.Context) (*tls.Certificate, error) {
 		return nil, err
 	}
 	r.refused = nil
-	return pair, nil
+	return r.use(cred, false), nil
 }
 
 // notAfter is the expiry of cert, zero when unknown.
@@ -77,52 +158,97 @@ func notAfter(cert *tls.Certificate) time.Time {
 	return cert.Leaf.NotAfter
 }
 
-// renewDue is true once less than a third of the certificate's lifetime is left.
-func renewDue(cert *x509.Certificate) bool {
-	if cert == nil {
-		return false
+// renewer renews the certificate in use once two thirds of its life have
+// passed, whether or not a Report stream is up, until ctx is done. A failed
+// renewal is retried with capped exponential backoff while the certificate
+// is valid; an expired one is left to the next session, which joins.
+func (r *Reporter) renewer(ctx context.Context) {
+	failures := 0
+	var lastRenewal time.Time
+	for {
+		cur := r.currentCredential()
+		var (
+			due   <-chan time.Time
+			timer *time.Timer
+		)
+		if cur != nil && time.Now().Before(cur.cert.Leaf.NotAfter) {
+			wait := time.Until(cur.renewalTime())
+			if failures > 0 {
+				backoff := min(r.opts.InitialBackoff<<min(failures-1, 20), r.opts.MaxBackoff)
+				wait = backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+			}
+			wait = max(wait, time.Until(lastRenewal.Add(minRenewalSpacing)))
+			timer = time.NewTimer(wait)
+			due = timer.C
+		}
+		fired := false
+		select {
+		case <-ctx.Done():
+		case <-r.certChanged:
+			failures = 0
+		case <-due:
+			fired = true
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if !fired {
+			continue
+		}
+		renewed, err := r.renew(ctx, cur)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			failures++
+			r.log.Error(err, "Renewing the hub client certificate failed; retrying while it is valid", "notAfter", notAfter(cur.cert), "failures", failures)
+		case renewed:
+			failures = 0
+			lastRenewal = time.Now()
+		}
 	}
-	return time.Until(cert.NotAfter) < cert.NotAfter.Sub(cert.NotBefore)/3
 }
 
-// renew asks the hub for a new certificate with the current one and stores
-// it; on failure it keeps using the current certificate, still valid.
-func (r *Reporter) renew(ctx context.Context, key client.ObjectKey, current *tls.Certificate) *tls.Certificate {
-	pair, err := r.requestRenewal(ctx, key, current)
-	if err != nil {
-		r.log.Error(err, "Renewing the hub client certificate failed; using the current one")
-		return current
+// renew exchanges cur and a CSR for a new certificate, stores both and
+// makes it the certificate in use. It does nothing (false) when cur is no
+// longer in use.
+func (r *Reporter) renew(ctx context.Context, cur *credential) (bool, error) {
+	r.credentialsMu.Lock()
+	defer r.credentialsMu.Unlock()
+	if r.currentCredential() != cur {
+		return false, nil
 	}
-	return pair
-}
-
-// requestRenewal exchanges current and a new key's CSR for a certificate
-// and stores both in the credentials Secret.
-func (r *Reporter) requestRenewal(ctx context.Context, key client.ObjectKey, current *tls.Certificate) (*tls.Certificate, error) {
-	csrPEM, keyPEM, err := pki.NewCSR(r.opts.Hub.ClusterName)
+	key := client.ObjectKey{Namespace: r.opts.Namespace, Name: r.opts.Hub.CredentialsSecret}
+	csrPEM, keyPEM, err := r.pendingRequest(ctx, key)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
-	conn, err := r.dial(current)
+	conn, err := r.dial(cur.cert)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	defer conn.Close()
 	callCtx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
 	resp, err := federationv1.NewFederationClient(conn).Renew(callCtx, &federationv1.RenewRequest{Csr: csrPEM})
 	if err != nil {
-		return nil, fmt.Errorf("renewing at the hub at %s: %w", r.opts.Hub.Address, err)
+		return false, fmt.Errorf("renewing at the hub at %s: %w", r.opts.Hub.Address, err)
 	}
-	pair, err := r.storeCredentials(ctx, key, resp.GetCertificate(), keyPEM, resp.GetCa())
+	cred, err := r.storeCredentials(ctx, key, resp.GetCertificate(), keyPEM, resp.GetCa())
 	if err != nil {
-		return nil, err
+		return false, err
 	}
-	r.log.Info("Renewed the hub client certificate", "notAfter", resp.GetNotAfter().AsTime())
-	return pair, nil
+	r.use(cred, true)
+	r.log.Info("Renewed the hub client certificate", "notAfter", cred.cert.Leaf.NotAfter, "renewAt", cred.renewalTime())
+	return true, nil
 }
 
-func (r *Reporter) usableCertificate(secret *corev1.Secret) (*tls.Certificate, string) {
+// usableCertificate returns the secret's certificate when the agent can use
+// it: for this cluster, not expired, with its key. Otherwise it says why not.
+func (r *Reporter) usableCertificate(secret *corev1.Secret) (*credential, string) {
 	certPEM, keyPEM := secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey]
 	if len(certPEM) == 0 || len(keyPEM) == 0 {
 		return nil, "no certificate"
@@ -134,19 +260,21 @@ func (r *Reporter) usableCertificate(secret *corev1.Secret) (*tls.Certificate, s
 	if cert.Subject.CommonName != r.opts.Hub.ClusterName {
 		return nil, "certificate is for cluster " + cert.Subject.CommonName
 	}
-	if time.Until(cert.NotAfter) < renewBefore {
-		return nil, "certificate expires at " + cert.NotAfter.String()
+	if !time.Now().Before(cert.NotAfter) {
+		return nil, "certificate expired at " + cert.NotAfter.String()
 	}
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, "unusable key pair: " + err.Error()
 	}
-	return &pair, ""
+	pair.Leaf = cert
+	obtained, _ := time.Parse(time.RFC3339Nano, secret.Annotations[obtainedAtAnnotation])
+	return &credential{cert: &pair, obtained: obtained}, ""
 }
 
-// join exchanges the bootstrap token and a new key's CSR for a certificate
+// join exchanges the bootstrap token and the pending CSR for a certificate
 // and stores both in the credentials Secret.
-func (r *Reporter) join(ctx context.Context, key client.ObjectKey) (*tls.Certificate, error) {
+func (r *Reporter) join(ctx context.Context, key client.ObjectKey) (*credential, error) {
 	token, err := r.opts.Token()
 	if err != nil {
 		return nil, err
@@ -154,7 +282,7 @@ func (r *Reporter) join(ctx context.Context, key client.ObjectKey) (*tls.Certifi
 	if token == "" {
 		return nil, errNoToken
 	}
-	csrPEM, keyPEM, err := pki.NewCSR(r.opts.Hub.ClusterName)
+	csrPEM, keyPEM, err := r.pendingRequest(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -174,21 +302,81 @@ func (r *Reporter) join(ctx context.Context, key client.ObjectKey) (*tls.Certifi
 	if err != nil {
 		return nil, fmt.Errorf("joining the hub at %s: %w", r.opts.Hub.Address, err)
 	}
-	pair, err := r.storeCredentials(ctx, key, resp.GetCertificate(), keyPEM, resp.GetCa())
+	cred, err := r.storeCredentials(ctx, key, resp.GetCertificate(), keyPEM, resp.GetCa())
 	if err != nil {
 		return nil, err
 	}
-	r.log.Info("Joined the hub", "hub", r.opts.Hub.Address, "notAfter", resp.GetNotAfter().AsTime())
-	return pair, nil
+	r.log.Info("Joined the hub", "hub", r.opts.Hub.Address, "notAfter", cred.cert.Leaf.NotAfter)
+	return cred, nil
+}
+
+// pendingRequest returns the key and CSR stored in the credentials Secret
+// for the next Join or Renew, creating and storing them first when there
+// are none for this cluster: a call is made only with a key that is stored,
+// and a retry sends the same CSR.
+func (r *Reporter) pendingRequest(ctx context.Context, key client.ObjectKey) (csrPEM, keyPEM []byte, err error) {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.opts.Client, secret, func() error {
+		if secret.CreationTimestamp.IsZero() {
+			secret.Type = corev1.SecretTypeTLS // immutable once created
+		}
+		if secret.Data == nil {
+			secret.Data = map[string][]byte{}
+		}
+		if secret.Type == corev1.SecretTypeTLS {
+			// A kubernetes.io/tls Secret needs both keys, if empty.
+			for _, k := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey} {
+				if _, ok := secret.Data[k]; !ok {
+					secret.Data[k] = []byte{}
+				}
+			}
+		}
+		if pendingRequestValid(secret.Data[pendingCSRKey], secret.Data[pendingKeyKey], r.opts.Hub.ClusterName) {
+			csrPEM, keyPEM = secret.Data[pendingCSRKey], secret.Data[pendingKeyKey]
+			return nil
+		}
+		var err error
+		if csrPEM, keyPEM, err = pki.NewCSR(r.opts.Hub.ClusterName); err != nil {
+			return err
+		}
+		secret.Data[pendingCSRKey], secret.Data[pendingKeyKey] = csrPEM, keyPEM
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("storing the key of the next hub certificate in secret %s: %w", key, err)
+	}
+	return csrPEM, keyPEM, nil
+}
+
+// pendingRequestValid reports whether csrPEM is a well-signed request for
+// cluster whose public key is that of keyPEM.
+func pendingRequestValid(csrPEM, keyPEM []byte, cluster string) bool {
+	if len(csrPEM) == 0 || len(keyPEM) == 0 {
+		return false
+	}
+	csr, err := pki.ParseCSR(csrPEM)
+	if err != nil || csr.Subject.CommonName != cluster {
+		return false
+	}
+	signer, err := pki.ParsePrivateKey(keyPEM)
+	if err != nil {
+		return false
+	}
+	pub, ok := signer.Public().(interface{ Equal(crypto.PublicKey) bool })
+	return ok && pub.Equal(csr.PublicKey)
 }
 
 // storeCredentials writes the certificate, its key and the hub CA into the
-// credentials Secret and returns the key pair.
-func (r *Reporter) storeCredentials(ctx context.Context, key client.ObjectKey, certPEM, keyPEM, caPEM []byte) (*tls.Certificate, error) {
+// credentials Secret, with the time the agent obtained it, dropping the
+// pending request they answer, and returns the credential.
+func (r *Reporter) storeCredentials(ctx context.Context, key client.ObjectKey, certPEM, keyPEM, caPEM []byte) (*credential, error) {
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("loading the certificate the hub issued: %w", err)
 	}
+	if pair.Leaf, err = pki.ParseCertificate(certPEM); err != nil {
+		return nil, fmt.Errorf("loading the certificate the hub issued: %w", err)
+	}
+	obtained := time.Now()
 	// Update, not patch: the whole Secret is ours, and the resourceVersion
 	// CreateOrUpdate read guards against a concurrent writer.
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
@@ -196,12 +384,13 @@ func (r *Reporter) storeCredentials(ctx context.Context, key client.ObjectKey, c
 		if secret.CreationTimestamp.IsZero() {
 			secret.Type = corev1.SecretTypeTLS // immutable once created
 		}
+		metav1.SetMetaDataAnnotation(&secret.ObjectMeta, obtainedAtAnnotation, obtained.UTC().Format(time.RFC3339Nano))
 		secret.Data = map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, "ca.crt": caPEM}
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("storing hub credentials in secret %s: %w", key, err)
 	}
-	return &pair, nil
+	return &credential{cert: &pair, obtained: obtained}, nil
 }
 
 // dial returns a connection to the hub, with cert as client certificate

@@ -3,8 +3,27 @@
 // and streams them to the hub — Hello, a Snapshot, then debounced Deltas as
 // they change and Heartbeats — over mTLS with the certificate it obtained by
 // joining with a bootstrap token. It reconnects with capped exponential
-// backoff and jitter and resends a Snapshot after every reconnect. When the
-// hub refuses its certificate because it belongs to no current registration
+// backoff and jitter and resends a Snapshot after every reconnect.
+//
+// Certificates need no operator. The agent renews its client certificate
+// with the Renew RPC once two thirds of its life (counted from when the agent
+// obtained it) have passed, on a timer of its own whether or not a Report
+// stream is up, stores it, and moves its stream to it make-before-break: it
+// opens the new stream before closing the old one, and the hub replaces the
+// older stream of the cluster with the newer, so the cluster never looks
+// disconnected. Before calling Join or Renew it stores the new key and its
+// CSR in the credentials Secret (pending.key, pending.csr) and sends that same
+// CSR again on every retry, so that a lost answer or a failed write of the
+// credentials can be retried with the same token (the hub answers a retry of
+// the same token and public key).
+//
+// Heartbeats are honest about freshness: the agent reads its own Namespace
+// from its API server every few seconds, and once it has not reached the
+// API server for longer than APIServerStaleAfter, its heartbeats carry
+// api_server_unreachable_since, since its figures come from a cache that no
+// longer hears of changes.
+//
+// When the hub refuses its certificate because it belongs to no current registration
 // of the cluster (deregistered, or registered again), it joins again with
 // the bootstrap token it reads afresh for every attempt, so that an operator
 // only has to give it a new token. The hub being unreachable is never an
@@ -16,9 +35,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -37,6 +59,9 @@ const (
 	DefaultHeartbeatInterval = 5 * time.Second
 	DefaultInitialBackoff    = 500 * time.Millisecond
 	DefaultMaxBackoff        = 30 * time.Second
+	// DefaultAPIServerStaleAfter is how long the agent may go without
+	// reaching its API server before its heartbeats say its figures are stale.
+	DefaultAPIServerStaleAfter = 30 * time.Second
 	// stableSession is how long a session must last for the backoff to reset.
 	stableSession   = 30 * time.Second
 	maxSendMsgBytes = 16 << 20
@@ -52,6 +77,8 @@ var capabilities = []string{"snapshot", "delta", "heartbeat", "node-counts"}
 // certificate in a Secret of the agent's namespace.
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines;machinenodepools,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",namespace=imperator-system,resources=secrets,verbs=get;create;update
+// Its freshness probe reads the agent's own Namespace.
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // Options configure a Reporter.
 type Options struct {
@@ -70,12 +97,15 @@ type Options struct {
 	// (config.Config.JoinToken).
 	Token        func() (string, error)
 	AgentVersion string
-	// HeartbeatInterval, InitialBackoff and MaxBackoff default to the
-	// Default* constants.
+	// HeartbeatInterval, InitialBackoff, MaxBackoff and APIServerStaleAfter
+	// default to the Default* constants.
 	HeartbeatInterval time.Duration
 	InitialBackoff    time.Duration
 	MaxBackoff        time.Duration
-	Log               logr.Logger
+	// APIServerStaleAfter is how long the agent may go without reaching its
+	// API server before its heartbeats carry api_server_unreachable_since.
+	APIServerStaleAfter time.Duration
+	Log                 logr.Logger
 }
 
 // Reporter streams the cluster's inventory to the hub.
@@ -92,6 +122,21 @@ type Reporter struct {
 	// calls for joining again (joinAgainAfter); credentials joins instead of
 	// using it. Only the Start goroutine uses it.
 	refused *refusedCertificate
+
+	// credentialsMu serializes what reads a certificate and writes the
+	// credentials Secret: a join (Start goroutine) and a renewal (renewer).
+	credentialsMu sync.Mutex
+	// current is the certificate in use, guarded by mu; certChanged wakes
+	// the renewer when a join or the Secret replaced it, rotated tells the
+	// stream that the renewer replaced it.
+	mu          sync.Mutex
+	current     *credential
+	certChanged chan struct{}
+	rotated     chan struct{}
+
+	// lastContact is when the freshness probe last reached the API server
+	// (Unix nanoseconds).
+	lastContact atomic.Int64
 }
 
 // New validates opts and reads the hub CA bundle.
@@ -116,13 +161,18 @@ func New(opts Options) (*Reporter, error) {
 	if opts.MaxBackoff <= 0 {
 		opts.MaxBackoff = DefaultMaxBackoff
 	}
+	if opts.APIServerStaleAfter <= 0 {
+		opts.APIServerStaleAfter = DefaultAPIServerStaleAfter
+	}
 	return &Reporter{
-		opts:       opts,
-		log:        opts.Log,
-		caPEM:      caPEM,
-		serverName: host,
-		epoch:      uint64(time.Now().UnixNano()),
-		changed:    make(chan struct{}, 1),
+		opts:        opts,
+		log:         opts.Log,
+		caPEM:       caPEM,
+		serverName:  host,
+		epoch:       uint64(time.Now().UnixNano()),
+		changed:     make(chan struct{}, 1),
+		certChanged: make(chan struct{}, 1),
+		rotated:     make(chan struct{}, 1),
 	}, nil
 }
 
@@ -150,13 +200,32 @@ func (r *Reporter) Start(ctx context.Context) error {
 	if !r.opts.Cache.WaitForCacheSync(ctx) {
 		return nil // ctx done
 	}
+	// The cache has just listed everything: the API server was reached.
+	r.lastContact.Store(time.Now().UnixNano())
+
+	var workers sync.WaitGroup
+	defer workers.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	workers.Add(2)
+	go func() { defer workers.Done(); r.probeAPIServer(ctx) }()
+	go func() { defer workers.Done(); r.renewer(ctx) }()
 
 	backoff := r.opts.InitialBackoff
+	var previous *openStream
+	defer func() { previous.close() }()
 	for {
 		start := time.Now()
-		err := r.session(ctx)
+		var err error
+		previous, err = r.session(ctx, previous)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, errRotated) {
+			// The renewer stored a new certificate: open the next stream
+			// at once, the current one stays up until it is.
+			r.log.Info("Moving the Report stream to the renewed certificate")
+			continue
 		}
 		if time.Since(start) > stableSession {
 			backoff = r.opts.InitialBackoff
@@ -178,45 +247,69 @@ func (r *Reporter) Start(ctx context.Context) error {
 	}
 }
 
-func (r *Reporter) signal() {
-	select {
-	case r.changed <- struct{}{}:
-	default:
+func (r *Reporter) signal() { notify(r.changed) }
+
+// errRotated ends a session whose certificate the renewer replaced.
+var errRotated = errors.New("the client certificate was renewed")
+
+// openStream is a Report stream left open for the next session to replace:
+// close ends it.
+type openStream struct {
+	cancel context.CancelFunc
+	conn   io.Closer
+}
+
+func (s *openStream) close() {
+	if s != nil {
+		s.cancel()
+		_ = s.conn.Close()
 	}
 }
 
 // session runs one connection to the hub; it always returns an error saying
-// why it ended. When the hub refuses the certificate for a reason that calls
-// for joining again, the next session joins instead of using it.
-func (r *Reporter) session(ctx context.Context) error {
+// why it ended. previous, when not nil, is the stream of the last session,
+// still open: session closes it once its own stream is up (or failed), and
+// returns its own stream open when it ended because the certificate was
+// renewed (errRotated). When the hub refuses the certificate for a reason
+// that calls for joining again, the next session joins instead of using it.
+func (r *Reporter) session(ctx context.Context, previous *openStream) (*openStream, error) {
 	cert, err := r.credentials(ctx)
 	if err != nil {
-		return err
+		previous.close()
+		return nil, err
 	}
-	err = r.report(ctx, cert)
+	open, err := r.report(ctx, cert, previous)
 	if reason, ok := hubRefusal(err); ok {
 		if !joinAgainAfter(reason) {
 			r.log.V(1).Info("Hub refused the client certificate; keeping it", "reason", reason)
-			return err
+			return nil, err
 		}
 		r.refused = &refusedCertificate{der: cert.Certificate[0], reason: reason}
 		r.log.Info("Hub refused the client certificate; joining again with the bootstrap token", "reason", reason, "notAfter", notAfter(cert))
 	}
-	return err
+	return open, err
 }
 
-// report runs one Report stream with cert until it ends.
-func (r *Reporter) report(ctx context.Context, cert *tls.Certificate) error {
+// report runs one Report stream with cert until it ends, closing previous
+// once the stream's Hello and Snapshot are sent (or it failed). When it ends
+// because the certificate was renewed it returns its stream open, with
+// errRotated.
+func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *openStream) (_ *openStream, err error) {
+	defer func() { previous.close() }()
 	conn, err := r.dial(cert)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer conn.Close()
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	this := &openStream{cancel: cancel, conn: conn}
+	defer func() {
+		if !errors.Is(err, errRotated) {
+			this.close()
+		}
+	}()
 	stream, err := federationv1.NewFederationClient(conn).Report(ctx)
 	if err != nil {
-		return fmt.Errorf("opening Report stream: %w", err)
+		return nil, fmt.Errorf("opening Report stream: %w", err)
 	}
 	err = stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{
 		ClusterName:  r.opts.Hub.ClusterName,
@@ -229,7 +322,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate) error {
 		if _, rerr := stream.Recv(); rerr != nil {
 			err = rerr
 		}
-		return fmt.Errorf("sending Hello: %w", err)
+		return nil, fmt.Errorf("sending Hello: %w", err)
 	}
 
 	resync := make(chan string, 1)
@@ -261,8 +354,10 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate) error {
 	}
 	sent, err := r.sendSnapshot(ctx, stream)
 	if err != nil {
-		return streamError(err)
+		return nil, streamError(err)
 	}
+	// The hub has replaced the previous stream with this one.
+	previous.close()
 	r.log.Info("Reporting to the hub", "hub", r.opts.Hub.Address, "machines", len(sent), "generation", r.generation)
 	heartbeat := time.NewTicker(r.opts.HeartbeatInterval)
 	defer heartbeat.Stop()
@@ -271,13 +366,17 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate) error {
 		select {
 		case <-ctx.Done():
 			_ = stream.CloseSend()
-			return ctx.Err()
+			return nil, ctx.Err()
 		case err := <-recvErr:
-			return fmt.Errorf("hub ended the Report stream: %w", err)
+			return nil, fmt.Errorf("hub ended the Report stream: %w", err)
+		case <-r.rotated:
+			if current := r.currentCertificate(); current != nil && current != cert {
+				return this, errRotated
+			}
 		case reason := <-resync:
 			r.log.V(1).Info("Hub asked for a snapshot", "reason", reason)
 			if sent, err = r.sendSnapshot(ctx, stream); err != nil {
-				return streamError(err)
+				return nil, streamError(err)
 			}
 		case <-r.changed:
 			if debounce == nil {
@@ -286,14 +385,11 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate) error {
 		case <-debounce:
 			debounce = nil
 			if sent, err = r.sendDelta(ctx, stream, sent); err != nil {
-				return streamError(err)
+				return nil, streamError(err)
 			}
 		case <-heartbeat.C:
-			err := stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Heartbeat{Heartbeat: &federationv1.Heartbeat{
-				Generation: r.generation, SentAt: timestamp(time.Now()),
-			}}})
-			if err != nil {
-				return fmt.Errorf("sending Heartbeat: %w", streamError(err))
+			if err := stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Heartbeat{Heartbeat: r.heartbeat(time.Now())}}); err != nil {
+				return nil, fmt.Errorf("sending Heartbeat: %w", streamError(err))
 			}
 		}
 	}

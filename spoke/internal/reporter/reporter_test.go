@@ -50,6 +50,15 @@ type recordingHub struct {
 	federationv1.UnimplementedFederationServer
 	streams  chan grpc.BidiStreamingServer[federationv1.SpokeMessage, federationv1.HubMessage]
 	received chan *federationv1.SpokeMessage
+	// join answers Join; nil: Unimplemented.
+	join func(context.Context, *federationv1.JoinRequest) (*federationv1.JoinResponse, error)
+}
+
+func (h *recordingHub) Join(ctx context.Context, req *federationv1.JoinRequest) (*federationv1.JoinResponse, error) {
+	if h.join == nil {
+		return h.UnimplementedFederationServer.Join(ctx, req)
+	}
+	return h.join(ctx, req)
 }
 
 func (h *recordingHub) Report(stream grpc.BidiStreamingServer[federationv1.SpokeMessage, federationv1.HubMessage]) error {
@@ -84,8 +93,8 @@ func (h *recordingHub) next(t *testing.T) *federationv1.SpokeMessage {
 }
 
 // startHub serves a recordingHub over TLS on loopback with a serving
-// certificate of ca.
-func startHub(t *testing.T, ca *pki.CA) (*recordingHub, string) {
+// certificate of ca; join, when not nil, answers Join.
+func startHub(t *testing.T, ca *pki.CA, join func(context.Context, *federationv1.JoinRequest) (*federationv1.JoinResponse, error)) (*recordingHub, string) {
 	t.Helper()
 	certPEM, keyPEM, err := ca.IssueServer("127.0.0.1", []string{"127.0.0.1"}, time.Hour)
 	if err != nil {
@@ -105,6 +114,7 @@ func startHub(t *testing.T, ca *pki.CA) (*recordingHub, string) {
 	hub := &recordingHub{
 		streams:  make(chan grpc.BidiStreamingServer[federationv1.SpokeMessage, federationv1.HubMessage], 1),
 		received: make(chan *federationv1.SpokeMessage, 16),
+		join:     join,
 	}
 	server := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsConfig)))
 	federationv1.RegisterFederationServer(server, hub)
@@ -119,7 +129,7 @@ func TestReporterSendsASnapshotWhenTheHubAsksForOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub, address := startHub(t, ca)
+	hub, address := startHub(t, ca, nil)
 	caFile := filepath.Join(t.TempDir(), "hub-ca.crt")
 	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
 		t.Fatal(err)

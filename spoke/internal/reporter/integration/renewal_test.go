@@ -1,0 +1,116 @@
+package integration
+
+import (
+	"path/filepath"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/imperator-federation/imperator/hub/hubtest"
+	"github.com/imperator-federation/imperator/internal/pki"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
+)
+
+// hellosReceived is the number of Report streams the hub has opened (the
+// Hellos it received), of every cluster.
+func hellosReceived() float64 {
+	GinkgoHelper()
+	families, err := hub.Metrics().Gather()
+	Expect(err).NotTo(HaveOccurred())
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "imperator_hub_stream_messages_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["direction"] == "received" && labels["type"] == "hello" {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+// restartHub replaces the running hub with one started with opts.
+func restartHub(opts hubtest.Options) {
+	GinkgoHelper()
+	Expect(hub.Stop()).To(Succeed())
+	opts.Address, opts.Namespace, opts.GracePeriod, opts.PersistInterval = hubAddr, agentNamespace, gracePeriod, persistInterval
+	var err error
+	hub, err = hubtest.Start(hubServer.config, opts)
+	Expect(err).NotTo(HaveOccurred())
+}
+
+var _ = Describe("Certificate renewal", Ordered, func() {
+	It("renews a short-lived certificate at two thirds of its life while streaming, through three renewals, without the cluster ever shown Unknown", func(ctx SpecContext) {
+		// Renewal is due 8s after each certificate is obtained.
+		const validity = 12 * time.Second
+		restartHub(hubtest.Options{ClientCertValidity: validity})
+		DeferCleanup(restartHub, hubtest.Options{})
+
+		// A spoke that joins this hub, so that its certificates are short-lived.
+		scheme, err := spokeScheme()
+		Expect(err).NotTo(HaveOccurred())
+		server, err := startAPIServer(scheme, "deploy/spoke/crd")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(server.stop)
+		token, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
+		Expect(err).NotTo(HaveOccurred())
+		gamma := &spoke{name: "gamma", apiServer: server, scheme: scheme, caFile: spokes["alpha"].caFile, token: token,
+			tokenFile: filepath.Join(GinkgoT().TempDir(), "token")}
+		Expect(gamma.client.Create(ctx, wrappers.GeneralMachine().Obj())).To(Succeed())
+		DeferCleanup(deregister, "gamma")
+		Expect(gamma.startReporter(hubAddr)).To(Succeed())
+		DeferCleanup(gamma.stopReporter)
+
+		Eventually(func(g Gomega) {
+			c := clusterAtHub(g, "gamma")
+			g.Expect(c.Connected).To(BeTrue())
+			g.Expect(string(c.State)).To(Equal("Available"))
+			g.Expect(managedClusterAvailable(ctx, "gamma")).To(Equal(metav1.ConditionTrue))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		first, err := pki.ParseCertificate(storedCertificate(ctx, Default, gamma))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(first.NotAfter).To(BeTemporally("<", time.Now().Add(validity+time.Second)), "a certificate of the short-lived hub")
+		hellos := hellosReceived()
+
+		// From now on the cluster must be connected and Available at every
+		// look, at the hub and in its ManagedCluster, while the agent renews.
+		serials := map[string]bool{first.SerialNumber.String(): true}
+		last := first
+		Eventually(func(g Gomega) {
+			c, ok := hub.Cluster("gamma")
+			if !ok || !c.Connected || string(c.State) != "Available" {
+				StopTrying("gamma is no longer shown connected and Available at the hub while renewing").Now()
+			}
+			if managedClusterAvailable(ctx, "gamma") != metav1.ConditionTrue {
+				StopTrying("gamma's ManagedCluster is no longer Available while renewing").Now()
+			}
+			cert, err := pki.ParseCertificate(storedCertificate(ctx, g, gamma))
+			g.Expect(err).NotTo(HaveOccurred())
+			if !serials[cert.SerialNumber.String()] {
+				serials[cert.SerialNumber.String()] = true
+				if !cert.NotAfter.After(last.NotAfter) {
+					StopTrying("a renewed certificate does not outlive the one it replaces").Now()
+				}
+				last = cert
+			}
+			g.Expect(serials).To(HaveLen(4), "the joined certificate and three renewals")
+		}).WithTimeout(4*validity + 20*time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
+
+		// Every renewal moved the stream to the new certificate: a new Report
+		// stream each time (other spokes may have opened more).
+		Expect(hellosReceived() - hellos).To(BeNumerically(">=", 3))
+		// The joined certificate has long expired; the stream is live.
+		Expect(time.Now()).To(BeTemporally(">", first.NotAfter))
+		setUsed(ctx, gamma, "compute-xlarge", 1)
+		Eventually(func() int32 { return usedAtHub("gamma", "compute-xlarge") }).
+			WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal(int32(1)))
+	})
+})
