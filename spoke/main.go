@@ -172,7 +172,9 @@ func run() error {
 			Hub:          cfg.Hub,
 			Token:        cfg.JoinToken,
 			AgentVersion: version,
-			Log:          ctrl.Log.WithName("reporter"),
+			// Heartbeats say when the agent's figures are stale.
+			APIServerStaleAfter: cfg.Hub.APIServerStaleAfter,
+			Log:                 ctrl.Log.WithName("reporter"),
 		})
 		if err != nil {
 			return err

@@ -102,6 +102,10 @@ type Hub struct {
 	CredentialsSecret string
 	// ReportDebounce batches Machine changes into one delta.
 	ReportDebounce time.Duration
+	// APIServerStaleAfter is how long the agent may go without reaching its
+	// own API server before its heartbeats tell the hub that its figures are
+	// stale (the hub then shows the cluster degraded).
+	APIServerStaleAfter time.Duration
 }
 
 // Default returns the configuration used when no flag is given.
@@ -129,8 +133,9 @@ func Default() Config {
 			PriorityClassName: "imperator-reservation",
 		},
 		Hub: Hub{
-			CredentialsSecret: "imperator-hub-credentials",
-			ReportDebounce:    500 * time.Millisecond,
+			CredentialsSecret:   "imperator-hub-credentials",
+			ReportDebounce:      500 * time.Millisecond,
+			APIServerStaleAfter: 30 * time.Second,
 		},
 	}
 }
@@ -163,6 +168,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Hub.TokenFile, "join-token-file", c.Hub.TokenFile, "File with the one-time bootstrap token (default: $IMPERATOR_JOIN_TOKEN).")
 	fs.StringVar(&c.Hub.CredentialsSecret, "hub-credentials-secret", c.Hub.CredentialsSecret, "Secret that stores the hub client certificate.")
 	fs.DurationVar(&c.Hub.ReportDebounce, "report-debounce", c.Hub.ReportDebounce, "How long Machine changes are batched before they are sent to the hub.")
+	fs.DurationVar(&c.Hub.APIServerStaleAfter, "api-server-stale-after", c.Hub.APIServerStaleAfter, "How long the agent may go without reaching its API server before its heartbeats tell the hub that its figures are stale.")
 }
 
 // Complete fills the settings that derive from others.
@@ -222,6 +228,9 @@ func (c *Config) Validate() error {
 		}
 		if c.Hub.ReportDebounce < 0 {
 			errs = append(errs, fmt.Errorf("--report-debounce %s: must not be negative", c.Hub.ReportDebounce))
+		}
+		if c.Hub.APIServerStaleAfter < time.Second {
+			errs = append(errs, fmt.Errorf("--api-server-stale-after %s: must be at least 1s", c.Hub.APIServerStaleAfter))
 		}
 	}
 	return errors.Join(errs...)

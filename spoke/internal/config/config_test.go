@@ -51,6 +51,10 @@ func TestValidateNamesTheFlag(t *testing.T) {
 			args:     []string{"--webhook-cert-manager-certificate=imperator-webhook", "--webhook-cert-dir="},
 			wantErrs: []string{"--webhook-cert-dir"},
 		},
+		"API server staleness bound below a second": {
+			args:     []string{"--hub-address=hub:1", "--cluster-name=a", "--hub-ca-file=x", "--api-server-stale-after=500ms"},
+			wantErrs: []string{"--api-server-stale-after"},
+		},
 		// The Secret the agent would manage itself does not matter when
 		// cert-manager issues the certificate.
 		"cert-manager certificate ignores the cert secret": {
