@@ -4,7 +4,7 @@
 #   - deploy/spoke/crd, deploy/hub/crd                       (controller-gen crd)
 #   - deploy/hub/crd/ocm                                     (copied from open-cluster-management.io/api)
 #   - deploy/spoke/rbac, deploy/hub/rbac                     (controller-gen rbac from +kubebuilder:rbac markers)
-#   - deploy/spoke/webhook                                   (controller-gen webhook from +kubebuilder:webhook markers)
+#   - deploy/spoke/webhook                                   (spoke/internal/webhook/install/gen, from the webhook packages)
 #   - proto/**/*.pb.go                                       (buf with protoc-gen-go and protoc-gen-go-grpc)
 # It is idempotent: a second run changes nothing. TOOLS_DIR is the directory
 # hack/tools.sh built the generators into.
@@ -44,9 +44,11 @@ for side in spoke hub; do
     controller-gen rbac:roleName="imperator-$side" paths="./$side/..." output:rbac:artifacts:config="deploy/$side/rbac"
   fi
 done
-if grep -rqs '+kubebuilder:webhook' spoke; then
-  controller-gen webhook paths=./spoke/... output:webhook:artifacts:config=deploy/spoke/webhook
-fi
+# The spoke's webhook configurations are built in code (two namespace
+# selectors and exclusions markers cannot express): rendered by a generator.
+mkdir -p deploy/spoke/webhook
+go run ./spoke/internal/webhook/install/gen > "$tmp/webhook.yaml"
+mv "$tmp/webhook.yaml" deploy/spoke/webhook/manifests.yaml
 
 # Protobuf Go code, offline with the pinned local plugins.
 if [ -f proto/buf.gen.yaml ]; then

@@ -46,6 +46,9 @@ var _ = Describe("The kustomize bases and overlays", func() {
 			out, err := apply(ctx, notCertManager(except(objs, "CustomResourceDefinition", "Namespace")), "--dry-run=server")
 			Expect(err).NotTo(HaveOccurred())
 			Expect(out).To(ContainSubstring("(server dry run)"))
+			// The namespaces warn (and enforce) the restricted Pod Security
+			// Standard: a Deployment whose pods would be refused is warned of.
+			Expect(out).NotTo(ContainSubstring("would violate PodSecurity"))
 		},
 		Entry("deploy/spoke", "spoke", map[string]string{
 			"CustomResourceDefinition/machines.imperator.tenzen-y.io":         "",
@@ -57,6 +60,8 @@ var _ = Describe("The kustomize bases and overlays", func() {
 			"Service/imperator-webhook":                                       "imperator-system",
 			"PodDisruptionBudget/imperator-spoke":                             "imperator-system",
 			"PriorityClass/imperator-reservation":                             "",
+			"MutatingWebhookConfiguration/imperator-pod-injector":             "",
+			"ValidatingWebhookConfiguration/imperator-machine-validator":      "",
 		}),
 		Entry("deploy/overlays/spoke-example", "overlays/spoke-example", map[string]string{
 			"Deployment/imperator-spoke": "imperator-system",
@@ -86,6 +91,37 @@ var _ = Describe("The kustomize bases and overlays", func() {
 			"Deployment/imperator-hub":    "imperator-system",
 		}),
 	)
+
+	It("runs the agent and the hub in namespaces that enforce the restricted Pod Security Standard, and would warn of a Deployment that breaks it", func(ctx context.Context) {
+		for _, dir := range []string{"spoke", "hub"} {
+			objs, err := render(ctx, filepath.Join(deployCopy, dir))
+			Expect(err).NotTo(HaveOccurred())
+			namespaces := ofKind(objs, "Namespace")
+			Expect(namespaces).To(HaveLen(1))
+			Expect(namespaces[0].GetLabels()).To(And(
+				HaveKeyWithValue("pod-security.kubernetes.io/enforce", "restricted"),
+				HaveKeyWithValue("pod-security.kubernetes.io/warn", "restricted"),
+			), "deploy/%s", dir)
+			_, err = apply(ctx, namespaces)
+			Expect(err).NotTo(HaveOccurred())
+
+			// The negative control: the Deployment without its container's
+			// securityContext.
+			deployments := ofKind(objs, "Deployment")
+			Expect(deployments).To(HaveLen(1))
+			insecure := deployments[0].DeepCopy()
+			containers, _, err := unstructured.NestedSlice(insecure.Object, "spec", "template", "spec", "containers")
+			Expect(err).NotTo(HaveOccurred())
+			delete(containers[0].(map[string]any), "securityContext")
+			Expect(unstructured.SetNestedSlice(insecure.Object, containers, "spec", "template", "spec", "containers")).To(Succeed())
+			out, err := apply(ctx, []*unstructured.Unstructured{insecure}, "--dry-run=server")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(out).To(ContainSubstring("would violate PodSecurity"), "deploy/%s", dir)
+			out, err = apply(ctx, deployments, "--dry-run=server")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(out).NotTo(ContainSubstring("would violate PodSecurity"), "deploy/%s", dir)
+		}
+	})
 
 	It("joins the spoke to a hub in the example overlay: the hub address, cluster name and join Secret reach the Deployment", func(ctx context.Context) {
 		objs, err := render(ctx, filepath.Join(deployCopy, "overlays", "spoke-example"))

@@ -68,6 +68,21 @@ var _ = Describe("The binaries under exactly the RBAC of deploy/", Ordered, func
 		ports, err := harness.FreePorts(4)
 		Expect(err).NotTo(HaveOccurred())
 		hubGRPC, hubHealth, webhookPort, spokeHealth = ports[0], ports[1], ports[2], ports[3]
+
+		// The webhook configurations deploy/spoke ships, installed as the
+		// admin would. The agent runs outside the cluster, so the API server
+		// reaches it at a URL instead of the imperator-webhook Service.
+		webhooks := atURL(ofKind(spokeObjs, "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"),
+			fmt.Sprintf("https://127.0.0.1:%d", webhookPort))
+		Expect(webhooks).To(HaveLen(2))
+		_, err = apply(ctx, webhooks)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx context.Context) {
+			for _, w := range webhooks {
+				_, err := cluster.Kubectl(ctx, "delete", w.GetKind(), w.GetName(), "--ignore-not-found")
+				Expect(err).NotTo(HaveOccurred())
+			}
+		})
 		dir := GinkgoT().TempDir()
 		hubCAFile, tokenFile = filepath.Join(dir, "hub-ca.crt"), filepath.Join(dir, "join-token")
 
@@ -91,7 +106,9 @@ var _ = Describe("The binaries under exactly the RBAC of deploy/", Ordered, func
 			"--leader-elect=true",
 			fmt.Sprintf("--webhook-port=%d", webhookPort),
 			"--webhook-bind-address=127.0.0.1",
-			fmt.Sprintf("--webhook-url=https://127.0.0.1:%d", webhookPort),
+			// No --webhook-url: the agent registers nothing, it only sets the
+			// CA bundle of the shipped configurations, as in a cluster.
+			"--webhook-hosts=127.0.0.1",
 			fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", spokeHealth),
 			"--metrics-bind-address=0",
 		}, extra...)
@@ -258,15 +275,27 @@ var _ = Describe("The binaries under exactly the RBAC of deploy/", Ordered, func
 		Expect(logOf(hub)).To(ContainSubstring(`is forbidden: User "system:serviceaccount:imperator-system:imperator-hub" cannot list resource "clusterinventories"`))
 	}, NodeTimeout(time.Minute))
 
-	It("keeps secrets and workloads outside the agent's namespace out of its reach", func(ctx context.Context) {
+	It("keeps secrets and workloads outside the agent's namespace, and every other webhook configuration, out of its reach", func(ctx context.Context) {
 		for _, attempt := range [][]string{
-			{"get", "secrets"},
-			{"create", "statefulsets.apps"},
-			{"delete", "services"},
+			{"get", "secrets", "-n", "default"},
+			{"create", "statefulsets.apps", "-n", "default"},
+			{"delete", "services", "-n", "default"},
+			// A compromised agent cannot register a webhook of its own, nor
+			// retarget another one, nor change its own beyond a patch.
+			{"create", "mutatingwebhookconfigurations"},
+			{"create", "validatingwebhookconfigurations"},
+			{"patch", "mutatingwebhookconfigurations/some-other-webhook"},
+			{"patch", "validatingwebhookconfigurations/some-other-webhook"},
+			{"delete", "mutatingwebhookconfigurations/imperator-pod-injector"},
+			{"update", "validatingwebhookconfigurations/imperator-machine-validator"},
 		} {
-			review, err := cluster.Kubectl(ctx, "auth", "can-i", attempt[0], attempt[1], "-n", "default", "--as=system:serviceaccount:imperator-system:imperator-spoke")
-			Expect(err).To(HaveOccurred(), "the agent may %s %s in default", attempt[0], attempt[1])
+			review, err := cluster.Kubectl(ctx, append([]string{"auth", "can-i"}, append(attempt, "--as=system:serviceaccount:imperator-system:imperator-spoke")...)...)
+			Expect(err).To(HaveOccurred(), "the agent may %v", attempt)
 			Expect(strings.TrimSpace(review)).To(HavePrefix("no"))
+		}
+		for _, allowed := range []string{"mutatingwebhookconfigurations/imperator-pod-injector", "validatingwebhookconfigurations/imperator-machine-validator"} {
+			_, err := cluster.Kubectl(ctx, "auth", "can-i", "patch", allowed, "--as=system:serviceaccount:imperator-system:imperator-spoke")
+			Expect(err).NotTo(HaveOccurred(), "the agent may not set the CA bundle of %s", allowed)
 		}
 		for _, sa := range []string{"imperator-spoke", "imperator-hub"} {
 			out, err := cluster.Kubectl(ctx, "auth", "can-i", "--list", "--as=system:serviceaccount:imperator-system:"+sa)

@@ -276,3 +276,26 @@ func withoutVerb(role *unstructured.Unstructured, resource, verb string) *unstru
 	Expect(unstructured.SetNestedSlice(role.Object, rules, "rules")).To(Succeed())
 	return role
 }
+
+// atURL returns copies of the webhook configurations objs whose webhooks call
+// base plus their Service path instead of the Service: what the API server of
+// the test cluster, which has no Service network, can reach.
+func atURL(objs []*unstructured.Unstructured, base string) []*unstructured.Unstructured {
+	GinkgoHelper()
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		o = o.DeepCopy()
+		webhooks, _, err := unstructured.NestedSlice(o.Object, "webhooks")
+		Expect(err).NotTo(HaveOccurred())
+		for _, w := range webhooks {
+			cc := w.(map[string]any)["clientConfig"].(map[string]any)
+			path, _, _ := unstructured.NestedString(cc, "service", "path")
+			Expect(path).NotTo(BeEmpty(), "webhook %v has no Service path", w.(map[string]any)["name"])
+			delete(cc, "service")
+			cc["url"] = base + path
+		}
+		Expect(unstructured.SetNestedSlice(o.Object, webhooks, "webhooks")).To(Succeed())
+		out = append(out, o)
+	}
+	return out
+}

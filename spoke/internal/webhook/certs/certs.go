@@ -2,9 +2,37 @@
 // keeps it fresh. The CA and serving certificate live in one Secret in the
 // agent's namespace, shared by every replica: the first replica to start
 // creates it, the others read it; any replica renews it when a third of its
-// lifetime is left. The CA is injected into the agent's webhook
+// lifetime is left. The CA bundle is injected into the agent's webhook
 // configurations, and the webhook server takes the certificate from memory
 // (Manager.GetCertificate), so a renewal needs neither files nor a restart.
+//
+// Renewing the serving certificate with the same CA changes nothing the API
+// server trusts. Renewing the CA is a rollover with an overlap, because the
+// replicas pick up the Secret one by one (each every CheckInterval) and both
+// webhooks fail closed:
+//
+//  1. introduce: a new CA is stored as next-ca.crt and added to the bundle;
+//     every replica keeps serving the old leaf, which the bundle still trusts.
+//  2. promote: once Overlap has passed and both webhook configurations carry
+//     the new CA, it becomes ca.crt and signs a new leaf; the old CA moves to
+//     previous-ca.crt and stays in the bundle, so replicas still serving the
+//     old leaf are trusted.
+//  3. retire: Overlap after the promotion — by then every replica has re-read
+//     the Secret and serves the new leaf — the old CA leaves the bundle.
+//
+// Overlap is twice CheckInterval, so one failed refresh of a replica is
+// tolerated. A replica that cannot read the Secret for longer keeps serving
+// what it has; the API server refuses it once its CA is retired (the same as
+// when its leaf expires), and the replica recovers at its next successful
+// check. A CA that has already expired (an agent down for longer than its
+// lifetime) is replaced at once: nothing trusts its leaves anyway.
+//
+// github.com/open-policy-agent/cert-controller's rotator was evaluated for
+// this and not used: it replaces the bundle with only the new CA (the very
+// outage this rollover avoids), updates whole webhook configurations found
+// through a cluster-wide cache (list/watch/update on every webhook
+// configuration instead of get/patch on two by name), serves from files, and
+// its v0.16.0 pins controller-runtime v0.23 and k8s.io v0.35.
 package certs
 
 import (
@@ -14,6 +42,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +52,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,12 +63,38 @@ import (
 
 // Keys of the certificate Secret.
 const (
+	// CACertKey and CAKeyKey hold the CA that signs the served leaf.
 	CACertKey = "ca.crt"
 	CAKeyKey  = "ca.key"
+	// NextCACertKey and NextCAKeyKey hold the CA being introduced: in the
+	// bundle, not signing yet.
+	NextCACertKey = "next-ca.crt"
+	NextCAKeyKey  = "next-ca.key"
+	// PreviousCACertKey holds the CA being retired: still in the bundle for
+	// replicas that serve a leaf it signed.
+	PreviousCACertKey = "previous-ca.crt"
+
+	// NextCASinceAnnotation is when the next CA was introduced (RFC 3339).
+	NextCASinceAnnotation = "imperator.tenzen-y.io/next-ca-since"
+	// PreviousCAUntilAnnotation is when the previous CA leaves the bundle (RFC 3339).
+	PreviousCAUntilAnnotation = "imperator.tenzen-y.io/previous-ca-until"
+)
+
+// Default lifetimes and the longest check interval.
+const (
+	DefaultCAValidity   = 10 * 365 * 24 * time.Hour
+	DefaultCertValidity = 365 * 24 * time.Hour
+	maxCheckInterval    = 10 * time.Minute
+	minCheckInterval    = time.Second
 )
 
 // The certificate Secret lives in the agent's namespace.
 // +kubebuilder:rbac:groups="",namespace=imperator-system,resources=secrets,verbs=get;create;update
+
+// The webhook configurations are shipped by deploy/spoke; the agent only sets
+// their CA bundle, and only on the two named ones.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,resourceNames=imperator-pod-injector,verbs=get;patch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,resourceNames=imperator-machine-validator,verbs=get;patch
 
 // Options configure the certificate Manager.
 type Options struct {
@@ -50,12 +108,15 @@ type Options struct {
 	// whose webhooks get the CA bundle. Missing ones are skipped (and retried).
 	MutatingWebhooks   []string
 	ValidatingWebhooks []string
-	// CAValidity and CertValidity default to 10 years and 1 year.
+	// CAValidity and CertValidity default to DefaultCAValidity and
+	// DefaultCertValidity.
 	CAValidity   time.Duration
 	CertValidity time.Duration
 	// CheckInterval is how often the Secret and the CA bundles are checked;
-	// default 10 minutes.
+	// default a twentieth of the shorter validity, at most 10 minutes.
 	CheckInterval time.Duration
+	// Clock defaults to the real clock.
+	Clock clock.PassiveClock
 }
 
 // Manager keeps the serving certificate and the CA bundles current.
@@ -75,17 +136,28 @@ func New(c client.Client, opts Options) (*Manager, error) {
 	if len(opts.Hosts) == 0 {
 		return nil, errors.New("certs: at least one host is required")
 	}
+	if opts.CAValidity < 0 || opts.CertValidity < 0 || opts.CheckInterval < 0 {
+		return nil, errors.New("certs: validities and check interval must not be negative")
+	}
 	if opts.CAValidity == 0 {
-		opts.CAValidity = 10 * 365 * 24 * time.Hour
+		opts.CAValidity = DefaultCAValidity
 	}
 	if opts.CertValidity == 0 {
-		opts.CertValidity = 365 * 24 * time.Hour
+		opts.CertValidity = DefaultCertValidity
 	}
 	if opts.CheckInterval == 0 {
-		opts.CheckInterval = 10 * time.Minute
+		opts.CheckInterval = min(maxCheckInterval, max(minCheckInterval, min(opts.CAValidity, opts.CertValidity)/20))
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	return &Manager{client: c, opts: opts}, nil
 }
+
+// Overlap is how long a CA stays in the bundle before it signs leaves, and
+// after it stopped signing them: two check intervals, within which every
+// replica has re-read the Secret.
+func (m *Manager) Overlap() time.Duration { return 2 * m.opts.CheckInterval }
 
 // GetCertificate serves the current certificate; use it as tls.Config.GetCertificate.
 func (m *Manager) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -95,8 +167,8 @@ func (m *Manager) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	return nil, errors.New("webhook serving certificate not loaded yet")
 }
 
-// CABundle returns the PEM CA that signed the serving certificate, nil until
-// Ensure succeeded once.
+// CABundle returns the PEM CA bundle the webhook configurations get (during a
+// rollover, more than one CA), nil until Ensure succeeded once.
 func (m *Manager) CABundle() []byte {
 	if ca := m.ca.Load(); ca != nil {
 		return *ca
@@ -107,9 +179,10 @@ func (m *Manager) CABundle() []byte {
 // TLSOption installs GetCertificate into a webhook server's TLS config.
 func (m *Manager) TLSOption(cfg *tls.Config) { cfg.GetCertificate = m.GetCertificate }
 
-// Ensure makes sure the Secret holds a valid certificate for Hosts, loads it,
-// and injects the CA into the webhook configurations. Call it once before the
-// webhook server starts.
+// Ensure makes sure the Secret holds a valid certificate for Hosts (moving a
+// CA rollover on by at most one step), loads it, and injects the CA bundle
+// into the webhook configurations. Call it once before the webhook server
+// starts.
 func (m *Manager) Ensure(ctx context.Context) error {
 	secret, err := m.ensureSecret(ctx)
 	if err != nil {
@@ -120,7 +193,7 @@ func (m *Manager) Ensure(ctx context.Context) error {
 		return fmt.Errorf("loading serving certificate from secret %s/%s: %w", m.opts.Namespace, m.opts.SecretName, err)
 	}
 	m.cert.Store(&cert)
-	caBundle := secret.Data[CACertKey]
+	caBundle := bundle(secret.Data)
 	m.ca.Store(&caBundle)
 	return m.injectCABundle(ctx, caBundle)
 }
@@ -150,7 +223,7 @@ func (m *Manager) ensureSecret(ctx context.Context) (*corev1.Secret, error) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
 			Type:       corev1.SecretTypeTLS,
 		}
-		if secret.Data, err = m.issue(nil); err != nil {
+		if _, err := m.step(ctx, secret); err != nil {
 			return nil, err
 		}
 		if err := m.client.Create(ctx, secret); err != nil {
@@ -159,20 +232,17 @@ func (m *Manager) ensureSecret(ctx context.Context) (*corev1.Secret, error) {
 			}
 			return nil, fmt.Errorf("creating webhook certificate secret %s: %w", key, err)
 		}
+		ctrl.LoggerFrom(ctx).Info("Created the webhook certificate", "secret", key)
 		return secret, nil
 	case err != nil:
 		return nil, fmt.Errorf("reading webhook certificate secret %s: %w", key, err)
 	}
-	if m.fresh(secret.Data, time.Now()) {
-		return secret, nil
+	changed, err := m.step(ctx, secret)
+	if err != nil || !changed {
+		return secret, err
 	}
-	data, err := m.issue(secret.Data)
-	if err != nil {
-		return nil, err
-	}
-	secret.Data = data
 	// Update carries the resourceVersion read above: if another replica
-	// renewed the certificate meanwhile, take its result instead.
+	// moved the certificate on meanwhile, take its result instead.
 	if err := m.client.Update(ctx, secret); err != nil {
 		if apierrors.IsConflict(err) {
 			return m.readSecret(ctx, key)
@@ -190,13 +260,128 @@ func (m *Manager) readSecret(ctx context.Context, key types.NamespacedName) (*co
 	return secret, nil
 }
 
-// fresh reports whether data holds a CA and a serving certificate for every
-// host, both with more than a third of their lifetime left.
-func (m *Manager) fresh(data map[string][]byte, now time.Time) bool {
-	ca, err := pki.ParseCertificate(data[CACertKey])
-	if err != nil || !validFor(ca, now) {
-		return false
+// step moves secret at most one step on (see the package comment) and
+// reports whether it changed it. Promoting a next CA also needs the webhook
+// configurations to carry it, which step reads.
+func (m *Manager) step(ctx context.Context, secret *corev1.Secret) (bool, error) {
+	now := m.opts.Clock.Now()
+	data, annotations := secret.Data, secret.Annotations
+	if data == nil {
+		data = map[string][]byte{}
 	}
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("secret", klog.KObj(secret))
+	changed := false
+
+	active, err := pki.LoadCA(data[CACertKey], data[CAKeyKey])
+	if err != nil || !now.Before(active.Cert.NotAfter) {
+		// Nothing to roll over from: start afresh.
+		ca, err := pki.NewCA("imperator-webhook-ca", m.opts.CAValidity)
+		if err != nil {
+			return false, fmt.Errorf("creating webhook CA: %w", err)
+		}
+		if data, err = withCA(map[string][]byte{}, CACertKey, CAKeyKey, ca); err != nil {
+			return false, err
+		}
+		delete(annotations, NextCASinceAnnotation)
+		delete(annotations, PreviousCAUntilAnnotation)
+		active, changed = ca, true
+		log.V(1).Info("Created a webhook CA")
+	}
+
+	// retire
+	if _, ok := data[PreviousCACertKey]; ok {
+		until, err := time.Parse(time.RFC3339, annotations[PreviousCAUntilAnnotation])
+		if err != nil || !now.Before(until) {
+			delete(data, PreviousCACertKey)
+			delete(annotations, PreviousCAUntilAnnotation)
+			changed = true
+			log.V(1).Info("Retired the previous webhook CA from the bundle")
+		}
+	}
+
+	next, nextErr := pki.LoadCA(data[NextCACertKey], data[NextCAKeyKey])
+	switch {
+	case nextErr != nil && (len(data[NextCACertKey]) > 0 || len(data[NextCAKeyKey]) > 0):
+		// A damaged next CA: drop it, a later check introduces another.
+		delete(data, NextCACertKey)
+		delete(data, NextCAKeyKey)
+		delete(annotations, NextCASinceAnnotation)
+		changed = true
+	case nextErr != nil && !validFor(active.Cert, now):
+		// introduce
+		ca, err := pki.NewCA("imperator-webhook-ca", m.opts.CAValidity)
+		if err != nil {
+			return false, fmt.Errorf("creating webhook CA: %w", err)
+		}
+		if data, err = withCA(data, NextCACertKey, NextCAKeyKey, ca); err != nil {
+			return false, err
+		}
+		annotations[NextCASinceAnnotation] = now.UTC().Format(time.RFC3339)
+		changed = true
+		log.Info("Introduced a new webhook CA into the bundle", "activeNotAfter", active.Cert.NotAfter)
+	case nextErr == nil:
+		since, err := time.Parse(time.RFC3339, annotations[NextCASinceAnnotation])
+		if err != nil {
+			// Unknown age: count from now.
+			annotations[NextCASinceAnnotation] = now.UTC().Format(time.RFC3339)
+			changed = true
+			break
+		}
+		if now.Sub(since) < m.Overlap() {
+			break
+		}
+		carried, err := m.bundlesCarry(ctx, next.CertPEM)
+		if err != nil {
+			return false, err
+		}
+		if !carried {
+			log.V(1).Info("New webhook CA not in every webhook configuration yet, not promoting it")
+			break
+		}
+		// promote
+		data[PreviousCACertKey] = data[CACertKey]
+		annotations[PreviousCAUntilAnnotation] = now.Add(m.Overlap()).UTC().Format(time.RFC3339)
+		data[CACertKey], data[CAKeyKey] = data[NextCACertKey], data[NextCAKeyKey]
+		delete(data, NextCACertKey)
+		delete(data, NextCAKeyKey)
+		delete(annotations, NextCASinceAnnotation)
+		delete(data, corev1.TLSCertKey) // re-issued below from the new CA
+		active = next
+		changed = true
+		log.Info("Promoted the new webhook CA; the previous one stays in the bundle", "until", annotations[PreviousCAUntilAnnotation])
+	}
+
+	if !m.leafFresh(data, active.Cert, now) {
+		cert, key, err := active.IssueServer(m.opts.Hosts[0], m.opts.Hosts, m.opts.CertValidity)
+		if err != nil {
+			return false, fmt.Errorf("issuing webhook serving certificate: %w", err)
+		}
+		data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey] = cert, key
+		changed = true
+	}
+	secret.Data = data
+	if len(annotations) > 0 {
+		secret.Annotations = annotations
+	}
+	return changed, nil
+}
+
+// withCA stores ca under the given keys of data.
+func withCA(data map[string][]byte, certKey, keyKey string, ca *pki.CA) (map[string][]byte, error) {
+	key, err := ca.KeyPEM()
+	if err != nil {
+		return nil, fmt.Errorf("encoding webhook CA key: %w", err)
+	}
+	data[certKey], data[keyKey] = ca.CertPEM, key
+	return data, nil
+}
+
+// leafFresh reports whether data holds a serving certificate signed by ca
+// for every host, with more than a third of its lifetime left, and its key.
+func (m *Manager) leafFresh(data map[string][]byte, ca *x509.Certificate, now time.Time) bool {
 	cert, err := pki.ParseCertificate(data[corev1.TLSCertKey])
 	if err != nil || !validFor(cert, now) || cert.CheckSignatureFrom(ca) != nil {
 		return false
@@ -212,27 +397,63 @@ func (m *Manager) fresh(data map[string][]byte, now time.Time) bool {
 	return true
 }
 
-// issue returns Secret data with a serving certificate, reusing the CA of old
-// when it is still fresh so that the CA bundles need not change.
-func (m *Manager) issue(old map[string][]byte) (map[string][]byte, error) {
-	var ca *pki.CA
-	if loaded, err := pki.LoadCA(old[CACertKey], old[CAKeyKey]); err == nil && validFor(loaded.Cert, time.Now()) {
-		ca = loaded
-	} else if ca, err = pki.NewCA("imperator-webhook-ca", m.opts.CAValidity); err != nil {
-		return nil, fmt.Errorf("creating webhook CA: %w", err)
+// bundle is the CA bundle of the Secret's data: the active, next and
+// previous CAs, in a fixed order (by their bytes) so that replicas that read
+// the same CAs write the same bundle.
+func bundle(data map[string][]byte) []byte {
+	var cas [][]byte
+	for _, k := range []string{CACertKey, NextCACertKey, PreviousCACertKey} {
+		if pem := bytes.TrimSpace(data[k]); len(pem) > 0 {
+			cas = append(cas, append(pem, '\n'))
+		}
 	}
-	caKey, err := ca.KeyPEM()
-	if err != nil {
-		return nil, err
+	slices.SortFunc(cas, bytes.Compare)
+	return bytes.Join(cas, nil)
+}
+
+// bundlesCarry reports whether every webhook of the configured (existing)
+// webhook configurations trusts caPEM.
+func (m *Manager) bundlesCarry(ctx context.Context, caPEM []byte) (bool, error) {
+	want := bytes.TrimSpace(caPEM)
+	carried := true
+	check := func(cc admissionregistrationv1.WebhookClientConfig) {
+		carried = carried && bytes.Contains(cc.CABundle, want)
 	}
-	cert, key, err := ca.IssueServer(m.opts.Hosts[0], m.opts.Hosts, m.opts.CertValidity)
-	if err != nil {
-		return nil, fmt.Errorf("issuing webhook serving certificate: %w", err)
+	for _, name := range m.opts.MutatingWebhooks {
+		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if found, err := m.get(ctx, name, cfg); err != nil || !found {
+			if err != nil {
+				return false, err
+			}
+			continue
+		}
+		for _, w := range cfg.Webhooks {
+			check(w.ClientConfig)
+		}
 	}
-	return map[string][]byte{
-		CACertKey: ca.CertPEM, CAKeyKey: caKey,
-		corev1.TLSCertKey: cert, corev1.TLSPrivateKeyKey: key,
-	}, nil
+	for _, name := range m.opts.ValidatingWebhooks {
+		cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if found, err := m.get(ctx, name, cfg); err != nil || !found {
+			if err != nil {
+				return false, err
+			}
+			continue
+		}
+		for _, w := range cfg.Webhooks {
+			check(w.ClientConfig)
+		}
+	}
+	return carried, nil
+}
+
+func (m *Manager) get(ctx context.Context, name string, obj client.Object) (bool, error) {
+	if err := m.client.Get(ctx, types.NamespacedName{Name: name}, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading webhook configuration %s: %w", name, err)
+	}
+	return true, nil
 }
 
 // injectCABundle sets caBundle on every webhook of the configured
@@ -262,22 +483,32 @@ func (m *Manager) injectCABundle(ctx context.Context, caBundle []byte) error {
 	return errors.Join(errs...)
 }
 
+// patchWebhooks reads the configuration name into obj, applies mutate and
+// patches what changed, with an optimistic lock: the patch carries the whole
+// webhooks list, so a concurrent change (another replica's injection, an
+// installer's apply) makes it read and mutate again instead of overwriting.
 func (m *Manager) patchWebhooks(ctx context.Context, name string, obj client.Object, mutate func() bool) error {
-	if err := m.client.Get(ctx, types.NamespacedName{Name: name}, obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			ctrl.LoggerFrom(ctx).V(1).Info("Webhook configuration not found, CA bundle not injected", "name", name)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		found, err := m.get(ctx, name, obj)
+		if err != nil {
+			return err
+		}
+		if !found {
+			ctrl.LoggerFrom(ctx).Info("Webhook configuration not found, CA bundle not injected; install deploy/spoke", "name", name)
 			return nil
 		}
-		return fmt.Errorf("reading webhook configuration %s: %w", name, err)
-	}
-	base := obj.DeepCopyObject().(client.Object)
-	if !mutate() {
+		base := obj.DeepCopyObject().(client.Object)
+		if !mutate() {
+			return nil
+		}
+		if err := m.client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			if apierrors.IsConflict(err) {
+				return err
+			}
+			return fmt.Errorf("injecting CA bundle into webhook configuration %s: %w", name, err)
+		}
 		return nil
-	}
-	if err := m.client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("injecting CA bundle into webhook configuration %s: %w", name, err)
-	}
-	return nil
+	})
 }
 
 func setBundle(cc *admissionregistrationv1.WebhookClientConfig, caBundle []byte) bool {

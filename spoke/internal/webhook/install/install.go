@@ -1,11 +1,11 @@
 // Package install registers the agent's admission webhooks with its cluster.
 // The webhook configurations are built in code by the webhook packages (the
 // injector's needs two namespace selectors and exclusions that markers cannot
-// express), so the agent applies them itself at start-up with server-side
-// apply, pointing either at its webhook Service (in a cluster) or at a URL
-// (an agent running outside the cluster, as in the local fleet), and carrying
-// the CA bundle of its serving certificate. The certs package keeps that
-// bundle current afterwards.
+// express). Manifests renders them, pointing at the webhook Service, for
+// deploy/spoke to ship (make generate); an agent running outside its cluster
+// (the local fleet) applies them itself at start-up with server-side apply,
+// pointing at a URL. Either way they carry the CA bundle of the serving
+// certificate, which the certs package keeps current.
 package install
 
 import (
@@ -18,8 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// The certs package patches the same configurations to renew the CA bundle.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;create;patch
+// Apply needs create and patch on webhook configurations, which deploy/spoke
+// does not grant: it is for an agent outside its cluster running with its
+// operator's credentials (--webhook-url). In a cluster deploy/spoke ships the
+// configurations (Manifests) and the certs package only sets their CA bundle.
 
 // FieldOwner is the server-side apply field manager of the configurations.
 const FieldOwner = "imperator-spoke-agent"

@@ -1,12 +1,16 @@
 package install
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/imperator-federation/imperator/test/util/repo"
 )
 
 func TestClientConfigPointsTheAPIServerAtTheWebhook(t *testing.T) {
@@ -49,5 +53,25 @@ func TestClientConfigPointsTheAPIServerAtTheWebhook(t *testing.T) {
 				t.Errorf("ClientConfig() (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// deploy/spoke ships the configurations the code builds; a change to either
+// that is not regenerated would install webhooks the agent does not serve.
+func TestShippedWebhookConfigurationsMatchTheCode(t *testing.T) {
+	want, err := Manifests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(root, "deploy", "spoke", "webhook", "manifests.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("deploy/spoke/webhook/manifests.yaml is stale, run make generate (-want +got):\n%s", diff)
 	}
 }
