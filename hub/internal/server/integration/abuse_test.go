@@ -1,0 +1,377 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"golang.org/x/net/http2"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imperator-federation/imperator/hub/hubtest"
+	"github.com/imperator-federation/imperator/hub/internal/query"
+	"github.com/imperator-federation/imperator/hub/internal/registry"
+	"github.com/imperator-federation/imperator/internal/identity"
+	"github.com/imperator-federation/imperator/internal/pki"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
+)
+
+// spokeKey is a joining spoke's key and certificate request.
+type spokeKey struct {
+	csrPEM, keyPEM []byte
+}
+
+func newSpokeKey(cluster string) spokeKey {
+	GinkgoHelper()
+	csrPEM, keyPEM, err := pki.NewCSR(cluster)
+	Expect(err).NotTo(HaveOccurred())
+	return spokeKey{csrPEM: csrPEM, keyPEM: keyPEM}
+}
+
+func newToken(ctx context.Context, boundTo string) string {
+	GinkgoHelper()
+	token, err := hubtest.CreateToken(ctx, hubClient, hubNamespace, time.Hour, boundTo)
+	Expect(err).NotTo(HaveOccurred())
+	return token
+}
+
+// join joins cluster with token and key from a fresh source address.
+func join(ctx context.Context, cluster, token string, key spokeKey) (*tls.Certificate, error) {
+	resp, err := federationv1.NewFederationClient(dialFrom(newSource(), nil)).Join(ctx, &federationv1.JoinRequest{ClusterName: cluster, Token: token, Csr: key.csrPEM})
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.X509KeyPair(resp.GetCertificate(), key.keyPEM)
+	return &pair, err
+}
+
+// joinedSpoke joins a new cluster with a fresh unbound token.
+func joinedSpoke(ctx context.Context, cluster string) *tls.Certificate {
+	GinkgoHelper()
+	cert, err := join(ctx, cluster, newToken(ctx, ""), newSpokeKey(cluster))
+	Expect(err).NotTo(HaveOccurred())
+	return cert
+}
+
+// report opens a Report stream of cluster with cert and returns nil once the
+// hub acknowledged its first Snapshot.
+func report(ctx context.Context, cluster string, cert *tls.Certificate) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	stream, err := federationv1.NewFederationClient(dialFrom(newSource(), cert)).Report(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range []*federationv1.SpokeMessage{
+		{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{ClusterName: cluster, AgentVersion: "abuse", Epoch: uint64(time.Now().UnixNano())}}},
+		{Kind: &federationv1.SpokeMessage_Snapshot{Snapshot: &federationv1.Snapshot{Generation: 1}}},
+	} {
+		if err := stream.Send(m); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+	}
+	msg, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if msg.GetAck() == nil {
+		return errors.New("first answer is no Ack")
+	}
+	return nil
+}
+
+func renew(ctx context.Context, cluster string, cert *tls.Certificate) (*tls.Certificate, error) {
+	key := newSpokeKey(cluster)
+	resp, err := federationv1.NewFederationClient(dialFrom(newSource(), cert)).Renew(ctx, &federationv1.RenewRequest{Csr: key.csrPEM})
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.X509KeyPair(resp.GetCertificate(), key.keyPEM)
+	return &pair, err
+}
+
+func viewerCertificate(name string) (*tls.Certificate, string) {
+	GinkgoHelper()
+	certPEM, keyPEM, err := ca.IssueClient(name, []string{query.ViewerOrganization}, time.Hour)
+	Expect(err).NotTo(HaveOccurred())
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	Expect(err).NotTo(HaveOccurred())
+	cert, err := pki.ParseCertificate(certPEM)
+	Expect(err).NotTo(HaveOccurred())
+	return &pair, identity.SerialOf(cert)
+}
+
+func listClusters(ctx context.Context, cert *tls.Certificate) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := queryv1.NewQueryClient(dialFrom(newSource(), cert)).ListClusters(ctx, &queryv1.ListClustersRequest{})
+	return err
+}
+
+// refusalReason is the hub's refusal reason in err's ErrorInfo.
+func refusalReason(err error) identity.RefusalReason {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == identity.RefusalDomain {
+			return identity.RefusalReason(info.GetReason())
+		}
+	}
+	return ""
+}
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+var _ = Describe("Anonymous callers", func() {
+	It("get ResourceExhausted for a 4 MiB JoinRequest, and 100 of them barely grow the hub's heap", func(ctx SpecContext) {
+		huge := &federationv1.JoinRequest{ClusterName: "huge", Token: strings.Repeat("x", 4<<20)}
+		before := heapAlloc()
+		for range 100 {
+			// A source of its own each: the size limit, not the rate, refuses.
+			conn := dialOnce(newSource(), nil)
+			_, err := federationv1.NewFederationClient(conn).Join(ctx, huge)
+			Expect(conn.Close()).To(Succeed())
+			Expect(status.Code(err)).To(Equal(codes.ResourceExhausted), "%v", err)
+			Expect(status.Convert(err).Message()).To(ContainSubstring("larger than max"))
+		}
+		// The hub's side of the closed connections goes within moments.
+		var growth int64
+		Eventually(func() int64 {
+			growth = int64(heapAlloc()) - int64(before)
+			return growth
+		}).WithTimeout(5 * time.Second).Should(BeNumerically("<", 10<<20))
+		GinkgoWriter.Printf("heap growth over 100 anonymous 4 MiB JoinRequests: %d KiB\n", growth/1024)
+	})
+
+	It("are refused a malformed token without a single read of the hub cluster's API", func(ctx SpecContext) {
+		key := newSpokeKey("prod-malformed")
+		before := apiReads.Load()
+		for _, token := range []string{"", "nope", "ABCDEF.0123456789abcdef", "abcdef.0123456789abcde", strings.Repeat("a", 60<<10)} {
+			_, err := federationv1.NewFederationClient(dialFrom(newSource(), nil)).Join(ctx, &federationv1.JoinRequest{ClusterName: "prod-malformed", Token: token, Csr: key.csrPEM})
+			Expect(status.Code(err)).To(Equal(codes.Unauthenticated), "%v", err)
+		}
+		reads := apiReads.Load() - before
+		GinkgoWriter.Printf("API reads for 5 malformed-token Joins: %d\n", reads)
+		Expect(reads).To(BeZero())
+	})
+
+	It("are limited when 200 Join at once from one source, while a real spoke's Join from another succeeds within 2s", func(ctx SpecContext) {
+		flooder := federationv1.NewFederationClient(dialFrom(newSource(), nil))
+		floodKey := newSpokeKey("flood")
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			codesOf = map[codes.Code]int{}
+		)
+		start := make(chan struct{})
+		for range 200 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				// Well-formed but unknown: each would cost an API read.
+				_, err := flooder.Join(ctx, &federationv1.JoinRequest{ClusterName: "flood", Token: "zzzzzz.zzzzzzzzzzzzzzzz", Csr: floodKey.csrPEM})
+				mu.Lock()
+				codesOf[status.Code(err)]++
+				mu.Unlock()
+			}()
+		}
+		token := newToken(ctx, "")
+		close(start)
+		began := time.Now()
+		_, err := join(ctx, "prod-during-flood", token, newSpokeKey("prod-during-flood"))
+		took := time.Since(began)
+		wg.Wait()
+		GinkgoWriter.Printf("200 concurrent anonymous Joins from one source: %v; real Join took %s\n", codesOf, took)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(took).To(BeNumerically("<", 2*time.Second))
+		Expect(codesOf[codes.ResourceExhausted]).To(BeNumerically(">", 150))
+	})
+
+	It("cannot crowd out spokes and viewers with 300 idle connections, which are closed when idle", func(ctx SpecContext) {
+		spokeCert := joinedSpoke(ctx, "prod-idle")
+		viewer, _ := viewerCertificate("idle-viewer")
+		idle := make([]net.Conn, 0, 300)
+		DeferCleanup(func() {
+			for _, c := range idle {
+				_ = c.Close()
+			}
+		})
+		for range 300 {
+			c, err := tls.Dial("tcp", hub.Address(), &tls.Config{RootCAs: poolOf(ca), ServerName: serverName, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS13})
+			Expect(err).NotTo(HaveOccurred())
+			// An HTTP/2 client preface and settings: a live, idle gRPC connection.
+			_, err = io.WriteString(c, http2.ClientPreface)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(http2.NewFramer(c, c).WriteSettings()).To(Succeed())
+			idle = append(idle, c)
+		}
+		opened := time.Now()
+
+		began := time.Now()
+		Expect(report(ctx, "prod-idle", spokeCert)).To(Succeed())
+		reportTook := time.Since(began)
+		began = time.Now()
+		Expect(listClusters(ctx, viewer)).To(Succeed())
+		queryTook := time.Since(began)
+		GinkgoWriter.Printf("with 300 idle anonymous connections: Report acked in %s, ListClusters in %s\n", reportTook, queryTook)
+		Expect(reportTook).To(BeNumerically("<", time.Second))
+		Expect(queryTook).To(BeNumerically("<", time.Second))
+
+		// Every idle connection is closed by the hub (read until EOF). These
+		// clients never answer the hub's GOAWAY ping, so closing takes the
+		// idle time plus grpc-go's 5s wait for that ping's ack.
+		var (
+			wg        sync.WaitGroup
+			mu        sync.Mutex
+			stillOpen int
+			lastClose time.Duration
+		)
+		deadline := opened.Add(anonymousIdle + 10*time.Second)
+		for _, c := range idle {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = c.SetReadDeadline(deadline)
+				_, err := io.Copy(io.Discard, c)
+				mu.Lock()
+				defer mu.Unlock()
+				var netErr net.Error
+				if errors.As(err, &netErr) && netErr.Timeout() {
+					stillOpen++
+					return
+				}
+				lastClose = max(lastClose, time.Since(opened))
+			}()
+		}
+		wg.Wait()
+		GinkgoWriter.Printf("idle anonymous connections: %d of 300 still open after %s; the last closed %s after opening\n",
+			stillOpen, anonymousIdle+10*time.Second, lastClose.Round(100*time.Millisecond))
+		Expect(stillOpen).To(BeZero())
+	})
+
+	It("get Unauthenticated from every method but Join, before their request is read", func(ctx SpecContext) {
+		conn := dialFrom(newSource(), nil)
+		var methods []string
+		for _, svc := range []grpc.ServiceDesc{queryv1.Query_ServiceDesc, federationv1.Federation_ServiceDesc} {
+			for _, m := range svc.Methods {
+				methods = append(methods, "/"+svc.ServiceName+"/"+m.MethodName)
+			}
+			for _, s := range svc.Streams {
+				methods = append(methods, "/"+svc.ServiceName+"/"+s.StreamName)
+			}
+		}
+		Expect(methods).To(ContainElement(queryv1.Query_ListClusters_FullMethodName))
+		for _, method := range methods {
+			if method == federationv1.Federation_Join_FullMethodName {
+				continue
+			}
+			callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			stream, err := conn.NewStream(callCtx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
+			if err == nil {
+				_ = stream.SendMsg(&emptypb.Empty{})
+				_ = stream.CloseSend()
+				err = stream.RecvMsg(&emptypb.Empty{})
+			}
+			cancel()
+			Expect(status.Code(err)).To(Equal(codes.Unauthenticated), "%s: %v", method, err)
+		}
+	})
+
+	It("may not join as a reserved name", func(ctx SpecContext) {
+		for _, name := range []string{"kube-system", "default", "open-cluster-management-agent", hubNamespace} {
+			_, err := join(ctx, name, newToken(ctx, ""), newSpokeKey(name))
+			Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "%s: %v", name, err)
+		}
+		var mc clusterv1.ManagedCluster
+		Expect(hubClient.Get(ctx, clientKey("kube-system"), &mc)).NotTo(Succeed())
+	})
+
+	It("get a certificate again when a Join is retried with the same token and key, and not with another key", func(ctx SpecContext) {
+		token, key := newToken(ctx, ""), newSpokeKey("prod-retry")
+		first, err := join(ctx, "prod-retry", token, key)
+		Expect(err).NotTo(HaveOccurred())
+		retried, err := join(ctx, "prod-retry", token, key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(report(ctx, "prod-retry", retried)).To(Succeed())
+		// The retry's certificate is the current one: the first is retired.
+		Expect(refusalReason(report(ctx, "prod-retry", first))).NotTo(BeEmpty())
+		_, err = join(ctx, "prod-retry", token, newSpokeKey("prod-retry"))
+		Expect(status.Code(err)).To(Equal(codes.Unauthenticated), "%v", err)
+	})
+})
+
+var _ = Describe("Certificates", func() {
+	It("of a deregistered spoke read nothing from the query API", func(ctx SpecContext) {
+		cert := joinedSpoke(ctx, "prod-gone")
+		Expect(listClusters(ctx, cert)).To(Succeed())
+		Expect(hubClient.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "prod-gone"}})).To(Succeed())
+		Eventually(func() codes.Code { return status.Code(listClusters(ctx, cert)) }).
+			WithTimeout(10 * time.Second).Should(Equal(codes.PermissionDenied))
+	})
+
+	It("of a revoked viewer are refused on every call", func(ctx SpecContext) {
+		viewer, serial := viewerCertificate("revoked-viewer")
+		Expect(listClusters(ctx, viewer)).To(Succeed())
+		Expect(registry.Revoke(ctx, hubClient, hubNamespace, serial, "abuse suite", time.Now())).To(Succeed())
+		Eventually(func() codes.Code { return status.Code(listClusters(ctx, viewer)) }).
+			WithTimeout(5 * time.Second).Should(Equal(codes.PermissionDenied))
+		other, _ := viewerCertificate("other-viewer")
+		Expect(listClusters(ctx, other)).To(Succeed())
+	})
+
+	It("issued before a re-join are refused Report and Renew", func(ctx SpecContext) {
+		old := joinedSpoke(ctx, "prod-rejoin")
+		Expect(report(ctx, "prod-rejoin", old)).To(Succeed())
+		current, err := join(ctx, "prod-rejoin", newToken(ctx, "prod-rejoin"), newSpokeKey("prod-rejoin"))
+		Expect(err).NotTo(HaveOccurred())
+
+		err = report(ctx, "prod-rejoin", old)
+		Expect(status.Code(err)).To(Equal(codes.PermissionDenied), "%v", err)
+		Expect(refusalReason(err)).To(Equal(identity.RefusedEarlierRegistration))
+		_, err = renew(ctx, "prod-rejoin", old)
+		Expect(status.Code(err)).To(Equal(codes.PermissionDenied), "%v", err)
+		Expect(report(ctx, "prod-rejoin", current)).To(Succeed())
+	})
+
+	It("replaced by a Renew are refused after the overlap", func(ctx SpecContext) {
+		old := joinedSpoke(ctx, "prod-renew")
+		renewed, err := renew(ctx, "prod-renew", old)
+		Expect(err).NotTo(HaveOccurred())
+		renewedAt := time.Now()
+		Expect(report(ctx, "prod-renew", old)).To(Succeed(), "within the overlap the replaced certificate still works")
+		Eventually(func() identity.RefusalReason { return refusalReason(report(ctx, "prod-renew", old)) }).
+			WithTimeout(renewalOverlap + 5*time.Second).Should(Equal(identity.RefusedReplacedCertificate))
+		Expect(time.Since(renewedAt)).To(BeNumerically(">=", renewalOverlap))
+		Expect(report(ctx, "prod-renew", renewed)).To(Succeed())
+	})
+})
+
+func poolOf(ca *pki.CA) *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	return pool
+}
+
+func clientKey(name string) client.ObjectKey { return client.ObjectKey{Name: name} }

@@ -1,0 +1,151 @@
+// Package integration is the hub's abuse suite: a real hub (hub/hubtest, the
+// same assembly as the binary) on a real API server (envtest), attacked as
+// an outside client would — anonymous floods, oversized and malformed
+// requests, idle connections, certificates that were deregistered, retired,
+// replaced or revoked — while a real spoke and a viewer keep being served.
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/imperator-federation/imperator/hub/hubtest"
+	"github.com/imperator-federation/imperator/hub/internal/config"
+	"github.com/imperator-federation/imperator/hub/internal/hubca"
+	"github.com/imperator-federation/imperator/internal/identity"
+	"github.com/imperator-federation/imperator/internal/pki"
+	"github.com/imperator-federation/imperator/test/util/harness"
+	"github.com/imperator-federation/imperator/test/util/repo"
+)
+
+func TestAbuse(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Hub trust boundary: abuse suite")
+}
+
+const (
+	hubNamespace = "imperator-system"
+	// anonymousIdle is the hub's --anonymous-connection-idle here, short so
+	// that the suite sees idle connections closed.
+	anonymousIdle = 2 * time.Second
+	// renewalOverlap is the hub's --renewal-overlap here.
+	renewalOverlap = 2 * time.Second
+	// maxAnonymous lets the 300 idle connections of the suite all open.
+	maxAnonymous = 512
+)
+
+var (
+	env        *envtest.Environment
+	hubClient  client.Client
+	hub        *hubtest.Hub
+	ca         *pki.CA
+	serverName = "127.0.0.1"
+	// apiReads counts the hub's reads of ManagedClusters and bootstrap
+	// token Secrets by name: what a Join reads.
+	apiReads atomic.Int64
+)
+
+// joinReadPath matches a GET of one ManagedCluster or one bootstrap token
+// Secret.
+var joinReadPath = regexp.MustCompile(`/managedclusters/[^/]+$|/secrets/imperator-bootstrap-token-[^/]+$`)
+
+// countingTransport counts the hub's Join-shaped reads.
+type countingTransport struct{ next http.RoundTripper }
+
+func (c countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodGet && joinReadPath.MatchString(req.URL.Path) {
+		apiReads.Add(1)
+	}
+	return c.next.RoundTrip(req)
+}
+
+var _ = BeforeSuite(func(ctx context.Context) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	root, err := repo.Root()
+	Expect(err).NotTo(HaveOccurred())
+	env = &envtest.Environment{
+		BinaryAssetsDirectory: harness.BinDir(),
+		CRDDirectoryPaths:     []string{filepath.Join(root, "deploy/hub/crd"), filepath.Join(root, "deploy/hub/crd/ocm")},
+		ErrorIfCRDPathMissing: true,
+	}
+	restConfig, err := env.Start()
+	DeferCleanup(env.Stop)
+	Expect(err).NotTo(HaveOccurred())
+	scheme, err := hubtest.Scheme()
+	Expect(err).NotTo(HaveOccurred())
+	hubClient, err = client.New(restConfig, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(hubClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hubNamespace}})).To(Succeed())
+	ca, err = hubca.LoadOrCreate(ctx, hubClient, hubNamespace, config.Default().CASecret)
+	Expect(err).NotTo(HaveOccurred())
+
+	hubConfig := rest.CopyConfig(restConfig)
+	hubConfig.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt} })
+	hub, err = hubtest.Start(hubConfig, hubtest.Options{
+		Namespace:   hubNamespace,
+		GracePeriod: 10 * time.Second,
+		Configure: func(c *config.Config) {
+			c.Limits.AnonymousIdleTimeout = anonymousIdle
+			c.Limits.MaxAnonymousConnections = maxAnonymous
+			c.RenewalOverlap = renewalOverlap
+			c.RevocationsRefresh = 200 * time.Millisecond
+		},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() error { return hub.Stop() })
+}, NodeTimeout(2*time.Minute))
+
+// dialFrom connects to the hub from the loopback address source (each
+// 127.0.0.0/8 address is a source of its own to the hub's per-source
+// limits), with cert as client certificate (nil: anonymous).
+func dialFrom(source string, cert *tls.Certificate) *grpc.ClientConn {
+	GinkgoHelper()
+	conn := dialOnce(source, cert)
+	DeferCleanup(conn.Close)
+	return conn
+}
+
+// dialOnce is dialFrom for a connection the caller closes.
+func dialOnce(source string, cert *tls.Certificate) *grpc.ClientConn {
+	GinkgoHelper()
+	cfg, err := identity.ClientTLS(ca.CertPEM, cert, serverName)
+	Expect(err).NotTo(HaveOccurred())
+	conn, err := grpc.NewClient(hub.Address(),
+		grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(source)}}
+			return d.DialContext(ctx, "tcp", addr)
+		}),
+	)
+	Expect(err).NotTo(HaveOccurred())
+	return conn
+}
+
+// sources hands out loopback source addresses, a fresh one per call, so
+// that specs do not share a per-source Join budget.
+var nextSource atomic.Int64
+
+func newSource() string {
+	n := nextSource.Add(1)
+	return fmt.Sprintf("127.0.%d.%d", 1+n/250, 1+n%250)
+}
