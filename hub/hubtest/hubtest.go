@@ -38,6 +38,9 @@ type Options struct {
 	// certificates the hub issues, and may be shorter than the hub's flag
 	// allows: specs of certificate renewal need lifetimes of seconds.
 	ClientCertValidity time.Duration
+	// Configure, when set, changes the hub's configuration last (e.g. the
+	// connection limits of an abuse suite).
+	Configure func(*config.Config)
 }
 
 // Hub is a running in-process hub.
@@ -74,6 +77,9 @@ func Start(restConfig *rest.Config, opts Options) (*Hub, error) {
 	}
 	cfg.MetricsAddr, cfg.HealthAddr = "0", "0"
 	cfg.ListenAddress = opts.Address
+	if opts.Configure != nil {
+		opts.Configure(&cfg)
+	}
 	cfg.Complete()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
