@@ -99,6 +99,8 @@ func run() error {
 			Hosts:              cfg.Webhook.Hosts,
 			MutatingWebhooks:   []string{cfg.Webhook.MutatingConfiguration},
 			ValidatingWebhooks: []string{cfg.Webhook.ValidatingConfiguration},
+			CAValidity:         cfg.Webhook.CAValidity,
+			CertValidity:       cfg.Webhook.CertValidity,
 		})
 		if err != nil {
 			return err
@@ -192,26 +194,29 @@ func run() error {
 }
 
 // registerWebhooks applies the injector's and the validator's webhook
-// configurations, pointing at the agent's Service or at --webhook-url, with
-// the CA bundle of the agent's own serving certificate.
+// configurations when the agent runs outside its cluster (--webhook-url, as
+// in the local fleet): only then is the address the API server must call
+// known at run time, and the agent runs with its operator's credentials, not
+// the ServiceAccount of deploy/spoke. In a cluster, deploy/spoke ships both
+// configurations pointing at the imperator-webhook Service, and the agent
+// only sets their CA bundle (package certs), which is all its RBAC allows.
 //
 // With --webhook-cert-manager-certificate caBundle is nil and never sent:
 // instead the configurations carry the cert-manager.io/inject-ca-from
-// annotation and cert-manager's cainjector writes the bundle. Server-side
-// apply keeps that bundle across our re-applies because it removes only the
-// fields our field manager owns and no longer sends; the cainjector's write
-// changes the value and so moves the field's ownership to the cainjector. The
-// one removal happens when an agent that ran in the default mode (whose
-// applies owned caBundle) first applies in cert-manager mode: its old bundle
-// is dropped — it is the agent's own CA, which cannot verify a certificate
-// cert-manager issued anyway — until the cainjector injects the right one.
+// annotation and cert-manager's cainjector writes the bundle (in a cluster the
+// spoke-cert-manager overlay adds that annotation). Server-side apply keeps
+// that bundle across our re-applies because it removes only the fields our
+// field manager owns and no longer sends; the cainjector's write changes the
+// value and so moves the field's ownership to the cainjector. The one removal
+// happens when an agent that ran in the default mode (whose applies owned
+// caBundle) first applies in cert-manager mode: its old bundle is dropped —
+// it is the agent's own CA, which cannot verify a certificate cert-manager
+// issued anyway — until the cainjector injects the right one.
 func registerWebhooks(ctx context.Context, c client.Client, cfg config.Config, caBundle []byte) error {
-	target := install.Target{
-		URL:              cfg.Webhook.URL,
-		ServiceNamespace: cfg.Namespace,
-		ServiceName:      cfg.Webhook.ServiceName,
-		ServicePort:      443,
+	if cfg.Webhook.URL == "" {
+		return nil
 	}
+	target := install.Target{URL: cfg.Webhook.URL}
 	injector, err := target.ClientConfig(podinjector.WebhookPath, caBundle)
 	if err != nil {
 		return err

@@ -39,7 +39,7 @@ const DefaultInterval = 3 * time.Second
 // InventoryName is the name of a cluster's ClusterInventory in its namespace.
 func InventoryName(cluster string) string { return cluster }
 
-// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=clusterinventories,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=clusterinventories,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=clusterinventories/status,verbs=get;patch
 
 // Options of a Persister.

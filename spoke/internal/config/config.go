@@ -72,6 +72,12 @@ type Webhook struct {
 	// configurations that receive the CA bundle.
 	MutatingConfiguration   string
 	ValidatingConfiguration string
+	// CAValidity and CertValidity are the lifetimes of the webhook CA and
+	// serving certificate the agent issues itself (each renewed with a third
+	// left; the CA with an overlap, see package certs). Zero: 10 years and 1
+	// year. Short ones exercise rollovers (the fault suite).
+	CAValidity   time.Duration
+	CertValidity time.Duration
 }
 
 // Reservation configures the pods that hold a machine type's capacity.
@@ -160,6 +166,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Webhook.CertDir, "webhook-cert-dir", c.Webhook.CertDir, "Directory with tls.crt and tls.key of the webhook server, used with --webhook-cert-manager-certificate.")
 	fs.StringVar(&c.Webhook.MutatingConfiguration, "mutating-webhook-configuration", c.Webhook.MutatingConfiguration, "MutatingWebhookConfiguration that gets the CA bundle.")
 	fs.StringVar(&c.Webhook.ValidatingConfiguration, "validating-webhook-configuration", c.Webhook.ValidatingConfiguration, "ValidatingWebhookConfiguration that gets the CA bundle.")
+	fs.DurationVar(&c.Webhook.CAValidity, "webhook-ca-validity", c.Webhook.CAValidity, "Lifetime of the webhook CA the agent issues (0: 10 years); it rolls over with a third left, old and new CA both trusted meanwhile.")
+	fs.DurationVar(&c.Webhook.CertValidity, "webhook-cert-validity", c.Webhook.CertValidity, "Lifetime of the webhook serving certificate the agent issues (0: 1 year); renewed with a third left.")
 	fs.StringVar(&c.Reservation.Image, "reservation-image", c.Reservation.Image, "Image of the reservation placeholder container.")
 	fs.StringVar(&c.Reservation.PriorityClassName, "reservation-priority-class", c.Reservation.PriorityClassName, "PriorityClass of reservation pods (created by the agent).")
 	fs.StringVar(&c.Hub.Address, "hub-address", c.Hub.Address, "host:port of the hub; empty runs the agent stand-alone.")
@@ -206,6 +214,12 @@ func (c *Config) Validate() error {
 		}
 	} else if msgs := validation.IsDNS1123Subdomain(c.Webhook.CertSecret); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--webhook-cert-secret %q: %s", c.Webhook.CertSecret, strings.Join(msgs, "; ")))
+	}
+	if c.Webhook.CAValidity < 0 {
+		errs = append(errs, fmt.Errorf("--webhook-ca-validity %s: must not be negative", c.Webhook.CAValidity))
+	}
+	if c.Webhook.CertValidity < 0 {
+		errs = append(errs, fmt.Errorf("--webhook-cert-validity %s: must not be negative", c.Webhook.CertValidity))
 	}
 	if c.Webhook.Port < 1 || c.Webhook.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--webhook-port %d: must be between 1 and 65535", c.Webhook.Port))

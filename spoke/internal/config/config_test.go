@@ -37,6 +37,13 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		"plain-http webhook":   {args: []string{"--webhook-url=http://127.0.0.1:9443"}, wantErrs: []string{"--webhook-url"}},
 		"bad webhook service":  {args: []string{"--webhook-service=Web_Hook"}, wantErrs: []string{"--webhook-service"}},
 		"bad cert secret":      {args: []string{"--webhook-cert-secret=Cert_Secret"}, wantErrs: []string{"--webhook-cert-secret"}},
+		"short webhook certificate lifetimes": {
+			args: []string{"--webhook-ca-validity=10m", "--webhook-cert-validity=3m"},
+		},
+		"negative webhook certificate lifetimes": {
+			args:     []string{"--webhook-ca-validity=-1m", "--webhook-cert-validity=-1s"},
+			wantErrs: []string{"--webhook-ca-validity", "--webhook-cert-validity"},
+		},
 		"cert-manager certificate": {
 			args: []string{"--webhook-cert-manager-certificate=imperator-webhook", "--webhook-cert-dir=/certs"},
 		},
