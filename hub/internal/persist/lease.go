@@ -145,7 +145,7 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 // peerOf is what an inventory and its Lease say about a cluster; the Lease
 // is live when it was renewed after started.
 func peerOf(inv *imperatorv1alpha1.ClusterInventory, lease *coordinationv1.Lease, started time.Time) store.Peer {
-	peer := store.Peer{Inventory: clusterFromInventory(inv)}
+	peer := store.Peer{Inventory: clusterFromInventory(inv), Outdated: outdatedOf(inv)}
 	if lease != nil {
 		peer.Replica, peer.RenewTime = leaseHolder(lease)
 		peer.Live = !started.IsZero() && peer.RenewTime.After(started)

@@ -10,6 +10,13 @@
 // Every replica reads them back: all of them on start (Restore), then the
 // other replicas' writes as they happen (Follower). The elected leader marks
 // Unknown the clusters whose serving replica went away with them.
+//
+// Honesty: the inventory's InventoryCurrent condition says whether its
+// status is the spoke's current inventory; followers serve the figures as
+// stale while it is False (the hub refused the spoke's last message, or the
+// API refused the write). A replica that cannot write even that condition
+// withholds the cluster's Lease, so that nobody serves its old figures as
+// live.
 package persist
 
 import (
@@ -79,6 +86,10 @@ type Persister struct {
 	// Start) touch them.
 	last   map[string]*imperatorv1alpha1.ClusterInventory
 	leases map[string]*coordinationv1.Lease
+	// withheld are the clusters whose Lease is not renewed: neither their
+	// inventory nor the condition saying it is not current could be
+	// written (see writeFailed).
+	withheld map[string]bool
 
 	// written is when each cluster's inventory was last written.
 	mu      sync.Mutex
@@ -103,6 +114,8 @@ func (p *Persister) wrote(cluster string) {
 func (p *Persister) forget(cluster string) {
 	delete(p.last, cluster)
 	delete(p.leases, cluster)
+	delete(p.withheld, cluster)
+	inventoryNotCurrent.DeleteLabelValues(cluster)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.written, cluster)
@@ -130,9 +143,10 @@ func New(c client.Client, st *store.Store, opts Options) *Persister {
 		log:      opts.Log,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
 			workqueue.TypedRateLimitingQueueConfig[item]{Name: "hub_persist"}),
-		last:    map[string]*imperatorv1alpha1.ClusterInventory{},
-		leases:  map[string]*coordinationv1.Lease{},
-		written: map[string]time.Time{},
+		last:     map[string]*imperatorv1alpha1.ClusterInventory{},
+		leases:   map[string]*coordinationv1.Lease{},
+		withheld: map[string]bool{},
+		written:  map[string]time.Time{},
 	}
 	// A change is written at once when the cluster was not written for an
 	// interval, else when the interval is over; further changes in between
@@ -290,7 +304,7 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	if err != nil || mc == nil {
 		return err
 	}
-	if c.Connected {
+	if c.Connected && !p.withheld[name] {
 		// First, so that a failing status write never lets it lapse.
 		if moved, err := p.renewLease(ctx, c, mc); err != nil || moved {
 			return err
@@ -317,6 +331,8 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	next.Status.Generation = c.Generation
 	next.Status.ObservedAt = metaTime(c.ObservedAt)
 	next.Status.Machines = machinesToAPI(c.Machines)
+	current, reason, currentMsg := currentCondition(c)
+	setCurrentCondition(next, current, reason, currentMsg)
 	// The heartbeat time alone is not worth a write; it rides along.
 	heartbeat := next.Status.LastHeartbeatTime
 	next.Status.LastHeartbeatTime = inv.Status.LastHeartbeatTime
@@ -331,10 +347,15 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	// leader marking the cluster Unknown, a replica the spoke left) makes
 	// this one read again rather than patch over it unseen.
 	if err := p.client.Status().Patch(ctx, next, client.MergeFromWithOptions(inv, client.MergeFromWithOptimisticLock{})); err != nil {
-		delete(p.last, name)
+		if apierrors.IsConflict(err) {
+			delete(p.last, name)
+		} else {
+			p.writeFailed(ctx, c, inv, err)
+		}
 		return fmt.Errorf("patching ClusterInventory %s/%s status: %w", name, InventoryName(name), err)
 	}
 	p.last[name] = next
+	p.persisted(c)
 	p.wrote(name)
 	p.log.V(2).Info("Persisted inventory", "cluster", name, "generation", c.Generation)
 	return nil
@@ -363,7 +384,7 @@ func (p *Persister) managedCluster(ctx context.Context, name string) (*clusterv1
 // renew renews the Lease of a cluster whose stream is open here.
 func (p *Persister) renew(ctx context.Context, name string) error {
 	c, ok := p.store.Get(name)
-	if !ok || !c.Connected || !p.store.Local(c) {
+	if !ok || !c.Connected || !p.store.Local(c) || p.withheld[name] {
 		return nil
 	}
 	mc, err := p.managedCluster(ctx, name)

@@ -1,0 +1,248 @@
+package persist
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clienttesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/hub/internal/capacity"
+	"github.com/imperator-federation/imperator/hub/internal/store"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
+)
+
+// failingAPI is a fake hub cluster API whose ClusterInventory status writes
+// fail with refuse when it is set: all of them, or with onlyMachines those
+// carrying Machines (as etcd refuses an object over 1.5 MiB while a small
+// patch of a condition goes through).
+type failingAPI struct {
+	client.Client
+	refuse       error
+	onlyMachines bool
+}
+
+func newFailingAPI(t *testing.T) *failingAPI {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, imperatorv1alpha1.AddToScheme, clusterv1.Install} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	api := &failingAPI{}
+	tracker := clienttesting.NewObjectTracker(scheme, serializer.NewCodecFactory(scheme).UniversalDecoder())
+	api.Client = fake.NewClientBuilder().WithScheme(scheme).WithObjectTracker(tracker).
+		WithObjects(&clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "uid-a"}}).
+		WithStatusSubresource(&imperatorv1alpha1.ClusterInventory{}, &clusterv1.ManagedCluster{}).
+		WithInterceptorFuncs(interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if _, ok := obj.(*imperatorv1alpha1.ClusterInventory); ok && api.refuse != nil {
+					data, err := patch.Data(obj)
+					if err != nil {
+						return err
+					}
+					if !api.onlyMachines || bytes.Contains(data, []byte(`"machines"`)) {
+						return api.refuse
+					}
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		}).Build()
+	return api
+}
+
+func (api *failingAPI) inventory(t *testing.T) *imperatorv1alpha1.ClusterInventory {
+	t.Helper()
+	inv := &imperatorv1alpha1.ClusterInventory{}
+	if err := api.Get(context.Background(), client.ObjectKey{Namespace: "a", Name: InventoryName("a")}, inv); err != nil {
+		t.Fatal(err)
+	}
+	return inv
+}
+
+func (api *failingAPI) leaseRenewTime(t *testing.T) time.Time {
+	t.Helper()
+	lease := &coordinationv1.Lease{}
+	if err := api.Get(context.Background(), client.ObjectKey{Namespace: "a", Name: LeaseName}, lease); err != nil {
+		t.Fatal(err)
+	}
+	_, renewed := leaseHolder(lease)
+	return renewed
+}
+
+func gpuMachine(available int32) *federationv1.Machine {
+	return &federationv1.Machine{Name: "gpu", Group: "g", Types: []*federationv1.MachineType{{
+		Name: "t", Cpu: "4", Memory: "16Gi", Available: available,
+		Usage: &federationv1.Usage{Maximum: available, Reserved: available},
+	}}}
+}
+
+// follower is another hub replica's view of cluster a after reading inv and
+// the Lease from api.
+func follower(t *testing.T, api *failingAPI, clk *clocktesting.FakePassiveClock, started time.Time) *store.Cluster {
+	t.Helper()
+	other := store.New(clk, 40*time.Second)
+	other.SetReplica("hub-b")
+	lease := &coordinationv1.Lease{}
+	if err := api.Get(context.Background(), client.ObjectKey{Namespace: "a", Name: LeaseName}, lease); err != nil {
+		t.Fatal(err)
+	}
+	other.Observe("a", peerOf(api.inventory(t), lease, started))
+	c, _ := other.Get("a")
+	return c
+}
+
+// An inventory the hub cluster's API refuses to store (too large for etcd)
+// is reported on the ClusterInventory and in a metric, and the other
+// replicas serve the older figures they read as stale, not as live, until a
+// write goes through again.
+func TestInventoryTheAPIRefusesIsNotServedAsLiveByOtherReplicas(t *testing.T) {
+	ctx := context.Background()
+	api := newFailingAPI(t)
+	start := time.Unix(10_000, 0)
+	clk := clocktesting.NewFakePassiveClock(start)
+	st := store.New(clk, 40*time.Second)
+	st.SetReplica("hub-a")
+	p := New(api, st, Options{Log: logr.Discard()})
+
+	st.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 1})
+	st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{gpuMachine(2)}})
+	if err := p.sync(ctx, "a"); err != nil {
+		t.Fatalf("first sync: %v", err)
+	}
+	started := start.Add(-time.Minute)
+	if c := follower(t, api, clk, started); capacity.StateOf(c) != queryv1.ClusterState_CLUSTER_STATE_AVAILABLE {
+		t.Fatalf("before any failure another replica sees %v (outdated %q), want AVAILABLE", capacity.StateOf(c), c.Outdated)
+	}
+
+	api.refuse, api.onlyMachines = apierrors.NewRequestEntityTooLargeError("limit is 3145728"), true
+	failuresBefore := testutil.ToFloat64(persistFailures.WithLabelValues("RequestEntityTooLarge"))
+	st.ApplyDelta("a", 1, &federationv1.Delta{Generation: 2, Upserts: []*federationv1.Machine{gpuMachine(5)}})
+	if err := p.sync(ctx, "a"); err == nil {
+		t.Fatal("sync of an inventory the API refuses returned no error")
+	}
+	inv := api.inventory(t)
+	cond := meta.FindStatusCondition(inv.Status.Conditions, ConditionInventoryCurrent)
+	if inv.Status.Generation != 1 || cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != ReasonPersistFailed {
+		t.Errorf("after the refused write: generation %d, condition %+v; want generation 1 and %s False/%s", inv.Status.Generation, cond, ConditionInventoryCurrent, ReasonPersistFailed)
+	}
+	if got := testutil.ToFloat64(persistFailures.WithLabelValues("RequestEntityTooLarge")) - failuresBefore; got != 1 {
+		t.Errorf("persist failures counted: %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(inventoryNotCurrent.WithLabelValues("a")); got != 1 {
+		t.Errorf("not-current gauge of cluster a = %v, want 1", got)
+	}
+	c := follower(t, api, clk, started)
+	if capacity.StateOf(c) != queryv1.ClusterState_CLUSTER_STATE_STALE || !c.Stale() {
+		t.Errorf("another replica serves the unpersisted cluster as %v (outdated %q), want STALE", capacity.StateOf(c), c.Outdated)
+	}
+
+	api.refuse = nil
+	if err := p.sync(ctx, "a"); err != nil {
+		t.Fatalf("sync once the API accepts the write: %v", err)
+	}
+	if c := follower(t, api, clk, started); capacity.StateOf(c) != queryv1.ClusterState_CLUSTER_STATE_AVAILABLE || c.Generation != 2 {
+		t.Errorf("after a good write another replica sees generation %d as %v, want 2 AVAILABLE", c.Generation, capacity.StateOf(c))
+	}
+}
+
+// When not even the condition can be written, the serving replica stops
+// renewing the cluster's Lease: the other replicas see the cluster go silent
+// instead of serving figures nobody could update. It renews again once a
+// write goes through.
+func TestLeaseIsWithheldWhileNothingCanBeWritten(t *testing.T) {
+	ctx := context.Background()
+	api := newFailingAPI(t)
+	start := time.Unix(10_000, 0)
+	clk := clocktesting.NewFakePassiveClock(start)
+	st := store.New(clk, 40*time.Second)
+	st.SetReplica("hub-a")
+	p := New(api, st, Options{Log: logr.Discard()})
+
+	st.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 1})
+	st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{gpuMachine(2)}})
+	if err := p.sync(ctx, "a"); err != nil {
+		t.Fatalf("first sync: %v", err)
+	}
+
+	api.refuse = apierrors.NewInternalError(context.DeadlineExceeded)
+	clk.SetTime(start.Add(10 * time.Second))
+	st.ApplyDelta("a", 1, &federationv1.Delta{Generation: 2, Upserts: []*federationv1.Machine{gpuMachine(5)}})
+	if err := p.sync(ctx, "a"); err == nil {
+		t.Fatal("sync returned no error while every status write fails")
+	}
+	// That sync renewed the Lease before the write failed; no renewal after.
+	lastRenewal := api.leaseRenewTime(t)
+	clk.SetTime(start.Add(20 * time.Second))
+	st.Heartbeat("a", 1, &federationv1.Heartbeat{Generation: 2})
+	if err := p.renew(ctx, "a"); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	if err := p.sync(ctx, "a"); err == nil {
+		t.Fatal("sync returned no error while every status write fails")
+	}
+	if got := api.leaseRenewTime(t); !got.Equal(lastRenewal) {
+		t.Errorf("Lease renewed at %v while nothing could be written, want it left at %v", got, lastRenewal)
+	}
+
+	api.refuse = nil
+	if err := p.sync(ctx, "a"); err != nil {
+		t.Fatalf("sync once the API works: %v", err)
+	}
+	if err := p.renew(ctx, "a"); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	if got, want := api.leaseRenewTime(t), start.Add(20*time.Second); !got.Equal(want) {
+		t.Errorf("Lease renewed at %v after the API recovered, want %v", got, want)
+	}
+}
+
+// A Snapshot the hub refused leaves the last good inventory in the API,
+// marked not current, so that other replicas do not serve it as live.
+func TestRefusedSpokeInventoryIsMarkedNotCurrent(t *testing.T) {
+	ctx := context.Background()
+	api := newFailingAPI(t)
+	start := time.Unix(10_000, 0)
+	clk := clocktesting.NewFakePassiveClock(start)
+	st := store.New(clk, 40*time.Second)
+	st.SetReplica("hub-a")
+	p := New(api, st, Options{Log: logr.Discard()})
+
+	st.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 1})
+	st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{gpuMachine(2)}})
+	bad := gpuMachine(3)
+	bad.Types[0].Usage.Used = -1
+	if res := st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 2, Machines: []*federationv1.Machine{bad}}); res.Refused == nil {
+		t.Fatalf("a negative count was not refused: %+v", res)
+	}
+	if err := p.sync(ctx, "a"); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	inv := api.inventory(t)
+	cond := meta.FindStatusCondition(inv.Status.Conditions, ConditionInventoryCurrent)
+	if inv.Status.Generation != 1 || cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != ReasonInventoryRefused {
+		t.Errorf("inventory generation %d, condition %+v; want the last good generation 1 and %s False/%s", inv.Status.Generation, cond, ConditionInventoryCurrent, ReasonInventoryRefused)
+	}
+	if c := follower(t, api, clk, start.Add(-time.Minute)); capacity.StateOf(c) != queryv1.ClusterState_CLUSTER_STATE_STALE {
+		t.Errorf("another replica serves the refused cluster as %v, want STALE", capacity.StateOf(c))
+	}
+}
