@@ -63,6 +63,12 @@ func testUID(cluster string) string { return "uid-" + cluster }
 
 func startTestHub(tb testing.TB) *testHub {
 	tb.Helper()
+	return startTestHubWith(tb, nil)
+}
+
+// startTestHubWith is startTestHub with configure changing the options.
+func startTestHubWith(tb testing.TB, configure func(*Options)) *testHub {
+	tb.Helper()
 	ca, err := pki.NewCA("test-ca", time.Hour)
 	if err != nil {
 		tb.Fatal(err)
@@ -87,7 +93,7 @@ func startTestHub(tb testing.TB) *testHub {
 		tb.Fatal(err)
 	}
 	h.addr = lis.Addr().String()
-	srv, err := New(Options{
+	opts := Options{
 		Listener: lis,
 		TLS:      identity.ServerTLS(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &serving, nil }, pool),
 		Store:    h.store,
@@ -109,7 +115,11 @@ func startTestHub(tb testing.TB) *testHub {
 		},
 		Metrics: metrics,
 		Log:     logr.Discard(),
-	})
+	}
+	if configure != nil {
+		configure(&opts)
+	}
+	srv, err := New(opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
