@@ -3,6 +3,7 @@ package capacity
 import (
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -126,4 +127,22 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// A cluster whose last inventory the hub refused (or could not persist)
+// offers no capacity and counts in no fleet total: its figures are older
+// than the cluster's.
+func TestOutdatedClusterIsStale(t *testing.T) {
+	w := makeCluster("a").Machine("gpu", "g", makeType("xlarge").Usage(4, 0, 0).Obj())
+	w.Outdated = "the hub refused the spoke's Snapshot: snapshot.machines: Too many"
+	c := w.Obj()
+	resp := Find([]*store.Cluster{c}, Request{Type: "xlarge", Count: 1}, now)
+	if len(resp.Candidates) != 0 || len(resp.Excluded) != 1 || resp.Excluded[0].Reason != queryv1.ExclusionReason_EXCLUSION_REASON_STALE ||
+		!strings.Contains(resp.Excluded[0].Message, w.Outdated) {
+		t.Errorf("FindCapacity = %v, want cluster a excluded as stale saying why", resp)
+	}
+	usage := Usage([]*store.Cluster{c}, nil)
+	if len(usage.Fleet) != 0 || usage.Clusters[0].State != queryv1.ClusterState_CLUSTER_STATE_STALE {
+		t.Errorf("GetUsage = %v, want cluster a STALE and out of the fleet totals", usage)
+	}
 }

@@ -269,3 +269,21 @@ func TestValidateHello(t *testing.T) {
 		t.Errorf("problems (-want +got):\n%s", diff)
 	}
 }
+
+// Checking the largest Snapshot the caps allow (10,000 Machines) costs the
+// stream's goroutine, outside the store's lock:
+//
+//	go test -run '^$' -bench BenchmarkValidateSnapshot ./hub/internal/ingest/
+func BenchmarkValidateSnapshot(b *testing.B) {
+	machines := make([]*federationv1.Machine, DefaultMaxMachines)
+	for i := range machines {
+		machines[i] = makeMachine(fmt.Sprintf("m%05d", i)).Obj()
+	}
+	snap := &federationv1.Snapshot{Generation: 1, Machines: machines}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := ValidateSnapshot(snap, DefaultLimits()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

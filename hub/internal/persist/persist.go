@@ -286,6 +286,8 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 		// away and the spoke with it, the leader says so.
 		delete(p.last, name)
 		delete(p.leases, name)
+		delete(p.withheld, name)
+		inventoryNotCurrent.DeleteLabelValues(name)
 		if c.State == store.StateUnknown && p.leader() {
 			return p.markUnknown(ctx, c)
 		}

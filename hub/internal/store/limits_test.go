@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -162,5 +163,58 @@ func TestDeltasCannotGrowTypesPastTheCap(t *testing.T) {
 	res := s.ApplyDelta("a", 1, delta(2, []*federationv1.Machine{machine("m4", 1)}))
 	if diff := cmp.Diff(&refusal{Reason: "FieldValueInvalid", Field: "delta.machines.types"}, refusalOf(t, res.Refused)); diff != "" {
 		t.Errorf("refusal (-want +got):\n%s", diff)
+	}
+}
+
+// Deltas merged outside the lock never lose a concurrent change of the
+// Machines they were built from: a second writer replacing the Machines
+// (a newer stream's Snapshot) between merge and swap makes the Delta merge
+// again or give way, and readers always see a sorted, duplicate-free list.
+func TestDeltaMergeRacesSnapshots(t *testing.T) {
+	s := New(clocktesting.NewFakePassiveClock(time.Unix(1000, 0)), 0)
+	s.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 1})
+	s.ApplySnapshot("a", 1, snapshot(1, machines(200)...))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for gen := uint64(2); gen < 400; gen++ {
+			s.ApplyDelta("a", 1, delta(gen, []*federationv1.Machine{machine(fmt.Sprintf("m%05d", gen%200), int32(gen))}))
+		}
+	}()
+	for gen := uint64(1000); gen < 1050; gen++ {
+		s.ApplySnapshot("a", 1, snapshot(gen, machines(200)...))
+		c, _ := s.Get("a")
+		for i := 1; i < len(c.Machines); i++ {
+			if c.Machines[i-1].GetName() >= c.Machines[i].GetName() {
+				t.Fatalf("Machines out of order or duplicated at %d: %s, %s", i, c.Machines[i-1].GetName(), c.Machines[i].GetName())
+			}
+		}
+	}
+	<-done
+	c, _ := s.Get("a")
+	if len(c.Machines) != 200 {
+		t.Errorf("%d Machines after the race, want 200", len(c.Machines))
+	}
+}
+
+func TestSameMachines(t *testing.T) {
+	a := machines(3)
+	cases := map[string]struct {
+		x, y []*federationv1.Machine
+		want bool
+	}{
+		"the same slice":          {a, a, true},
+		"both empty":              {nil, []*federationv1.Machine{}, true},
+		"a copy":                  {a, slices.Clone(a), false},
+		"a shorter view":          {a, a[:2], false},
+		"one empty, one not":      {nil, a, false},
+		"same start, other array": {a[:1], machines(1), false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := sameMachines(tc.x, tc.y); got != tc.want {
+				t.Errorf("sameMachines = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
