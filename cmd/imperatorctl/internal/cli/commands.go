@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -176,8 +178,16 @@ func usageCommand(fs *flag.FlagSet) subcommand {
 	}
 }
 
+// reopenAfter is how long a Watch stream must have worked for its loss to
+// be taken for the hub recycling the connection (its --max-connection-age)
+// rather than the hub being unreachable.
+const reopenAfter = 5 * time.Second
+
 // watch streams cluster events; table output prints the header once and
-// rows as events arrive, json/yaml print each event.
+// rows as events arrive, json/yaml print each event. The hub recycles
+// connections every half hour or so: a stream that was working and ends
+// Unavailable is opened again (the hub resends the current state); one that
+// fails at once ends the watch with "hub unreachable".
 func (c *command) watch(rows func(*table, *queryv1.ClusterEvent), columns []column, only ...string) error {
 	var clusters []string
 	for _, o := range only {
@@ -185,31 +195,39 @@ func (c *command) watch(rows func(*table, *queryv1.ClusterEvent), columns []colu
 			clusters = append(clusters, o)
 		}
 	}
-	stream, err := c.client.Watch(c.ctx, &queryv1.WatchRequest{Clusters: clusters})
-	if err != nil {
-		return c.callError(err)
-	}
 	header := true
 	for {
-		ev, err := stream.Recv()
+		opened := time.Now()
+		stream, err := c.client.Watch(c.ctx, &queryv1.WatchRequest{Clusters: clusters})
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
 			return c.callError(err)
 		}
-		if c.printer.structured() {
-			if err := c.printer.message(ev); err != nil {
+		received := false
+		for {
+			ev, err := stream.Recv()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				if status.Code(err) == codes.Unavailable && c.ctx.Err() == nil && (received || time.Since(opened) >= reopenAfter) {
+					break
+				}
+				return c.callError(err)
+			}
+			received = true
+			if c.printer.structured() {
+				if err := c.printer.message(ev); err != nil {
+					return err
+				}
+				continue
+			}
+			t := &table{columns: columns}
+			rows(t, ev)
+			if err := c.printer.table(t, header); err != nil {
 				return err
 			}
-			continue
+			header = false
 		}
-		t := &table{columns: columns}
-		rows(t, ev)
-		if err := c.printer.table(t, header); err != nil {
-			return err
-		}
-		header = false
 	}
 }
 
