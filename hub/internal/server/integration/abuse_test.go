@@ -322,6 +322,28 @@ var _ = Describe("Anonymous callers", func() {
 	})
 })
 
+var _ = Describe("Spoke connections", func() {
+	It("are recycled after MaxConnectionAge, so that a renewed certificate gets used, and the spoke reports again at once", func(ctx SpecContext) {
+		cert := joinedSpoke(ctx, "prod-aged")
+		streamCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		stream, err := federationv1.NewFederationClient(dialFrom(newSource(), cert)).Report(streamCtx)
+		Expect(err).NotTo(HaveOccurred())
+		opened := time.Now()
+		Expect(stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{ClusterName: "prod-aged", AgentVersion: "abuse", Epoch: 1}}})).To(Succeed())
+		Expect(stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Snapshot{Snapshot: &federationv1.Snapshot{Generation: 1}}})).To(Succeed())
+		var recvErr error
+		for recvErr == nil {
+			_, recvErr = stream.Recv()
+		}
+		lived := time.Since(opened)
+		GinkgoWriter.Printf("Report stream ended after %s (max age %s + grace %s): %v\n", lived.Round(100*time.Millisecond), connectionAge, connectionAgeGrace, recvErr)
+		Expect(status.Code(recvErr)).To(Equal(codes.Unavailable), "%v", recvErr)
+		Expect(lived).To(BeNumerically("<", connectionAge*11/10+connectionAgeGrace+2*time.Second))
+		Expect(report(ctx, "prod-aged", cert)).To(Succeed())
+	})
+})
+
 var _ = Describe("Certificates", func() {
 	It("of a deregistered spoke read nothing from the query API", func(ctx SpecContext) {
 		cert := joinedSpoke(ctx, "prod-gone")

@@ -52,6 +52,10 @@ const (
 	renewalOverlap = 2 * time.Second
 	// maxAnonymous lets the 300 idle connections of the suite all open.
 	maxAnonymous = 512
+	// connectionAge and connectionAgeGrace are the hub's
+	// --max-connection-age and --max-connection-age-grace here.
+	connectionAge      = 3 * time.Second
+	connectionAgeGrace = time.Second
 )
 
 var (
@@ -109,6 +113,8 @@ var _ = BeforeSuite(func(ctx context.Context) {
 			c.Limits.MaxAnonymousConnections = maxAnonymous
 			c.RenewalOverlap = renewalOverlap
 			c.RevocationsRefresh = 200 * time.Millisecond
+			c.Limits.MaxConnectionAge = connectionAge
+			c.Limits.MaxConnectionAgeGrace = connectionAgeGrace
 		},
 	})
 	Expect(err).NotTo(HaveOccurred())
