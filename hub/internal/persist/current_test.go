@@ -246,3 +246,34 @@ func TestRefusedSpokeInventoryIsMarkedNotCurrent(t *testing.T) {
 		t.Errorf("another replica serves the refused cluster as %v, want STALE", capacity.StateOf(c))
 	}
 }
+
+// An agent restarted (a new epoch) whose first Snapshot the hub refuses has
+// no Snapshot of its epoch applied; its refusal must still be persisted.
+func TestRefusedFirstSnapshotOfANewEpochIsMarkedNotCurrent(t *testing.T) {
+	ctx := context.Background()
+	api := newFailingAPI(t)
+	start := time.Unix(10_000, 0)
+	clk := clocktesting.NewFakePassiveClock(start)
+	st := store.New(clk, 40*time.Second)
+	st.SetReplica("hub-a")
+	p := New(api, st, Options{Log: logr.Discard()})
+
+	st.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 1})
+	st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{gpuMachine(2)}})
+	if err := p.sync(ctx, "a"); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	st.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 2})
+	bad := gpuMachine(3)
+	bad.Types[0].Name = "Not_A_Type"
+	if res := st.ApplySnapshot("a", 2, &federationv1.Snapshot{Generation: 1, Machines: []*federationv1.Machine{bad}}); res.Refused == nil {
+		t.Fatalf("an invalid type name was not refused: %+v", res)
+	}
+	if err := p.sync(ctx, "a"); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	cond := meta.FindStatusCondition(api.inventory(t).Status.Conditions, ConditionInventoryCurrent)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != ReasonInventoryRefused {
+		t.Errorf("condition %+v, want %s False/%s", cond, ConditionInventoryCurrent, ReasonInventoryRefused)
+	}
+}

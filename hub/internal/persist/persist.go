@@ -317,9 +317,11 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	if _, err := registry.SetAvailable(ctx, p.client, name, available, msg); err != nil {
 		return err
 	}
-	if available && !c.Synced() {
+	if available && !c.Synced() && c.Outdated == "" {
 		// Hello without its Snapshot yet: the Snapshot, a moment later,
-		// is worth the write (and the interval's wait after it).
+		// is worth the write (and the interval's wait after it). Unless
+		// the hub refused it: then the others must learn at once that the
+		// figures persisted are not current.
 		return nil
 	}
 	inv, err := p.inventory(ctx, mc)
