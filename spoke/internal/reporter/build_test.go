@@ -3,6 +3,7 @@ package reporter
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"math/big"
 	"testing"
 	"time"
 
@@ -152,6 +153,29 @@ func TestRenewalIsDueAfterTwoThirdsOfTheLifeSinceTheAgentObtainedTheCertificate(
 			c := &credential{cert: &tls.Certificate{Leaf: leaf}, obtained: tc.obtained}
 			if got := c.renewalTime(); !got.Equal(tc.want) {
 				t.Errorf("renewalTime() = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestObtainedAtIsReadOnlyForTheCertificateItWasWrittenFor(t *testing.T) {
+	at := time.Date(2026, 11, 23, 12, 0, 0, 123, time.UTC)
+	mine := &x509.Certificate{SerialNumber: big.NewInt(0xabc)}
+	other := &x509.Certificate{SerialNumber: big.NewInt(0xdef)}
+	cases := map[string]struct {
+		value string
+		want  time.Time
+	}{
+		"written for this certificate":         {value: obtainedAtValue(at, mine), want: at},
+		"written for another certificate":      {value: obtainedAtValue(at, other)},
+		"no annotation":                        {value: ""},
+		"time without serial (edited by hand)": {value: at.Format(time.RFC3339Nano)},
+		"unreadable time for this certificate": {value: "yesterday for serial abc"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := obtainedAt(tc.value, mine); !got.Equal(tc.want) {
+				t.Errorf("obtainedAt(%q) = %s, want %s", tc.value, got, tc.want)
 			}
 		})
 	}

@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -30,7 +32,9 @@ const joinTimeout = 30 * time.Second
 // Keys of the credentials Secret besides tls.crt, tls.key and ca.crt:
 // the key and CSR of a Join or Renew under way, stored before the call and
 // sent again on every retry until a certificate for them is stored, and the
-// annotation saying when the agent obtained the stored certificate.
+// annotation saying when the agent obtained the stored certificate, as
+// "<RFC 3339 time> for serial <hex serial>" so that it is not taken for the
+// time of another certificate someone stored in its place.
 const (
 	pendingKeyKey        = "pending.key"
 	pendingCSRKey        = "pending.csr"
@@ -165,13 +169,16 @@ func notAfter(cert *tls.Certificate) time.Time {
 func (r *Reporter) renewer(ctx context.Context) {
 	failures := 0
 	var lastRenewal time.Time
+	// refused is set when the hub refused the certificate for good: only
+	// joining again (the session's work) replaces it.
+	refused := false
 	for {
 		cur := r.currentCredential()
 		var (
 			due   <-chan time.Time
 			timer *time.Timer
 		)
-		if cur != nil && time.Now().Before(cur.cert.Leaf.NotAfter) {
+		if cur != nil && !refused && time.Now().Before(cur.cert.Leaf.NotAfter) {
 			wait := time.Until(cur.renewalTime())
 			if failures > 0 {
 				backoff := min(r.opts.InitialBackoff<<min(failures-1, 20), r.opts.MaxBackoff)
@@ -185,7 +192,7 @@ func (r *Reporter) renewer(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-r.certChanged:
-			failures = 0
+			failures, refused = 0, false
 		case <-due:
 			fired = true
 		}
@@ -202,6 +209,9 @@ func (r *Reporter) renewer(ctx context.Context) {
 		switch {
 		case ctx.Err() != nil:
 			return
+		case err != nil && refusedForGood(err):
+			refused = true
+			r.log.Error(err, "The hub refused to renew the client certificate; waiting for the agent to join again", "notAfter", notAfter(cur.cert))
 		case err != nil:
 			failures++
 			r.log.Error(err, "Renewing the hub client certificate failed; retrying while it is valid", "notAfter", notAfter(cur.cert), "failures", failures)
@@ -210,6 +220,13 @@ func (r *Reporter) renewer(ctx context.Context) {
 			lastRenewal = time.Now()
 		}
 	}
+}
+
+// refusedForGood reports whether err is the hub's refusal of a certificate
+// that belongs to no current registration (joinAgainAfter).
+func refusedForGood(err error) bool {
+	reason, ok := hubRefusal(err)
+	return ok && joinAgainAfter(reason)
 }
 
 // renew exchanges cur and a CSR for a new certificate, stores both and
@@ -268,8 +285,25 @@ func (r *Reporter) usableCertificate(secret *corev1.Secret) (*credential, string
 		return nil, "unusable key pair: " + err.Error()
 	}
 	pair.Leaf = cert
-	obtained, _ := time.Parse(time.RFC3339Nano, secret.Annotations[obtainedAtAnnotation])
-	return &credential{cert: &pair, obtained: obtained}, ""
+	return &credential{cert: &pair, obtained: obtainedAt(secret.Annotations[obtainedAtAnnotation], cert)}, ""
+}
+
+// obtainedAtValue is the obtained-at annotation of cert obtained at t.
+func obtainedAtValue(t time.Time, cert *x509.Certificate) string {
+	return t.UTC().Format(time.RFC3339Nano) + " for serial " + cert.SerialNumber.Text(16)
+}
+
+// obtainedAt reads an obtained-at annotation: zero unless it is of cert.
+func obtainedAt(value string, cert *x509.Certificate) time.Time {
+	at, serial, ok := strings.Cut(value, " for serial ")
+	if !ok || serial != cert.SerialNumber.Text(16) {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 // join exchanges the bootstrap token and the pending CSR for a certificate
@@ -384,7 +418,7 @@ func (r *Reporter) storeCredentials(ctx context.Context, key client.ObjectKey, c
 		if secret.CreationTimestamp.IsZero() {
 			secret.Type = corev1.SecretTypeTLS // immutable once created
 		}
-		metav1.SetMetaDataAnnotation(&secret.ObjectMeta, obtainedAtAnnotation, obtained.UTC().Format(time.RFC3339Nano))
+		metav1.SetMetaDataAnnotation(&secret.ObjectMeta, obtainedAtAnnotation, obtainedAtValue(obtained, pair.Leaf))
 		secret.Data = map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, "ca.crt": caPEM}
 		return nil
 	}); err != nil {

@@ -2,16 +2,8 @@ package integration
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net/url"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -375,6 +367,8 @@ var _ = Describe("Federation", Ordered, func() {
 		Expect(status.Code(err)).To(Equal(codes.PermissionDenied), "error: %v", err)
 		Expect(err.Error()).To(ContainSubstring("already registered"))
 
+		alpha := spokes["alpha"]
+		before := storedCertificate(ctx, Default, alpha)
 		bound, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "alpha")
 		Expect(err).NotTo(HaveOccurred())
 		resp, err := dialHub(nil).Join(ctx, joinRequest("alpha", bound))
@@ -382,6 +376,19 @@ var _ = Describe("Federation", Ordered, func() {
 		cert, err := pki.ParseCertificate(resp.GetCertificate())
 		Expect(err).NotTo(HaveOccurred())
 		Expect(cert.Subject.CommonName).To(Equal("alpha"))
+
+		// The re-join retired the certificates issued before it, the agent's
+		// among them: given a new token bound to its name, the agent joins
+		// again by itself.
+		again, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "alpha")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(alpha.writeToken(again)).To(Succeed())
+		registration := registrationOf(ctx, "alpha")
+		Eventually(func(g Gomega) {
+			g.Expect(storedCertificate(ctx, g, alpha)).NotTo(Equal(before))
+			reportsAgainUnder(ctx, g, alpha, registration)
+		}).WithTimeout(15 * time.Second).Should(Succeed())
+		Expect(tokenUsedBy(ctx, Default, again)).To(Equal("alpha"))
 	})
 
 	It("refuses an expired token", func(ctx SpecContext) {
@@ -440,34 +447,22 @@ var _ = Describe("Federation", Ordered, func() {
 		}).WithTimeout(10 * time.Second).Should(Succeed())
 	})
 
-	It("renews a certificate nearing its expiry without a token", func(ctx SpecContext) {
+	It("renews at start a stored certificate past two thirds of its life, without a token", func(ctx SpecContext) {
 		beta := spokes["beta"]
 		Expect(beta.stopReporter()).To(Succeed())
-		// A certificate of the hub CA for beta's registration with 2 of its
-		// 12 hours left.
-		var caSecret corev1.Secret
-		Expect(hubServer.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: "imperator-hub-ca"}, &caSecret)).To(Succeed())
-		ca, err := pki.LoadCA(caSecret.Data[corev1.TLSCertKey], caSecret.Data[corev1.TLSPrivateKeyKey])
+		// A certificate the hub issued to beta with 12 seconds of life: its
+		// life counted from its NotBefore (the Secret does not say when the
+		// agent obtained it), two thirds of it are long gone.
+		restartHub(hubtest.Options{ClientCertValidity: 12 * time.Second})
+		csr, keyPEM, err := pki.NewCSR("beta")
 		Expect(err).NotTo(HaveOccurred())
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		resp, err := dialHub(spokeCertificate(ctx, beta)).Renew(ctx, &federationv1.RenewRequest{Csr: csr})
 		Expect(err).NotTo(HaveOccurred())
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(time.Now().UnixNano()),
-			Subject:      pkix.Name{CommonName: "beta", Organization: []string{identity.SpokeOrganization}},
-			URIs:         []*url.URL{identity.RegistrationURI("beta", registrationOf(ctx, "beta"))},
-			NotBefore:    time.Now().Add(-10 * time.Hour),
-			NotAfter:     time.Now().Add(2 * time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
-		Expect(err).NotTo(HaveOccurred())
-		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-		Expect(err).NotTo(HaveOccurred())
+		restartHub(hubtest.Options{})
 		var secret corev1.Secret
 		Expect(beta.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: credentialsSecret}, &secret)).To(Succeed())
-		secret.Data[corev1.TLSCertKey] = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-		secret.Data[corev1.TLSPrivateKeyKey] = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+		secret.Data[corev1.TLSCertKey] = resp.GetCertificate()
+		secret.Data[corev1.TLSPrivateKeyKey] = keyPEM
 		Expect(beta.client.Update(ctx, &secret)).To(Succeed())
 
 		beta.token = ""
