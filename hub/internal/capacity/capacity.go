@@ -238,35 +238,43 @@ func rowOfUsage(u *queryv1.TypeUsage) typeRow {
 	}
 }
 
-func compareRows(a, b *typeRow) int {
-	if a.group != b.group {
-		return strings.Compare(a.group, b.group)
-	}
-	return strings.Compare(a.typ, b.typ)
-}
-
 // sumRows sums the rows of each (group, type) and returns them sorted by
-// group and type, saturated into int32. One sort (of pointers: rows are
-// large) gives both the grouping and the order, in O(n log n) for n rows,
-// with no per-entry lookups.
+// group and type, saturated into int32. One sort gives both the grouping
+// and the order, in O(n log n) for n rows, with no per-entry lookups: groups
+// are few, so they are ranked first and rows compare by rank, then by type
+// name.
 func sumRows(rows []typeRow) []*queryv1.TypeUsage {
 	if len(rows) == 0 {
 		return nil
 	}
-	sorted := make([]*typeRow, len(rows))
-	for i := range rows {
-		sorted[i] = &rows[i]
+	rank := groupRanks(rows)
+	type sortKey struct {
+		rank int
+		typ  string
+		row  *typeRow
 	}
-	slices.SortFunc(sorted, compareRows)
+	keys := make([]sortKey, len(rows))
+	last, lastRank := rows[0].group, rank[rows[0].group]
+	for i := range rows {
+		r := &rows[i]
+		if r.group != last {
+			last, lastRank = r.group, rank[r.group]
+		}
+		keys[i] = sortKey{rank: lastRank, typ: r.typ, row: r}
+	}
+	slices.SortFunc(keys, func(a, b sortKey) int {
+		if a.rank != b.rank {
+			return cmp.Compare(a.rank, b.rank)
+		}
+		return strings.Compare(a.typ, b.typ)
+	})
 	out := make([]*queryv1.TypeUsage, 0, len(rows))
-	// One allocation for every message: a cluster may have tens of
-	// thousands of types.
 	backing := make([]queryv1.TypeUsage, len(rows))
-	for i := 0; i < len(sorted); {
-		sum := *sorted[i]
+	for i := 0; i < len(keys); {
+		sum := *keys[i].row
 		j := i + 1
-		for ; j < len(sorted) && compareRows(sorted[i], sorted[j]) == 0; j++ {
-			r := sorted[j]
+		for ; j < len(keys) && keys[j].rank == keys[i].rank && keys[j].typ == keys[i].typ; j++ {
+			r := keys[j].row
 			sum.maximum += r.maximum
 			sum.reserved += r.reserved
 			sum.used += r.used
@@ -274,13 +282,95 @@ func sumRows(rows []typeRow) []*queryv1.TypeUsage {
 			sum.free += r.free
 		}
 		u := &backing[len(out)]
-		u.Group, u.Type = sum.group, sum.typ
-		u.Maximum, u.Reserved, u.Used = saturate(sum.maximum), saturate(sum.reserved), saturate(sum.used)
-		u.Waiting, u.Free = saturate(sum.waiting), saturate(sum.free)
+		sum.fill(u)
 		out = append(out, u)
 		i = j
 	}
 	return out
+}
+
+func compareRows(a, b typeRow) int {
+	return cmp.Or(strings.Compare(a.group, b.group), strings.Compare(a.typ, b.typ))
+}
+
+// mergeRows merges two lists sorted by group and type, with one row per
+// key, summing the rows of a key both hold.
+func mergeRows(a, b []typeRow) []typeRow {
+	out := make([]typeRow, 0, max(len(a), len(b)))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch c := compareRows(a[i], b[j]); {
+		case c < 0:
+			out = append(out, a[i])
+			i++
+		case c > 0:
+			out = append(out, b[j])
+			j++
+		default:
+			sum := a[i]
+			sum.maximum += b[j].maximum
+			sum.reserved += b[j].reserved
+			sum.used += b[j].used
+			sum.waiting += b[j].waiting
+			sum.free += b[j].free
+			out = append(out, sum)
+			i++
+			j++
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}
+
+// rowsOfUsage is the rows of a summed list.
+func rowsOfUsage(list []*queryv1.TypeUsage) []typeRow {
+	rows := make([]typeRow, len(list))
+	for i, u := range list {
+		rows[i] = rowOfUsage(u)
+	}
+	return rows
+}
+
+// usageOfRows turns rows with one row per key into TypeUsages, saturated
+// into int32, with one allocation for all of them: a cluster may have tens
+// of thousands of types.
+func usageOfRows(rows []typeRow) []*queryv1.TypeUsage {
+	out := make([]*queryv1.TypeUsage, len(rows))
+	backing := make([]queryv1.TypeUsage, len(rows))
+	for i := range rows {
+		rows[i].fill(&backing[i])
+		out[i] = &backing[i]
+	}
+	return out
+}
+
+// fill sets u to the row's figures, saturated into int32.
+func (r *typeRow) fill(u *queryv1.TypeUsage) {
+	u.Group, u.Type = r.group, r.typ
+	u.Maximum, u.Reserved, u.Used = saturate(r.maximum), saturate(r.reserved), saturate(r.used)
+	u.Waiting, u.Free = saturate(r.waiting), saturate(r.free)
+}
+
+// groupRanks numbers the distinct groups of rows in name order.
+func groupRanks(rows []typeRow) map[string]int {
+	rank := map[string]int{}
+	last := ""
+	for i, r := range rows {
+		if i > 0 && r.group == last {
+			continue
+		}
+		last = r.group
+		rank[r.group] = 0
+	}
+	groups := make([]string, 0, len(rank))
+	for g := range rank {
+		groups = append(groups, g)
+	}
+	slices.Sort(groups)
+	for i, g := range groups {
+		rank[g] = i
+	}
+	return rank
 }
 
 // OfflineMessage says since when a cluster is offline, e.g. "offline since

@@ -3,6 +3,7 @@ package capacity
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -144,5 +145,32 @@ func TestOutdatedClusterIsStale(t *testing.T) {
 	usage := Usage([]*store.Cluster{c}, nil)
 	if len(usage.Fleet) != 0 || usage.Clusters[0].State != queryv1.ClusterState_CLUSTER_STATE_STALE {
 		t.Errorf("GetUsage = %v, want cluster a STALE and out of the fleet totals", usage)
+	}
+}
+
+// The fleet is merged from every cluster's sorted list; a usageOf that
+// hands out an unsorted list (not ClusterUsageOf's) still sums right.
+func TestFleetMergesClusterLists(t *testing.T) {
+	clusters := []*store.Cluster{
+		makeCluster("a").Machine("m1", "g2", makeType("x").Usage(1, 0, 0).Obj()).Machine("m2", "g1", makeType("y").Usage(2, 0, 0).Obj()).Obj(),
+		makeCluster("b").Machine("m1", "g1", makeType("y").Usage(4, 1, 0).Obj(), makeType("z").Usage(8, 0, 0).Obj()).Obj(),
+		makeCluster("c").Machine("m1", "g2", makeType("x").Usage(16, 0, 0).Obj()).Obj(),
+	}
+	want := []*queryv1.TypeUsage{
+		{Group: "g1", Type: "y", Maximum: 6, Reserved: 5, Used: 1, Free: 5},
+		{Group: "g1", Type: "z", Maximum: 8, Reserved: 8, Free: 8},
+		{Group: "g2", Type: "x", Maximum: 17, Reserved: 17, Free: 17},
+	}
+	reversed := func(c *store.Cluster) *queryv1.ClusterUsage {
+		u := ClusterUsageOf(c)
+		slices.Reverse(u.Types)
+		return u
+	}
+	for name, usageOf := range map[string]func(*store.Cluster) *queryv1.ClusterUsage{"sorted": nil, "unsorted": reversed} {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(want, Usage(clusters, usageOf).Fleet, protoTransform()); diff != "" {
+				t.Errorf("fleet (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

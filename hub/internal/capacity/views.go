@@ -123,18 +123,39 @@ func Usage(clusters []*store.Cluster, usageOf func(*store.Cluster) *queryv1.Clus
 		usageOf = ClusterUsageOf
 	}
 	resp := &queryv1.GetUsageResponse{}
-	var fleet []typeRow
+	var lists [][]typeRow
 	for _, c := range clusters {
 		cu := usageOf(c)
 		resp.Clusters = append(resp.Clusters, cu)
-		if cu.State != queryv1.ClusterState_CLUSTER_STATE_AVAILABLE {
+		if cu.State != queryv1.ClusterState_CLUSTER_STATE_AVAILABLE || len(cu.Types) == 0 {
 			continue
 		}
-		for _, t := range cu.Types {
-			fleet = append(fleet, rowOfUsage(t))
+		rows := make([]typeRow, len(cu.Types))
+		for i, t := range cu.Types {
+			rows[i] = rowOfUsage(t)
 		}
+		if !slices.IsSortedFunc(rows, compareRows) {
+			// Not from ClusterUsageOf: sum and sort it first.
+			rows = rowsOfUsage(sumRows(rows))
+		}
+		lists = append(lists, rows)
 	}
-	resp.Fleet = sumRows(fleet)
+	// Every cluster's list is sorted by group and type: merging them pairwise
+	// sums the fleet in O(n log k) for n entries of k clusters.
+	for len(lists) > 1 {
+		merged := make([][]typeRow, 0, (len(lists)+1)/2)
+		for i := 0; i < len(lists); i += 2 {
+			if i+1 == len(lists) {
+				merged = append(merged, lists[i])
+				continue
+			}
+			merged = append(merged, mergeRows(lists[i], lists[i+1]))
+		}
+		lists = merged
+	}
+	if len(lists) == 1 {
+		resp.Fleet = usageOfRows(lists[0])
+	}
 	return resp
 }
 
