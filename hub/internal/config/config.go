@@ -115,6 +115,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxRecvMsgBytes, "max-recv-msg-bytes", c.MaxRecvMsgBytes, "Largest spoke message accepted, in bytes.")
 	fs.IntVar(&c.Limits.MaxConnections, "max-connections", c.Limits.MaxConnections, "Most open gRPC connections, of every kind.")
 	fs.IntVar(&c.Limits.MaxAnonymousConnections, "max-anonymous-connections", c.Limits.MaxAnonymousConnections, "Most open gRPC connections without a verified client certificate (joining spokes); more are closed at once.")
+	fs.IntVar(&c.Limits.MaxAnonymousConnectionsPerSource, "max-anonymous-connections-per-source", c.Limits.MaxAnonymousConnectionsPerSource, "Most connections of one IP address in their TLS handshake, and apart most anonymous ones; more are closed at once.")
 	fs.DurationVar(&c.Limits.HandshakeTimeout, "tls-handshake-timeout", c.Limits.HandshakeTimeout, "Longest TLS handshake of a gRPC connection.")
 	fs.DurationVar(&c.Limits.AnonymousIdleTimeout, "anonymous-connection-idle", c.Limits.AnonymousIdleTimeout, "Close a connection without a client certificate after this long without a call.")
 	fs.DurationVar(&c.Limits.MaxConnectionIdle, "max-connection-idle", c.Limits.MaxConnectionIdle, "Close an authenticated connection after this long without a call.")
@@ -161,16 +162,17 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--max-recv-msg-bytes %d: must be at least 1MiB", c.MaxRecvMsgBytes))
 	}
 	for flagName, positive := range map[string]bool{
-		"--max-connections":           c.Limits.MaxConnections > 0,
-		"--max-anonymous-connections": c.Limits.MaxAnonymousConnections > 0,
-		"--tls-handshake-timeout":     c.Limits.HandshakeTimeout > 0,
-		"--anonymous-connection-idle": c.Limits.AnonymousIdleTimeout > 0,
-		"--max-connection-idle":       c.Limits.MaxConnectionIdle > 0,
-		"--max-connection-age":        c.Limits.MaxConnectionAge > 0,
-		"--max-connection-age-grace":  c.Limits.MaxConnectionAgeGrace > 0,
-		"--join-rate-per-source":      c.Limits.JoinRatePerSource > 0,
-		"--join-burst-per-source":     c.Limits.JoinBurstPerSource > 0,
-		"--max-concurrent-joins":      c.Limits.MaxConcurrentJoins > 0,
+		"--max-connections":                      c.Limits.MaxConnections > 0,
+		"--max-anonymous-connections":            c.Limits.MaxAnonymousConnections > 0,
+		"--max-anonymous-connections-per-source": c.Limits.MaxAnonymousConnectionsPerSource > 0,
+		"--tls-handshake-timeout":                c.Limits.HandshakeTimeout > 0,
+		"--anonymous-connection-idle":            c.Limits.AnonymousIdleTimeout > 0,
+		"--max-connection-idle":                  c.Limits.MaxConnectionIdle > 0,
+		"--max-connection-age":                   c.Limits.MaxConnectionAge > 0,
+		"--max-connection-age-grace":             c.Limits.MaxConnectionAgeGrace > 0,
+		"--join-rate-per-source":                 c.Limits.JoinRatePerSource > 0,
+		"--join-burst-per-source":                c.Limits.JoinBurstPerSource > 0,
+		"--max-concurrent-joins":                 c.Limits.MaxConcurrentJoins > 0,
 	} {
 		if !positive {
 			errs = append(errs, fmt.Errorf("%s: must be positive", flagName))

@@ -26,6 +26,11 @@ type Limits struct {
 	// MaxAnonymousConnections bounds the open connections without a verified
 	// client certificate (joining spokes, probes); more are closed at once.
 	MaxAnonymousConnections int
+	// MaxAnonymousConnectionsPerSource bounds, per remote IP address, the
+	// connections in their TLS handshake and, apart, the anonymous ones, so
+	// that one source cannot take every slot of MaxConnections or
+	// MaxAnonymousConnections.
+	MaxAnonymousConnectionsPerSource int
 	// HandshakeTimeout bounds a connection's TLS handshake.
 	HandshakeTimeout time.Duration
 	// AnonymousIdleTimeout closes an anonymous connection without a call in
@@ -56,9 +61,12 @@ type Limits struct {
 const (
 	DefaultMaxConnections          = 4096
 	DefaultMaxAnonymousConnections = 256
-	DefaultHandshakeTimeout        = 10 * time.Second
-	DefaultAnonymousIdleTimeout    = 30 * time.Second
-	DefaultMaxConnectionIdle       = 15 * time.Minute
+	// DefaultMaxAnonymousConnectionsPerSource leaves room for several
+	// clusters joining at once from behind one NAT.
+	DefaultMaxAnonymousConnectionsPerSource = 16
+	DefaultHandshakeTimeout                 = 10 * time.Second
+	DefaultAnonymousIdleTimeout             = 30 * time.Second
+	DefaultMaxConnectionIdle                = 15 * time.Minute
 	// DefaultMaxConnectionAge: spoke certificates renew at 2/3 of their life
 	// (months by default, minutes in the fault suite with its flags), and a
 	// Renew retires the replaced certificate after the renewal overlap
@@ -97,16 +105,17 @@ const (
 // DefaultLimits returns the default Limits.
 func DefaultLimits() Limits {
 	return Limits{
-		MaxConnections:          DefaultMaxConnections,
-		MaxAnonymousConnections: DefaultMaxAnonymousConnections,
-		HandshakeTimeout:        DefaultHandshakeTimeout,
-		AnonymousIdleTimeout:    DefaultAnonymousIdleTimeout,
-		MaxConnectionIdle:       DefaultMaxConnectionIdle,
-		MaxConnectionAge:        DefaultMaxConnectionAge,
-		MaxConnectionAgeGrace:   DefaultMaxConnectionAgeGrace,
-		JoinRatePerSource:       DefaultJoinRatePerSource,
-		JoinBurstPerSource:      DefaultJoinBurstPerSource,
-		MaxConcurrentJoins:      DefaultMaxConcurrentJoins,
+		MaxConnections:                   DefaultMaxConnections,
+		MaxAnonymousConnections:          DefaultMaxAnonymousConnections,
+		MaxAnonymousConnectionsPerSource: DefaultMaxAnonymousConnectionsPerSource,
+		HandshakeTimeout:                 DefaultHandshakeTimeout,
+		AnonymousIdleTimeout:             DefaultAnonymousIdleTimeout,
+		MaxConnectionIdle:                DefaultMaxConnectionIdle,
+		MaxConnectionAge:                 DefaultMaxConnectionAge,
+		MaxConnectionAgeGrace:            DefaultMaxConnectionAgeGrace,
+		JoinRatePerSource:                DefaultJoinRatePerSource,
+		JoinBurstPerSource:               DefaultJoinBurstPerSource,
+		MaxConcurrentJoins:               DefaultMaxConcurrentJoins,
 	}
 }
 
@@ -120,6 +129,7 @@ func (l Limits) Validate() error {
 	}
 	positive("MaxConnections", l.MaxConnections > 0)
 	positive("MaxAnonymousConnections", l.MaxAnonymousConnections > 0)
+	positive("MaxAnonymousConnectionsPerSource", l.MaxAnonymousConnectionsPerSource > 0)
 	positive("HandshakeTimeout", l.HandshakeTimeout > 0)
 	positive("AnonymousIdleTimeout", l.AnonymousIdleTimeout > 0)
 	positive("MaxConnectionIdle", l.MaxConnectionIdle > 0)

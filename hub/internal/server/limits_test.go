@@ -80,41 +80,47 @@ func TestJoinLimiterIsPerSource(t *testing.T) {
 }
 
 func TestAnonymousConnectionsBeyondTheLimitAreClosedWhileSpokesAreServed(t *testing.T) {
-	h := startTestHubWith(t, func(o *Options) {
-		o.Limits = DefaultLimits()
-		o.Limits.MaxAnonymousConnections = 2
-	})
-	cfg, err := identity.ClientTLS(h.ca.CertPEM, nil, "127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
+	cases := map[string]func(*Limits){
+		"anonymous connections":                func(l *Limits) { l.MaxAnonymousConnections = 2 },
+		"unverified connections of one source": func(l *Limits) { l.MaxAnonymousConnectionsPerSource = 2 },
 	}
-	var open []*tls.Conn
-	t.Cleanup(func() {
-		for _, c := range open {
-			_ = c.Close()
-		}
-	})
-	for range 2 {
-		c, err := tls.Dial("tcp", h.addr, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		open = append(open, c)
+	for name, limit := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := startTestHubWith(t, func(o *Options) {
+				o.Limits = DefaultLimits()
+				limit(&o.Limits)
+			})
+			cfg, err := identity.ClientTLS(h.ca.CertPEM, nil, "127.0.0.1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var open []*tls.Conn
+			t.Cleanup(func() {
+				for _, c := range open {
+					_ = c.Close()
+				}
+			})
+			for range 2 {
+				c, err := tls.Dial("tcp", h.addr, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				open = append(open, c)
+			}
+			third, err := tls.Dial("tcp", h.addr, cfg)
+			if err == nil {
+				defer third.Close()
+				_ = third.SetReadDeadline(time.Now().Add(5 * time.Second))
+				_, err = io.ReadAll(third)
+			}
+			var netErr net.Error
+			if errors.As(err, &netErr) && netErr.Timeout() {
+				t.Error("the third connection is still open, want it closed at once (limit 2)")
+			}
+			// Spokes, with certificates, are not counted against either limit.
+			h.reportingStream(t, "a")
+		})
 	}
-	third, err := tls.Dial("tcp", h.addr, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer third.Close()
-	_ = third.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadAll(third); err != nil {
-		var netErr net.Error
-		if errors.As(err, &netErr) && netErr.Timeout() {
-			t.Error("the third anonymous connection is still open, want it closed at once (limit 2)")
-		}
-	}
-	// Spokes, with certificates, are not counted against the anonymous limit.
-	h.reportingStream(t, "a")
 }
 
 func TestAnonymousCallersReachOnlyJoinAndTheHealthCheck(t *testing.T) {

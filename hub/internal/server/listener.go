@@ -124,8 +124,16 @@ type router struct {
 	// anonymousSlots bounds the open anonymous connections: one token per
 	// connection, returned when it closes.
 	anonymousSlots chan struct{}
-	metrics        *Metrics
-	log            logr.Logger
+	// handshaking and anonymousBySource count, per remote IP, the
+	// connections in their TLS handshake and the anonymous ones; at most
+	// maxPerSource of each. Counted apart so that a source's idle anonymous
+	// connections do not keep its spokes from handshaking.
+	mu                sync.Mutex
+	handshaking       map[string]int
+	anonymousBySource map[string]int
+	maxPerSource      int
+	metrics           *Metrics
+	log               logr.Logger
 }
 
 // newRouter limits lis to maxConns open connections (handshaking ones
@@ -133,14 +141,17 @@ type router struct {
 // holds a slot for at most the handshake timeout).
 func newRouter(lis net.Listener, tlsConfig *tls.Config, limits Limits, metrics *Metrics, log logr.Logger) *router {
 	return &router{
-		raw:              netutil.LimitListener(lis, limits.MaxConnections),
-		tls:              tlsConfig,
-		handshakeTimeout: limits.HandshakeTimeout,
-		authenticated:    newRoutedListener(lis.Addr()),
-		anonymous:        newRoutedListener(lis.Addr()),
-		anonymousSlots:   make(chan struct{}, limits.MaxAnonymousConnections),
-		metrics:          metrics,
-		log:              log,
+		raw:               netutil.LimitListener(lis, limits.MaxConnections),
+		tls:               tlsConfig,
+		handshakeTimeout:  limits.HandshakeTimeout,
+		authenticated:     newRoutedListener(lis.Addr()),
+		anonymous:         newRoutedListener(lis.Addr()),
+		anonymousSlots:    make(chan struct{}, limits.MaxAnonymousConnections),
+		handshaking:       map[string]int{},
+		anonymousBySource: map[string]int{},
+		maxPerSource:      limits.MaxAnonymousConnectionsPerSource,
+		metrics:           metrics,
+		log:               log,
 	}
 }
 
@@ -173,11 +184,39 @@ func (r *router) close() error {
 	return err
 }
 
+// claim counts one more connection of source in counts, unless it has
+// maxPerSource already.
+func (r *router) claim(counts map[string]int, source string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if counts[source] >= r.maxPerSource {
+		return false
+	}
+	counts[source]++
+	return true
+}
+
+func (r *router) unclaim(counts map[string]int, source string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if counts[source]--; counts[source] <= 0 {
+		delete(counts, source)
+	}
+}
+
 func (r *router) route(c net.Conn) {
+	source := hostOf(c.RemoteAddr())
+	if !r.claim(r.handshaking, source) {
+		r.metrics.rejectedConnections.WithLabelValues(rejectTooManyFromSource).Inc()
+		r.log.V(1).Info("Closed connection: too many handshakes from its source", "remote", c.RemoteAddr().String(), "limit", r.maxPerSource)
+		_ = c.Close()
+		return
+	}
 	tc := tls.Server(c, r.tls)
 	ctx, cancel := context.WithTimeout(context.Background(), r.handshakeTimeout)
 	err := tc.HandshakeContext(ctx)
 	cancel()
+	r.unclaim(r.handshaking, source)
 	if err != nil {
 		r.metrics.rejectedConnections.WithLabelValues(rejectHandshake).Inc()
 		r.log.V(2).Info("TLS handshake failed", "remote", c.RemoteAddr().String(), "reason", err.Error())
@@ -189,13 +228,32 @@ func (r *router) route(c net.Conn) {
 		r.authenticated.deliver(&routedConn{Conn: tc, state: state})
 		return
 	}
+	if !r.claim(r.anonymousBySource, source) {
+		r.metrics.rejectedConnections.WithLabelValues(rejectTooManyFromSource).Inc()
+		r.log.V(1).Info("Closed anonymous connection: too many from its source", "remote", c.RemoteAddr().String(), "limit", r.maxPerSource)
+		_ = tc.Close()
+		return
+	}
 	select {
 	case r.anonymousSlots <- struct{}{}:
 	default:
+		r.unclaim(r.anonymousBySource, source)
 		r.metrics.rejectedConnections.WithLabelValues(rejectTooManyAnonymous).Inc()
 		r.log.V(1).Info("Closed anonymous connection: too many open", "remote", c.RemoteAddr().String(), "limit", cap(r.anonymousSlots))
 		_ = tc.Close()
 		return
 	}
-	r.anonymous.deliver(&routedConn{Conn: tc, state: state, release: func() { <-r.anonymousSlots }})
+	r.anonymous.deliver(&routedConn{Conn: tc, state: state, release: func() {
+		<-r.anonymousSlots
+		r.unclaim(r.anonymousBySource, source)
+	}})
+}
+
+// hostOf is the IP address of addr (addr itself when it has no port).
+func hostOf(addr net.Addr) string {
+	host, _, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	return host
 }

@@ -15,10 +15,11 @@ const (
 	rejectProtocol       = "protocol_violation"
 	rejectRevoked        = "certificate_revoked"
 	// Anonymous surface and connection limits.
-	rejectHandshake        = "tls_handshake_failed"
-	rejectTooManyAnonymous = "too_many_anonymous_connections"
-	rejectAnonymousMethod  = "anonymous_method_not_allowed"
-	rejectJoinRateLimited  = "join_rate_limited"
+	rejectHandshake         = "tls_handshake_failed"
+	rejectTooManyAnonymous  = "too_many_anonymous_connections"
+	rejectTooManyFromSource = "too_many_unverified_connections_from_source"
+	rejectAnonymousMethod   = "anonymous_method_not_allowed"
+	rejectJoinRateLimited   = "join_rate_limited"
 )
 
 // Metrics are the hub's Prometheus metrics.

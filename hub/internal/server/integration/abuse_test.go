@@ -218,9 +218,16 @@ var _ = Describe("Anonymous callers", func() {
 				_ = c.Close()
 			}
 		})
-		for range 300 {
-			c, err := tls.Dial("tcp", hub.Address(), &tls.Config{RootCAs: poolOf(ca), ServerName: serverName, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS13})
+		tlsConfig := &tls.Config{RootCAs: poolOf(ca), ServerName: serverName, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS13}
+		// From 20 sources, 15 each: within the per-source limit (16).
+		var dialer *tls.Dialer
+		for i := range 300 {
+			if i%15 == 0 {
+				dialer = &tls.Dialer{NetDialer: &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(newSource())}}, Config: tlsConfig}
+			}
+			conn, err := dialer.DialContext(ctx, "tcp", hub.Address())
 			Expect(err).NotTo(HaveOccurred())
+			c := conn.(*tls.Conn)
 			// An HTTP/2 client preface and settings: a live, idle gRPC connection.
 			_, err = io.WriteString(c, http2.ClientPreface)
 			Expect(err).NotTo(HaveOccurred())
@@ -269,6 +276,35 @@ var _ = Describe("Anonymous callers", func() {
 		GinkgoWriter.Printf("idle anonymous connections: %d of 300 still open after %s; the last closed %s after opening\n",
 			stillOpen, anonymousIdle+10*time.Second, lastClose.Round(100*time.Millisecond))
 		Expect(stillOpen).To(BeZero())
+
+		// One source gets no more than 16 at a time: of 17, one is closed at
+		// once (whichever the hub saw last), the others stay open until idle.
+		source := &tls.Dialer{NetDialer: &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(newSource())}}, Config: tlsConfig}
+		conns := make([]net.Conn, 0, 17)
+		for range 17 {
+			conn, err := source.DialContext(ctx, "tcp", hub.Address())
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(conn.Close)
+			conns = append(conns, conn)
+		}
+		readUntil := time.Now().Add(anonymousIdle * 3 / 4)
+		closedAtOnce := 0
+		for _, conn := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = conn.SetReadDeadline(readUntil)
+				_, err := io.Copy(io.Discard, conn)
+				var netErr net.Error
+				if !errors.As(err, &netErr) || !netErr.Timeout() {
+					mu.Lock()
+					closedAtOnce++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		Expect(closedAtOnce).To(Equal(1), "of 17 anonymous connections from one source, the hub closes one at once")
 	})
 
 	It("get Unauthenticated from every method but Join, before their request is read", func(ctx SpecContext) {
