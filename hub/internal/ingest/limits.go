@@ -36,6 +36,14 @@ type Limits struct {
 	// clusters' queries.
 	MessagesPerSecond float64
 	MessageBurst      int
+	// EntriesPerSecond and EntryBurst bound what the Snapshots and Deltas
+	// of one Report stream carry, counting every Machine, machine type and
+	// pool node as an entry (see Entries): the message rate alone would let
+	// a stream send a cluster at the caps a hundred times a second. The
+	// burst takes two whole clusters at the caps (a Snapshot and a Resync's);
+	// a real spoke sends its Snapshot once and Deltas of a few entries.
+	EntriesPerSecond float64
+	EntryBurst       int
 }
 
 // The caps of DefaultLimits.
@@ -47,6 +55,8 @@ const (
 	DefaultMaxNodes           = 20_000
 	DefaultMessagesPerSecond  = 100
 	DefaultMessageBurst       = 200
+	DefaultEntriesPerSecond   = 10_000
+	DefaultEntryBurst         = 2 * (DefaultMaxMachines + DefaultMaxTypes + DefaultMaxNodes)
 )
 
 // Length bounds of free-form strings, from the CRDs where they have one.
@@ -75,5 +85,7 @@ func DefaultLimits() Limits {
 		MaxNodes:           DefaultMaxNodes,
 		MessagesPerSecond:  DefaultMessagesPerSecond,
 		MessageBurst:       DefaultMessageBurst,
+		EntriesPerSecond:   DefaultEntriesPerSecond,
+		EntryBurst:         DefaultEntryBurst,
 	}
 }

@@ -74,6 +74,24 @@ func (t *Totals) Add(m *federationv1.Machine) {
 	t.Nodes += len(m.GetNodes())
 }
 
+// Entries is how much a message carries for the stream's entry budget: one
+// per Machine (upserted or removed), machine type and pool node.
+func Entries(msg *federationv1.SpokeMessage) int {
+	var machines []*federationv1.Machine
+	n := 0
+	switch {
+	case msg.GetSnapshot() != nil:
+		machines = msg.GetSnapshot().GetMachines()
+	case msg.GetDelta() != nil:
+		machines = msg.GetDelta().GetUpserts()
+		n = len(msg.GetDelta().GetRemovals())
+	}
+	for _, m := range machines {
+		n += 1 + len(m.GetTypes()) + len(m.GetNodes())
+	}
+	return n
+}
+
 // Check refuses totals over the per-cluster caps; path names the message
 // whose result they are.
 func (t Totals) Check(path *field.Path, l Limits) error {

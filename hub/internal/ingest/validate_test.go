@@ -287,3 +287,24 @@ func BenchmarkValidateSnapshot(b *testing.B) {
 		}
 	}
 }
+
+func TestEntries(t *testing.T) {
+	m := makeMachine("gpu").Obj() // 1 Machine, 1 type, 2 nodes
+	cases := map[string]struct {
+		msg  *federationv1.SpokeMessage
+		want int
+	}{
+		"snapshot": {&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Snapshot{Snapshot: &federationv1.Snapshot{Machines: []*federationv1.Machine{m, m}}}}, 8},
+		"delta": {&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Delta{Delta: &federationv1.Delta{
+			Upserts: []*federationv1.Machine{m}, Removals: []string{"a", "b"},
+		}}}, 6},
+		"heartbeat": {&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Heartbeat{Heartbeat: &federationv1.Heartbeat{}}}, 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := Entries(tc.msg); got != tc.want {
+				t.Errorf("Entries = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

@@ -4,61 +4,96 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/imperator-federation/imperator/hub/internal/ingest"
 	"github.com/imperator-federation/imperator/internal/identity"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
 // Reasons of rejectedConnections for what a spoke sent.
 const (
 	// rejectInvalidInventory: a Hello, Snapshot or Delta broke a limit.
 	rejectInvalidInventory = "invalid_inventory"
-	// rejectMessageRate: a Snapshot or Delta over the stream's message rate.
+	// rejectMessageRate: a Snapshot or Delta over the stream's message or
+	// entry rate.
 	rejectMessageRate = "message_rate_exceeded"
 )
 
 // ReasonMessageRateExceeded is the ErrorInfo reason of a Report stream
-// ended for sending more than the hub's message rate.
+// ended for sending more than the hub's message or entry rate; the
+// metadata's "limit" says which.
 const ReasonMessageRateExceeded = "MessageRateExceeded"
 
-// messageBudget is the token bucket of one Report stream (see
-// ingest.Limits.MessagesPerSecond). Over it the hub drops Heartbeats — the
-// next message says the same — and ends the stream with ResourceExhausted
-// on a Snapshot or Delta: dropping those would only cost a Resync and a
-// larger Snapshot, and a spoke that sends more than the rate is
+// messageBudget bounds one Report stream (see ingest.Limits): a token
+// bucket of messages and one of entries (Machines, types, nodes) carried.
+// Over the message rate the hub drops Heartbeats — the next message says the
+// same — and ends the stream with ResourceExhausted on a Snapshot or Delta,
+// as over the entry rate: dropping those would only cost a Resync and a
+// larger Snapshot, and a spoke that sends more than the rates is
 // misconfigured or hostile; its reconnect backoff spaces it out.
 type messageBudget struct {
-	limiter flowcontrol.PassiveRateLimiter
-	limits  ingest.Limits
+	messages, entries *rate.Limiter
+	limits            ingest.Limits
 }
 
 func newMessageBudget(l ingest.Limits) *messageBudget {
-	if l.MessagesPerSecond <= 0 {
-		return &messageBudget{limiter: flowcontrol.NewFakeAlwaysRateLimiter(), limits: l}
+	limiter := func(perSecond float64, burst int) *rate.Limiter {
+		if perSecond <= 0 {
+			return rate.NewLimiter(rate.Inf, 0)
+		}
+		return rate.NewLimiter(rate.Limit(perSecond), max(burst, 1))
 	}
-	return &messageBudget{limiter: flowcontrol.NewTokenBucketRateLimiter(float32(l.MessagesPerSecond), max(l.MessageBurst, 1)), limits: l}
+	return &messageBudget{
+		messages: limiter(l.MessagesPerSecond, l.MessageBurst),
+		entries:  limiter(l.EntriesPerSecond, l.EntryBurst),
+		limits:   l,
+	}
 }
 
-// take reports whether the stream may send one more message now.
-func (b *messageBudget) take() bool { return b.limiter.TryAccept() }
+// Which budget a message went over.
+const (
+	overMessages = "messages"
+	overEntries  = "entries"
+)
 
-// exceeded is the ResourceExhausted status that ends a stream over its rate.
-func (b *messageBudget) exceeded(cluster, kind string) error {
-	rate := strconv.FormatFloat(b.limits.MessagesPerSecond, 'f', -1, 64)
+// take reports whether the stream may send msg now, else which budget it
+// went over. A message over the entry budget takes nothing from it.
+func (b *messageBudget) take(msg *federationv1.SpokeMessage) (over string) {
+	now := time.Now()
+	if !b.messages.AllowN(now, 1) {
+		return overMessages
+	}
+	if n := ingest.Entries(msg); n > 0 && !b.entries.AllowN(now, n) {
+		return overEntries
+	}
+	return ""
+}
+
+// exceeded is the ResourceExhausted status that ends a stream over a budget.
+func (b *messageBudget) exceeded(cluster, kind, over string) error {
+	perSecond, burst := b.limits.MessagesPerSecond, b.limits.MessageBurst
+	what := "messages"
+	if over == overEntries {
+		perSecond, burst = b.limits.EntriesPerSecond, b.limits.EntryBurst
+		what = "Machines, machine types and pool nodes"
+	}
+	rateText := strconv.FormatFloat(perSecond, 'f', -1, 64)
 	return withErrorInfo(codes.ResourceExhausted,
-		fmt.Sprintf("cluster %q sent a %s over the hub's limit of %s messages per second (bursts of %d) on one Report stream; reconnect and send less often", cluster, kind, rate, b.limits.MessageBurst),
+		fmt.Sprintf("cluster %q sent a %s over the hub's limit of %s %s per second (bursts of %d) on one Report stream; reconnect and send less often", cluster, kind, rateText, what, burst),
 		&errdetails.ErrorInfo{
 			Reason: ReasonMessageRateExceeded,
 			Domain: identity.RefusalDomain,
 			Metadata: map[string]string{
-				"cluster":           cluster,
-				"messagesPerSecond": rate,
-				"burst":             strconv.Itoa(b.limits.MessageBurst),
+				"cluster":   cluster,
+				"limit":     over,
+				"perSecond": rateText,
+				"burst":     strconv.Itoa(burst),
 			},
 		})
 }

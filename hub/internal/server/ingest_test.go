@@ -160,3 +160,30 @@ func TestReportStreamOverItsMessageRate(t *testing.T) {
 		t.Errorf("generation = %d after the refused Delta, want 1", c.Generation)
 	}
 }
+
+// A stream within the message rate but carrying more Machines, types and
+// nodes than the entry rate loses the stream: a cluster at the caps cannot
+// be sent a hundred times a second.
+func TestReportStreamOverItsEntryRate(t *testing.T) {
+	h := startTestHub(t)
+	limits := ingest.DefaultLimits()
+	limits.EntriesPerSecond, limits.EntryBurst = 0.001, 10
+	h.store.SetLimits(limits)
+	// The first Snapshot carries 2 entries: one Machine of one type.
+	stream := h.openReport(t, "a", validMachine("gpu", 3))
+
+	upserts := make([]*federationv1.Machine, 5)
+	for i := range upserts {
+		upserts[i] = validMachine(fmt.Sprintf("gpu-%d", i), 1)
+	}
+	err := streamEnd(t, stream, deltaMsg(2, upserts...))
+	if got := status.Code(err); got != codes.ResourceExhausted {
+		t.Fatalf("stream ended with %v (%v), want ResourceExhausted", got, err)
+	}
+	if info := errorInfo(err); info.GetReason() != ReasonMessageRateExceeded || info.GetMetadata()["limit"] != "entries" {
+		t.Errorf("ErrorInfo = %v, want reason %s for the entry limit", info, ReasonMessageRateExceeded)
+	}
+	if c, _ := h.store.Get("a"); c.Generation != 1 || len(c.Machines) != 1 {
+		t.Errorf("after the refused Delta: generation %d with %d Machines, want 1 with 1", c.Generation, len(c.Machines))
+	}
+}

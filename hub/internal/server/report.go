@@ -136,22 +136,25 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 }
 
 // handle applies one message of a Report stream after its Hello. Every
-// message draws on the stream's budget: over it Heartbeats are dropped and
-// a Snapshot or Delta ends the stream with ResourceExhausted. A Snapshot or
+// message draws on the stream's budget (messages, and the entries Snapshots
+// and Deltas carry): over it Heartbeats are dropped and a Snapshot or Delta
+// ends the stream with ResourceExhausted. A Snapshot or
 // Delta the store refused (it broke a limit) ends the stream with
 // InvalidArgument naming the field; the store keeps the last good inventory.
 func (s *Server) handle(ctx context.Context, stream federationv1.Federation_ReportServer, spoke identity.Spoke, epoch uint64, budget *messageBudget, msg *federationv1.SpokeMessage) error {
 	start := time.Now()
 	cluster := spoke.Cluster
 	log := ctrl.LoggerFrom(ctx)
-	if _, isHello := msg.GetKind().(*federationv1.SpokeMessage_Hello); !isHello && !budget.take() {
-		if msg.GetHeartbeat() != nil {
-			s.metrics.streamMessages.WithLabelValues("dropped", "heartbeat").Inc()
-			return nil
+	if _, isHello := msg.GetKind().(*federationv1.SpokeMessage_Hello); !isHello {
+		if over := budget.take(msg); over != "" {
+			if msg.GetHeartbeat() != nil {
+				s.metrics.streamMessages.WithLabelValues("dropped", "heartbeat").Inc()
+				return nil
+			}
+			s.metrics.rejectedConnections.WithLabelValues(rejectMessageRate).Inc()
+			log.Info("Ended a Report stream over its rate", "limit", over, "type", messageKind(msg))
+			return budget.exceeded(cluster, messageKind(msg), over)
 		}
-		s.metrics.rejectedConnections.WithLabelValues(rejectMessageRate).Inc()
-		log.Info("Ended a Report stream over its message rate", "messagesPerSecond", budget.limits.MessagesPerSecond, "burst", budget.limits.MessageBurst)
-		return budget.exceeded(cluster, messageKind(msg))
 	}
 	var (
 		res  store.Result
