@@ -1,0 +1,98 @@
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+
+	"github.com/imperator-federation/imperator/test/util/faultproxy"
+)
+
+// agentHubAddressLocked is the address the agent of spoke dials: the hub's,
+// or that of the spoke's fault proxy (started on first use) when the fleet
+// has fault proxies. f.mu is held.
+func (f *Fleet) agentHubAddressLocked(spoke string) (string, error) {
+	hub := f.hubAddressLocked()
+	if !f.opts.FaultProxies {
+		return hub, nil
+	}
+	if p, ok := f.proxies[spoke]; ok {
+		return p.Addr(), nil
+	}
+	p, err := faultproxy.Start(hub)
+	if err != nil {
+		return "", fmt.Errorf("fleet: fault proxy of %s: %w", spoke, err)
+	}
+	f.proxies[spoke] = p
+	return p.Addr(), nil
+}
+
+// Proxy returns the fault proxy between spoke's agent and the hub; nil
+// unless the fleet was started with Options.FaultProxies.
+func (f *Fleet) Proxy(spoke string) *faultproxy.Proxy {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.proxies[spoke]
+}
+
+// SignalHub sends sig to the hub process: SIGSTOP/SIGCONT freeze and resume
+// it, SIGKILL kills it without a graceful stop (StartHub starts it again).
+func (f *Fleet) SignalHub(sig syscall.Signal) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hub == nil {
+		return errors.New("fleet: the hub was never started")
+	}
+	return f.hub.proc.Signal(sig)
+}
+
+// SignalAgent sends sig to the agent of spoke, like SignalHub.
+func (f *Fleet) SignalAgent(spoke string, sig syscall.Signal) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.agents[spoke]
+	if a == nil {
+		return fmt.Errorf("fleet: the agent of %s was never started", spoke)
+	}
+	return a.proc.Signal(sig)
+}
+
+// KillHub kills the hub process with SIGKILL (no graceful stop) and returns
+// once it is gone; StartHub starts it again.
+func (f *Fleet) KillHub() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hub == nil {
+		return errors.New("fleet: the hub was never started")
+	}
+	return f.hub.proc.Kill()
+}
+
+// KillAgent kills the agent of spoke with SIGKILL and returns once it is
+// gone; StartAgent starts it again.
+func (f *Fleet) KillAgent(spoke string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.agents[spoke]
+	if a == nil {
+		return fmt.Errorf("fleet: the agent of %s was never started", spoke)
+	}
+	return a.proc.Kill()
+}
+
+// HubRunning reports whether the hub process is running (it has not exited).
+func (f *Fleet) HubRunning() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hub != nil && f.hub.proc.Running()
+}
+
+// closeProxies closes every fault proxy. f.mu is held.
+func (f *Fleet) closeProxies() error {
+	var errs []error
+	for name, p := range f.proxies {
+		errs = append(errs, p.Close())
+		delete(f.proxies, name)
+	}
+	return errors.Join(errs...)
+}
