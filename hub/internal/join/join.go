@@ -208,7 +208,7 @@ func registeredUID(ctx context.Context, c client.Reader, cluster string) (types.
 // bound to the same registration, and records it as the registration's
 // current certificate (registry.RecordRenewal): the caller's certificate
 // stays good for RenewalOverlap, then is retired. Only the current
-// certificate may renew.
+// certificate may renew, or the replaced one retrying within its overlap.
 func (s *Service) Renew(ctx context.Context, spoke identity.Spoke, req *federationv1.RenewRequest) (*federationv1.RenewResponse, error) {
 	if len(req.GetCsr()) == 0 || len(req.GetCsr()) > maxCSRBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "csr: want a PEM certificate request of at most %d bytes", maxCSRBytes)
@@ -231,7 +231,7 @@ func (s *Service) Renew(ctx context.Context, spoke identity.Spoke, req *federati
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	if err := registry.RecordRenewal(ctx, s.Client, spoke.Cluster, types.UID(spoke.RegistrationUID), spoke, identity.SerialOf(cert), clk.Now().Add(overlap)); err != nil {
+	if err := registry.RecordRenewal(ctx, s.Client, spoke.Cluster, types.UID(spoke.RegistrationUID), spoke, identity.SerialOf(cert), clk.Now(), overlap); err != nil {
 		var refused *registry.RefusedError
 		if errors.As(err, &refused) {
 			return nil, status.Error(codes.PermissionDenied, err.Error())

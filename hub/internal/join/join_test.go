@@ -252,11 +252,28 @@ func TestCertificatesAreBoundToTheRegistration(t *testing.T) {
 	if err := admission(t, svc.Client, adoptedSpoke, clk.Now().Add(59*time.Second)); err != nil {
 		t.Errorf("Admission(replaced certificate within the overlap) = %v, want nil", err)
 	}
-	if _, err := svc.Renew(ctx, adoptedSpoke, &federationv1.RenewRequest{Csr: csr}); status.Code(err) != codes.PermissionDenied {
-		t.Errorf("Renew() by the replaced certificate = %v, want PermissionDenied", err)
-	}
 	if got := refusalOf(admission(t, svc.Client, adoptedSpoke, clk.Now().Add(time.Minute))); got != registry.RefusedReplacedCertificate {
+		t.Errorf("Admission(replaced certificate at the end of the overlap) refusal = %q, want %q", got, registry.RefusedReplacedCertificate)
+	}
+	// The agent lost the answer and renews again with the replaced
+	// certificate, within the overlap: it gets a certificate, the one it
+	// lost is retired, and the overlap is not extended.
+	clk.Step(30 * time.Second)
+	lost := renewedSpoke
+	retried, err := svc.Renew(ctx, adoptedSpoke, &federationv1.RenewRequest{Csr: csr})
+	if err != nil {
+		t.Fatalf("Renew() retried by the replaced certificate within the overlap = %v, want a certificate", err)
+	}
+	renewedSpoke = issuedSpoke(t, retried.GetCertificate())
+	if got := refusalOf(admission(t, svc.Client, lost, clk.Now())); got != registry.RefusedReplacedCertificate {
+		t.Errorf("Admission(certificate of the lost answer) refusal = %q, want %q", got, registry.RefusedReplacedCertificate)
+	}
+	clk.Step(30 * time.Second)
+	if got := refusalOf(admission(t, svc.Client, adoptedSpoke, clk.Now())); got != registry.RefusedReplacedCertificate {
 		t.Errorf("Admission(replaced certificate after the overlap) refusal = %q, want %q", got, registry.RefusedReplacedCertificate)
+	}
+	if _, err := svc.Renew(ctx, adoptedSpoke, &federationv1.RenewRequest{Csr: csr}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("Renew() by the replaced certificate after the overlap = %v, want PermissionDenied", err)
 	}
 	if err := admission(t, svc.Client, renewedSpoke, clk.Now().Add(time.Hour)); err != nil {
 		t.Errorf("Admission(renewed certificate) = %v, want nil", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,7 +50,15 @@ type CertificateRecord struct {
 	// spoke can move its stream to the new certificate.
 	Replaced      string     `json:"replaced,omitempty"`
 	ReplacedUntil *time.Time `json:"replacedUntil,omitempty"`
+	// Renewed are the serials the last renewals since the last Join issued
+	// (at most maxRenewedSerials), so that a retired one is told apart from
+	// one of an earlier join also within the second of NotBefore's
+	// precision.
+	Renewed []string `json:"renewed,omitempty"`
 }
+
+// maxRenewedSerials bounds CertificateRecord.Renewed.
+const maxRenewedSerials = 8
 
 // certificateRecordOf reads the record of mc; nil when it has none.
 func certificateRecordOf(mc *clusterv1.ManagedCluster) (*CertificateRecord, error) {
@@ -81,7 +90,7 @@ func certificateAdmission(mc *clusterv1.ManagedCluster, spoke identity.Spoke, no
 		return nil
 	case spoke.Serial == rec.Replaced && rec.ReplacedUntil != nil && now.Before(*rec.ReplacedUntil):
 		return nil
-	case spoke.Serial == rec.JoinSerial, spoke.NotBefore.After(rec.JoinedAt):
+	case spoke.Serial == rec.JoinSerial, slices.Contains(rec.Renewed, spoke.Serial), spoke.NotBefore.After(rec.JoinedAt):
 		// Issued by the last Join or since: a Renew replaced it.
 		return &RefusedError{Reason: RefusedReplacedCertificate, Cluster: spoke.Cluster}
 	default:
@@ -101,24 +110,35 @@ func RecordJoin(ctx context.Context, c client.Client, cluster string, uid types.
 	})
 }
 
-// RecordRenewal makes the certificate newSerial that a Renew issued the
-// current one of cluster's registration uid, and keeps the renewed
-// certificate replaced good until replacedUntil. Only the current
-// certificate may be renewed: a replaced one, still in its overlap, is
-// refused (RefusedReplacedCertificate), so that a copy of an old key cannot
-// keep itself alive by renewing.
-func RecordRenewal(ctx context.Context, c client.Client, cluster string, uid types.UID, replaced identity.Spoke, newSerial string, replacedUntil time.Time) error {
+// RecordRenewal makes the certificate newSerial that a Renew issued at now
+// the current one of cluster's registration uid, and keeps the renewed
+// certificate replaced good for overlap. Only the current certificate may
+// renew, or, within its overlap, the one the last Renew replaced: that is
+// the agent retrying a Renew whose answer it lost (or could not store); the
+// certificate that Renew issued is then retired unused, and the overlap is
+// not extended, so that a copy of an old key cannot keep itself alive.
+func RecordRenewal(ctx context.Context, c client.Client, cluster string, uid types.UID, replaced identity.Spoke, newSerial string, now time.Time, overlap time.Duration) error {
 	return updateRecord(ctx, c, cluster, uid, func(old *CertificateRecord) (*CertificateRecord, error) {
-		rec := &CertificateRecord{Current: newSerial, Replaced: replaced.Serial, ReplacedUntil: ptrTo(replacedUntil.UTC())}
+		rec := &CertificateRecord{Current: newSerial, Replaced: replaced.Serial, ReplacedUntil: ptrTo(now.Add(overlap).UTC())}
 		switch {
 		case old == nil:
 			// First record of a registration from an older hub: the
 			// renewed certificate counts as joined.
 			rec.JoinSerial, rec.JoinedAt = replaced.Serial, replaced.NotBefore.UTC()
-		case old.Current != replaced.Serial:
-			return nil, &RefusedError{Reason: RefusedReplacedCertificate, Cluster: cluster}
-		default:
+		case old.Current == replaced.Serial:
 			rec.JoinSerial, rec.JoinedAt = old.JoinSerial, old.JoinedAt
+		case old.Replaced == replaced.Serial && old.ReplacedUntil != nil && now.Before(*old.ReplacedUntil):
+			rec.JoinSerial, rec.JoinedAt = old.JoinSerial, old.JoinedAt
+			rec.ReplacedUntil = old.ReplacedUntil
+		default:
+			return nil, &RefusedError{Reason: RefusedReplacedCertificate, Cluster: cluster}
+		}
+		if old != nil {
+			rec.Renewed = old.Renewed
+		}
+		rec.Renewed = append(rec.Renewed, newSerial)
+		if len(rec.Renewed) > maxRenewedSerials {
+			rec.Renewed = rec.Renewed[len(rec.Renewed)-maxRenewedSerials:]
 		}
 		return rec, nil
 	})

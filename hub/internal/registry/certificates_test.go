@@ -43,6 +43,10 @@ func TestCertificateRecordAdmission(t *testing.T) {
 		"a certificate renewed away before the last renewal": {
 			annotations: withRecord(renewed), serial: "c0", notBefore: joinedAt.Add(time.Second), now: joinedAt, wantReason: RefusedReplacedCertificate,
 		},
+		"a renewed certificate issued within the join's second": {
+			annotations: withRecord(CertificateRecord{Current: "c3", JoinSerial: "c1", JoinedAt: joinedAt, Renewed: []string{"c2", "c3"}}),
+			serial:      "c2", notBefore: joinedAt, now: joinedAt, wantReason: RefusedReplacedCertificate,
+		},
 		"a certificate issued before the last join": {
 			annotations: withRecord(renewed), serial: "b9", notBefore: joinedAt.Add(-time.Second), now: joinedAt, wantReason: RefusedEarlierRegistration,
 		},
