@@ -63,7 +63,10 @@ const (
 	// reaching its API server before its heartbeats say its figures are stale.
 	DefaultAPIServerStaleAfter = 30 * time.Second
 	// stableSession is how long a session must last for the backoff to reset.
-	stableSession   = 30 * time.Second
+	stableSession = 30 * time.Second
+	// handoverTimeout bounds how long the previous stream stays open while
+	// the hub has not answered the stream that replaces it.
+	handoverTimeout = 10 * time.Second
 	maxSendMsgBytes = 16 << 20
 )
 
@@ -327,12 +330,20 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 
 	resync := make(chan string, 1)
 	recvErr := make(chan error, 1)
+	// answered is closed at the hub's first answer (Ack or Resync): the hub
+	// has taken this stream as the cluster's, replacing any older one.
+	answered := make(chan struct{})
 	go func() {
+		first := true
 		for {
 			msg, err := stream.Recv()
 			if err != nil {
 				recvErr <- err
 				return
+			}
+			if first {
+				first = false
+				close(answered)
 			}
 			if rs := msg.GetResync(); rs != nil {
 				select {
@@ -356,8 +367,20 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 	if err != nil {
 		return nil, streamError(err)
 	}
-	// The hub has replaced the previous stream with this one.
-	previous.close()
+	if previous != nil {
+		// Make before break: the previous stream ends once the hub has
+		// answered on this one, so that it never sees the cluster without a
+		// stream. A hub that does not answer gets the switch after a while.
+		select {
+		case <-answered:
+		case err := <-recvErr:
+			return nil, fmt.Errorf("hub ended the Report stream: %w", err)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(handoverTimeout):
+		}
+		previous.close()
+	}
 	r.log.Info("Reporting to the hub", "hub", r.opts.Hub.Address, "machines", len(sent), "generation", r.generation)
 	heartbeat := time.NewTicker(r.opts.HeartbeatInterval)
 	defer heartbeat.Stop()

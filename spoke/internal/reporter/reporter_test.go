@@ -96,6 +96,19 @@ func (h *recordingHub) next(t *testing.T) *federationv1.SpokeMessage {
 // certificate of ca; join, when not nil, answers Join.
 func startHub(t *testing.T, ca *pki.CA, join func(context.Context, *federationv1.JoinRequest) (*federationv1.JoinResponse, error)) (*recordingHub, string) {
 	t.Helper()
+	hub := &recordingHub{
+		streams:  make(chan grpc.BidiStreamingServer[federationv1.SpokeMessage, federationv1.HubMessage], 1),
+		received: make(chan *federationv1.SpokeMessage, 16),
+		join:     join,
+	}
+	return hub, serveTLS(t, ca, hub)
+}
+
+// serveTLS serves hub over TLS on loopback with a serving certificate of
+// ca, requiring client certificates of ca for the calls that need one,
+// until the test ends, and returns its address.
+func serveTLS(t *testing.T, ca *pki.CA, hub federationv1.FederationServer) string {
+	t.Helper()
 	certPEM, keyPEM, err := ca.IssueServer("127.0.0.1", []string{"127.0.0.1"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -111,16 +124,11 @@ func startHub(t *testing.T, ca *pki.CA, join func(context.Context, *federationv1
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub := &recordingHub{
-		streams:  make(chan grpc.BidiStreamingServer[federationv1.SpokeMessage, federationv1.HubMessage], 1),
-		received: make(chan *federationv1.SpokeMessage, 16),
-		join:     join,
-	}
 	server := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsConfig)))
 	federationv1.RegisterFederationServer(server, hub)
 	go func() { _ = server.Serve(lis) }()
 	t.Cleanup(server.Stop)
-	return hub, lis.Addr().String()
+	return lis.Addr().String()
 }
 
 func TestReporterSendsASnapshotWhenTheHubAsksForOne(t *testing.T) {
