@@ -112,7 +112,10 @@ func runRevokeClientCert(args []string) error {
 	if fs.NArg() != 1 {
 		return errors.New("usage: hub client-cert revoke [--reason TEXT] SERIAL")
 	}
-	serial := strings.ToLower(strings.TrimPrefix(fs.Arg(0), "0x"))
+	serial := strings.ToLower(strings.TrimPrefix(strings.ReplaceAll(fs.Arg(0), ":", ""), "0x"))
+	if !registry.ValidSerial(serial) {
+		return fmt.Errorf("SERIAL %q: want the certificate's serial number in hex, as hub client-cert printed it (openssl x509 -serial also works)", fs.Arg(0))
+	}
 	c, err := adminClient(cfg)
 	if err != nil {
 		return err
