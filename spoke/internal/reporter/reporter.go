@@ -9,9 +9,9 @@
 // with the Renew RPC once two thirds of its life (counted from when the agent
 // obtained it) have passed, on a timer of its own whether or not a Report
 // stream is up, stores it, and moves its stream to it make-before-break: it
-// opens the new stream before closing the old one, and the hub replaces the
-// older stream of the cluster with the newer, so the cluster never looks
-// disconnected. Before calling Join or Renew it stores the new key and its
+// opens the new stream and closes the old one only once the hub has answered
+// on the new one (the hub replaces the older stream of a cluster with the
+// newer), so the cluster never looks disconnected. Before calling Join or Renew it stores the new key and its
 // CSR in the credentials Secret (pending.key, pending.csr) and sends that same
 // CSR again on every retry, so that a lost answer or a failed write of the
 // credentials can be retried with the same token (the hub answers a retry of
@@ -23,11 +23,11 @@
 // api_server_unreachable_since, since its figures come from a cache that no
 // longer hears of changes.
 //
-// When the hub refuses its certificate because it belongs to no current registration
-// of the cluster (deregistered, or registered again), it joins again with
-// the bootstrap token it reads afresh for every attempt, so that an operator
-// only has to give it a new token. The hub being unreachable is never an
-// error of the Runnable: the agent's local controllers keep working.
+// When the hub refuses its certificate because it belongs to no current
+// registration of the cluster (deregistered, or registered again), it joins
+// again with the bootstrap token it reads afresh for every attempt, so that
+// an operator only has to give it a new token. The hub being unreachable is
+// never an error of the Runnable: the agent's local controllers keep working.
 package reporter
 
 import (
@@ -88,8 +88,10 @@ type Options struct {
 	// Cache is the manager's cache; Machines and MachineNodePools are read
 	// from it and its informers signal changes.
 	Cache cache.Cache
-	// Client reads and writes the credentials Secret; an uncached client,
-	// so that the agent does not cache every Secret of the cluster.
+	// Client reads and writes the credentials Secret and reads the agent's
+	// Namespace to tell whether the API server answers; an uncached client,
+	// so that the agent does not cache every Secret of the cluster and the
+	// read goes to the API server.
 	Client client.Client
 	// Namespace holds the credentials Secret.
 	Namespace string
