@@ -148,6 +148,7 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 	if err == nil && uid == "" {
 		err = errors.New("the ManagedCluster has no UID")
 	}
+	registeredNow := err == nil && uid != ""
 	var (
 		certPEM []byte
 		cert    *x509.Certificate
@@ -159,9 +160,12 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 		err = registry.RecordJoin(ctx, s.Client, req.GetClusterName(), uid, identity.SerialOf(cert), cert.NotBefore)
 	}
 	if err != nil {
-		// The join did not happen: give the token back so that the spoke's
-		// retry can use it (a retry's token stays with the first join).
-		if !retry {
+		// The join did not happen. Before the registration exists, the
+		// token is given back so that the spoke's retry can use it. Once it
+		// exists, the token stays used, by this key: the spoke's retry with
+		// the same key is answered (ConsumeForKey), whereas a released
+		// unbound token could not join the now registered name.
+		if !retry && !registeredNow {
 			if releaseErr := s.Tokens.Release(ctx, req.GetToken(), req.GetClusterName()); releaseErr != nil {
 				log.Error(releaseErr, "Releasing the bootstrap token of a failed join")
 			}

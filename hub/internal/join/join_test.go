@@ -405,3 +405,28 @@ func TestABadCSRDoesNotBurnTheToken(t *testing.T) {
 		t.Errorf("cluster registered after a refused CSR: %t, %v", exists, err)
 	}
 }
+
+func TestAJoinWhoseRecordFailedIsAnsweredOnTheRetryWithTheSameKey(t *testing.T) {
+	ctx := context.Background()
+	failures := 1
+	svc, tokens := newJoinService(t, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*clusterv1.ManagedCluster); ok && failures > 0 {
+				failures--
+				return apierrors.NewServiceUnavailable("hub API hiccup")
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	req := joinRequest(t, "prod-a", createToken(t, tokens))
+	if _, err := svc.Join(ctx, req); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Join() whose record write failed = %v, want Unavailable", err)
+	}
+	resp, err := svc.Join(ctx, req)
+	if err != nil {
+		t.Fatalf("retried Join() with the same key = %v, want a certificate", err)
+	}
+	if err := admission(t, svc.Client, issuedSpoke(t, resp.GetCertificate()), time.Now()); err != nil {
+		t.Errorf("Admission(certificate of the retried join) = %v, want nil", err)
+	}
+}
