@@ -123,20 +123,21 @@ type AgentKillInput struct {
 	NextAvailable int32
 }
 
-// AgentKillSpec kills a spoke's agent with SIGKILL, changes a Machine while
-// it is down and starts it again at once: the spoke is never shown as
-// anything but Available (the restart is well within the grace period) and
-// the hub learns the change.
+// AgentKillSpec changes a Machine and kills the spoke's agent with SIGKILL
+// right away — before it can be sure to have reported the change (while the
+// agent is down its validating webhook refuses Machine writes) — then starts
+// it again at once: the spoke is never shown as anything but Available (the
+// restart is well within the grace period) and the hub learns the change.
 func AgentKillSpec(ctx context.Context, in AgentKillInput) {
 	env := in.Env
 	WaitRecovered(ctx, env, time.Now())
 	var recovered time.Duration
 	ExpectAlwaysAvailable(ctx, env, spokeNames(env), func() {
 		By(fmt.Sprintf("killing the agent of %s (SIGKILL) and starting it again", in.Spoke))
+		Expect(SetBurstAvailable(ctx, env.Spoke(in.Spoke).Client, in.NextAvailable)).To(Succeed())
 		killed := time.Now()
 		Expect(in.Fleet.KillAgent(in.Spoke)).To(Succeed())
 		DeferCleanup(func(ctx context.Context) { Expect(in.Fleet.StartAgent(ctx, in.Spoke)).To(Succeed()) })
-		Expect(SetBurstAvailable(ctx, env.Spoke(in.Spoke).Client, in.NextAvailable)).To(Succeed())
 		Expect(in.Fleet.StartAgent(ctx, in.Spoke)).To(Succeed())
 		recovered = WaitRecovered(ctx, env, killed)
 	})
