@@ -73,7 +73,13 @@ var _ = BeforeSuite(func(ctx context.Context) {
 			built <- err
 		}()
 	}
-	cluster, err = harness.Start(ctx, harness.Options{Name: "deploy"})
+	cluster, err = harness.Start(ctx, harness.Options{
+		Name: "deploy",
+		// As some distributions do: owner references that block deletion
+		// need update on the owner's finalizers, which the minimality specs
+		// prove the agent's RBAC grants.
+		APIServerFlags: []string{"--enable-admission-plugins=OwnerReferencesPermissionEnforcement"},
+	})
 	DeferCleanup(func() {
 		if cluster != nil {
 			Expect(cluster.Stop()).To(Succeed())

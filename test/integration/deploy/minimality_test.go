@@ -1,0 +1,368 @@
+package deploy_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/util/harness"
+)
+
+// rbacEnv is what the specs of the RBAC container share; its BeforeAll fills
+// the objects, the Describe body the argument builders.
+type rbacEnv struct {
+	spokeObjs, hubObjs []*unstructured.Unstructured
+	spokeArgs          func(extra ...string) []string
+	hubArgs            func() []string
+	hubAddress         func() string
+	hubCAFile          string
+}
+
+// ruleNeed is one generated RBAC rule and the scenario that breaks without it.
+type ruleNeed struct {
+	// side is "spoke" or "hub"; kind is ClusterRole or Role.
+	side, kind string
+	// resource is the rule's first resource, resourceName its first
+	// resourceName if it has any: together they name the rule.
+	resource, resourceName string
+	// group: the rules of one group are taken away together and their
+	// scenarios checked in one run of the binary; their failures must not
+	// hide each other.
+	group string
+	// scenario is what a user would see break.
+	scenario string
+	// forbidden matches the error the binary logs.
+	forbidden string
+}
+
+// forbiddenFor is the pattern of the API server's answer when side's
+// ServiceAccount may not do one of verbs on resource (both patterns).
+func forbiddenFor(side, verbs, resource string) string {
+	return fmt.Sprintf(`is forbidden: User "system:serviceaccount:imperator-system:imperator-%s" cannot (%s) resource "%s"`,
+		side, verbs, resource)
+}
+
+// ruleNeeds maps every rule of deploy/spoke/rbac and deploy/hub/rbac to a
+// scenario. A rule without an entry fails the completeness spec: either it
+// gets a scenario here or it is removed from the markers.
+var ruleNeeds = []ruleNeed{
+	// The agent's start-up: its webhook certificate.
+	{side: "spoke", kind: "Role", resource: "secrets", group: "spoke-certificate",
+		scenario:  "the agent cannot keep its webhook serving certificate, so no webhook is served",
+		forbidden: forbiddenFor("spoke", "get", "secrets")},
+	{side: "spoke", kind: "ClusterRole", resource: "mutatingwebhookconfigurations", resourceName: "imperator-pod-injector", group: "spoke-ca-bundle",
+		scenario:  "the API server cannot trust the pod injector: guest pods are refused",
+		forbidden: forbiddenFor("spoke", "get|patch", "mutatingwebhookconfigurations")},
+	{side: "spoke", kind: "ClusterRole", resource: "validatingwebhookconfigurations", resourceName: "imperator-machine-validator", group: "spoke-ca-bundle",
+		scenario:  "the API server cannot trust the Machine validator: Machine writes are refused",
+		forbidden: forbiddenFor("spoke", "get|patch", "validatingwebhookconfigurations")},
+	{side: "spoke", kind: "Role", resource: "leases", group: "spoke-leader",
+		scenario:  "no replica becomes leader: no controller runs",
+		forbidden: forbiddenFor("spoke", "get|create", "leases")},
+	{side: "spoke", kind: "Role", resource: "events", group: "spoke-leader-event",
+		scenario:  "the leader election is not recorded as an event in the agent's namespace",
+		forbidden: forbiddenFor("spoke", "create|patch", "events") + ` in API group "" in the namespace "imperator-system"`},
+	// The controllers' informers, one group each: a controller starts its
+	// watches one after the other, so one that cannot list hides the next.
+	{side: "spoke", kind: "ClusterRole", resource: "namespaces", group: "spoke-informer-namespaces",
+		scenario:  "guests and reservations are not counted: Machine status stays empty",
+		forbidden: forbiddenFor("spoke", "list|watch", "pods")},
+	{side: "spoke", kind: "ClusterRole", resource: "nodes", group: "spoke-informer-nodes",
+		scenario:  "node pools are not labelled or tainted",
+		forbidden: forbiddenFor("spoke", "list|watch", "nodes")},
+	{side: "spoke", kind: "ClusterRole", resource: "machinenodepools", group: "spoke-informer-machinenodepools",
+		scenario:  "a Machine gets no MachineNodePool",
+		forbidden: forbiddenFor("spoke", "list|watch", "machinenodepools")},
+	{side: "spoke", kind: "ClusterRole", resource: "machines", group: "spoke-informer-machines",
+		scenario:  "no Machine is reconciled, and the validator cannot see other Machines",
+		forbidden: forbiddenFor("spoke", "list|watch", "machines")},
+	{side: "spoke", kind: "ClusterRole", resource: "priorityclasses", group: "spoke-informer-priorityclasses",
+		scenario:  "the reservation PriorityClass is not checked: reservations are held back",
+		forbidden: forbiddenFor("spoke", "list|watch", "priorityclasses")},
+	{side: "spoke", kind: "Role", resource: "services", group: "spoke-informer-services",
+		scenario:  "reservation Services are not kept",
+		forbidden: forbiddenFor("spoke", "list|watch", "services")},
+	{side: "spoke", kind: "Role", resource: "statefulsets", group: "spoke-informer-statefulsets",
+		scenario:  "reservation StatefulSets are not kept: nothing is reserved",
+		forbidden: forbiddenFor("spoke", "list|watch", "statefulsets")},
+	// The controllers' writes for a new Machine. Events follow successful
+	// writes only, so they are a group of their own.
+	{side: "spoke", kind: "ClusterRole", resource: "events", group: "spoke-events",
+		scenario:  "a Machine's reservations and node pool changes leave no events",
+		forbidden: forbiddenFor("spoke", "create|patch", "events") + ` in API group "events.k8s.io"`},
+	{side: "spoke", kind: "ClusterRole", resource: "machinenodepools/status", group: "spoke-writes",
+		scenario:  "a Machine's status (usage, Ready) is never written",
+		forbidden: forbiddenFor("spoke", "patch", "machines/status")},
+	// Only under OwnerReferencesPermissionEnforcement, which the suite's API
+	// server enables as some distributions do.
+	{side: "spoke", kind: "ClusterRole", resource: "machines/finalizers", group: "spoke-writes",
+		scenario:  "a Machine's reservations and node pool cannot be owned by it where owner references are enforced",
+		forbidden: `can't set finalizers on`},
+
+	// The hub's start-up.
+	{side: "hub", kind: "Role", resource: "secrets", group: "hub-ca",
+		scenario:  "the hub cannot load its CA: it does not start",
+		forbidden: forbiddenFor("hub", "get|list|create", "secrets")},
+	{side: "hub", kind: "Role", resource: "configmaps", group: "hub-revocations",
+		scenario:  "the hub cannot read its revocation list: it does not start",
+		forbidden: forbiddenFor("hub", "get|create", "configmaps")},
+	{side: "hub", kind: "ClusterRole", resource: "clusterinventories", group: "hub-inventories",
+		scenario:  "the hub cannot restore or follow inventories: it does not start",
+		forbidden: forbiddenFor("hub", "list|watch|get", "clusterinventories")},
+	{side: "hub", kind: "ClusterRole", resource: "managedclusters", group: "hub-registry",
+		scenario:  "the hub cannot read the cluster registry: it does not start",
+		forbidden: forbiddenFor("hub", "list|watch|get", "managedclusters")},
+	{side: "hub", kind: "ClusterRole", resource: "addonplacementscores", group: "hub-scores",
+		scenario:  "the leader cannot follow placement scores",
+		forbidden: forbiddenFor("hub", "list|watch|get", "addonplacementscores")},
+	{side: "hub", kind: "ClusterRole", resource: "leases", resourceName: "imperator-spoke", group: "hub-follow-leases",
+		scenario:  "replicas cannot follow which replica serves a cluster",
+		forbidden: forbiddenFor("hub", "list|watch|get", "leases")},
+	{side: "hub", kind: "Role", resource: "leases", group: "hub-leader",
+		scenario:  "no hub replica becomes leader: no scores, no Unknown marking",
+		forbidden: forbiddenFor("hub", "get|create", "leases") + ` in API group "coordination.k8s.io" in the namespace "imperator-system"`},
+	{side: "hub", kind: "Role", resource: "events", group: "hub-leader-event",
+		scenario:  "the hub's leader election is not recorded as an event",
+		forbidden: forbiddenFor("hub", "create|patch", "events") + ` in API group "" in the namespace "imperator-system"`},
+	// A new spoke joining and reporting. The persister writes the
+	// ManagedCluster's status before the inventory's: one group each.
+	{side: "hub", kind: "ClusterRole", resource: "namespaces", group: "hub-join",
+		scenario:  "a new spoke cannot join: its namespace is not created",
+		forbidden: forbiddenFor("hub", "get|create", "namespaces")},
+	{side: "hub", kind: "ClusterRole", resource: "leases", group: "hub-heartbeat-lease",
+		scenario:  "a new spoke's heartbeat Lease is not created: other replicas never see it live",
+		forbidden: forbiddenFor("hub", "create", "leases")},
+	{side: "hub", kind: "ClusterRole", resource: "clusterinventories/status", group: "hub-inventory-status",
+		scenario:  "a spoke's inventory is not persisted: other replicas and restarts lose it",
+		forbidden: forbiddenFor("hub", "patch", "clusterinventories/status")},
+	{side: "hub", kind: "ClusterRole", resource: "addonplacementscores/status", group: "hub-report",
+		scenario:  "placement scores and ManagedCluster conditions are not written",
+		forbidden: forbiddenFor("hub", "patch", "(managedclusters|addonplacementscores)/status")},
+}
+
+// ruleKey names a rule as ruleNeed does.
+func ruleKey(kind string, rule map[string]any) string {
+	resources, _, _ := unstructured.NestedStringSlice(rule, "resources")
+	names, _, _ := unstructured.NestedStringSlice(rule, "resourceNames")
+	key := kind + " " + resources[0]
+	if len(names) > 0 {
+		key += "/" + names[0]
+	}
+	return key
+}
+
+func (n ruleNeed) key() string {
+	key := n.kind + " " + n.resource
+	if n.resourceName != "" {
+		key += "/" + n.resourceName
+	}
+	return key
+}
+
+// withoutRules returns copies of roles with the rules of needs removed.
+func withoutRules(roles []*unstructured.Unstructured, needs []ruleNeed) []*unstructured.Unstructured {
+	GinkgoHelper()
+	drop := map[string]bool{}
+	for _, n := range needs {
+		drop[n.key()] = true
+	}
+	var out []*unstructured.Unstructured
+	removed := 0
+	for _, role := range roles {
+		role = role.DeepCopy()
+		rules, _, err := unstructured.NestedSlice(role.Object, "rules")
+		Expect(err).NotTo(HaveOccurred())
+		var kept []any
+		for _, r := range rules {
+			if drop[ruleKey(role.GetKind(), r.(map[string]any))] {
+				removed++
+				continue
+			}
+			kept = append(kept, r)
+		}
+		Expect(unstructured.SetNestedSlice(role.Object, kept, "rules")).To(Succeed())
+		out = append(out, role)
+	}
+	Expect(removed).To(Equal(len(needs)), "rules of %v not found", needs)
+	return out
+}
+
+// minimalitySpecs checks that every generated rule is needed: taken away (with
+// the others of its group), the binary logs the forbidden error of a named
+// scenario. It runs after the journey: the spoke-a agent has joined.
+func minimalitySpecs(env *rbacEnv) {
+	It("has a scenario for every generated rule, and no scenario for a rule that is gone", func() {
+		var generated []string
+		for _, side := range []struct {
+			name string
+			objs []*unstructured.Unstructured
+		}{{"spoke", env.spokeObjs}, {"hub", env.hubObjs}} {
+			for _, role := range ofKind(side.objs, "ClusterRole", "Role") {
+				rules, _, err := unstructured.NestedSlice(role.Object, "rules")
+				Expect(err).NotTo(HaveOccurred())
+				for _, r := range rules {
+					generated = append(generated, side.name+" "+ruleKey(role.GetKind(), r.(map[string]any)))
+				}
+			}
+		}
+		var covered []string
+		for _, n := range ruleNeeds {
+			covered = append(covered, n.side+" "+n.key())
+		}
+		Expect(covered).To(ConsistOf(generated), "each generated rule needs exactly one scenario in ruleNeeds")
+	})
+
+	groups := map[string][]ruleNeed{}
+	var order []string
+	for _, n := range ruleNeeds {
+		if _, ok := groups[n.group]; !ok {
+			order = append(order, n.group)
+		}
+		groups[n.group] = append(groups[n.group], n)
+	}
+	for _, group := range order {
+		needs := groups[group]
+		var names []string
+		for _, n := range needs {
+			names = append(names, n.key()+" → "+n.scenario)
+		}
+		It(fmt.Sprintf("needs every rule of group %s: without %s", group, strings.Join(names, "; without ")), func(ctx context.Context) {
+			side := needs[0].side
+			objs := env.spokeObjs
+			if side == "hub" {
+				objs = env.hubObjs
+			}
+			roles := ofKind(objs, "ClusterRole", "Role")
+			_, err := apply(ctx, withoutRules(roles, needs))
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(func(ctx context.Context) {
+				_, err := apply(ctx, roles)
+				Expect(err).NotTo(HaveOccurred())
+			})
+
+			var p *harness.Process
+			var poke func(ctx context.Context)
+			if side == "spoke" {
+				p, poke = spokeScenario(ctx, env, group)
+			} else {
+				p, poke = hubScenario(ctx, env, group)
+			}
+			for _, n := range needs {
+				Eventually(func(ctx context.Context) string {
+					poke(ctx)
+					return logOf(p)
+				}).WithContext(ctx).WithTimeout(45*time.Second).WithPolling(500*time.Millisecond).
+					Should(MatchRegexp(n.forbidden), func() string {
+						return fmt.Sprintf("%s: %s\nforbidden errors in the log of %s:\n%s", n.key(), n.scenario, p.Name(), forbiddenLines(logOf(p)))
+					})
+			}
+		}, NodeTimeout(2*time.Minute))
+	}
+}
+
+// spokeScenario starts the agent as its ServiceAccount, and poke applies a
+// Machine of its own (a new group on a node of its own, absent from the
+// cluster: its pool entry reports Missing), so that every controller reads
+// and writes what a new Machine needs: reservation StatefulSet and Service,
+// node pool, status and events. The agent's validator may refuse the
+// Machine until the agent serves; poke applies it again each time.
+func spokeScenario(ctx context.Context, env *rbacEnv, name string) (*harness.Process, func(context.Context)) {
+	GinkgoHelper()
+	machineName := "minimal-" + strings.TrimPrefix(name, "spoke-")
+	manifest := filepath.Join(GinkgoT().TempDir(), "machine.yaml")
+	Expect(os.WriteFile(manifest, []byte(fmt.Sprintf(`apiVersion: imperator.tenzen-y.io/v1alpha1
+kind: Machine
+metadata:
+  name: %[1]s
+  labels:
+    %[2]s: %[1]s
+spec:
+  nodePool:
+  - name: %[1]s-node
+    machineType:
+    - name: compute-small
+  machineTypes:
+  - name: compute-small
+    spec:
+      cpu: 1000m
+      memory: 1Gi
+      gpu:
+        type: nvidia.com/gpu
+        num: 1
+    available: 1
+`, machineName, imperatorv1alpha1.MachineGroupKey)), 0o600)).To(Succeed())
+	DeferCleanup(func(ctx context.Context) {
+		_, err := cluster.Kubectl(ctx, "delete", "machines.imperator.tenzen-y.io", machineName, "--ignore-not-found", "--wait=false")
+		Expect(err).NotTo(HaveOccurred())
+	})
+	p := start("spoke-minimality-"+name, "spoke", env.spokeArgs()...)
+	return p, func(ctx context.Context) { _, _ = cluster.Kubectl(ctx, "apply", "-f", manifest) }
+}
+
+// hubScenario starts the hub as its ServiceAccount and, once it serves, a
+// spoke agent (as the admin: the hub's rights are under test) that joins it
+// as a new cluster and reports, so that the hub registers, persists and
+// scores a cluster it has not seen.
+func hubScenario(ctx context.Context, env *rbacEnv, name string) (*harness.Process, func(context.Context)) {
+	GinkgoHelper()
+	hub := start("hub-minimality-"+name, "hub", env.hubArgs()...)
+	joined := false
+	clusterName := "minimal-" + strings.TrimPrefix(name, "hub-")
+	return hub, func(ctx context.Context) {
+		if joined || !hub.Running() || slices.Contains([]string{"hub-ca", "hub-revocations", "hub-inventories", "hub-registry"}, name) {
+			return
+		}
+		// A token issued with the admin's rights.
+		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "hub"), "token", "create", "--cluster", clusterName, "--ttl", "10m", "--kubeconfig="+cluster.KubeconfigPath)
+		out, err := cmd.Output()
+		if err != nil {
+			return
+		}
+		dir := GinkgoT().TempDir()
+		tokenFile := filepath.Join(dir, "token")
+		Expect(os.WriteFile(tokenFile, out, 0o600)).To(Succeed())
+		ports, err := harness.FreePorts(2)
+		Expect(err).NotTo(HaveOccurred())
+		start("spoke-for-"+name, "spoke",
+			"--kubeconfig="+cluster.KubeconfigPath,
+			"--namespace="+namespace,
+			"--leader-elect=false",
+			"--webhook-bind-address=127.0.0.1",
+			fmt.Sprintf("--webhook-port=%d", ports[0]),
+			"--webhook-hosts=127.0.0.1",
+			"--webhook-cert-secret="+clusterName+"-webhook",
+			// Not spoke-a's configurations: this agent serves none.
+			"--mutating-webhook-configuration="+clusterName+"-absent",
+			"--validating-webhook-configuration="+clusterName+"-absent",
+			fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
+			"--metrics-bind-address=0",
+			"--hub-address="+env.hubAddress(),
+			"--cluster-name="+clusterName,
+			"--hub-ca-file="+env.hubCAFile,
+			"--join-token-file="+tokenFile,
+			"--hub-credentials-secret="+clusterName+"-credentials",
+		)
+		joined = true
+	}
+}
+
+// forbiddenLines are the lines of log that report a forbidden request.
+func forbiddenLines(log string) string {
+	var out []string
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "forbidden") {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
