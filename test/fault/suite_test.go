@@ -108,4 +108,3 @@ var _ = Describe("Faults", Ordered, ContinueOnFailure, func() {
 		HubKillSpec(ctx, HubKillInput{Input: in, Burst: 15 * time.Second})
 	}, SpecTimeout(4*time.Minute))
 })
-

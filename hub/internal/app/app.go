@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -37,6 +38,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/config"
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/join"
+	"github.com/imperator-federation/imperator/hub/internal/leader"
 	"github.com/imperator-federation/imperator/hub/internal/liveness"
 	"github.com/imperator-federation/imperator/hub/internal/persist"
 	"github.com/imperator-federation/imperator/hub/internal/query"
@@ -140,18 +142,25 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 			// Only the spokes' heartbeat Leases, not every Lease of the cluster.
 			&coordinationv1.Lease{}: {Field: fields.OneTermEqualSelector("metadata.name", persist.LeaseName)},
 		}},
-		LeaderElection:                cfg.LeaderElect,
-		LeaderElectionID:              config.LeaderElectionID,
-		LeaderElectionNamespace:       cfg.Namespace,
-		LeaderElectionReleaseOnCancel: true,
-		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptr.To(opts.SharedProcess)},
+		// No leader election here: losing the lead would end the manager,
+		// and with it every spoke stream and query. The leader's work runs
+		// under leader.Campaign instead (see below).
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(opts.SharedProcess)},
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	st := store.New(nil, cfg.GracePeriod)
 	st.SetReplica(replica)
-	persister := persist.New(mgr.GetClient(), st, persist.Options{Interval: cfg.PersistInterval, Elected: mgr.Elected(), Reader: mgr.GetAPIReader(), Log: log.WithName("persist")})
+	campaign := &leader.Campaign{
+		Config: restConfig, Namespace: cfg.Namespace, Name: config.LeaderElectionID, Identity: replica,
+		Log: log.WithName("leader"),
+	}
+	leading := campaign.Leading
+	if !cfg.LeaderElect {
+		leading = nil // the only replica: always leads
+	}
+	persister := persist.New(mgr.GetClient(), st, persist.Options{Interval: cfg.PersistInterval, Leading: leading, Reader: mgr.GetAPIReader(), Log: log.WithName("persist")})
 	if err := persister.Restore(ctx, direct); err != nil {
 		return err
 	}
@@ -203,7 +212,6 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		mgr.Add(revocations),
 		mgr.Add(persister),
 		mgr.Add(queries),
-		mgr.Add(publisher),
 		mgr.Add(liveness.New(st, log.WithName("liveness"))),
 		mgr.Add(&registry.Deregistrations{Cache: mgr.GetCache(), Forget: func(cluster string) {
 			log.Info("Cluster deregistered", "cluster", cluster)
@@ -215,6 +223,28 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		mgr.AddReadyzCheck("ping", healthz.Ping),
 	); err != nil {
 		return fmt.Errorf("setting up the hub: %w", err)
+	}
+	// The leader's work, started afresh in every term: publishing placement
+	// scores, and a first look at every cluster (some may have gone silent
+	// while nobody led).
+	leaderWork := func(m manager.Manager) error {
+		return errors.Join(
+			m.Add(publisher),
+			m.Add(manager.RunnableFunc(func(ctx context.Context) error {
+				persister.LookAtEveryCluster()
+				<-ctx.Done()
+				return nil
+			})),
+		)
+	}
+	if cfg.LeaderElect {
+		campaign.Setup = leaderWork
+		err = mgr.Add(campaign)
+	} else {
+		err = leaderWork(mgr)
+	}
+	if err != nil {
+		return fmt.Errorf("setting up the leader's work: %w", err)
 	}
 	if opts.Ready != nil {
 		opts.Ready(st)

@@ -154,7 +154,9 @@ func (c *Campaign) lock() (resourcelock.Interface, error) {
 	}, nil
 }
 
-func (c *Campaign) retryPeriod() time.Duration { return c.durationOr(c.RetryPeriod, DefaultRetryPeriod) }
+func (c *Campaign) retryPeriod() time.Duration {
+	return c.durationOr(c.RetryPeriod, DefaultRetryPeriod)
+}
 
 func (c *Campaign) durationOr(d, def time.Duration) time.Duration {
 	if d > 0 {

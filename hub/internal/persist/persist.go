@@ -54,9 +54,10 @@ type Options struct {
 	// Interval is the shortest time between two writes of one cluster
 	// (DefaultInterval when zero).
 	Interval time.Duration
-	// Elected is closed once this replica leads (the manager's Elected()).
-	// Nil: this replica is the only one and always leads.
-	Elected <-chan struct{}
+	// Leading reports whether this replica leads now (leader.Campaign's
+	// Leading: the lead can be lost and won again). Nil: this replica is the
+	// only one and always leads.
+	Leading func() bool
 	// Reader reads from the API server, past the cache, where a decision
 	// must not rest on a stale copy (who holds a cluster's Lease); the
 	// client when nil.
@@ -77,7 +78,7 @@ type Persister struct {
 	client   client.Client
 	store    *store.Store
 	interval time.Duration
-	elected  <-chan struct{}
+	leading  func() bool
 	reader   client.Reader
 	log      logr.Logger
 	queue    workqueue.TypedRateLimitingInterface[item]
@@ -126,10 +127,8 @@ func New(c client.Client, st *store.Store, opts Options) *Persister {
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultInterval
 	}
-	if opts.Elected == nil {
-		always := make(chan struct{})
-		close(always)
-		opts.Elected = always
+	if opts.Leading == nil {
+		opts.Leading = func() bool { return true }
 	}
 	if opts.Reader == nil {
 		opts.Reader = c
@@ -138,7 +137,7 @@ func New(c client.Client, st *store.Store, opts Options) *Persister {
 		client:   c,
 		store:    st,
 		interval: opts.Interval,
-		elected:  opts.Elected,
+		leading:  opts.Leading,
 		reader:   opts.Reader,
 		log:      opts.Log,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
@@ -157,12 +156,14 @@ func New(c client.Client, st *store.Store, opts Options) *Persister {
 }
 
 // leader reports whether this replica writes for clusters nobody serves.
-func (p *Persister) leader() bool {
-	select {
-	case <-p.elected:
-		return true
-	default:
-		return false
+func (p *Persister) leader() bool { return p.leading() }
+
+// LookAtEveryCluster queues every cluster for a write decision. A new leader
+// calls it at the start of its term: some clusters may have gone silent
+// while nobody led.
+func (p *Persister) LookAtEveryCluster() {
+	for _, c := range p.store.List() {
+		p.queue.Add(item{cluster: c.Name})
 	}
 }
 
@@ -227,17 +228,6 @@ func (p *Persister) Start(ctx context.Context) error {
 		p.queue.ShutDown()
 	}()
 	go p.renewLeases(ctx)
-	go func() {
-		// A new leader looks at every cluster: some may have gone Unknown
-		// while nobody led.
-		select {
-		case <-ctx.Done():
-		case <-p.elected:
-			for _, c := range p.store.List() {
-				p.queue.Add(item{cluster: c.Name})
-			}
-		}
-	}()
 	for {
 		it, shutdown := p.queue.Get()
 		if shutdown {

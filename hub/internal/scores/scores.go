@@ -35,6 +35,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -76,15 +77,20 @@ type Options struct {
 
 // Publisher keeps the AddOnPlacementScores in step with the store. It is a
 // controller-runtime Runnable that needs leader election: one hub replica
-// writes.
+// writes. It can be started again after it stopped — once per leader term
+// (see hub/internal/leader) — and starts each term afresh.
 type Publisher struct {
 	client client.Client
 	store  *store.Store
 	opts   Options
-	queue  workqueue.TypedDelayingInterface[string]
 
-	// written is what the last successful write of each cluster holds; only
-	// the worker touches it.
+	// mu guards queue: the running term's, nil between terms (changes
+	// then are not queued: the next term looks at every cluster).
+	mu    sync.Mutex
+	queue workqueue.TypedDelayingInterface[string]
+
+	// written is what the last successful write of each cluster holds, in
+	// the running term; only the worker touches it.
 	written map[string]published
 }
 
@@ -111,14 +117,22 @@ func New(c client.Client, st *store.Store, opts Options) *Publisher {
 		opts.Clock = clock.RealClock{}
 	}
 	p := &Publisher{
-		client:  c,
-		store:   st,
-		opts:    opts,
-		queue:   workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "placement-scores", Clock: opts.Clock}),
-		written: map[string]published{},
+		client: c,
+		store:  st,
+		opts:   opts,
 	}
-	st.OnChange(p.queue.Add)
+	st.OnChange(p.enqueue)
 	return p
+}
+
+// enqueue queues a changed cluster while a term runs.
+func (p *Publisher) enqueue(cluster string) {
+	p.mu.Lock()
+	q := p.queue
+	p.mu.Unlock()
+	if q != nil {
+		q.Add(cluster)
+	}
 }
 
 // NeedLeaderElection is true: a single replica writes the scores.
@@ -126,40 +140,52 @@ func (p *Publisher) NeedLeaderElection() bool { return true }
 
 // Start publishes every cluster's scores, then follows the store's changes
 // until ctx is done.
+// What was written in an earlier term is forgotten: another replica may have
+// published since.
 func (p *Publisher) Start(ctx context.Context) error {
+	q := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "placement-scores", Clock: p.opts.Clock})
+	p.written = map[string]published{}
+	p.mu.Lock()
+	p.queue = q
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.queue = nil
+		p.mu.Unlock()
+	}()
 	go func() {
 		<-ctx.Done()
-		p.queue.ShutDown()
+		q.ShutDown()
 	}()
 	for _, c := range p.store.List() {
-		p.queue.Add(c.Name)
+		q.Add(c.Name)
 	}
-	for p.processNext(ctx) {
+	for p.processNext(ctx, q) {
 	}
 	return nil
 }
 
-func (p *Publisher) processNext(ctx context.Context) bool {
-	name, shutdown := p.queue.Get()
+func (p *Publisher) processNext(ctx context.Context, queue workqueue.TypedDelayingInterface[string]) bool {
+	name, shutdown := queue.Get()
 	if shutdown {
 		return false
 	}
-	defer p.queue.Done(name)
+	defer queue.Done(name)
 	now := p.opts.Clock.Now()
 	if last, ok := p.written[name]; ok && now.Sub(last.at) < p.opts.MinInterval {
 		// Coalesce: look again when the interval is over; later changes
 		// of the cluster fold into that one write.
-		p.queue.AddAfter(name, p.opts.MinInterval-now.Sub(last.at))
+		queue.AddAfter(name, p.opts.MinInterval-now.Sub(last.at))
 		return true
 	}
 	retryAfter, err := p.sync(ctx, name, now)
 	if err != nil {
 		p.opts.Log.Error(err, "Publishing placement scores failed", "cluster", name)
-		p.queue.AddAfter(name, max(p.opts.MinInterval, time.Second))
+		queue.AddAfter(name, max(p.opts.MinInterval, time.Second))
 		return true
 	}
 	if retryAfter > 0 {
-		p.queue.AddAfter(name, retryAfter)
+		queue.AddAfter(name, retryAfter)
 	}
 	return true
 }

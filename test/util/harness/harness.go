@@ -94,12 +94,12 @@ type Cluster struct {
 	// certificates it trusts; tests can issue further users with it.
 	CA *pki.CA
 
-	binDir   string
-	ownsDir  bool
-	procs    []*Process // in start order; stopped in reverse
+	binDir  string
+	ownsDir bool
+	procs   []*Process // in start order; stopped in reverse
 	// apiArgs are the kube-apiserver's arguments, to start it again after
 	// StopAPIServer.
-	apiArgs []string
+	apiArgs  []string
 	kube     kubernetes.Interface
 	stopOnce sync.Once
 	stopErr  error

@@ -103,7 +103,7 @@ var _ = Describe("Leader campaign", func() {
 		Expect(cluster.StopAPIServer()).To(Succeed())
 		DeferCleanup(func(ctx context.Context) { Expect(cluster.StartAPIServer(ctx)).To(Succeed()) })
 		Eventually(leaders).WithTimeout(15 * time.Second).WithPolling(100 * time.Millisecond).Should(Equal(0))
-		Consistently(func() int { return len(a.ended) + len(b.ended) }).WithTimeout(5 * time.Second).Should(Equal(0),
+		Consistently(func() int { return len(a.ended) + len(b.ended) }).WithTimeout(5*time.Second).Should(Equal(0),
 			"a campaign ended: losing the lead must not end the replica")
 
 		By("starting the API server again: one replica leads again, in a new term")
