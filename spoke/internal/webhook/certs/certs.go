@@ -109,7 +109,9 @@ type Options struct {
 	MutatingWebhooks   []string
 	ValidatingWebhooks []string
 	// CAValidity and CertValidity default to DefaultCAValidity and
-	// DefaultCertValidity.
+	// DefaultCertValidity. Certificates are backdated five minutes (package
+	// pki), which counts in their lifetime: below about ten minutes they are
+	// renewed almost at once, and a CA rolls over about every three checks.
 	CAValidity   time.Duration
 	CertValidity time.Duration
 	// CheckInterval is how often the Secret and the CA bundles are checked;
@@ -404,7 +406,8 @@ func bundle(data map[string][]byte) []byte {
 	var cas [][]byte
 	for _, k := range []string{CACertKey, NextCACertKey, PreviousCACertKey} {
 		if pem := bytes.TrimSpace(data[k]); len(pem) > 0 {
-			cas = append(cas, append(pem, '\n'))
+			// A copy: appending to pem would write into the Secret's data.
+			cas = append(cas, append(slices.Clone(pem), '\n'))
 		}
 	}
 	slices.SortFunc(cas, bytes.Compare)
