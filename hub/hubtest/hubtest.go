@@ -38,6 +38,11 @@ type Options struct {
 	// certificates the hub issues, and may be shorter than the hub's flag
 	// allows: specs of certificate renewal need lifetimes of seconds.
 	ClientCertValidity time.Duration
+	// MaxConnectionAge and MaxConnectionAgeGrace, when set, recycle spoke
+	// connections that fast (specs of a spoke moving to a new connection;
+	// Configure does the same for packages that can import the hub's config).
+	MaxConnectionAge      time.Duration
+	MaxConnectionAgeGrace time.Duration
 	// Configure, when set, changes the hub's configuration last (e.g. the
 	// connection limits of an abuse suite).
 	Configure func(*config.Config)
@@ -77,6 +82,12 @@ func Start(restConfig *rest.Config, opts Options) (*Hub, error) {
 	}
 	cfg.MetricsAddr, cfg.HealthAddr = "0", "0"
 	cfg.ListenAddress = opts.Address
+	if opts.MaxConnectionAge > 0 {
+		cfg.Limits.MaxConnectionAge = opts.MaxConnectionAge
+	}
+	if opts.MaxConnectionAgeGrace > 0 {
+		cfg.Limits.MaxConnectionAgeGrace = opts.MaxConnectionAgeGrace
+	}
 	if opts.Configure != nil {
 		opts.Configure(&cfg)
 	}

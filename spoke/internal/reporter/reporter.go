@@ -44,6 +44,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/keepalive"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -226,10 +228,17 @@ func (r *Reporter) Start(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, errRotated) {
+		switch {
+		case errors.Is(err, errRotated):
 			// The renewer stored a new certificate: open the next stream
 			// at once, the current one stays up until it is.
 			r.log.Info("Moving the Report stream to the renewed certificate")
+			continue
+		case errors.Is(err, errDraining):
+			// The hub asked for a new connection (its maximum connection
+			// age, or it is stopping): the current stream stays up while
+			// the next one opens.
+			r.log.V(1).Info("Moving the Report stream to a new connection; the hub is draining this one")
 			continue
 		}
 		if time.Since(start) > stableSession {
@@ -254,8 +263,13 @@ func (r *Reporter) Start(ctx context.Context) error {
 
 func (r *Reporter) signal() { notify(r.changed) }
 
-// errRotated ends a session whose certificate the renewer replaced.
-var errRotated = errors.New("the client certificate was renewed")
+// errRotated ends a session whose certificate the renewer replaced;
+// errDraining one whose connection the hub is draining (it sent GOAWAY).
+// Both leave the stream open for the next session to replace.
+var (
+	errRotated  = errors.New("the client certificate was renewed")
+	errDraining = errors.New("the hub is draining the connection")
+)
 
 // openStream is a Report stream left open for the next session to replace:
 // close ends it.
@@ -308,7 +322,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 	ctx, cancel := context.WithCancel(ctx)
 	this := &openStream{cancel: cancel, conn: conn}
 	defer func() {
-		if !errors.Is(err, errRotated) {
+		if !errors.Is(err, errRotated) && !errors.Is(err, errDraining) {
 			this.close()
 		}
 	}()
@@ -384,6 +398,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 		previous.close()
 	}
 	r.log.Info("Reporting to the hub", "hub", r.opts.Hub.Address, "machines", len(sent), "generation", r.generation)
+	draining := drained(ctx, conn)
 	heartbeat := time.NewTicker(r.opts.HeartbeatInterval)
 	defer heartbeat.Stop()
 	var debounce <-chan time.Time
@@ -398,6 +413,8 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 			if current := r.currentCertificate(); current != nil && current != cert {
 				return this, errRotated
 			}
+		case <-draining:
+			return this, errDraining
 		case reason := <-resync:
 			r.log.V(1).Info("Hub asked for a snapshot", "reason", reason)
 			if sent, err = r.sendSnapshot(ctx, stream); err != nil {
@@ -418,6 +435,32 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 			}
 		}
 	}
+}
+
+// drained returns a channel closed when conn, once ready, goes idle: the
+// hub sent GOAWAY (its maximum connection age, or it is stopping), and the
+// streams on conn end after its grace period. The stream can move to a new
+// connection meanwhile.
+func drained(ctx context.Context, conn *grpc.ClientConn) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		ready := false
+		for state := conn.GetState(); ; state = conn.GetState() {
+			switch state {
+			case connectivity.Ready:
+				ready = true
+			case connectivity.Idle:
+				if ready {
+					close(done)
+					return
+				}
+			}
+			if !conn.WaitForStateChange(ctx, state) {
+				return // ctx done
+			}
+		}
+	}()
+	return done
 }
 
 func (r *Reporter) sendSnapshot(ctx context.Context, stream federationv1.Federation_ReportClient) (map[string]*federationv1.Machine, error) {

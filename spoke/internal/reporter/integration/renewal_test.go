@@ -47,7 +47,7 @@ func restartHub(opts hubtest.Options) {
 	Expect(err).NotTo(HaveOccurred())
 }
 
-var _ = Describe("Certificate renewal", Ordered, func() {
+var _ = Describe("Stream hand-over", Ordered, func() {
 	It("renews a short-lived certificate at two thirds of its life while streaming, through three renewals, without the cluster ever shown Unknown", func(ctx SpecContext) {
 		// Renewal is due 8s after each certificate is obtained.
 		const validity = 12 * time.Second
@@ -112,5 +112,24 @@ var _ = Describe("Certificate renewal", Ordered, func() {
 		setUsed(ctx, gamma, "compute-xlarge", 1)
 		Eventually(func() int32 { return usedAtHub("gamma", "compute-xlarge") }).
 			WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal(int32(1)))
+	})
+
+	It("moves its streams to new connections when the hub recycles them, without being shown disconnected", func(ctx SpecContext) {
+		const age = 2 * time.Second
+		restartHub(hubtest.Options{MaxConnectionAge: age, MaxConnectionAgeGrace: 10 * time.Second})
+		DeferCleanup(restartHub, hubtest.Options{})
+		everyConnected := func(g Gomega) {
+			for name := range spokes {
+				c := clusterAtHub(g, name)
+				g.Expect(c.Connected).To(BeTrue(), "%s connected", name)
+				g.Expect(string(c.State)).To(Equal("Available"), "%s Available", name)
+			}
+		}
+		Eventually(everyConnected).WithTimeout(15 * time.Second).Should(Succeed())
+		hellos := hellosReceived()
+		// Each connection lives age (+10% jitter); the spokes move to new
+		// ones within the grace, while the old ones still serve.
+		Consistently(everyConnected).WithTimeout(4 * age).WithPolling(20 * time.Millisecond).Should(Succeed())
+		Expect(hellosReceived()-hellos).To(BeNumerically(">=", 2*len(spokes)), "each spoke's connection was recycled at least twice")
 	})
 })
