@@ -42,9 +42,9 @@ type agentProcess struct {
 	healthPort  int
 }
 
-// installImperator installs the CRDs of each side and the agents' namespace,
-// then starts the hub and one agent per spoke, each joining with its own
-// one-time token.
+// installImperator installs the CRDs of each side, the agents' namespace and
+// the spokes' reservation PriorityClass, then starts the hub and one agent per
+// spoke, each joining with its own one-time token.
 func (f *Fleet) installImperator(ctx context.Context) error {
 	root, err := repo.Root()
 	if err != nil {
@@ -63,6 +63,10 @@ func (f *Fleet) installImperator(ctx context.Context) error {
 			return err
 		}
 		if err := ensureNamespace(ctx, spoke); err != nil {
+			return err
+		}
+		// deploy/spoke ships it; the agent only reads it.
+		if err := InstallReservationPriorityClass(ctx, spoke); err != nil {
 			return err
 		}
 	}
