@@ -40,11 +40,16 @@ const (
 	// belongs to something else.
 	ReasonReservationConflict = "ReservationConflict"
 	// ReasonReservationPriorityClassMismatch: the reservation PriorityClass
-	// exists with another value, preemptionPolicy or globalDefault than the
-	// agent creates it with. Both value and preemptionPolicy are immutable:
-	// the reservations are scaled to 0 until it is deleted, and the agent
-	// then recreates it.
+	// exists with another value, preemptionPolicy or globalDefault than
+	// deploy/spoke ships it with. Both value and preemptionPolicy are
+	// immutable: the reservations are scaled to 0 until it is replaced by
+	// the shipped one.
 	ReasonReservationPriorityClassMismatch = "ReservationPriorityClassMismatch"
+	// ReasonReservationPriorityClassMissing: the reservation PriorityClass,
+	// which deploy/spoke ships and the agent only reads, does not exist. No
+	// reservation pod can be created without it: the reservations are kept
+	// as they are and none is added until it is applied again.
+	ReasonReservationPriorityClassMissing = "ReservationPriorityClassMissing"
 	// ReasonReconcileFailed: the agent could not bring the reservations in line
 	// with the spec; the message carries the error.
 	ReasonReconcileFailed = "ReconcileFailed"

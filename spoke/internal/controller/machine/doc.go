@@ -6,18 +6,21 @@
 // capacity. Reservations shrink as guest pods of the type arrive
 // (replicas = available − used − waiting) and grow back when they leave;
 // reservation pods have no grace period, so the slot of the one removed for a
-// guest is free at once, and run at a PriorityClass the controller creates
-// that never preempts anything (value 0, preemptionPolicy Never). A
-// PriorityClass of that name that someone else made with another value,
-// preemptionPolicy or globalDefault is never patched (those fields are
-// immutable): every reservation is held at 0 replicas, since pods admitted
-// under it would keep guests out or preempt, and every Machine's Ready
-// condition says ReservationPriorityClassMismatch, naming the class, the
-// found and wanted values and the fix (delete it; the controller, watching
-// PriorityClasses, recreates it and restores the reservations). The
-// Machine's status reports
-// maximum/reserved/used/waiting per type and the Ready, InsufficientCapacity
-// and OverSubscribed conditions; the same figures are Prometheus gauges, and
+// guest is free at once, and run at a PriorityClass that never preempts
+// anything (value 0, preemptionPolicy Never). deploy/spoke ships that class;
+// the controller only reads it, watching PriorityClasses. While it is
+// missing, the API server refuses reservation pods that name it: the
+// reservations are kept as they are and none is added, and every Machine's
+// Ready condition says ReservationPriorityClassMissing, naming the class and
+// the fix (apply deploy/spoke). One of that name with another value,
+// preemptionPolicy or globalDefault (immutable fields) holds every
+// reservation at 0 replicas, since pods admitted under it would keep guests
+// out or preempt, and Ready says ReservationPriorityClassMismatch, naming the
+// class, the found and wanted values and the fix (delete it, apply
+// deploy/spoke). The reservations come back as soon as the class is right.
+// The Machine's status reports maximum/reserved/used/waiting per type and
+// the Ready, InsufficientCapacity and OverSubscribed conditions; the same
+// figures are Prometheus gauges, and
 // the time a guest takes to run is a histogram. A reservation pod is reserved
 // only while its node carries node-pool=ready, the only nodes a guest may be
 // placed on: those left on a not-ready or maintenance node stay where they

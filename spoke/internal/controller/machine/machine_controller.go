@@ -50,11 +50,13 @@ type Options struct {
 	Namespace string
 	// Image of the placeholder container. Default DefaultImage.
 	Image string
-	// PriorityClassName of reservation pods; the controller creates it when it
-	// is missing. One that exists with another value, preemptionPolicy or
-	// globalDefault holds every reservation at 0 replicas and sets the
-	// Machines' Ready condition to ReservationPriorityClassMismatch until an
-	// operator deletes it. Default DefaultPriorityClassName.
+	// PriorityClassName of reservation pods. deploy/spoke ships it; the
+	// controller only reads it. While it is missing, no reservation is added
+	// (the API server would refuse the pods) and the Machines' Ready
+	// condition says ReservationPriorityClassMissing; one with another value,
+	// preemptionPolicy or globalDefault holds every reservation at 0
+	// replicas and says ReservationPriorityClassMismatch, until an operator
+	// puts the shipped one in place. Default DefaultPriorityClassName.
 	PriorityClassName string
 	// MaxConcurrentReconciles defaults to the manager's setting, else 1.
 	MaxConcurrentReconciles int
@@ -111,7 +113,8 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
-// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=priorityclasses,verbs=get;list;watch;create
+// The reservation PriorityClass ships with deploy/spoke: read only.
+// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=priorityclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager registers the Machine controller, its pod index and its
@@ -142,8 +145,9 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 		// Reservation pods count as reserved only on node-pool=ready nodes:
 		// only a change of what the node pool puts on a node matters.
 		Watches(&corev1.Node{}, r.nodeHandler, mcbuilder.WithPredicates(nodePoolChanged())).
-		// A deleted reservation PriorityClass is recreated, and a wrong one
-		// holds the reservations back, without waiting for a resync.
+		// A missing or wrong reservation PriorityClass holds the
+		// reservations back, and one put right restores them, without
+		// waiting for a resync.
 		Watches(&schedulingv1.PriorityClass{}, r.priorityClassHandler, mcbuilder.WithPredicates(isReservationPriorityClass(opts.PriorityClassName))).
 		WithOptions(ctrlOpts).
 		Complete(r)
@@ -216,19 +220,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	state.served = servedTypes(machine)
 
 	// The PriorityClass is checked for every Machine, also one that serves
-	// nothing yet, so that each one the agent manages tells of a wrong one.
-	mismatch, err := r.ensurePriorityClass(ctx, c, cl.GetAPIReader(), len(state.served) > 0)
+	// nothing yet, so that each one the agent manages tells of a missing or
+	// wrong one.
+	check, err := r.checkPriorityClass(ctx, c)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(mismatch) > 0 {
+	switch {
+	case check.missing:
+		current, err := r.reservationReplicas(ctx, c, machine, group, state.served)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		keepReservations(usage, current)
+		state.readyReason = imperatorv1alpha1.ReasonReservationPriorityClassMissing
+		state.readyMessage = priorityClassMissingMessage(r.opts.PriorityClassName)
+		log.V(1).Info("Reservation PriorityClass is missing, adding no reservation pod",
+			"machine", klog.KObj(machine), "priorityClass", r.opts.PriorityClassName)
+	case len(check.differences) > 0:
 		// Keep the StatefulSets and Services, at 0 replicas: the
 		// reservations come back as soon as the PriorityClass is right.
 		holdReservations(usage)
 		state.readyReason = imperatorv1alpha1.ReasonReservationPriorityClassMismatch
-		state.readyMessage = priorityClassMismatchMessage(r.opts.PriorityClassName, mismatch)
-		log.V(1).Info("Reservation PriorityClass differs from the agent's, holding reservations at 0",
-			"machine", klog.KObj(machine), "priorityClass", r.opts.PriorityClassName, "differences", mismatch)
+		state.readyMessage = priorityClassMismatchMessage(r.opts.PriorityClassName, check.differences)
+		log.V(1).Info("Reservation PriorityClass differs from the shipped one, holding reservations at 0",
+			"machine", klog.KObj(machine), "priorityClass", r.opts.PriorityClassName, "differences", check.differences)
 	}
 	keep := make(map[string]bool, len(state.served))
 	var errs []error

@@ -132,15 +132,16 @@ func reservationStatefulSet(machine *imperatorv1alpha1.Machine, group, namespace
 				WithSpec(pod)))
 }
 
-// reservationPriorityClass is the PriorityClass of reservation pods: the
-// default priority, and never preempting anything itself.
+// reservationPriorityClass is the PriorityClass reservation pods need: the
+// default priority, and never preempting anything itself. deploy/spoke ships
+// it (agent/priorityclass.yaml, which a unit test holds equal to this); the
+// agent only compares the one it finds with it.
 func reservationPriorityClass(name string) *schedulingv1.PriorityClass {
 	return &schedulingv1.PriorityClass{
 		ObjectMeta:       metav1.ObjectMeta{Name: name},
 		Value:            reservationPriority,
 		PreemptionPolicy: ptr.To(corev1.PreemptNever),
 		GlobalDefault:    false,
-		Description:      "Placeholder pods that hold Imperator machine-type capacity; the agent removes one for each guest that arrives, they never preempt anything.",
 	}
 }
 

@@ -63,19 +63,20 @@ type transitionEvent struct{ eventType, reason, note string }
 
 // priorityClassEvent is the event for a change of the Ready condition from
 // was to now that concerns the reservation PriorityClass: a Warning when it
-// turns out to be wrong (or wrong in another way), a Normal one when it is
-// right again. Other changes send none, nor does a reconcile that finds it
-// as wrong as before.
+// turns out to be missing or wrong (or wrong in another way), a Normal one
+// when it is right again. Other changes send none, nor does a reconcile that
+// finds it as missing or wrong as before.
 func priorityClassEvent(was, now *metav1.Condition, priorityClass string) (transitionEvent, bool) {
-	mismatched := func(c *metav1.Condition) bool {
-		return c != nil && c.Reason == imperatorv1alpha1.ReasonReservationPriorityClassMismatch
+	problem := func(c *metav1.Condition) bool {
+		return c != nil && (c.Reason == imperatorv1alpha1.ReasonReservationPriorityClassMismatch ||
+			c.Reason == imperatorv1alpha1.ReasonReservationPriorityClassMissing)
 	}
 	switch {
-	case mismatched(now) && (!mismatched(was) || was.Message != now.Message):
+	case problem(now) && (!problem(was) || was.Message != now.Message):
 		return transitionEvent{corev1.EventTypeWarning, now.Reason, now.Message}, true
-	case mismatched(was) && !mismatched(now) && now != nil && now.Status == metav1.ConditionTrue:
+	case problem(was) && !problem(now) && now != nil && now.Status == metav1.ConditionTrue:
 		return transitionEvent{corev1.EventTypeNormal, now.Reason,
-			fmt.Sprintf("PriorityClass %s is the agent's again: %s", priorityClass, now.Message)}, true
+			fmt.Sprintf("PriorityClass %s is in place again: %s", priorityClass, now.Message)}, true
 	}
 	return transitionEvent{}, false
 }

@@ -22,6 +22,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
+	"github.com/imperator-federation/imperator/test/util/fleet"
 	"github.com/imperator-federation/imperator/test/util/harness"
 	"github.com/imperator-federation/imperator/test/util/repo"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
@@ -90,7 +91,8 @@ func poolNodes() []*corev1.Node {
 }
 
 // startEnvironment starts the cluster, installs the CRDs, adds the pool
-// nodes and the agent's namespace, and starts the controller. stop undoes
+// nodes, the agent's namespace and the reservation PriorityClass of
+// deploy/spoke, and starts the controller. stop undoes
 // everything, also after a failure half-way.
 func startEnvironment(ctx context.Context, name string) (_ *environment, err error) {
 	scheme, err := newScheme()
@@ -124,6 +126,10 @@ func startEnvironment(ctx context.Context, name string) (_ *environment, err err
 	}
 	if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}); err != nil {
 		return nil, fmt.Errorf("creating namespace %s: %w", agentNamespace, err)
+	}
+	// deploy/spoke ships it; the controller only reads it.
+	if err := fleet.InstallReservationPriorityClass(ctx, e.Cluster); err != nil {
+		return nil, err
 	}
 	if err := e.startController(scheme, e.Cluster.Config); err != nil {
 		return nil, err

@@ -53,7 +53,7 @@ var _ = Describe("Machine controller", func() {
 			HaveField("Message", ContainSubstring("compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"))))
 		Expect(condition(ctx, machineName, imperatorv1alpha1.ConditionOverSubscribed)(Default)).To(HaveField("Status", metav1.ConditionFalse))
 
-		By("creating the PriorityClass that default-priority pods cannot preempt and that never preempts")
+		By("reserving at the PriorityClass of deploy/spoke, which default-priority pods cannot preempt and which never preempts")
 		pc := &schedulingv1.PriorityClass{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Name: "imperator-reservation"}, pc)).To(Succeed())
 		Expect(pc.Value).To(BeZero())

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/util/fleet"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -23,7 +24,7 @@ import (
 const reservationClass = "imperator-reservation"
 
 var _ = Describe("Reservation PriorityClass", func() {
-	DescribeTable("holds every reservation at 0 while a PriorityClass of its name is not the agent's, and restores them once it is deleted",
+	DescribeTable("holds every reservation at 0 while a PriorityClass of its name is not the one deploy/spoke ships, and restores them once the shipped one replaces it",
 		func(ctx context.Context, wrong *schedulingv1.PriorityClass, wantDifferences []string) {
 			By("replacing the reservation PriorityClass with a wrong one before the Machine exists")
 			replaceReservationClass(ctx, wrong)
@@ -34,9 +35,10 @@ var _ = Describe("Reservation PriorityClass", func() {
 
 			By("saying on the Machine what is wrong and how to fix it")
 			messageParts := []gomegatypes.GomegaMatcher{
-				ContainSubstring("PriorityClass imperator-reservation is not the one the agent creates"),
+				ContainSubstring("PriorityClass imperator-reservation is not the one reservations need"),
 				ContainSubstring("every reservation is scaled to 0"),
-				ContainSubstring("delete PriorityClass imperator-reservation"),
+				ContainSubstring("kubectl delete priorityclass imperator-reservation"),
+				ContainSubstring("kubectl apply -k deploy/spoke"),
 			}
 			for _, d := range wantDifferences {
 				messageParts = append(messageParts, ContainSubstring(d))
@@ -53,10 +55,7 @@ var _ = Describe("Reservation PriorityClass", func() {
 
 			By("keeping the reservation StatefulSets at 0 replicas, with no pod, and the class untouched")
 			heldBack := func(g Gomega) {
-				for _, machineType := range []string{"compute-xlarge", "compute-medium"} {
-					g.Expect(statefulSet(ctx, g, machineType).Spec.Replicas).To(HaveValue(BeZero()), machineType)
-					g.Expect(reservationPods(ctx, g, machineType)).To(BeEmpty(), machineType)
-				}
+				expectReservationsAt(ctx, g, 0)
 				pc := &schedulingv1.PriorityClass{}
 				g.Expect(k8s.Get(ctx, client.ObjectKey{Name: reservationClass}, pc)).To(Succeed())
 				g.Expect(pc.UID).To(Equal(wrong.UID))
@@ -68,40 +67,26 @@ var _ = Describe("Reservation PriorityClass", func() {
 				HaveKeyWithValue("compute-medium", u(4, 0, 0, 0))))
 			Consistently(heldBack).WithTimeout(3 * time.Second).Should(Succeed())
 
-			By("recreating the class right, at once, when the operator deletes it")
+			By("leaving the class to the operator: once the wrong one is deleted, none comes back by itself and nothing is reserved")
 			Expect(k8s.Delete(ctx, wrong)).To(Succeed())
-			Eventually(func(g Gomega) {
-				pc := &schedulingv1.PriorityClass{}
-				g.Expect(k8s.Get(ctx, client.ObjectKey{Name: reservationClass}, pc)).To(Succeed())
-				g.Expect(pc.UID).NotTo(Equal(wrong.UID))
-				g.Expect(pc.Value).To(BeZero())
-				g.Expect(pc.PreemptionPolicy).To(HaveValue(Equal(corev1.PreemptNever)))
-				g.Expect(pc.GlobalDefault).To(BeFalse())
-			}).WithTimeout(10 * time.Second).Should(Succeed())
-
-			By("clearing the condition and running the reservations again, at priority 0 and never preempting")
 			Eventually(condition(ctx, machineName, imperatorv1alpha1.ConditionReady)).WithTimeout(10 * time.Second).Should(And(
-				HaveField("Status", metav1.ConditionTrue),
-				HaveField("Reason", imperatorv1alpha1.ReasonReservationsReconciled)))
-			Eventually(func(g Gomega) {
-				for machineType, want := range map[string]int{"compute-xlarge": 2, "compute-medium": 4} {
-					pods := reservationPods(ctx, g, machineType)
-					g.Expect(pods).To(HaveLen(want), machineType)
-					for _, p := range pods {
-						g.Expect(running(&p)).To(BeTrue(), "pod %s is %s", p.Name, p.Status.Phase)
-						g.Expect(p.Spec.Priority).To(HaveValue(BeZero()), "pod %s", p.Name)
-						g.Expect(p.Spec.PreemptionPolicy).To(HaveValue(Equal(corev1.PreemptNever)), "pod %s", p.Name)
-					}
-				}
-			}).WithTimeout(30 * time.Second).Should(Succeed())
+				HaveField("Status", metav1.ConditionFalse),
+				HaveField("Reason", imperatorv1alpha1.ReasonReservationPriorityClassMissing),
+				HaveField("Message", And(
+					ContainSubstring("PriorityClass imperator-reservation does not exist"),
+					ContainSubstring("kubectl apply -k deploy/spoke")))))
+			Consistently(func(g Gomega) {
+				expectReservationsAt(ctx, g, 0)
+				g.Expect(isNotFound(k8s.Get(ctx, client.ObjectKey{Name: reservationClass}, &schedulingv1.PriorityClass{}))).To(BeTrue(),
+					"a PriorityClass %s appeared: the agent may only read it", reservationClass)
+			}).WithTimeout(3 * time.Second).Should(Succeed())
+
+			By("clearing the condition and running the reservations again, at priority 0 and never preempting, once deploy/spoke's class is applied")
+			Expect(fleet.InstallReservationPriorityClass(ctx, env.Cluster)).To(Succeed())
+			expectReservationsRestored(ctx, m.UID, map[string]int{"compute-xlarge": 2, "compute-medium": 4})
 			Eventually(usage(ctx, machineName)).WithTimeout(10 * time.Second).Should(And(
 				HaveKeyWithValue("compute-xlarge", u(2, 2, 0, 0)),
 				HaveKeyWithValue("compute-medium", u(4, 4, 0, 0))))
-			Eventually(func(g Gomega) []eventsv1.Event {
-				return machineEvents(ctx, g, m.UID, imperatorv1alpha1.ReasonReservationsReconciled)
-			}).WithTimeout(10 * time.Second).Should(ContainElement(And(
-				HaveField("Type", corev1.EventTypeNormal),
-				HaveField("Note", HavePrefix("PriorityClass imperator-reservation is the agent's again")))))
 		},
 		Entry("a higher value that preempts",
 			&schedulingv1.PriorityClass{Value: 1000, PreemptionPolicy: ptr.To(corev1.PreemptLowerPriority)},
@@ -110,32 +95,144 @@ var _ = Describe("Reservation PriorityClass", func() {
 			&schedulingv1.PriorityClass{Value: 0, PreemptionPolicy: ptr.To(corev1.PreemptNever), GlobalDefault: true},
 			[]string{"globalDefault is true, want false"}),
 	)
+
+	It("keeps the reservations that run but adds none while the class is missing, and adds them once deploy/spoke's class is applied", func(ctx context.Context) {
+		m := wrappers.GeneralMachine().Available("compute-medium", 2).Obj()
+		createMachine(ctx, m)
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(m), m)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(runningReservations(ctx, g, "compute-medium")).To(Equal(2))
+			g.Expect(runningReservations(ctx, g, "compute-xlarge")).To(Equal(1))
+		}).WithTimeout(60 * time.Second).Should(Succeed())
+
+		By("deleting the class, as a careless cleanup would")
+		deleteReservationClass(ctx)
+		Eventually(condition(ctx, machineName, imperatorv1alpha1.ConditionReady)).WithTimeout(10 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", imperatorv1alpha1.ReasonReservationPriorityClassMissing),
+			HaveField("Message", And(
+				ContainSubstring("PriorityClass imperator-reservation does not exist"),
+				ContainSubstring("reservations are kept as they are and none is added"),
+				ContainSubstring("kubectl apply -k deploy/spoke")))))
+		Eventually(func(g Gomega) []eventsv1.Event {
+			return machineEvents(ctx, g, m.UID, imperatorv1alpha1.ReasonReservationPriorityClassMissing)
+		}).WithTimeout(10 * time.Second).Should(ConsistOf(And(
+			HaveField("Type", corev1.EventTypeWarning),
+			HaveField("Note", ContainSubstring("PriorityClass imperator-reservation does not exist")))))
+
+		By("keeping the reservation pods that run, at their priority")
+		Consistently(func(g Gomega) {
+			g.Expect(runningReservations(ctx, g, "compute-medium")).To(Equal(2))
+			g.Expect(runningReservations(ctx, g, "compute-xlarge")).To(Equal(1))
+			g.Expect(isNotFound(k8s.Get(ctx, client.ObjectKey{Name: reservationClass}, &schedulingv1.PriorityClass{}))).To(BeTrue(),
+				"a PriorityClass %s appeared: the agent may only read it", reservationClass)
+		}).WithTimeout(3 * time.Second).Should(Succeed())
+
+		By("still scaling down when available shrinks")
+		Expect(k8s.Patch(ctx, wrappers.GeneralMachine().Available("compute-medium", 1).Obj(), client.Merge)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(statefulSet(ctx, g, "compute-medium").Spec.Replicas).To(HaveValue(BeEquivalentTo(1)))
+			g.Expect(reservationPods(ctx, g, "compute-medium")).To(HaveLen(1))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+
+		By("adding no reservation pod when available grows: the API server would refuse it")
+		Expect(k8s.Patch(ctx, wrappers.GeneralMachine().Available("compute-medium", 4).Obj(), client.Merge)).To(Succeed())
+		Eventually(condition(ctx, machineName, imperatorv1alpha1.ConditionReady)).WithTimeout(10 * time.Second).
+			Should(HaveField("Reason", imperatorv1alpha1.ReasonReservationPriorityClassMissing))
+		Consistently(func(g Gomega) {
+			g.Expect(statefulSet(ctx, g, "compute-medium").Spec.Replicas).To(HaveValue(BeEquivalentTo(1)))
+			g.Expect(reservationPods(ctx, g, "compute-medium")).To(HaveLen(1))
+		}).WithTimeout(3 * time.Second).Should(Succeed())
+		Eventually(usage(ctx, machineName)).WithTimeout(10 * time.Second).Should(HaveKeyWithValue("compute-medium", u(4, 1, 0, 0)))
+
+		By("reserving everything available, at once, once deploy/spoke's class is applied")
+		Expect(fleet.InstallReservationPriorityClass(ctx, env.Cluster)).To(Succeed())
+		expectReservationsRestored(ctx, m.UID, map[string]int{"compute-xlarge": 1, "compute-medium": 4})
+		Eventually(usage(ctx, machineName)).WithTimeout(10 * time.Second).Should(And(
+			HaveKeyWithValue("compute-xlarge", u(1, 1, 0, 0)),
+			HaveKeyWithValue("compute-medium", u(4, 4, 0, 0))))
+	})
 })
 
-// replaceReservationClass deletes the reservation PriorityClass an earlier
-// spec left and creates wrong under its name instead. After the spec (and
-// after the Machine is gone, DeferCleanup running last in first out), a wrong
-// class still there is deleted, so that the next spec's Machine gets the
-// agent's.
-func replaceReservationClass(ctx context.Context, wrong *schedulingv1.PriorityClass) {
+// expectReservationsAt expects every reservation StatefulSet of the
+// Machine's served types at replicas, with no more pods than that.
+func expectReservationsAt(ctx context.Context, g Gomega, replicas int32) {
+	for _, machineType := range []string{"compute-xlarge", "compute-medium"} {
+		g.Expect(statefulSet(ctx, g, machineType).Spec.Replicas).To(HaveValue(Equal(replicas)), machineType)
+		g.Expect(len(reservationPods(ctx, g, machineType))).To(BeNumerically("<=", replicas), machineType)
+	}
+}
+
+// expectReservationsRestored waits until the Machine with uid is Ready again,
+// with the Normal event that says the class is in place, and want reservation
+// pods of each type run at priority 0, never preempting.
+func expectReservationsRestored(ctx context.Context, uid types.UID, want map[string]int) {
 	GinkgoHelper()
+	Eventually(condition(ctx, machineName, imperatorv1alpha1.ConditionReady)).WithTimeout(10 * time.Second).Should(And(
+		HaveField("Status", metav1.ConditionTrue),
+		HaveField("Reason", imperatorv1alpha1.ReasonReservationsReconciled)))
+	Eventually(func(g Gomega) {
+		for machineType, n := range want {
+			pods := reservationPods(ctx, g, machineType)
+			g.Expect(pods).To(HaveLen(n), machineType)
+			for _, p := range pods {
+				g.Expect(running(&p)).To(BeTrue(), "pod %s is %s", p.Name, p.Status.Phase)
+				g.Expect(p.Spec.Priority).To(HaveValue(BeZero()), "pod %s", p.Name)
+				g.Expect(p.Spec.PreemptionPolicy).To(HaveValue(Equal(corev1.PreemptNever)), "pod %s", p.Name)
+			}
+		}
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	Eventually(func(g Gomega) []eventsv1.Event {
+		return machineEvents(ctx, g, uid, imperatorv1alpha1.ReasonReservationsReconciled)
+	}).WithTimeout(10 * time.Second).Should(ContainElement(And(
+		HaveField("Type", corev1.EventTypeNormal),
+		HaveField("Note", HavePrefix("PriorityClass imperator-reservation is in place again")))))
+}
+
+// deleteReservationClass deletes the reservation PriorityClass and waits
+// until it is gone. After the spec (DeferCleanup running last in first out,
+// so after the Machine is gone), whatever has its name is replaced by the
+// one deploy/spoke ships, for the next spec.
+func deleteReservationClass(ctx context.Context) {
+	GinkgoHelper()
+	DeferCleanup(restoreReservationClass)
 	Expect(client.IgnoreNotFound(k8s.Delete(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: reservationClass}}))).To(Succeed())
 	Eventually(func() bool {
 		return isNotFound(k8s.Get(ctx, client.ObjectKey{Name: reservationClass}, &schedulingv1.PriorityClass{}))
 	}).WithContext(ctx).WithTimeout(10 * time.Second).Should(BeTrue())
+}
+
+// replaceReservationClass deletes the reservation PriorityClass and creates
+// wrong under its name instead; deleteReservationClass puts the shipped one
+// back after the spec.
+func replaceReservationClass(ctx context.Context, wrong *schedulingv1.PriorityClass) {
+	GinkgoHelper()
+	deleteReservationClass(ctx)
 	wrong.Name = reservationClass
 	wrong.Description = "made by someone else"
 	Expect(k8s.Create(ctx, wrong)).To(Succeed())
-	DeferCleanup(func(ctx context.Context) {
-		pc := &schedulingv1.PriorityClass{}
-		if err := k8s.Get(ctx, client.ObjectKey{Name: reservationClass}, pc); err != nil {
-			Expect(isNotFound(err)).To(BeTrue(), "getting PriorityClass: %v", err)
-			return
-		}
-		if pc.Value != 0 || ptr.Deref(pc.PreemptionPolicy, "") != corev1.PreemptNever || pc.GlobalDefault {
-			Expect(client.IgnoreNotFound(k8s.Delete(ctx, pc))).To(Succeed())
-		}
-	})
+}
+
+// restoreReservationClass deletes a reservation PriorityClass that is not
+// the shipped one and creates the one deploy/spoke ships.
+func restoreReservationClass(ctx context.Context) {
+	shipped, err := fleet.ReservationPriorityClass()
+	Expect(err).NotTo(HaveOccurred())
+	pc := &schedulingv1.PriorityClass{}
+	err = k8s.Get(ctx, client.ObjectKey{Name: reservationClass}, pc)
+	switch {
+	case isNotFound(err):
+	case err != nil:
+		Expect(err).NotTo(HaveOccurred(), "getting PriorityClass %s", reservationClass)
+	case pc.Value == shipped.Value && ptr.Deref(pc.PreemptionPolicy, "") == ptr.Deref(shipped.PreemptionPolicy, "") && pc.GlobalDefault == shipped.GlobalDefault:
+		return
+	default:
+		Expect(client.IgnoreNotFound(k8s.Delete(ctx, pc))).To(Succeed())
+		Eventually(func() bool {
+			return isNotFound(k8s.Get(ctx, client.ObjectKey{Name: reservationClass}, &schedulingv1.PriorityClass{}))
+		}).WithContext(ctx).WithTimeout(10 * time.Second).Should(BeTrue())
+	}
+	Expect(fleet.InstallReservationPriorityClass(ctx, env.Cluster)).To(Succeed())
 }
 
 // machineEvents lists the events.k8s.io Events about the Machine with uid
