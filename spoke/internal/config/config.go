@@ -84,9 +84,9 @@ type Webhook struct {
 type Reservation struct {
 	// Image of the placeholder container; it must exit at once on SIGTERM.
 	Image string
-	// PriorityClassName is the PriorityClass of reservation pods, created by
-	// the agent: they never preempt anything (the agent scales reservations
-	// down itself when a guest waits).
+	// PriorityClassName is the PriorityClass of reservation pods, shipped in
+	// deploy/spoke and only read by the agent: they never preempt anything
+	// (the agent scales reservations down itself when a guest waits).
 	PriorityClassName string
 }
 
@@ -169,7 +169,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Webhook.CAValidity, "webhook-ca-validity", c.Webhook.CAValidity, "Lifetime of the webhook CA the agent issues (0: 10 years); it rolls over with a third left, old and new CA both trusted meanwhile.")
 	fs.DurationVar(&c.Webhook.CertValidity, "webhook-cert-validity", c.Webhook.CertValidity, "Lifetime of the webhook serving certificate the agent issues (0: 1 year); renewed with a third left.")
 	fs.StringVar(&c.Reservation.Image, "reservation-image", c.Reservation.Image, "Image of the reservation placeholder container.")
-	fs.StringVar(&c.Reservation.PriorityClassName, "reservation-priority-class", c.Reservation.PriorityClassName, "PriorityClass of reservation pods (created by the agent).")
+	fs.StringVar(&c.Reservation.PriorityClassName, "reservation-priority-class", c.Reservation.PriorityClassName, "PriorityClass of reservation pods (deploy/spoke ships it; the agent only reads it).")
 	fs.StringVar(&c.Hub.Address, "hub-address", c.Hub.Address, "host:port of the hub; empty runs the agent stand-alone.")
 	fs.StringVar(&c.Hub.ClusterName, "cluster-name", c.Hub.ClusterName, "Name of this cluster at the hub.")
 	fs.StringVar(&c.Hub.CAFile, "hub-ca-file", c.Hub.CAFile, "PEM CA bundle that signed the hub's serving certificate.")

@@ -87,7 +87,7 @@ var ruleNeeds = []ruleNeed{
 		scenario:  "no Machine is reconciled, and the validator cannot see other Machines",
 		forbidden: forbiddenFor("spoke", "list|watch", "machines")},
 	{side: "spoke", kind: "ClusterRole", resource: "priorityclasses", group: "spoke-informer-priorityclasses",
-		scenario:  "the reservation PriorityClass is not checked: reservations are held back",
+		scenario:  "the reservation PriorityClass deploy/spoke ships cannot be read: nothing is reserved",
 		forbidden: forbiddenFor("spoke", "list|watch", "priorityclasses")},
 	{side: "spoke", kind: "Role", resource: "services", group: "spoke-informer-services",
 		scenario:  "reservation Services are not kept",

@@ -85,6 +85,13 @@ var _ = Describe("The binaries under exactly the RBAC of deploy/", Ordered, func
 				Expect(err).NotTo(HaveOccurred())
 			}
 		})
+		// The reservation PriorityClass deploy/spoke ships: the agent only
+		// reads it, and reserves nothing without it.
+		priorityClasses := ofKind(spokeObjs, "PriorityClass")
+		Expect(priorityClasses).To(HaveLen(1))
+		_, err = apply(ctx, priorityClasses)
+		Expect(err).NotTo(HaveOccurred())
+
 		dir := GinkgoT().TempDir()
 		hubCAFile, tokenFile = filepath.Join(dir, "hub-ca.crt"), filepath.Join(dir, "join-token")
 		env.spokeObjs, env.hubObjs, env.hubCAFile = spokeObjs, hubObjs, hubCAFile
@@ -280,7 +287,7 @@ var _ = Describe("The binaries under exactly the RBAC of deploy/", Ordered, func
 		Expect(logOf(hub)).To(ContainSubstring(`is forbidden: User "system:serviceaccount:imperator-system:imperator-hub" cannot list resource "clusterinventories"`))
 	}, NodeTimeout(time.Minute))
 
-	It("keeps secrets and workloads outside the agent's namespace, and every other webhook configuration, out of its reach", func(ctx context.Context) {
+	It("keeps secrets and workloads outside the agent's namespace, every other webhook configuration, and PriorityClass writes out of its reach", func(ctx context.Context) {
 		for _, attempt := range [][]string{
 			{"get", "secrets", "-n", "default"},
 			{"create", "statefulsets.apps", "-n", "default"},
@@ -293,6 +300,11 @@ var _ = Describe("The binaries under exactly the RBAC of deploy/", Ordered, func
 			{"patch", "validatingwebhookconfigurations/some-other-webhook"},
 			{"delete", "mutatingwebhookconfigurations/imperator-pod-injector"},
 			{"update", "validatingwebhookconfigurations/imperator-machine-validator"},
+			// Nor make a PriorityClass its pods could preempt with: the
+			// manifests ship the reservation one, the agent only reads it.
+			{"create", "priorityclasses.scheduling.k8s.io"},
+			{"patch", "priorityclasses.scheduling.k8s.io/imperator-reservation"},
+			{"delete", "priorityclasses.scheduling.k8s.io/imperator-reservation"},
 		} {
 			review, err := cluster.Kubectl(ctx, append([]string{"auth", "can-i"}, append(attempt, "--as=system:serviceaccount:imperator-system:imperator-spoke")...)...)
 			Expect(err).To(HaveOccurred(), "the agent may %v", attempt)
