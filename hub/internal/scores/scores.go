@@ -84,6 +84,11 @@ type Publisher struct {
 	store  *store.Store
 	opts   Options
 
+	// running is held for the whole of Start: when a term ends because
+	// its Lease was lost, controller-runtime does not wait for its
+	// runnables, so the next term's Start may begin before the last one
+	// returned; it waits here instead of sharing written and queue.
+	running sync.Mutex
 	// mu guards queue: the running term's, nil between terms (changes
 	// then are not queued: the next term looks at every cluster).
 	mu    sync.Mutex
@@ -143,6 +148,8 @@ func (p *Publisher) NeedLeaderElection() bool { return true }
 // What was written in an earlier term is forgotten: another replica may have
 // published since.
 func (p *Publisher) Start(ctx context.Context) error {
+	p.running.Lock()
+	defer p.running.Unlock()
 	q := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "placement-scores", Clock: p.opts.Clock})
 	p.written = map[string]published{}
 	p.mu.Lock()

@@ -177,31 +177,53 @@ func (p *Proxy) untrack(conns ...net.Conn) {
 	}
 }
 
-// forward copies src to dst chunk by chunk, holding each chunk while the
-// proxy blackholes and delaying it by the latency. It ends both connections
-// when either fails, so that the other direction ends too.
+// chunk is bytes read from one side and when they arrived.
+type chunk struct {
+	data []byte
+	at   time.Time
+}
+
+// forward copies src to dst. A reader takes chunks off src as they arrive
+// and the writer passes each on once the latency has passed since its
+// arrival — a delay, not a bandwidth cap: chunks in flight overlap — holding
+// it while the proxy blackholes. Either side failing ends both connections,
+// so that the other direction ends too.
 func (p *Proxy) forward(dst, src net.Conn) {
 	defer func() { _ = dst.Close(); _ = src.Close() }()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if !p.hold() {
-				return
+	chunks := make(chan chunk, 64)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		defer close(chunks)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				select {
+				case chunks <- chunk{data: buf[:n], at: time.Now()}:
+				case <-done:
+					return
+				}
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
+			if err != nil {
+				return // io.EOF or a closed connection alike: the pair ends
 			}
 		}
-		if err != nil {
-			return // io.EOF or a closed connection alike: the pair ends
+	}()
+	for c := range chunks {
+		if !p.hold(c.at) {
+			return
+		}
+		if _, err := dst.Write(c.data); err != nil {
+			return
 		}
 	}
 }
 
-// hold waits while the proxy blackholes, then for the latency; it returns
-// false when the connection must end (cut or closed).
-func (p *Proxy) hold() bool {
+// hold waits while the proxy blackholes, then until the latency has passed
+// since arrived; it returns false when the connection must end (cut or
+// closed).
+func (p *Proxy) hold(arrived time.Time) bool {
 	for {
 		p.mu.Lock()
 		mode, latency, changed, closed := p.mode, p.latency, p.changed, p.closed
@@ -213,13 +235,15 @@ func (p *Proxy) hold() bool {
 			<-changed
 			continue
 		}
-		if latency > 0 {
-			select {
-			case <-time.After(latency):
-			case <-changed:
-				continue // re-read: the mode may be Cut or Blackhole now
-			}
+		wait := time.Until(arrived.Add(latency))
+		if wait <= 0 {
+			return true
 		}
-		return true
+		select {
+		case <-time.After(wait):
+			return true
+		case <-changed:
+			// Re-read: the mode may be Cut or Blackhole now.
+		}
 	}
 }

@@ -130,3 +130,27 @@ func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
 }
+
+func TestLatencyIsADelayNotABandwidthCap(t *testing.T) {
+	p := startProxy(t)
+	p.SetLatency(200 * time.Millisecond)
+	c, r := dial(t, p)
+	// Ten lines written at once arrive together after one latency each way,
+	// not one latency per chunk after another.
+	start := time.Now()
+	for range 10 {
+		if _, err := c.Write([]byte("ping\n")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond) // separate writes, separate chunks
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for i := range 10 {
+		if _, err := r.ReadString('\n'); err != nil {
+			t.Fatalf("line %d: %v", i, err)
+		}
+	}
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Fatalf("ten chunks with 200ms latency took %s; want about 400ms (a delay per chunk, overlapping)", took)
+	}
+}

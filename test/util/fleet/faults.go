@@ -3,7 +3,6 @@ package fleet
 import (
 	"errors"
 	"fmt"
-	"syscall"
 
 	"github.com/imperator-federation/imperator/test/util/faultproxy"
 )
@@ -33,28 +32,6 @@ func (f *Fleet) Proxy(spoke string) *faultproxy.Proxy {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.proxies[spoke]
-}
-
-// SignalHub sends sig to the hub process: SIGSTOP/SIGCONT freeze and resume
-// it, SIGKILL kills it without a graceful stop (StartHub starts it again).
-func (f *Fleet) SignalHub(sig syscall.Signal) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.hub == nil {
-		return errors.New("fleet: the hub was never started")
-	}
-	return f.hub.proc.Signal(sig)
-}
-
-// SignalAgent sends sig to the agent of spoke, like SignalHub.
-func (f *Fleet) SignalAgent(spoke string, sig syscall.Signal) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	a := f.agents[spoke]
-	if a == nil {
-		return fmt.Errorf("fleet: the agent of %s was never started", spoke)
-	}
-	return a.proc.Signal(sig)
 }
 
 // KillHub kills the hub process with SIGKILL (no graceful stop) and returns

@@ -33,7 +33,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -96,6 +95,9 @@ type Cluster struct {
 
 	binDir  string
 	ownsDir bool
+	// procsMu guards procs: a fault test stops and starts the API server
+	// while failure reports read the logs.
+	procsMu sync.Mutex
 	procs   []*Process // in start order; stopped in reverse
 	// apiArgs are the kube-apiserver's arguments, to start it again after
 	// StopAPIServer.
@@ -181,7 +183,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return c, nil
 		}
 		portClash := false
-		for _, p := range c.procs {
+		for _, p := range c.processes() {
 			portClash = portClash || p.errPortInUse()
 		}
 		c.stopProcesses()
@@ -219,7 +221,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	c.procs = append(c.procs, etcd)
+	c.addProcess(etcd)
 
 	apiArgs := []string{
 		"--etcd-servers=" + loopback(etcdClient),
@@ -250,7 +252,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	c.procs = append(c.procs, apiserver)
+	c.addProcess(apiserver)
 
 	c.Config = &rest.Config{
 		Host: "https://127.0.0.1:" + strconv.Itoa(apiPort),
@@ -277,24 +279,38 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	}
 	// The controller-manager creates every namespace's default ServiceAccount:
 	// once it exists, the controller-manager is working.
-	return waitFor(ctx, "kube-controller-manager", 200*time.Millisecond, c.procs, func(ctx context.Context) bool {
+	return waitFor(ctx, "kube-controller-manager", 200*time.Millisecond, c.processes(), func(ctx context.Context) bool {
 		_, err := c.kube.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil
 	})
+}
+
+// processes returns the running processes, in start order.
+func (c *Cluster) processes() []*Process {
+	c.procsMu.Lock()
+	defer c.procsMu.Unlock()
+	return slices.Clone(c.procs)
+}
+
+// addProcess records a started process.
+func (c *Cluster) addProcess(p *Process) {
+	c.procsMu.Lock()
+	defer c.procsMu.Unlock()
+	c.addProcess(p)
 }
 
 // apiServerName is the kube-apiserver's process name, and its log's.
 const apiServerName = "kube-apiserver"
 
 func (c *Cluster) waitAPIServerReady(ctx context.Context) error {
-	return waitFor(ctx, "kube-apiserver /readyz", 100*time.Millisecond, c.procs, func(ctx context.Context) bool {
+	return waitFor(ctx, "kube-apiserver /readyz", 100*time.Millisecond, c.processes(), func(ctx context.Context) bool {
 		return c.kube.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error() == nil
 	})
 }
 
 // apiServer returns the running kube-apiserver process.
 func (c *Cluster) apiServer() (*Process, error) {
-	for _, p := range c.procs {
+	for _, p := range c.processes() {
 		if p.Name() == apiServerName {
 			return p, nil
 		}
@@ -313,7 +329,9 @@ func (c *Cluster) StopAPIServer() error {
 	if err := p.Stop(); err != nil {
 		return err
 	}
+	c.procsMu.Lock()
 	c.procs = slices.DeleteFunc(c.procs, func(q *Process) bool { return q == p })
+	c.procsMu.Unlock()
 	return nil
 }
 
@@ -327,28 +345,8 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.procs = append(c.procs, p)
+	c.addProcess(p)
 	return c.waitAPIServerReady(ctx)
-}
-
-// FreezeAPIServer stops the kube-apiserver with SIGSTOP, for a fault test:
-// its connections stay open and nothing answers, as with a hung server.
-// ThawAPIServer resumes it.
-func (c *Cluster) FreezeAPIServer() error {
-	p, err := c.apiServer()
-	if err != nil {
-		return err
-	}
-	return p.Signal(syscall.SIGSTOP)
-}
-
-// ThawAPIServer resumes a kube-apiserver frozen by FreezeAPIServer.
-func (c *Cluster) ThawAPIServer() error {
-	p, err := c.apiServer()
-	if err != nil {
-		return err
-	}
-	return p.Signal(syscall.SIGCONT)
 }
 
 func (c *Cluster) startAfterAPIServer() error {
@@ -387,7 +385,7 @@ func (c *Cluster) startAfterAPIServer() error {
 		if err != nil {
 			return err
 		}
-		c.procs = append(c.procs, proc)
+		c.addProcess(proc)
 	}
 	return nil
 }
@@ -403,11 +401,14 @@ func (c *Cluster) Stop() error {
 }
 
 func (c *Cluster) stopProcesses() error {
-	var errs []error
-	for i := len(c.procs) - 1; i >= 0; i-- {
-		errs = append(errs, c.procs[i].Stop())
-	}
+	c.procsMu.Lock()
+	procs := c.procs
 	c.procs = nil
+	c.procsMu.Unlock()
+	var errs []error
+	for i := len(procs) - 1; i >= 0; i-- {
+		errs = append(errs, procs[i].Stop())
+	}
 	return errors.Join(errs...)
 }
 
@@ -420,7 +421,7 @@ func (c *Cluster) removeDir() {
 // Logs returns the last lines of every process log, for failure reports.
 func (c *Cluster) Logs(lines int) string {
 	var out string
-	for _, p := range c.procs {
+	for _, p := range c.processes() {
 		out += fmt.Sprintf("==> %s/%s (%s)\n%s\n", c.Name, p.name, p.logPath, p.Tail(lines))
 	}
 	return out
@@ -468,7 +469,7 @@ func (c *Cluster) AddNode(ctx context.Context, node *corev1.Node) error {
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	return waitFor(waitCtx, "node "+node.Name+" to become Ready", 100*time.Millisecond, c.procs, func(ctx context.Context) bool {
+	return waitFor(waitCtx, "node "+node.Name+" to become Ready", 100*time.Millisecond, c.processes(), func(ctx context.Context) bool {
 		n, err := c.kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
 		if err != nil {
 			return false

@@ -99,19 +99,6 @@ func (p *Process) Stop() error {
 	}
 }
 
-// Signal sends sig to the process group: SIGSTOP and SIGCONT freeze and
-// resume it, SIGKILL ends it without a chance to clean up (Stop still
-// returns once it is gone).
-func (p *Process) Signal(sig syscall.Signal) error {
-	if !p.Running() {
-		return fmt.Errorf("%s has exited", p.name)
-	}
-	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil {
-		return fmt.Errorf("sending %s to %s: %w", sig, p.name, err)
-	}
-	return nil
-}
-
 // Kill ends the process group with SIGKILL — no graceful stop, as a crash
 // or an OOM kill would — and returns once the process is gone.
 func (p *Process) Kill() error {

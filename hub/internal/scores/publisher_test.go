@@ -1,0 +1,78 @@
+package scores
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/runtime"
+	clusterv1alpha1 "open-cluster-management.io/api/cluster/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/imperator-federation/imperator/hub/internal/store"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+)
+
+// TestANewTermWaitsForTheLastOne: when the Lease is lost, controller-runtime
+// does not wait for the term's runnables, and the publisher is started again
+// in the next term. Two terms publishing at once would share the publisher's
+// state (the race detector catches it) and the ending term would clear the
+// new term's queue, freezing scores for the whole term.
+func TestANewTermWaitsForTheLastOne(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clusterv1alpha1.Install(scheme); err != nil {
+		t.Fatal(err)
+	}
+	var reads atomic.Int32
+	entered, release := make(chan struct{}), make(chan struct{})
+	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if reads.Add(1) == 1 {
+				// The first term's write hangs, as on a slow API server.
+				close(entered)
+				<-release
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	}).Build()
+	st := store.New(nil, time.Minute)
+	st.Connect("a", &federationv1.Hello{ClusterName: "a"})
+	snap := &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.Now(), Machines: []*federationv1.Machine{
+		{Name: "m", Group: "g", Types: []*federationv1.MachineType{{Name: "t", Cpu: "4", Memory: "16Gi", Available: 2,
+			Usage: &federationv1.Usage{Maximum: 2, Reserved: 2}}}},
+	}}
+	if res := st.ApplySnapshot("a", 0, snap); res.Refused != nil {
+		t.Fatalf("snapshot refused: %v", res.Refused)
+	}
+	p := New(c, st, Options{MinInterval: time.Millisecond})
+
+	first, stopFirst := context.WithCancel(context.Background())
+	firstDone := make(chan struct{})
+	go func() { _ = p.Start(first); close(firstDone) }()
+	<-entered
+	stopFirst() // the Lease is lost while the first term writes
+
+	second, stopSecond := context.WithCancel(context.Background())
+	defer stopSecond()
+	secondDone := make(chan struct{})
+	go func() { _ = p.Start(second); close(secondDone) }()
+	time.Sleep(100 * time.Millisecond) // give a second term that did not wait the time to start writing
+	if n := reads.Load(); n != 1 {
+		t.Errorf("the new term read %d times while the last one was still running; want it to wait", n-1)
+	}
+	close(release)
+	<-firstDone
+	deadline := time.Now().Add(5 * time.Second)
+	for reads.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if reads.Load() < 2 {
+		t.Fatal("the new term never published once the last one had ended")
+	}
+	stopSecond()
+	<-secondDone
+}
