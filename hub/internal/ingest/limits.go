@@ -16,8 +16,10 @@ package ingest
 // (a few dozen Machines, hundreds of types, a few thousand nodes).
 type Limits struct {
 	// MaxMachines is the most Machines one cluster may hold: the
-	// ClusterInventory CRD's status.machines MaxItems, so that whatever the
-	// hub accepts it can also persist.
+	// ClusterInventory CRD's status.machines MaxItems. Within it an
+	// inventory can still be too large for one object in etcd (1.5 MiB);
+	// the persister reports that as InventoryCurrent=False (PersistFailed)
+	// and other replicas serve the cluster as stale.
 	MaxMachines int
 	// MaxTypesPerMachine is the Machine CRD's spec.machineTypes MaxItems.
 	MaxTypesPerMachine int
