@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -162,5 +163,136 @@ func TestAdmitterReadsLiveWhenTheCacheRefuses(t *testing.T) {
 				t.Errorf("read error = %v, want one: %t", err, tc.wantReadError)
 			}
 		})
+	}
+}
+
+func TestAdmitterReadsTheAPIServerOnlyWhenTheCacheMayBeStaleInTheCertificatesFavour(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clusterv1.Install(scheme); err != nil {
+		t.Fatal(err)
+	}
+	created := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	joinedAt := created.Add(time.Minute)
+	// withRecord is cluster a's current registration, created at created,
+	// whose last Join issued serial "join" and a Renew since "current".
+	withRecord := func() *clusterv1.ManagedCluster {
+		mc := managedCluster(true, false)
+		mc.CreationTimestamp = metav1.NewTime(created)
+		mc.Annotations = map[string]string{CertificatesAnnotation: `{"current":"current","joinSerial":"join","joinedAt":"` + joinedAt.Format(time.RFC3339) + `","renewed":["current"]}`}
+		return mc
+	}
+	renewedLive := withRecord()
+	renewedLive.Annotations[CertificatesAnnotation] = `{"current":"fresh","joinSerial":"join","joinedAt":"` + joinedAt.Format(time.RFC3339) + `","renewed":["current","fresh"]}`
+	cases := map[string]struct {
+		cached, live  []client.Object
+		spoke         identity.Spoke
+		cacheOnly     bool
+		calls         int
+		wantLiveReads int
+		wantRefusal   RefusalReason
+	}{
+		"deregistered cluster's certificate calling in a loop": {
+			spoke:         identity.Spoke{Cluster: "a", RegistrationUID: currentUID, Serial: "current", NotBefore: joinedAt},
+			calls:         50,
+			wantLiveReads: 1,
+			wantRefusal:   RefusedNotRegistered,
+		},
+		"certificate retired by a Renew the cache shows": {
+			cached:      []client.Object{withRecord()},
+			live:        []client.Object{withRecord()},
+			spoke:       identity.Spoke{Cluster: "a", RegistrationUID: currentUID, Serial: "join", NotBefore: joinedAt},
+			calls:       50,
+			wantRefusal: RefusedReplacedCertificate,
+		},
+		"certificate of a registration older than the cached one": {
+			cached:      []client.Object{withRecord()},
+			live:        []client.Object{withRecord()},
+			spoke:       identity.Spoke{Cluster: "a", RegistrationUID: "earlier", Serial: "old", NotBefore: created.Add(-time.Hour)},
+			calls:       50,
+			wantRefusal: RefusedEarlierRegistration,
+		},
+		"certificate of a cluster the cache shows not accepted": {
+			cached:      []client.Object{managedCluster(false, false)},
+			live:        []client.Object{managedCluster(true, false)},
+			spoke:       identity.Spoke{Cluster: "a", RegistrationUID: currentUID, Serial: "current"},
+			calls:       50,
+			wantRefusal: RefusedNotAccepted,
+		},
+		"certificate renewed since the cache's record is admitted from the API server": {
+			cached:        []client.Object{withRecord()},
+			live:          []client.Object{renewedLive},
+			spoke:         identity.Spoke{Cluster: "a", RegistrationUID: currentUID, Serial: "fresh", NotBefore: joinedAt.Add(time.Hour)},
+			calls:         3,
+			wantLiveReads: 3,
+		},
+		"health check of a cluster the cache has not seen reads nothing live": {
+			live:        []client.Object{withRecord()},
+			spoke:       identity.Spoke{Cluster: "a", RegistrationUID: currentUID, Serial: "current", NotBefore: joinedAt},
+			cacheOnly:   true,
+			calls:       50,
+			wantRefusal: RefusedNotRegistered,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var liveReads int
+			counting := interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				liveReads++
+				return c.Get(ctx, key, obj, opts...)
+			}}
+			cached := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.cached...).Build()
+			live := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.live...).WithInterceptorFuncs(counting).Build()
+			admit := newAdmitter(cached, live, clocktesting.NewFakePassiveClock(joinedAt.Add(2*time.Hour))).admit
+			ctx := context.Background()
+			if tc.cacheOnly {
+				ctx = CacheOnly(ctx)
+			}
+			for i := range tc.calls {
+				err := admit(ctx, tc.spoke)
+				var refused *RefusedError
+				var gotRefusal RefusalReason
+				if errors.As(err, &refused) {
+					gotRefusal = refused.Reason
+				} else if err != nil {
+					t.Fatalf("call %d: %v, want nil or a refusal", i, err)
+				}
+				if gotRefusal != tc.wantRefusal {
+					t.Fatalf("call %d: refusal %q, want %q", i, gotRefusal, tc.wantRefusal)
+				}
+			}
+			if liveReads != tc.wantLiveReads {
+				t.Errorf("%d calls read the API server %d times, want %d", tc.calls, liveReads, tc.wantLiveReads)
+			}
+		})
+	}
+}
+
+func TestAdmitterReadsARefusedCertificateAgainAfterItsMemory(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clusterv1.Install(scheme); err != nil {
+		t.Fatal(err)
+	}
+	var liveReads int
+	counting := interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		liveReads++
+		return c.Get(ctx, key, obj, opts...)
+	}}
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	live := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(counting).Build()
+	admit := newAdmitter(fake.NewClientBuilder().WithScheme(scheme).Build(), live, clk).admit
+	spoke := identity.Spoke{Cluster: "a", RegistrationUID: currentUID, Serial: "s1"}
+	for range 3 {
+		_ = admit(context.Background(), spoke)
+	}
+	clk.SetTime(clk.Now().Add(refusalMemory))
+	// The cluster registered meanwhile: the API server admits now.
+	if err := live.Create(context.Background(), managedCluster(true, false)); err != nil {
+		t.Fatal(err)
+	}
+	if err := admit(context.Background(), spoke); err != nil {
+		t.Errorf("after %s the certificate is still refused: %v", refusalMemory, err)
+	}
+	if liveReads != 2 {
+		t.Errorf("API server reads = %d, want 2 (one per refusal memory)", liveReads)
 	}
 }
