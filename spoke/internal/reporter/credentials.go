@@ -48,11 +48,31 @@ const minRenewalSpacing = time.Second
 // errNoToken means the agent has no usable certificate and no token to join.
 var errNoToken = errors.New("no usable hub client certificate in the credentials Secret and no bootstrap token (--join-token-file or $IMPERATOR_JOIN_TOKEN)")
 
-// credential is a client certificate (its Leaf parsed) and when the agent
-// obtained it.
+// secretTimeout bounds every read and write of the credentials Secret, so
+// that an API server that does not answer holds neither a renewal nor the
+// stream's next session.
+const secretTimeout = 15 * time.Second
+
+// credential is a client certificate (its Leaf parsed), the PEMs it was
+// loaded from (to store it later when the first write fails) and when the
+// agent obtained it.
 type credential struct {
-	cert     *tls.Certificate
-	obtained time.Time
+	cert                   *tls.Certificate
+	certPEM, keyPEM, caPEM []byte
+	obtained               time.Time
+}
+
+// newCredential loads the certificate the hub issued for keyPEM, obtained
+// at obtained.
+func newCredential(certPEM, keyPEM, caPEM []byte, obtained time.Time) (*credential, error) {
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("loading the certificate the hub issued: %w", err)
+	}
+	if pair.Leaf, err = pki.ParseCertificate(certPEM); err != nil {
+		return nil, fmt.Errorf("loading the certificate the hub issued: %w", err)
+	}
+	return &credential{cert: &pair, certPEM: certPEM, keyPEM: keyPEM, caPEM: caPEM, obtained: obtained}, nil
 }
 
 // renewalTime is when two thirds of c's life have passed. Its life starts
@@ -66,6 +86,18 @@ func (c *credential) renewalTime() time.Time {
 		start = c.obtained
 	}
 	return start.Add(leaf.NotAfter.Sub(start) * 2 / 3)
+}
+
+// inMemoryRenewalTime is when a renewal whose key cannot be stored in the
+// credentials Secret goes ahead with a key kept in memory: halfway between
+// renewalTime and expiry. Until then the agent keeps retrying to store the
+// key first, because an agent restarted while the renewed certificate lives
+// only in its memory can recover only within the hub's renewal overlap
+// (see Reporter.keep); past it, the certificate would expire, which is
+// worse.
+func (c *credential) inMemoryRenewalTime() time.Time {
+	renewal := c.renewalTime()
+	return renewal.Add(c.cert.Leaf.NotAfter.Sub(renewal) / 2)
 }
 
 // currentCredential is the credential in use, nil before the first.
@@ -115,13 +147,26 @@ func notify(ch chan struct{}) {
 // cluster, or an expired one, or one the hub refused for good). A refused
 // certificate stays in the Secret until a join replaces it. When the Secret
 // cannot be read (the cluster's API server is down, the hub may well be up)
-// the certificate in use serves on while it is valid.
+// the certificate in use serves on while it is valid. A certificate the hub
+// issued that is not stored yet (unsaved) comes first: the hub made it the
+// cluster's current one, and the one still in the Secret is replaced.
 func (r *Reporter) credentials(ctx context.Context) (*tls.Certificate, error) {
 	r.credentialsMu.Lock()
 	defer r.credentialsMu.Unlock()
+	if u := r.unsaved; u != nil {
+		if time.Now().Before(u.cert.Leaf.NotAfter) && !r.refused.is(u.cert) {
+			return r.use(u, false), nil
+		}
+		// Expired or refused for good: storing it is pointless, and the
+		// join below stores what replaces it.
+		r.log.Info("Dropping the unstored hub client certificate; it is expired or refused", "notAfter", u.cert.Leaf.NotAfter)
+		r.unsaved = nil
+	}
 	key := client.ObjectKey{Namespace: r.opts.Namespace, Name: r.opts.Hub.CredentialsSecret}
 	var secret corev1.Secret
-	err := r.opts.Client.Get(ctx, key, &secret)
+	getCtx, cancel := context.WithTimeout(ctx, secretTimeout)
+	err := r.opts.Client.Get(getCtx, key, &secret)
+	cancel()
 	if err != nil && !apierrors.IsNotFound(err) {
 		if cur := r.currentCredential(); cur != nil && time.Now().Before(cur.cert.Leaf.NotAfter) && !r.refused.is(cur.cert) {
 			r.log.V(1).Info("Cannot read the hub credentials secret; using the certificate in use", "err", err.Error())
@@ -181,8 +226,7 @@ func (r *Reporter) renewer(ctx context.Context) {
 		if cur != nil && !refused && time.Now().Before(cur.cert.Leaf.NotAfter) {
 			wait := time.Until(cur.renewalTime())
 			if failures > 0 {
-				backoff := min(r.opts.InitialBackoff<<min(failures-1, 20), r.opts.MaxBackoff)
-				wait = backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+				wait = r.retryWait(failures)
 			}
 			wait = max(wait, time.Until(lastRenewal.Add(minRenewalSpacing)))
 			timer = time.NewTimer(wait)
@@ -222,6 +266,13 @@ func (r *Reporter) renewer(ctx context.Context) {
 	}
 }
 
+// retryWait is the wait before the next attempt after failures failed
+// ones: capped exponential backoff with jitter over [backoff/2, backoff].
+func (r *Reporter) retryWait(failures int) time.Duration {
+	backoff := min(r.opts.InitialBackoff<<min(max(failures, 1)-1, 20), r.opts.MaxBackoff)
+	return backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+}
+
 // refusedForGood reports whether err is the hub's refusal of a certificate
 // that belongs to no current registration (joinAgainAfter).
 func refusedForGood(err error) bool {
@@ -229,9 +280,12 @@ func refusedForGood(err error) bool {
 	return ok && joinAgainAfter(reason)
 }
 
-// renew exchanges cur and a CSR for a new certificate, stores both and
-// makes it the certificate in use. It does nothing (false) when cur is no
-// longer in use.
+// renew exchanges cur and a CSR for a new certificate, makes it the
+// certificate in use and stores both (or keeps them for the saver when the
+// Secret cannot be written, see keep). It does nothing (false) when cur is no
+// longer in use. The key is stored as the pending request before the call;
+// when that write fails the renewal waits, retried, until
+// cur.inMemoryRenewalTime and then goes ahead with a key kept in memory.
 func (r *Reporter) renew(ctx context.Context, cur *credential) (bool, error) {
 	r.credentialsMu.Lock()
 	defer r.credentialsMu.Unlock()
@@ -239,9 +293,20 @@ func (r *Reporter) renew(ctx context.Context, cur *credential) (bool, error) {
 		return false, nil
 	}
 	key := client.ObjectKey{Namespace: r.opts.Namespace, Name: r.opts.Hub.CredentialsSecret}
+	// A certificate still waiting to be stored goes first: storing the new
+	// pending key would otherwise succeed while it stays unstored.
+	if err := r.saveUnsaved(ctx); err != nil {
+		r.log.V(1).Info("Still cannot store the hub client certificate in use", "err", err.Error())
+	}
 	csrPEM, keyPEM, err := r.pendingRequest(ctx, key)
 	if err != nil {
-		return false, err
+		if time.Now().Before(cur.inMemoryRenewalTime()) {
+			return false, err
+		}
+		if csrPEM, keyPEM, err = r.inMemoryRequest(); err != nil {
+			return false, err
+		}
+		r.log.Info("Cannot store the key of the next hub certificate; renewing with a key kept in memory", "notAfter", cur.cert.Leaf.NotAfter)
 	}
 	conn, err := r.dial(cur.cert)
 	if err != nil {
@@ -254,13 +319,113 @@ func (r *Reporter) renew(ctx context.Context, cur *credential) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("renewing at the hub at %s: %w", r.opts.Hub.Address, err)
 	}
-	cred, err := r.storeCredentials(ctx, key, resp.GetCertificate(), keyPEM, resp.GetCa())
+	cred, err := newCredential(resp.GetCertificate(), keyPEM, resp.GetCa(), time.Now())
 	if err != nil {
 		return false, err
 	}
+	r.inMemoryPending = nil // answered
+	// The hub has made cred the cluster's current certificate and keeps cur
+	// good only for its renewal overlap: use cred at once, stored or not.
 	r.use(cred, true)
+	r.keep(ctx, key, cred)
 	r.log.Info("Renewed the hub client certificate", "notAfter", cred.cert.Leaf.NotAfter, "renewAt", cred.renewalTime())
 	return true, nil
+}
+
+// inMemoryRequest is the key and CSR of a renewal whose key cannot be
+// stored: the same on every retry, so that the certificate issued for it is
+// of the key the agent holds.
+func (r *Reporter) inMemoryRequest() (csrPEM, keyPEM []byte, err error) {
+	if p := r.inMemoryPending; p != nil {
+		return p.csrPEM, p.keyPEM, nil
+	}
+	if csrPEM, keyPEM, err = pki.NewCSR(r.opts.Hub.ClusterName); err != nil {
+		return nil, nil, fmt.Errorf("creating the key of the next hub certificate: %w", err)
+	}
+	r.inMemoryPending = &pendingKey{csrPEM: csrPEM, keyPEM: keyPEM}
+	return csrPEM, keyPEM, nil
+}
+
+// pendingKey is a key and CSR for the next certificate.
+type pendingKey struct {
+	csrPEM, keyPEM []byte
+}
+
+// keep stores cred, the certificate in use that the hub just issued, in the
+// credentials Secret; when the write fails it keeps cred in memory as
+// unsaved, and the saver retries the write with backoff until it succeeds.
+// credentialsMu must be held.
+//
+// An agent that restarts before the write succeeds finds in the Secret the
+// certificate cred replaced and, as pending request, cred's key (when even
+// that could not be stored, no pending key or an older one). Its renewal is
+// long due, so it renews at once with the replaced certificate and the
+// stored pending key. Within the hub's renewal overlap (10 minutes after the
+// renewal that issued cred) the hub accepts the replaced certificate, both
+// for the stream and for that Renew, and issues a new certificate, which the
+// agent stores: it recovers by itself, and cred is retired unused. Past the
+// overlap the hub refuses the replaced certificate; the agent keeps retrying
+// until it expires and then needs a new bootstrap token. With leader election
+// on, an agent whose API server is unreachable loses its lease and restarts,
+// so the overlap bounds the API-server outage that a renewal that could not
+// be stored survives without an operator.
+func (r *Reporter) keep(ctx context.Context, key client.ObjectKey, cred *credential) {
+	r.unsaved = cred
+	if err := r.saveUnsaved(ctx); err != nil {
+		r.log.Error(err, "Cannot store the hub client certificate; using it from memory and retrying the write", "secret", key, "notAfter", cred.cert.Leaf.NotAfter)
+		notify(r.unsavedChanged)
+	}
+}
+
+// saveUnsaved stores the unsaved certificate, if any; nil when there is
+// none (any more). credentialsMu must be held.
+func (r *Reporter) saveUnsaved(ctx context.Context) error {
+	cred := r.unsaved
+	if cred == nil {
+		return nil
+	}
+	key := client.ObjectKey{Namespace: r.opts.Namespace, Name: r.opts.Hub.CredentialsSecret}
+	if err := r.storeCredentials(ctx, key, cred); err != nil {
+		return err
+	}
+	r.unsaved = nil
+	return nil
+}
+
+// saver retries storing the unsaved certificate, with capped exponential
+// backoff, until it is stored (or replaced, or dropped), each time keep
+// could not store one, until ctx is done.
+func (r *Reporter) saver(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.unsavedChanged:
+		}
+		for failures := 1; ; failures++ {
+			timer := time.NewTimer(r.retryWait(failures))
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+			r.credentialsMu.Lock()
+			stored := r.unsaved
+			err := r.saveUnsaved(ctx)
+			r.credentialsMu.Unlock()
+			if err == nil {
+				if stored != nil {
+					r.log.Info("Stored the hub client certificate in use", "notAfter", stored.cert.Leaf.NotAfter, "failures", failures)
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.V(1).Info("Storing the hub client certificate failed; retrying", "err", err.Error(), "failures", failures)
+		}
+	}
 }
 
 // usableCertificate returns the secret's certificate when the agent can use
@@ -285,7 +450,8 @@ func (r *Reporter) usableCertificate(secret *corev1.Secret) (*credential, string
 		return nil, "unusable key pair: " + err.Error()
 	}
 	pair.Leaf = cert
-	return &credential{cert: &pair, obtained: obtainedAt(secret.Annotations[obtainedAtAnnotation], cert)}, ""
+	return &credential{cert: &pair, certPEM: certPEM, keyPEM: keyPEM, caPEM: secret.Data["ca.crt"],
+		obtained: obtainedAt(secret.Annotations[obtainedAtAnnotation], cert)}, ""
 }
 
 // obtainedAtValue is the obtained-at annotation of cert obtained at t.
@@ -307,7 +473,10 @@ func obtainedAt(value string, cert *x509.Certificate) time.Time {
 }
 
 // join exchanges the bootstrap token and the pending CSR for a certificate
-// and stores both in the credentials Secret.
+// and stores both in the credentials Secret, or keeps them for the saver
+// when the write fails (keep). Unlike a renewal, a join never goes ahead
+// with a key it could not store: the token is spent on the key sent, and an
+// agent restarted without it could not join again.
 func (r *Reporter) join(ctx context.Context, key client.ObjectKey) (*credential, error) {
 	token, err := r.opts.Token()
 	if err != nil {
@@ -336,10 +505,11 @@ func (r *Reporter) join(ctx context.Context, key client.ObjectKey) (*credential,
 	if err != nil {
 		return nil, fmt.Errorf("joining the hub at %s: %w", r.opts.Hub.Address, err)
 	}
-	cred, err := r.storeCredentials(ctx, key, resp.GetCertificate(), keyPEM, resp.GetCa())
+	cred, err := newCredential(resp.GetCertificate(), keyPEM, resp.GetCa(), time.Now())
 	if err != nil {
 		return nil, err
 	}
+	r.keep(ctx, key, cred)
 	r.log.Info("Joined the hub", "hub", r.opts.Hub.Address, "notAfter", cred.cert.Leaf.NotAfter)
 	return cred, nil
 }
@@ -349,6 +519,8 @@ func (r *Reporter) join(ctx context.Context, key client.ObjectKey) (*credential,
 // are none for this cluster: a call is made only with a key that is stored,
 // and a retry sends the same CSR.
 func (r *Reporter) pendingRequest(ctx context.Context, key client.ObjectKey) (csrPEM, keyPEM []byte, err error) {
+	ctx, cancel := context.WithTimeout(ctx, secretTimeout)
+	defer cancel()
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.opts.Client, secret, func() error {
 		if secret.CreationTimestamp.IsZero() {
@@ -399,18 +571,12 @@ func pendingRequestValid(csrPEM, keyPEM []byte, cluster string) bool {
 	return ok && pub.Equal(csr.PublicKey)
 }
 
-// storeCredentials writes the certificate, its key and the hub CA into the
+// storeCredentials writes cred's certificate, key and hub CA into the
 // credentials Secret, with the time the agent obtained it, dropping the
-// pending request they answer, and returns the credential.
-func (r *Reporter) storeCredentials(ctx context.Context, key client.ObjectKey, certPEM, keyPEM, caPEM []byte) (*credential, error) {
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("loading the certificate the hub issued: %w", err)
-	}
-	if pair.Leaf, err = pki.ParseCertificate(certPEM); err != nil {
-		return nil, fmt.Errorf("loading the certificate the hub issued: %w", err)
-	}
-	obtained := time.Now()
+// pending request they answer.
+func (r *Reporter) storeCredentials(ctx context.Context, key client.ObjectKey, cred *credential) error {
+	ctx, cancel := context.WithTimeout(ctx, secretTimeout)
+	defer cancel()
 	// Update, not patch: the whole Secret is ours, and the resourceVersion
 	// CreateOrUpdate read guards against a concurrent writer.
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
@@ -418,13 +584,13 @@ func (r *Reporter) storeCredentials(ctx context.Context, key client.ObjectKey, c
 		if secret.CreationTimestamp.IsZero() {
 			secret.Type = corev1.SecretTypeTLS // immutable once created
 		}
-		metav1.SetMetaDataAnnotation(&secret.ObjectMeta, obtainedAtAnnotation, obtainedAtValue(obtained, pair.Leaf))
-		secret.Data = map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, "ca.crt": caPEM}
+		metav1.SetMetaDataAnnotation(&secret.ObjectMeta, obtainedAtAnnotation, obtainedAtValue(cred.obtained, cred.cert.Leaf))
+		secret.Data = map[string][]byte{corev1.TLSCertKey: cred.certPEM, corev1.TLSPrivateKeyKey: cred.keyPEM, "ca.crt": cred.caPEM}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("storing hub credentials in secret %s: %w", key, err)
+		return fmt.Errorf("storing hub credentials in secret %s: %w", key, err)
 	}
-	return &credential{cert: &pair, obtained: obtained}, nil
+	return nil
 }
 
 // dial returns a connection to the hub, with cert as client certificate

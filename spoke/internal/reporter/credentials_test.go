@@ -100,7 +100,9 @@ func TestJoinRetrySendsTheSameStoredCSR(t *testing.T) {
 	cases := map[string]struct {
 		// failJoin makes the hub's first Join fail as if its answer was lost.
 		failJoin bool
-		// failStore makes the first write of the issued certificate fail.
+		// failStore makes the first write of the issued certificate fail:
+		// the agent uses it at once and stores it on a retry, without
+		// joining again.
 		failStore bool
 	}{
 		"answer of the first Join lost":  {failJoin: true},
@@ -158,10 +160,11 @@ func TestJoinRetrySendsTheSameStoredCSR(t *testing.T) {
 			if hello := hub.next(t).GetHello(); hello.GetClusterName() != testCluster {
 				t.Fatalf("first message: %v, want a Hello of %s", hello, testCluster)
 			}
+			data := waitForStoredCertificate(t, objects)
 			mu.Lock()
 			defer mu.Unlock()
 			wantJoins := 1
-			if tc.failJoin || tc.failStore {
+			if tc.failJoin {
 				wantJoins = 2
 			}
 			if len(joins) != wantJoins {
@@ -174,10 +177,6 @@ func TestJoinRetrySendsTheSameStoredCSR(t *testing.T) {
 				if string(j.csr) != string(joins[0].csr) {
 					t.Errorf("Join %d sent another CSR than the first: a retry must send the same", i+1)
 				}
-			}
-			data, err := secretData(context.Background(), objects)
-			if err != nil {
-				t.Fatal(err)
 			}
 			if _, ok := data[pendingCSRKey]; ok {
 				t.Error("the Secret still holds the pending CSR after the certificate was stored")
@@ -199,6 +198,26 @@ func TestJoinRetrySendsTheSameStoredCSR(t *testing.T) {
 				t.Error("the stored key is not the key of the CSR sent and of the certificate stored")
 			}
 		})
+	}
+}
+
+// waitForStoredCertificate waits until the credentials Secret holds a
+// certificate, and returns its data.
+func waitForStoredCertificate(t *testing.T, c client.Reader) map[string][]byte {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, err := secretData(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data[corev1.TLSCertKey]) > 0 {
+			return data
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no certificate stored in the credentials Secret within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -21,13 +21,16 @@ import (
 )
 
 // handoverHub renews certificates and records, in the order it sees them,
-// every stream's Hello, Snapshot and end as "<stream>:<event>"; it answers
-// nothing on its own: the test acks through the streams it is handed.
+// every stream's Hello, Snapshot, Heartbeat and end as "<stream>:<event>";
+// it answers nothing on its own: the test acks through the streams it is
+// handed, and ends a stream when the test sends on kick.
 type handoverHub struct {
 	federationv1.UnimplementedFederationServer
-	ca      *pki.CA
-	opened  atomic.Int32
-	events  chan string
+	ca     *pki.CA
+	opened atomic.Int32
+	events chan string
+	// kick ends the stream that receives from it (nil: never).
+	kick    chan struct{}
 	streams chan grpc.BidiStreamingServer[federationv1.SpokeMessage, federationv1.HubMessage]
 }
 
@@ -43,17 +46,29 @@ func (h *handoverHub) Report(stream grpc.BidiStreamingServer[federationv1.SpokeM
 	n := h.opened.Add(1)
 	defer func() { h.events <- fmt.Sprintf("%d:closed", n) }()
 	h.streams <- stream
-	for {
-		msg, err := stream.Recv()
-		if err != nil {
-			return err
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				ended <- err
+				return
+			}
+			switch {
+			case msg.GetHello() != nil:
+				h.events <- fmt.Sprintf("%d:hello", n)
+			case msg.GetSnapshot() != nil:
+				h.events <- fmt.Sprintf("%d:snapshot", n)
+			case msg.GetHeartbeat() != nil:
+				h.events <- fmt.Sprintf("%d:heartbeat", n)
+			}
 		}
-		switch {
-		case msg.GetHello() != nil:
-			h.events <- fmt.Sprintf("%d:hello", n)
-		case msg.GetSnapshot() != nil:
-			h.events <- fmt.Sprintf("%d:snapshot", n)
-		}
+	}()
+	select {
+	case err := <-ended:
+		return err
+	case <-h.kick:
+		return status.Error(codes.Unavailable, "the hub ended the stream")
 	}
 }
 

@@ -13,9 +13,17 @@
 // on the new one (the hub replaces the older stream of a cluster with the
 // newer), so the cluster never looks disconnected. Before calling Join or Renew it stores the new key and its
 // CSR in the credentials Secret (pending.key, pending.csr) and sends that same
-// CSR again on every retry, so that a lost answer or a failed write of the
-// credentials can be retried with the same token (the hub answers a retry of
-// the same token and public key).
+// CSR again on every retry, so that a lost answer can be retried with the
+// same token (the hub answers a retry of the same token and public key).
+//
+// A certificate the hub issued is used at once, even when writing it to the
+// credentials Secret fails: the hub has made it the cluster's current one
+// and keeps the one it replaced good only for a short overlap. The agent
+// keeps it in memory and retries the write with backoff until it succeeds
+// (see Reporter.keep for what an agent restarted before that does). A
+// renewal whose key cannot be stored, because the API server is unreachable
+// through the renewal window, goes ahead with a key kept in memory once half
+// of that window has passed, and both are stored when the API server is back.
 //
 // Heartbeats are honest about freshness: the agent reads its own Namespace
 // from its API server every few seconds, and once it has not reached the
@@ -131,8 +139,17 @@ type Reporter struct {
 	refused *refusedCertificate
 
 	// credentialsMu serializes what reads a certificate and writes the
-	// credentials Secret: a join (Start goroutine) and a renewal (renewer).
+	// credentials Secret: a join (Start goroutine), a renewal (renewer) and
+	// the saver; it guards unsaved and inMemoryPending.
 	credentialsMu sync.Mutex
+	// unsaved is the certificate the hub last issued, in use, while writing
+	// it to the credentials Secret fails; unsavedChanged wakes the saver,
+	// which retries the write.
+	unsaved        *credential
+	unsavedChanged chan struct{}
+	// inMemoryPending is the key and CSR of a renewal whose key could not be
+	// stored, sent again on every retry until the hub answers.
+	inMemoryPending *pendingKey
 	// current is the certificate in use, guarded by mu; certChanged wakes
 	// the renewer when a join or the Secret replaced it, rotated tells the
 	// stream that the renewer replaced it.
@@ -180,6 +197,8 @@ func New(opts Options) (*Reporter, error) {
 		changed:     make(chan struct{}, 1),
 		certChanged: make(chan struct{}, 1),
 		rotated:     make(chan struct{}, 1),
+
+		unsavedChanged: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -214,9 +233,10 @@ func (r *Reporter) Start(ctx context.Context) error {
 	defer workers.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	workers.Add(2)
+	workers.Add(3)
 	go func() { defer workers.Done(); r.probeAPIServer(ctx) }()
 	go func() { defer workers.Done(); r.renewer(ctx) }()
+	go func() { defer workers.Done(); r.saver(ctx) }()
 
 	backoff := r.opts.InitialBackoff
 	var previous *openStream
