@@ -6,7 +6,6 @@ package app
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
@@ -48,10 +47,6 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	"github.com/imperator-federation/imperator/internal/identity"
 )
-
-// servingCertValidity is the lifetime of the serving certificate issued at
-// every start.
-const servingCertValidity = 365 * 24 * time.Hour
 
 // Options are what the binary and tests set beyond the configuration.
 type Options struct {
@@ -118,13 +113,14 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if err != nil {
 		return err
 	}
-	certPEM, keyPEM, err := ca.IssueServer("imperator-hub", cfg.ServingHosts, servingCertValidity)
+	// Re-issued from the CA at 2/3 of its life, in the handshake that finds
+	// it due: no restart, and spokes trust the CA, not this leaf.
+	servingLog := log.WithName("serving-certificate")
+	serving, err := hubca.NewServingRotator(ca, "imperator-hub", cfg.ServingHosts, cfg.ServingCertValidity, nil, func(err error) {
+		servingLog.Error(err, "Renewing the serving certificate failed; serving the current one while it is valid")
+	})
 	if err != nil {
-		return fmt.Errorf("issuing serving certificate: %w", err)
-	}
-	serving, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return fmt.Errorf("loading serving certificate: %w", err)
+		return err
 	}
 	clientCAs := x509.NewCertPool()
 	clientCAs.AddCert(ca.Cert)
@@ -183,10 +179,8 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	srv, err := server.New(server.Options{
 		Listener:      opts.Listener,
 		ListenAddress: cfg.ListenAddress,
-		TLS: identity.ServerTLS(func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return &serving, nil
-		}, clientCAs),
-		Store: st,
+		TLS:           identity.ServerTLS(serving.GetCertificate, clientCAs),
+		Store:         st,
 		Joiner: &join.Service{
 			Tokens:         tokens,
 			CA:             ca,

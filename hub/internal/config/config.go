@@ -15,6 +15,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/join"
 	"github.com/imperator-federation/imperator/hub/internal/persist"
 	"github.com/imperator-federation/imperator/hub/internal/registry"
@@ -49,6 +50,9 @@ type Config struct {
 	PersistInterval time.Duration
 	// ClientCertValidity is the lifetime of spoke certificates issued on join.
 	ClientCertValidity time.Duration
+	// ServingCertValidity is the lifetime of the hub's serving certificate,
+	// re-issued from the hub CA at 2/3 of it without a restart.
+	ServingCertValidity time.Duration
 	// MaxRecvMsgBytes bounds one spoke message.
 	MaxRecvMsgBytes int
 	// Limits bound connections and anonymous calls of the gRPC server.
@@ -76,19 +80,20 @@ func Default() Config {
 		ns = "imperator-system"
 	}
 	return Config{
-		Namespace:          ns,
-		ListenAddress:      ":9443",
-		MetricsAddr:        ":8080",
-		HealthAddr:         ":8081",
-		CASecret:           "imperator-hub-ca",
-		GracePeriod:        store.DefaultGracePeriod,
-		PersistInterval:    persist.DefaultInterval,
-		ClientCertValidity: join.DefaultCertificateValidity,
-		MaxRecvMsgBytes:    server.DefaultMaxRecvMsgBytes,
-		Limits:             server.DefaultLimits(),
-		RenewalOverlap:     join.DefaultRenewalOverlap,
-		RevocationsRefresh: registry.DefaultRevocationsRefresh,
-		LeaderElect:        true,
+		Namespace:           ns,
+		ListenAddress:       ":9443",
+		MetricsAddr:         ":8080",
+		HealthAddr:          ":8081",
+		CASecret:            "imperator-hub-ca",
+		GracePeriod:         store.DefaultGracePeriod,
+		PersistInterval:     persist.DefaultInterval,
+		ClientCertValidity:  join.DefaultCertificateValidity,
+		ServingCertValidity: hubca.DefaultServingValidity,
+		MaxRecvMsgBytes:     server.DefaultMaxRecvMsgBytes,
+		Limits:              server.DefaultLimits(),
+		RenewalOverlap:      join.DefaultRenewalOverlap,
+		RevocationsRefresh:  registry.DefaultRevocationsRefresh,
+		LeaderElect:         true,
 	}
 }
 
@@ -112,6 +117,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "How long a spoke may stay silent before it becomes Unknown.")
 	fs.DurationVar(&c.PersistInterval, "persist-interval", c.PersistInterval, "Shortest time between two writes of one cluster's inventory.")
 	fs.DurationVar(&c.ClientCertValidity, "client-cert-validity", c.ClientCertValidity, "Lifetime of spoke client certificates issued on join.")
+	fs.DurationVar(&c.ServingCertValidity, "serving-cert-validity", c.ServingCertValidity, "Lifetime of the hub's serving certificate; it is re-issued from the hub CA at 2/3 of it, without a restart.")
 	fs.IntVar(&c.MaxRecvMsgBytes, "max-recv-msg-bytes", c.MaxRecvMsgBytes, "Largest spoke message accepted, in bytes.")
 	fs.IntVar(&c.Limits.MaxConnections, "max-connections", c.Limits.MaxConnections, "Most open gRPC connections, of every kind.")
 	fs.IntVar(&c.Limits.MaxAnonymousConnections, "max-anonymous-connections", c.Limits.MaxAnonymousConnections, "Most open gRPC connections without a verified client certificate (joining spokes); more are closed at once.")
@@ -157,6 +163,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ClientCertValidity < time.Hour {
 		errs = append(errs, fmt.Errorf("--client-cert-validity %s: must be at least 1h", c.ClientCertValidity))
+	}
+	if c.ServingCertValidity < hubca.MinServingValidity {
+		errs = append(errs, fmt.Errorf("--serving-cert-validity %s: must be at least %s", c.ServingCertValidity, hubca.MinServingValidity))
 	}
 	if c.MaxRecvMsgBytes < 1<<20 {
 		errs = append(errs, fmt.Errorf("--max-recv-msg-bytes %d: must be at least 1MiB", c.MaxRecvMsgBytes))

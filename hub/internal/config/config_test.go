@@ -43,11 +43,20 @@ func TestFlags(t *testing.T) {
 				}
 			},
 		},
-		"zero join rate":             {args: []string{"--join-rate-per-source=0"}, wantErrFlag: "--join-rate-per-source"},
-		"no connection age":          {args: []string{"--max-connection-age=0s"}, wantErrFlag: "--max-connection-age"},
-		"more anonymous than all":    {args: []string{"--max-connections=10", "--max-anonymous-connections=20"}, wantErrFlag: "--max-anonymous-connections"},
-		"negative renewal overlap":   {args: []string{"--renewal-overlap=-1s"}, wantErrFlag: "--renewal-overlap"},
-		"no revocation list refresh": {args: []string{"--revocations-refresh=0s"}, wantErrFlag: "--revocations-refresh"},
+		"zero join rate":           {args: []string{"--join-rate-per-source=0"}, wantErrFlag: "--join-rate-per-source"},
+		"no connection age":        {args: []string{"--max-connection-age=0s"}, wantErrFlag: "--max-connection-age"},
+		"more anonymous than all":  {args: []string{"--max-connections=10", "--max-anonymous-connections=20"}, wantErrFlag: "--max-anonymous-connections"},
+		"negative renewal overlap": {args: []string{"--renewal-overlap=-1s"}, wantErrFlag: "--renewal-overlap"},
+		"serving certificate of 3 minutes (fault suite)": {
+			args: []string{"--serving-cert-validity=3m"},
+			check: func(t *testing.T, c Config) {
+				if c.ServingCertValidity != 3*time.Minute {
+					t.Errorf("got serving certificate validity %s, want 3m", c.ServingCertValidity)
+				}
+			},
+		},
+		"serving certificate too short": {args: []string{"--serving-cert-validity=30s"}, wantErrFlag: "--serving-cert-validity"},
+		"no revocation list refresh":    {args: []string{"--revocations-refresh=0s"}, wantErrFlag: "--revocations-refresh"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
