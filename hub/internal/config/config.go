@@ -122,6 +122,9 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Limits.MaxConnections, "max-connections", c.Limits.MaxConnections, "Most open gRPC connections, of every kind.")
 	fs.IntVar(&c.Limits.MaxAnonymousConnections, "max-anonymous-connections", c.Limits.MaxAnonymousConnections, "Most open gRPC connections without a verified client certificate (joining spokes); more are closed at once.")
 	fs.IntVar(&c.Limits.MaxAnonymousConnectionsPerSource, "max-anonymous-connections-per-source", c.Limits.MaxAnonymousConnectionsPerSource, "Most connections of one IP address in their TLS handshake, and apart most anonymous ones; more are closed at once.")
+	fs.IntVar(&c.Limits.MaxHandshakes, "max-handshakes", c.Limits.MaxHandshakes, "Most connections in their TLS handshake at once, of all sources (at most half of --max-connections); more are closed at once.")
+	fs.IntVar(&c.Limits.MaxConnectionsPerCertificate, "max-connections-per-certificate", c.Limits.MaxConnectionsPerCertificate, "Most open connections presenting one client certificate (by serial); more are closed at once.")
+	fs.IntVar(&c.Limits.MaxAuthenticatedConnectionsPerSource, "max-authenticated-connections-per-source", c.Limits.MaxAuthenticatedConnectionsPerSource, "Most open connections with a client certificate from one IPv4 address or IPv6 /64; more are closed at once.")
 	fs.DurationVar(&c.Limits.HandshakeTimeout, "tls-handshake-timeout", c.Limits.HandshakeTimeout, "Longest TLS handshake of a gRPC connection.")
 	fs.DurationVar(&c.Limits.AnonymousIdleTimeout, "anonymous-connection-idle", c.Limits.AnonymousIdleTimeout, "Close a connection without a client certificate after this long without a call.")
 	fs.DurationVar(&c.Limits.MaxConnectionIdle, "max-connection-idle", c.Limits.MaxConnectionIdle, "Close an authenticated connection after this long without a call.")
@@ -171,21 +174,27 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--max-recv-msg-bytes %d: must be at least 1MiB", c.MaxRecvMsgBytes))
 	}
 	for flagName, positive := range map[string]bool{
-		"--max-connections":                      c.Limits.MaxConnections > 0,
-		"--max-anonymous-connections":            c.Limits.MaxAnonymousConnections > 0,
-		"--max-anonymous-connections-per-source": c.Limits.MaxAnonymousConnectionsPerSource > 0,
-		"--tls-handshake-timeout":                c.Limits.HandshakeTimeout > 0,
-		"--anonymous-connection-idle":            c.Limits.AnonymousIdleTimeout > 0,
-		"--max-connection-idle":                  c.Limits.MaxConnectionIdle > 0,
-		"--max-connection-age":                   c.Limits.MaxConnectionAge > 0,
-		"--max-connection-age-grace":             c.Limits.MaxConnectionAgeGrace > 0,
-		"--join-rate-per-source":                 c.Limits.JoinRatePerSource > 0,
-		"--join-burst-per-source":                c.Limits.JoinBurstPerSource > 0,
-		"--max-concurrent-joins":                 c.Limits.MaxConcurrentJoins > 0,
+		"--max-connections":                          c.Limits.MaxConnections > 0,
+		"--max-anonymous-connections":                c.Limits.MaxAnonymousConnections > 0,
+		"--max-anonymous-connections-per-source":     c.Limits.MaxAnonymousConnectionsPerSource > 0,
+		"--max-handshakes":                           c.Limits.MaxHandshakes > 0,
+		"--max-connections-per-certificate":          c.Limits.MaxConnectionsPerCertificate > 0,
+		"--max-authenticated-connections-per-source": c.Limits.MaxAuthenticatedConnectionsPerSource > 0,
+		"--tls-handshake-timeout":                    c.Limits.HandshakeTimeout > 0,
+		"--anonymous-connection-idle":                c.Limits.AnonymousIdleTimeout > 0,
+		"--max-connection-idle":                      c.Limits.MaxConnectionIdle > 0,
+		"--max-connection-age":                       c.Limits.MaxConnectionAge > 0,
+		"--max-connection-age-grace":                 c.Limits.MaxConnectionAgeGrace > 0,
+		"--join-rate-per-source":                     c.Limits.JoinRatePerSource > 0,
+		"--join-burst-per-source":                    c.Limits.JoinBurstPerSource > 0,
+		"--max-concurrent-joins":                     c.Limits.MaxConcurrentJoins > 0,
 	} {
 		if !positive {
 			errs = append(errs, fmt.Errorf("%s: must be positive", flagName))
 		}
+	}
+	if c.Limits.MaxHandshakes > 0 && c.Limits.MaxHandshakes > c.Limits.MaxConnections/2 {
+		errs = append(errs, fmt.Errorf("--max-handshakes %d: must not exceed half of --max-connections %d", c.Limits.MaxHandshakes, c.Limits.MaxConnections))
 	}
 	if c.Limits.MaxAnonymousConnections > c.Limits.MaxConnections {
 		errs = append(errs, fmt.Errorf("--max-anonymous-connections %d: must not exceed --max-connections %d", c.Limits.MaxAnonymousConnections, c.Limits.MaxConnections))

@@ -43,9 +43,20 @@ func TestFlags(t *testing.T) {
 				}
 			},
 		},
-		"zero join rate":           {args: []string{"--join-rate-per-source=0"}, wantErrFlag: "--join-rate-per-source"},
-		"no connection age":        {args: []string{"--max-connection-age=0s"}, wantErrFlag: "--max-connection-age"},
-		"more anonymous than all":  {args: []string{"--max-connections=10", "--max-anonymous-connections=20"}, wantErrFlag: "--max-anonymous-connections"},
+		"zero join rate":                           {args: []string{"--join-rate-per-source=0"}, wantErrFlag: "--join-rate-per-source"},
+		"no connection age":                        {args: []string{"--max-connection-age=0s"}, wantErrFlag: "--max-connection-age"},
+		"more anonymous than all":                  {args: []string{"--max-connections=10", "--max-anonymous-connections=20"}, wantErrFlag: "--max-anonymous-connections"},
+		"handshakes above half of all connections": {args: []string{"--max-connections=100", "--max-handshakes=51"}, wantErrFlag: "--max-handshakes"},
+		"no connection per certificate":            {args: []string{"--max-connections-per-certificate=0"}, wantErrFlag: "--max-connections-per-certificate"},
+		"no authenticated connection per source":   {args: []string{"--max-authenticated-connections-per-source=0"}, wantErrFlag: "--max-authenticated-connections-per-source"},
+		"connection caps tuned": {
+			args: []string{"--max-handshakes=64", "--max-connections-per-certificate=4", "--max-authenticated-connections-per-source=32"},
+			check: func(t *testing.T, c Config) {
+				if c.Limits.MaxHandshakes != 64 || c.Limits.MaxConnectionsPerCertificate != 4 || c.Limits.MaxAuthenticatedConnectionsPerSource != 32 {
+					t.Errorf("got limits %+v", c.Limits)
+				}
+			},
+		},
 		"negative renewal overlap": {args: []string{"--renewal-overlap=-1s"}, wantErrFlag: "--renewal-overlap"},
 		"serving certificate of 3 minutes (fault suite)": {
 			args: []string{"--serving-cert-validity=3m"},

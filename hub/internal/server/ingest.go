@@ -85,7 +85,7 @@ func (b *messageBudget) exceeded(cluster, kind, over string) error {
 	}
 	rateText := strconv.FormatFloat(perSecond, 'f', -1, 64)
 	return withErrorInfo(codes.ResourceExhausted,
-		fmt.Sprintf("cluster %q sent a %s over the hub's limit of %s %s per second (bursts of %d) on one Report stream; reconnect and send less often", cluster, kind, rateText, what, burst),
+		fmt.Sprintf("cluster %q sent a %s over the hub's limit of %s %s per second (bursts of %d), counted per cluster across its Report streams; send less often", cluster, kind, rateText, what, burst),
 		&errdetails.ErrorInfo{
 			Reason: ReasonMessageRateExceeded,
 			Domain: identity.RefusalDomain,

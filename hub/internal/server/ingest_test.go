@@ -187,3 +187,35 @@ func TestReportStreamOverItsEntryRate(t *testing.T) {
 		t.Errorf("after the refused Delta: generation %d with %d Machines, want 1 with 1", c.Generation, len(c.Machines))
 	}
 }
+
+// Reopening the Report stream buys no fresh burst: the budget is the
+// cluster's, across its streams.
+func TestReportStreamsOfOneClusterShareItsMessageBudget(t *testing.T) {
+	h := startTestHub(t)
+	limits := ingest.DefaultLimits()
+	// The first stream's Snapshot and one Delta; no refill within the test.
+	limits.MessagesPerSecond, limits.MessageBurst = 0.001, 2
+	h.store.SetLimits(limits)
+	first := h.openReport(t, "a", validMachine("gpu", 3))
+	if err := first.Send(deltaMsg(2, validMachine("gpu", 4))); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := first.Recv(); err != nil || msg.GetAck().GetGeneration() != 2 {
+		t.Fatalf("waiting for the Delta's ack: %v %v", msg, err)
+	}
+
+	fed := h.client(t, h.certificate(t, "a", identity.SpokeOrganization))
+	second, err := fed.Report(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = streamEnd(t, second, hello("a", 2), snapshotMsg(1, validMachine("gpu", 9)))
+	if got := status.Code(err); got != codes.ResourceExhausted {
+		t.Fatalf("a new stream's Snapshot over the cluster's spent budget ended with %v (%v), want ResourceExhausted", got, err)
+	}
+	if c, _ := h.store.Get("a"); c.Machines[0].GetTypes()[0].GetAvailable() != 4 {
+		t.Errorf("available = %d after the refused Snapshot, want 4 (the last good inventory)", c.Machines[0].GetTypes()[0].GetAvailable())
+	}
+	// Another cluster's budget is its own.
+	h.openReport(t, "b", validMachine("gpu", 1))
+}

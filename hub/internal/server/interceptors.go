@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/imperator-federation/imperator/hub/internal/registry"
 	"github.com/imperator-federation/imperator/internal/identity"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
@@ -37,7 +38,9 @@ func infrastructureMethod(fullMethod string) bool {
 //   - a registered service's call (the Query API) needs Authorize's yes and,
 //     from a spoke certificate, the spoke's admission: a deregistered,
 //     paused or retired spoke reads nothing;
-//   - health and reflection need a verified certificate only.
+//   - health and reflection need a verified certificate and, from a spoke
+//     certificate, its admission as the cache shows it (registry.CacheOnly:
+//     a call anyone may repeat must not reach the hub cluster's API).
 //
 // It returns ctx with the spoke of a spoke certificate.
 func (s *Server) authenticate(ctx context.Context, fullMethod string) (context.Context, error) {
@@ -61,7 +64,14 @@ func (s *Server) authenticate(ctx context.Context, fullMethod string) (context.C
 		ctx = identity.WithSpoke(ctx, spoke)
 	}
 	switch {
-	case fullMethod == federationv1.Federation_Join_FullMethodName, infrastructureMethod(fullMethod):
+	case fullMethod == federationv1.Federation_Join_FullMethodName:
+		return ctx, nil
+	case infrastructureMethod(fullMethod):
+		if spokeErr == nil {
+			if err := s.admit(registry.CacheOnly(ctx), spoke); err != nil {
+				return nil, err
+			}
+		}
 		return ctx, nil
 	case federationMethod(fullMethod):
 		if spokeErr != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -26,11 +27,26 @@ type Limits struct {
 	// MaxAnonymousConnections bounds the open connections without a verified
 	// client certificate (joining spokes, probes); more are closed at once.
 	MaxAnonymousConnections int
-	// MaxAnonymousConnectionsPerSource bounds, per remote IP address, the
+	// MaxAnonymousConnectionsPerSource bounds, per source (see sourceKey), the
 	// connections in their TLS handshake and, apart, the anonymous ones, so
 	// that one source cannot take every slot of MaxConnections or
 	// MaxAnonymousConnections.
 	MaxAnonymousConnectionsPerSource int
+	// MaxHandshakes bounds the connections in their TLS handshake, of all
+	// sources together, well below MaxConnections: clients that open
+	// connections and never finish a handshake (slowloris, from many
+	// sources) hold at most this many of MaxConnections' slots, and more are
+	// closed at once.
+	MaxHandshakes int
+	// MaxConnectionsPerCertificate bounds the open connections presenting
+	// one client certificate (by serial): a spoke needs one, two while it
+	// moves its stream to a new connection; a stolen or retired
+	// certificate cannot take every slot.
+	MaxConnectionsPerCertificate int
+	// MaxAuthenticatedConnectionsPerSource bounds the open connections with
+	// a verified client certificate from one source (an IPv4 address, an
+	// IPv6 /64), of all certificates together.
+	MaxAuthenticatedConnectionsPerSource int
 	// HandshakeTimeout bounds a connection's TLS handshake.
 	HandshakeTimeout time.Duration
 	// AnonymousIdleTimeout closes an anonymous connection without a call in
@@ -64,9 +80,21 @@ const (
 	// DefaultMaxAnonymousConnectionsPerSource leaves room for several
 	// clusters joining at once from behind one NAT.
 	DefaultMaxAnonymousConnectionsPerSource = 16
-	DefaultHandshakeTimeout                 = 10 * time.Second
-	DefaultAnonymousIdleTimeout             = 30 * time.Second
-	DefaultMaxConnectionIdle                = 15 * time.Minute
+	// DefaultMaxHandshakes: a TLS handshake takes milliseconds, so 256 in
+	// flight serve thousands of connections a second while leaving 15/16 of
+	// DefaultMaxConnections to established ones.
+	DefaultMaxHandshakes = 256
+	// DefaultMaxConnectionsPerCertificate: one per spoke or person, a second
+	// while a connection is recycled, room for a few parallel imperatorctl
+	// calls.
+	DefaultMaxConnectionsPerCertificate = 8
+	// DefaultMaxAuthenticatedConnectionsPerSource leaves room for a fleet of
+	// spokes behind one NAT while keeping one source below a sixteenth of
+	// DefaultMaxConnections.
+	DefaultMaxAuthenticatedConnectionsPerSource = 256
+	DefaultHandshakeTimeout                     = 10 * time.Second
+	DefaultAnonymousIdleTimeout                 = 30 * time.Second
+	DefaultMaxConnectionIdle                    = 15 * time.Minute
 	// DefaultMaxConnectionAge: spoke certificates renew at 2/3 of their life
 	// (months by default, minutes in the fault suite with its flags), and a
 	// Renew retires the replaced certificate after the renewal overlap
@@ -105,17 +133,20 @@ const (
 // DefaultLimits returns the default Limits.
 func DefaultLimits() Limits {
 	return Limits{
-		MaxConnections:                   DefaultMaxConnections,
-		MaxAnonymousConnections:          DefaultMaxAnonymousConnections,
-		MaxAnonymousConnectionsPerSource: DefaultMaxAnonymousConnectionsPerSource,
-		HandshakeTimeout:                 DefaultHandshakeTimeout,
-		AnonymousIdleTimeout:             DefaultAnonymousIdleTimeout,
-		MaxConnectionIdle:                DefaultMaxConnectionIdle,
-		MaxConnectionAge:                 DefaultMaxConnectionAge,
-		MaxConnectionAgeGrace:            DefaultMaxConnectionAgeGrace,
-		JoinRatePerSource:                DefaultJoinRatePerSource,
-		JoinBurstPerSource:               DefaultJoinBurstPerSource,
-		MaxConcurrentJoins:               DefaultMaxConcurrentJoins,
+		MaxConnections:                       DefaultMaxConnections,
+		MaxAnonymousConnections:              DefaultMaxAnonymousConnections,
+		MaxAnonymousConnectionsPerSource:     DefaultMaxAnonymousConnectionsPerSource,
+		MaxHandshakes:                        DefaultMaxHandshakes,
+		MaxConnectionsPerCertificate:         DefaultMaxConnectionsPerCertificate,
+		MaxAuthenticatedConnectionsPerSource: DefaultMaxAuthenticatedConnectionsPerSource,
+		HandshakeTimeout:                     DefaultHandshakeTimeout,
+		AnonymousIdleTimeout:                 DefaultAnonymousIdleTimeout,
+		MaxConnectionIdle:                    DefaultMaxConnectionIdle,
+		MaxConnectionAge:                     DefaultMaxConnectionAge,
+		MaxConnectionAgeGrace:                DefaultMaxConnectionAgeGrace,
+		JoinRatePerSource:                    DefaultJoinRatePerSource,
+		JoinBurstPerSource:                   DefaultJoinBurstPerSource,
+		MaxConcurrentJoins:                   DefaultMaxConcurrentJoins,
 	}
 }
 
@@ -130,6 +161,9 @@ func (l Limits) Validate() error {
 	positive("MaxConnections", l.MaxConnections > 0)
 	positive("MaxAnonymousConnections", l.MaxAnonymousConnections > 0)
 	positive("MaxAnonymousConnectionsPerSource", l.MaxAnonymousConnectionsPerSource > 0)
+	positive("MaxHandshakes", l.MaxHandshakes > 0)
+	positive("MaxConnectionsPerCertificate", l.MaxConnectionsPerCertificate > 0)
+	positive("MaxAuthenticatedConnectionsPerSource", l.MaxAuthenticatedConnectionsPerSource > 0)
 	positive("HandshakeTimeout", l.HandshakeTimeout > 0)
 	positive("AnonymousIdleTimeout", l.AnonymousIdleTimeout > 0)
 	positive("MaxConnectionIdle", l.MaxConnectionIdle > 0)
@@ -140,6 +174,10 @@ func (l Limits) Validate() error {
 	positive("MaxConcurrentJoins", l.MaxConcurrentJoins > 0)
 	if l.MaxAnonymousConnections > l.MaxConnections {
 		errs = append(errs, fmt.Errorf("MaxAnonymousConnections %d exceeds MaxConnections %d", l.MaxAnonymousConnections, l.MaxConnections))
+	}
+	if l.MaxHandshakes > 0 && l.MaxConnections > 0 && l.MaxHandshakes > l.MaxConnections/2 {
+		// Else handshakes that never finish could hold most of the port.
+		errs = append(errs, fmt.Errorf("MaxHandshakes %d exceeds half of MaxConnections %d", l.MaxHandshakes, l.MaxConnections))
 	}
 	return errors.Join(errs...)
 }
@@ -189,18 +227,44 @@ func (j *joinLimiter) acquire(ctx context.Context) error {
 
 func (j *joinLimiter) release() { <-j.slots }
 
-// sourceOf is the remote IP address of the call in ctx ("" when unknown:
+// sourceOf is the source (sourceKey) of the call in ctx ("" when unknown:
 // all such calls then share one bucket).
 func sourceOf(ctx context.Context) string {
 	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
+	if !ok {
 		return ""
 	}
-	host, _, err := net.SplitHostPort(p.Addr.String())
-	if err != nil {
-		return p.Addr.String()
+	return sourceKey(p.Addr)
+}
+
+// sourceKey is the source of a connection from addr, as every per-source
+// limit counts it: an IPv4 address (also one mapped into IPv6), or the /64
+// of an IPv6 address, since one host or site is routinely given a whole
+// /64 and could otherwise take a fresh source per connection. An address
+// that is no IP is its own source.
+func sourceKey(addr net.Addr) string {
+	if addr == nil {
+		return ""
 	}
-	return host
+	var ip netip.Addr
+	if tcp, ok := addr.(*net.TCPAddr); ok {
+		ip, _ = netip.AddrFromSlice(tcp.IP)
+	} else if ap, err := netip.ParseAddrPort(addr.String()); err == nil {
+		ip = ap.Addr()
+	} else if a, err := netip.ParseAddr(addr.String()); err == nil {
+		ip = a
+	}
+	if !ip.IsValid() {
+		return addr.String()
+	}
+	ip = ip.Unmap().WithZone("")
+	if ip.Is6() {
+		prefix, err := ip.Prefix(64)
+		if err == nil {
+			return prefix.String()
+		}
+	}
+	return ip.String()
 }
 
 // healthCheckMethod is the one health method served anonymously; Watch is

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/imperator-federation/imperator/internal/identity"
 )
 
 // The unauthenticated surface is enforced in one place, here: the hub's
@@ -121,37 +124,51 @@ type router struct {
 	handshakeTimeout time.Duration
 	authenticated    *routedListener
 	anonymous        *routedListener
-	// anonymousSlots bounds the open anonymous connections: one token per
-	// connection, returned when it closes.
+	// revoked reports whether a verified client certificate was revoked
+	// (nil: none is): such a connection is closed before it is served.
+	revoked func(*x509.Certificate) bool
+	// handshakeSlots and anonymousSlots bound the connections in their TLS
+	// handshake and the open anonymous ones: one token per connection,
+	// returned when it is done.
+	handshakeSlots chan struct{}
 	anonymousSlots chan struct{}
-	// handshaking and anonymousBySource count, per remote IP, the
-	// connections in their TLS handshake and the anonymous ones; at most
-	// maxPerSource of each. Counted apart so that a source's idle anonymous
-	// connections do not keep its spokes from handshaking.
-	mu                sync.Mutex
-	handshaking       map[string]int
-	anonymousBySource map[string]int
-	maxPerSource      int
-	metrics           *Metrics
-	log               logr.Logger
+	// handshaking, anonymousBySource, authenticatedBySource and
+	// bySerial count the connections in their TLS handshake per source
+	// (sourceKey), the anonymous ones per source, the authenticated ones
+	// per source, and the authenticated ones per certificate serial.
+	// Counted apart so that a source's idle anonymous connections do not
+	// keep its spokes from handshaking.
+	mu                    sync.Mutex
+	handshaking           map[string]int
+	anonymousBySource     map[string]int
+	authenticatedBySource map[string]int
+	bySerial              map[string]int
+	limits                Limits
+	metrics               *Metrics
+	log                   logr.Logger
 }
 
 // newRouter limits lis to maxConns open connections (handshaking ones
 // included: a client that opens connections and never finishes a handshake
-// holds a slot for at most the handshake timeout).
-func newRouter(lis net.Listener, tlsConfig *tls.Config, limits Limits, metrics *Metrics, log logr.Logger) *router {
+// holds a slot for at most the handshake timeout, and at most
+// limits.MaxHandshakes of them are held so).
+func newRouter(lis net.Listener, tlsConfig *tls.Config, limits Limits, revoked func(*x509.Certificate) bool, metrics *Metrics, log logr.Logger) *router {
 	return &router{
-		raw:               netutil.LimitListener(lis, limits.MaxConnections),
-		tls:               tlsConfig,
-		handshakeTimeout:  limits.HandshakeTimeout,
-		authenticated:     newRoutedListener(lis.Addr()),
-		anonymous:         newRoutedListener(lis.Addr()),
-		anonymousSlots:    make(chan struct{}, limits.MaxAnonymousConnections),
-		handshaking:       map[string]int{},
-		anonymousBySource: map[string]int{},
-		maxPerSource:      limits.MaxAnonymousConnectionsPerSource,
-		metrics:           metrics,
-		log:               log,
+		raw:                   netutil.LimitListener(lis, limits.MaxConnections),
+		tls:                   tlsConfig,
+		handshakeTimeout:      limits.HandshakeTimeout,
+		authenticated:         newRoutedListener(lis.Addr()),
+		anonymous:             newRoutedListener(lis.Addr()),
+		revoked:               revoked,
+		handshakeSlots:        make(chan struct{}, limits.MaxHandshakes),
+		anonymousSlots:        make(chan struct{}, limits.MaxAnonymousConnections),
+		handshaking:           map[string]int{},
+		anonymousBySource:     map[string]int{},
+		authenticatedBySource: map[string]int{},
+		bySerial:              map[string]int{},
+		limits:                limits,
+		metrics:               metrics,
+		log:                   log,
 	}
 }
 
@@ -184,32 +201,44 @@ func (r *router) close() error {
 	return err
 }
 
-// claim counts one more connection of source in counts, unless it has
-// maxPerSource already.
-func (r *router) claim(counts map[string]int, source string) bool {
+// claim counts one more connection of key in counts, unless it has max
+// already.
+func (r *router) claim(counts map[string]int, key string, max int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if counts[source] >= r.maxPerSource {
+	if counts[key] >= max {
 		return false
 	}
-	counts[source]++
+	counts[key]++
 	return true
 }
 
-func (r *router) unclaim(counts map[string]int, source string) {
+func (r *router) unclaim(counts map[string]int, key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if counts[source]--; counts[source] <= 0 {
-		delete(counts, source)
+	if counts[key]--; counts[key] <= 0 {
+		delete(counts, key)
 	}
 }
 
+// refuse closes c, counting and logging why.
+func (r *router) refuse(c net.Conn, reason, message string, keysAndValues ...any) {
+	r.metrics.rejectedConnections.WithLabelValues(reason).Inc()
+	r.log.V(1).Info(message, append([]any{"remote", c.RemoteAddr().String()}, keysAndValues...)...)
+	_ = c.Close()
+}
+
 func (r *router) route(c net.Conn) {
-	source := hostOf(c.RemoteAddr())
-	if !r.claim(r.handshaking, source) {
-		r.metrics.rejectedConnections.WithLabelValues(rejectTooManyFromSource).Inc()
-		r.log.V(1).Info("Closed connection: too many handshakes from its source", "remote", c.RemoteAddr().String(), "limit", r.maxPerSource)
-		_ = c.Close()
+	source := sourceKey(c.RemoteAddr())
+	select {
+	case r.handshakeSlots <- struct{}{}:
+	default:
+		r.refuse(c, rejectTooManyHandshakes, "Closed connection: too many TLS handshakes in flight", "limit", cap(r.handshakeSlots))
+		return
+	}
+	if !r.claim(r.handshaking, source, r.limits.MaxAnonymousConnectionsPerSource) {
+		<-r.handshakeSlots
+		r.refuse(c, rejectTooManyFromSource, "Closed connection: too many handshakes from its source", "source", source, "limit", r.limits.MaxAnonymousConnectionsPerSource)
 		return
 	}
 	tc := tls.Server(c, r.tls)
@@ -217,6 +246,7 @@ func (r *router) route(c net.Conn) {
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	r.unclaim(r.handshaking, source)
+	<-r.handshakeSlots
 	if err != nil {
 		r.metrics.rejectedConnections.WithLabelValues(rejectHandshake).Inc()
 		r.log.V(2).Info("TLS handshake failed", "remote", c.RemoteAddr().String(), "reason", err.Error())
@@ -225,22 +255,18 @@ func (r *router) route(c net.Conn) {
 	}
 	state := tc.ConnectionState()
 	if len(state.VerifiedChains) > 0 {
-		r.authenticated.deliver(&routedConn{Conn: tc, state: state})
+		r.routeAuthenticated(tc, state, source)
 		return
 	}
-	if !r.claim(r.anonymousBySource, source) {
-		r.metrics.rejectedConnections.WithLabelValues(rejectTooManyFromSource).Inc()
-		r.log.V(1).Info("Closed anonymous connection: too many from its source", "remote", c.RemoteAddr().String(), "limit", r.maxPerSource)
-		_ = tc.Close()
+	if !r.claim(r.anonymousBySource, source, r.limits.MaxAnonymousConnectionsPerSource) {
+		r.refuse(tc, rejectTooManyFromSource, "Closed anonymous connection: too many from its source", "source", source, "limit", r.limits.MaxAnonymousConnectionsPerSource)
 		return
 	}
 	select {
 	case r.anonymousSlots <- struct{}{}:
 	default:
 		r.unclaim(r.anonymousBySource, source)
-		r.metrics.rejectedConnections.WithLabelValues(rejectTooManyAnonymous).Inc()
-		r.log.V(1).Info("Closed anonymous connection: too many open", "remote", c.RemoteAddr().String(), "limit", cap(r.anonymousSlots))
-		_ = tc.Close()
+		r.refuse(tc, rejectTooManyAnonymous, "Closed anonymous connection: too many open", "limit", cap(r.anonymousSlots))
 		return
 	}
 	r.anonymous.deliver(&routedConn{Conn: tc, state: state, release: func() {
@@ -249,11 +275,33 @@ func (r *router) route(c net.Conn) {
 	}})
 }
 
-// hostOf is the IP address of addr (addr itself when it has no port).
-func hostOf(addr net.Addr) string {
-	host, _, err := net.SplitHostPort(addr.String())
-	if err != nil {
-		return addr.String()
+// routeAuthenticated hands a connection with a verified client certificate
+// to the authenticated server, unless the certificate was revoked (refused
+// here, once per connection, so that a revoked certificate holds no slot
+// however many calls it would make) or its serial or its source holds as
+// many connections as allowed.
+func (r *router) routeAuthenticated(tc *tls.Conn, state tls.ConnectionState, source string) {
+	leaf := state.VerifiedChains[0][0]
+	serial := identity.SerialOf(leaf)
+	if r.revoked != nil && r.revoked(leaf) {
+		r.metrics.rejectedConnections.WithLabelValues(rejectRevoked).Inc()
+		r.log.Info("Closed connection of a revoked certificate", "remote", tc.RemoteAddr().String(), "subject", leaf.Subject.CommonName, "serial", serial)
+		_ = tc.Close()
+		return
 	}
-	return host
+	if !r.claim(r.bySerial, serial, r.limits.MaxConnectionsPerCertificate) {
+		r.refuse(tc, rejectTooManyForCertificate, "Closed connection: too many open with its certificate",
+			"subject", leaf.Subject.CommonName, "serial", serial, "limit", r.limits.MaxConnectionsPerCertificate)
+		return
+	}
+	if !r.claim(r.authenticatedBySource, source, r.limits.MaxAuthenticatedConnectionsPerSource) {
+		r.unclaim(r.bySerial, serial)
+		r.refuse(tc, rejectTooManyAuthenticatedFromSource, "Closed connection: too many authenticated ones from its source",
+			"source", source, "limit", r.limits.MaxAuthenticatedConnectionsPerSource)
+		return
+	}
+	r.authenticated.deliver(&routedConn{Conn: tc, state: state, release: func() {
+		r.unclaim(r.bySerial, serial)
+		r.unclaim(r.authenticatedBySource, source)
+	}})
 }

@@ -20,6 +20,10 @@ const (
 	rejectTooManyFromSource = "too_many_unverified_connections_from_source"
 	rejectAnonymousMethod   = "anonymous_method_not_allowed"
 	rejectJoinRateLimited   = "join_rate_limited"
+	// Authenticated connections and handshakes over their limits.
+	rejectTooManyHandshakes              = "too_many_handshakes"
+	rejectTooManyForCertificate          = "too_many_connections_for_certificate"
+	rejectTooManyAuthenticatedFromSource = "too_many_authenticated_connections_from_source"
 )
 
 // Metrics are the hub's Prometheus metrics.

@@ -116,7 +116,7 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 	log.Info("Spoke connected", "agentVersion", hello.GetAgentVersion(), "epoch", hello.GetEpoch())
 
 	epoch := hello.GetEpoch()
-	budget := newMessageBudget(s.store.Limits())
+	budget := s.budgetOf(cluster)
 	for {
 		select {
 		case <-ctx.Done():
@@ -171,8 +171,11 @@ func (s *Server) handle(ctx context.Context, stream federationv1.Federation_Repo
 		s.metrics.ingestLatency.WithLabelValues(kind).Observe(time.Since(start).Seconds())
 	case *federationv1.SpokeMessage_Heartbeat:
 		kind = "heartbeat"
-		// hubAcceptsClient may have been turned off, or the cluster
-		// registered again, while connected.
+		// The certificate may have been revoked, hubAcceptsClient turned
+		// off, or the cluster registered again, while connected.
+		if err := s.revokedDuring(ctx); err != nil {
+			return err
+		}
 		if err := s.admit(ctx, spoke); err != nil {
 			return err
 		}
@@ -236,6 +239,21 @@ func (s *Server) admit(ctx context.Context, spoke identity.Spoke) error {
 	return refusal(refused.Reason, spoke.Cluster, refused.Error())
 }
 
+// revokedDuring is PermissionDenied when the certificate of the call in
+// ctx was revoked since the call began (authenticate checked it then).
+func (s *Server) revokedDuring(ctx context.Context) error {
+	if s.opts.Revoked == nil {
+		return nil
+	}
+	cert, err := identity.VerifiedCertificate(ctx)
+	if err != nil || !s.opts.Revoked(cert) {
+		return nil
+	}
+	s.metrics.rejectedConnections.WithLabelValues(rejectRevoked).Inc()
+	ctrl.LoggerFrom(ctx).Info("Ended the stream of a revoked certificate", "serial", identity.SerialOf(cert))
+	return status.Errorf(codes.PermissionDenied, "client certificate %q (serial %s) was revoked", cert.Subject.CommonName, identity.SerialOf(cert))
+}
+
 // EndSession ends the cluster's Report stream, if one is open here (its
 // ManagedCluster was deleted).
 func (s *Server) EndSession(cluster string) {
@@ -254,6 +272,9 @@ func (s *Server) EndStaleSession(cluster string) {
 func (s *Server) endSession(cluster string, deregistered bool, reason error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if deregistered {
+		delete(s.budgets, cluster)
+	}
 	if sess, ok := s.sessions[cluster]; ok {
 		sess.reason = reason
 		sess.deregistered = deregistered
@@ -261,6 +282,20 @@ func (s *Server) endSession(cluster string, deregistered bool, reason error) {
 		delete(s.sessions, cluster)
 		s.metrics.connectedSpokes.Dec()
 	}
+}
+
+// budgetOf is the cluster's message budget, one for all of its Report
+// streams (kept while the hub runs, dropped when the cluster is
+// deregistered): a spoke that reopens its stream does not get a fresh burst.
+func (s *Server) budgetOf(cluster string) *messageBudget {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.budgets[cluster]
+	if !ok {
+		b = newMessageBudget(s.store.Limits())
+		s.budgets[cluster] = b
+	}
+	return b
 }
 
 func (s *Server) openSession(cluster string) *session {

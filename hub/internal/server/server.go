@@ -107,7 +107,10 @@ type Server struct {
 	stopping chan struct{}
 	mu       sync.Mutex
 	sessions map[string]*session
-	nextID   uint64
+	// budgets are the message budgets of the clusters that reported (see
+	// budgetOf).
+	budgets map[string]*messageBudget
+	nextID  uint64
 }
 
 // New builds the server; Start serves it.
@@ -140,6 +143,7 @@ func New(opts Options) (*Server, error) {
 		joins:    newJoinLimiter(limits),
 		stopping: make(chan struct{}),
 		sessions: map[string]*session{},
+		budgets:  map[string]*messageBudget{},
 	}
 	enforcement := grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true})
 	s.grpc = grpc.NewServer(
@@ -210,7 +214,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(federationv1.Federation_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	rt := newRouter(lis, s.opts.TLS, s.opts.Limits, s.metrics, s.log)
+	rt := newRouter(lis, s.opts.TLS, s.opts.Limits, s.opts.Revoked, s.metrics, s.log)
 	serveErr := make(chan error, 3)
 	go func() { serveErr <- rt.serve() }()
 	go func() { serveErr <- s.grpc.Serve(rt.authenticated) }()
