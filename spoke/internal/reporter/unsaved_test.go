@@ -260,3 +260,65 @@ func waitForStoredCertificateOtherThan(t *testing.T, c client.Reader, old []byte
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// csrRecordingHub is a handoverHub that records the CSR of every Renew.
+type csrRecordingHub struct {
+	*handoverHub
+	csrs chan []byte
+}
+
+func (h csrRecordingHub) Renew(ctx context.Context, req *federationv1.RenewRequest) (*federationv1.RenewResponse, error) {
+	h.csrs <- req.GetCsr()
+	return h.handoverHub.Renew(ctx, req)
+}
+
+// An agent restarted before it could store a renewed certificate finds the
+// replaced certificate and, as pending request, the renewed one's key; the
+// hub accepts the replaced certificate for its renewal overlap.
+func TestRestartedAgentRenewsAtOnceWithThePendingKeyOfTheUnstoredCertificate(t *testing.T) {
+	ca, err := pki.NewCA("hub-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := csrRecordingHub{
+		handoverHub: &handoverHub{ca: ca, events: make(chan string, 256),
+			streams: make(chan grpc.BidiStreamingServer[federationv1.SpokeMessage, federationv1.HubMessage], 8)},
+		csrs: make(chan []byte, 8),
+	}
+	address := serveTLS(t, ca, hub)
+	// Valid for another minute, backdated 5 minutes: its renewal is overdue.
+	oldPEM, oldKeyPEM, err := ca.IssueClient(testCluster, nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pendingCSR, pendingKeyPEM, err := pki.NewCSR(testCluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := testScheme(t)
+	objects := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		wrappers.MakeMachine("gpu", "team-a").Type("compute-xlarge", "40", "128Gi", 2).Obj(),
+		&corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: testSecret},
+			Type:       corev1.SecretTypeTLS,
+			Data: map[string][]byte{
+				corev1.TLSCertKey: oldPEM, corev1.TLSPrivateKeyKey: oldKeyPEM,
+				pendingCSRKey: pendingCSR, pendingKeyKey: pendingKeyPEM,
+			},
+		},
+	).Build()
+	startReporter(t, ca, address, scheme, objects, "", nil)
+
+	select {
+	case csr := <-hub.csrs:
+		if !bytes.Equal(csr, pendingCSR) {
+			t.Error("the restarted agent renewed with another CSR than the pending one it found in the Secret")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the restarted agent did not renew its overdue certificate within 10s")
+	}
+	stored := waitForStoredCertificateOtherThan(t, objects, oldPEM)
+	if !bytes.Equal(stored[corev1.TLSPrivateKeyKey], pendingKeyPEM) {
+		t.Error("the stored key is not the pending key found in the Secret")
+	}
+}
