@@ -64,7 +64,7 @@ func StateOf(c *store.Cluster) queryv1.ClusterState {
 	switch {
 	case c.State != store.StateAvailable:
 		return queryv1.ClusterState_CLUSTER_STATE_OFFLINE
-	case c.Restored || c.Outdated != "":
+	case c.Stale():
 		return queryv1.ClusterState_CLUSTER_STATE_STALE
 	default:
 		return queryv1.ClusterState_CLUSTER_STATE_AVAILABLE
@@ -146,6 +146,8 @@ func Find(clusters []*store.Cluster, req Request, now time.Time) *queryv1.FindCa
 			ex(queryv1.ExclusionReason_EXCLUSION_REASON_STALE, fmt.Sprintf("figures observed %s ago were read back from the hub cluster and are not confirmed yet (the hub restarted or this replica just started)", age(c.ObservedAt, now)))
 		case c.Outdated != "":
 			ex(queryv1.ExclusionReason_EXCLUSION_REASON_STALE, fmt.Sprintf("figures observed %s ago are older than the cluster's: %s", age(c.ObservedAt, now), c.Outdated))
+		case c.APIServerUnreachable():
+			ex(queryv1.ExclusionReason_EXCLUSION_REASON_STALE, c.APIServerUnreachableMessage())
 		case !matched:
 			ex(queryv1.ExclusionReason_EXCLUSION_REASON_NO_SUCH_TYPE, req.describe())
 		case free == 0:
@@ -371,6 +373,21 @@ func groupRanks(rows []typeRow) map[string]int {
 		rank[g] = i
 	}
 	return rank
+}
+
+// StateMessage says why c is not Available in the query API: empty when it
+// is.
+func StateMessage(c *store.Cluster, now time.Time) string {
+	switch {
+	case c.State != store.StateAvailable:
+		return OfflineMessage(c, now)
+	case c.Restored:
+		return "figures read back from the hub cluster, not confirmed by the spoke since this hub replica started"
+	case c.Outdated != "":
+		return "figures older than the cluster's: " + c.Outdated
+	default:
+		return c.APIServerUnreachableMessage()
+	}
 }
 
 // OfflineMessage says since when a cluster is offline, e.g. "offline since

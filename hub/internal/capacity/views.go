@@ -17,6 +17,7 @@ func ClusterInfo(c *store.Cluster, now time.Time) *queryv1.Cluster {
 	out := &queryv1.Cluster{
 		Name:          c.Name,
 		State:         StateOf(c),
+		StateMessage:  StateMessage(c, now),
 		AgentVersion:  c.AgentVersion,
 		LastHeartbeat: timestamp(c.LastHeartbeat),
 		ObservedAt:    timestamp(c.ObservedAt),

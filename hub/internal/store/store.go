@@ -77,6 +77,13 @@ type Cluster struct {
 	// (it broke a limit), or the replica serving the cluster could not
 	// persist it. It says why, and clears with the next Snapshot applied.
 	Outdated string
+	// APIServerUnreachableSince is set while the spoke's heartbeats say its
+	// agent has not reached its own API server since then: the figures come
+	// from the agent's cache and may be old, so the cluster is stale (not
+	// Available in queries, no free capacity, no placement score) although
+	// it heartbeats. It clears with the first heartbeat that does not carry
+	// it. Only the replica holding the stream knows it.
+	APIServerUnreachableSince time.Time
 
 	// synced is true once a Snapshot of Epoch was applied; Deltas need it.
 	synced bool
@@ -86,9 +93,25 @@ type Cluster struct {
 
 // Stale is true when the figures may not reflect the cluster any more:
 // restored from the API server and not yet confirmed, the spoke is silent,
-// or its current inventory could not be taken in. Stale clusters never count
-// as free capacity.
-func (c *Cluster) Stale() bool { return c.Restored || c.State != StateAvailable || c.Outdated != "" }
+// its current inventory could not be taken in, or its agent cannot reach its
+// own API server. Stale clusters never count as free capacity.
+func (c *Cluster) Stale() bool {
+	return c.Restored || c.State != StateAvailable || c.Outdated != "" || c.APIServerUnreachable()
+}
+
+// APIServerUnreachable is true while the spoke's heartbeats say that its
+// agent cannot reach its own API server (see APIServerUnreachableSince).
+func (c *Cluster) APIServerUnreachable() bool { return !c.APIServerUnreachableSince.IsZero() }
+
+// APIServerUnreachableMessage says, for users, why a cluster whose agent
+// cannot reach its API server is stale; empty when it can.
+func (c *Cluster) APIServerUnreachableMessage() string {
+	if !c.APIServerUnreachable() {
+		return ""
+	}
+	return fmt.Sprintf("the spoke agent cannot reach its own cluster's API server since %s: its figures come from its cache and may be out of date",
+		c.APIServerUnreachableSince.UTC().Format(time.RFC3339))
+}
 
 // Synced is true once the spoke sent a Snapshot on the stream held here, so
 // that Machines are the spoke's current ones.
@@ -471,19 +494,47 @@ func sameMachines(a, b []*federationv1.Machine) bool {
 }
 
 // Heartbeat records a heartbeat sent in epoch and asks for a Resync when the
-// spoke is ahead of what the hub holds (a Delta was lost).
+// spoke is ahead of what the hub holds (a Delta was lost). Whether the
+// heartbeat says that the agent cannot reach its API server is taken in at
+// once, either way.
 func (s *Store) Heartbeat(name string, epoch uint64, hb *federationv1.Heartbeat) Result {
 	now := s.clock.Now()
 	return s.update(name, true, func(c *Cluster, _ bool) (Result, bool) {
 		c.LastHeartbeat = now
 		changed := c.State != StateAvailable
 		c.State = StateAvailable
+		if since := unreachableSince(hb, c.APIServerUnreachableSince, now); !since.Equal(c.APIServerUnreachableSince) {
+			c.APIServerUnreachableSince = since
+			changed = true
+		}
 		if c.synced && !c.resyncPending && c.Epoch == epoch && hb.GetGeneration() > c.Generation {
 			c.resyncPending = true
 			return Result{Resync: "hub is behind the spoke's generation"}, changed
 		}
 		return Result{}, changed
 	})
+}
+
+// unreachableSince is the time from which a cluster whose agent sent hb
+// cannot reach its API server, zero when it can. held is what the store
+// holds. The spoke's time is taken as it is, unless it is not a valid
+// timestamp or lies ahead of the hub's clock (the spoke's clock runs ahead):
+// then the hub's now, or what is held, so that repeated heartbeats change
+// nothing.
+func unreachableSince(hb *federationv1.Heartbeat, held, now time.Time) time.Time {
+	ts := hb.GetApiServerUnreachableSince()
+	if ts == nil {
+		return time.Time{}
+	}
+	if ts.CheckValid() == nil {
+		if t := ts.AsTime(); !t.After(now) {
+			return t
+		}
+	}
+	if !held.IsZero() {
+		return held
+	}
+	return now
 }
 
 // Peer is what the hub cluster's API says about a cluster: the inventory last

@@ -52,8 +52,11 @@ const (
 	ClusterState_CLUSTER_STATE_UNSPECIFIED ClusterState = 0
 	// The spoke reported within the grace period and its figures are current.
 	ClusterState_CLUSTER_STATE_AVAILABLE ClusterState = 1
-	// The figures were restored from the hub's API server after a hub restart
-	// and the spoke has not confirmed them yet.
+	// The figures may be out of date although the hub may hear from the spoke:
+	// restored from the hub's API server after a hub restart and not yet
+	// confirmed, refused or not persisted (the last good ones are kept), or
+	// read from a cache while the spoke agent cannot reach its own API
+	// server. Cluster.state_message says which. Excluded from capacity answers.
 	ClusterState_CLUSTER_STATE_STALE ClusterState = 2
 	// The spoke has been silent past the grace period (or never reported to
 	// this hub): its figures are kept but excluded from capacity answers.
@@ -370,7 +373,12 @@ type Cluster struct {
 	// replica.
 	Connected bool `protobuf:"varint,9,opt,name=connected,proto3" json:"connected,omitempty"`
 	// generation of the inventory held.
-	Generation    uint64 `protobuf:"varint,10,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation uint64 `protobuf:"varint,10,opt,name=generation,proto3" json:"generation,omitempty"`
+	// state_message says why the cluster is not AVAILABLE, for people: since
+	// when it is offline, why its figures are stale (for instance: the spoke
+	// agent cannot reach its own API server since a time). Empty when
+	// AVAILABLE.
+	StateMessage  string `protobuf:"bytes,11,opt,name=state_message,json=stateMessage,proto3" json:"state_message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -473,6 +481,13 @@ func (x *Cluster) GetGeneration() uint64 {
 		return x.Generation
 	}
 	return 0
+}
+
+func (x *Cluster) GetStateMessage() string {
+	if x != nil {
+		return x.StateMessage
+	}
+	return ""
 }
 
 type ListMachinesRequest struct {
@@ -2011,7 +2026,7 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\x1eimperator/query/v1/query.proto\x12\x12imperator.query.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a(imperator/federation/v1/federation.proto\"\x15\n" +
 	"\x13ListClustersRequest\"O\n" +
 	"\x14ListClustersResponse\x127\n" +
-	"\bclusters\x18\x01 \x03(\v2\x1b.imperator.query.v1.ClusterR\bclusters\"\xcb\x03\n" +
+	"\bclusters\x18\x01 \x03(\v2\x1b.imperator.query.v1.ClusterR\bclusters\"\xf0\x03\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\x05state\x18\x02 \x01(\x0e2 .imperator.query.v1.ClusterStateR\x05state\x12#\n" +
@@ -2026,7 +2041,8 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\n" +
 	" \x01(\x04R\n" +
-	"generation\"\x99\x01\n" +
+	"generation\x12#\n" +
+	"\rstate_message\x18\v \x01(\tR\fstateMessage\"\x99\x01\n" +
 	"\x13ListMachinesRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x12\n" +
