@@ -93,7 +93,9 @@ func ReservedName(cluster, hubNamespace string) string {
 //
 // Everything that needs no API read is checked first: the token's format,
 // the name, the CSR. A retry with the same token and the same key within
-// JoinRetryWindow is answered again (see Tokens.ConsumeForKey).
+// JoinRetryWindow is answered again, only while the registration the first
+// join made, recorded in the token, is the cluster's (see
+// Tokens.ConsumeForKey and Tokens.BindRegistration).
 //
 // Errors are gRPC status errors whose message tells the spoke's operator
 // what to do.
@@ -120,7 +122,7 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "checking cluster registration: %v", err)
 	}
-	retry, err := s.Tokens.ConsumeForKey(ctx, req.GetToken(), req.GetClusterName(), KeySHA256(csr.RawSubjectPublicKeyInfo), registered)
+	use, err := s.Tokens.ConsumeForKey(ctx, req.GetToken(), req.GetClusterName(), KeySHA256(csr.RawSubjectPublicKeyInfo), registered)
 	if err != nil {
 		log.Info("Join refused", "reason", err.Error())
 		switch {
@@ -132,12 +134,20 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 			return nil, status.Errorf(codes.Unavailable, "checking bootstrap token: %v", err)
 		}
 	}
+	retry := use.Retry
 	var uid types.UID
 	switch {
 	case retry:
 		// The first join registered the cluster; its ManagedCluster must
-		// still be there.
+		// still be that registration, which the token recorded.
 		uid, err = registeredUID(ctx, s.Client, req.GetClusterName())
+		switch {
+		case err != nil:
+		case use.RegistrationUID == "":
+			err = errNoRecordedRegistration
+		case uid != use.RegistrationUID:
+			err = &registry.RefusedError{Reason: registry.RefusedEarlierRegistration, Cluster: req.GetClusterName()}
+		}
 	case registered:
 		uid, err = registry.EnsureCluster(ctx, s.Client, req.GetClusterName())
 	default:
@@ -149,6 +159,13 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 		err = errors.New("the ManagedCluster has no UID")
 	}
 	registeredNow := err == nil && uid != ""
+	if registeredNow && !retry {
+		// Before any certificate is issued, so that a retry of this join is
+		// answered for this registration only (a failure here leaves the
+		// token used and unbound: its retry is refused, and the spoke needs
+		// a new token).
+		err = s.Tokens.BindRegistration(ctx, req.GetToken(), req.GetClusterName(), uid)
+	}
 	var (
 		certPEM []byte
 		cert    *x509.Certificate
@@ -177,6 +194,9 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 			return nil, status.Errorf(codes.PermissionDenied,
 				"cluster %q was registered by another join meanwhile; joining a registered cluster needs a token bound to its name (hub token create --cluster %s)",
 				req.GetClusterName(), req.GetClusterName())
+		case errors.Is(err, errNoRecordedRegistration):
+			log.Info("Join refused", "reason", err.Error())
+			return nil, status.Errorf(codes.PermissionDenied, "cluster %q: %v; ask the platform team for a new token", req.GetClusterName(), err)
 		case errors.As(err, &refused):
 			log.Info("Join refused", "reason", err.Error())
 			return nil, status.Errorf(codes.PermissionDenied, "cluster %q was deregistered or registered again since this token was used: %v; ask the platform team for a new token", req.GetClusterName(), err)
@@ -191,6 +211,11 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 		NotAfter:    timestamppb.New(cert.NotAfter),
 	}, nil
 }
+
+// errNoRecordedRegistration refuses the retry of a join that failed before
+// recording its registration in the token: the retry cannot tell that
+// registration from a later one.
+var errNoRecordedRegistration = errors.New("the first join with this token did not finish recording its registration, so its retry is not answered")
 
 // registeredUID is the UID of cluster's ManagedCluster, which must exist.
 func registeredUID(ctx context.Context, c client.Reader, cluster string) (types.UID, error) {

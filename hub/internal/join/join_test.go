@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -428,5 +429,56 @@ func TestAJoinWhoseRecordFailedIsAnsweredOnTheRetryWithTheSameKey(t *testing.T) 
 	}
 	if err := admission(t, svc.Client, issuedSpoke(t, resp.GetCertificate()), time.Now()); err != nil {
 		t.Errorf("Admission(certificate of the retried join) = %v, want nil", err)
+	}
+}
+
+// A deregistered cluster registered again (by a new token) cannot be taken
+// over by the holder of the old token retrying its join within the window.
+func TestAJoinRetryIsNotAnsweredForALaterRegistration(t *testing.T) {
+	ctx := context.Background()
+	svc, tokens := newJoinService(t, interceptor.Funcs{})
+	oldReq := joinRequest(t, "prod-a", createToken(t, tokens))
+	if _, err := svc.Join(ctx, oldReq); err != nil {
+		t.Fatalf("Join() = %v", err)
+	}
+	if err := svc.Client.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "prod-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	rebuilt, err := svc.Join(ctx, joinRequest(t, "prod-a", createToken(t, tokens)))
+	if err != nil {
+		t.Fatalf("Join() of the rebuilt cluster = %v", err)
+	}
+
+	_, err = svc.Join(ctx, oldReq)
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("retry of the first join after the cluster was registered again = %v, want PermissionDenied", err)
+	}
+	if err := admission(t, svc.Client, issuedSpoke(t, rebuilt.GetCertificate()), time.Now()); err != nil {
+		t.Errorf("Admission(certificate of the rebuilt cluster) after the old token's retry = %v, want nil", err)
+	}
+}
+
+// A join that could not record its registration in the token leaves the
+// token used, and its retry is refused rather than answered for whatever
+// registration the name has by then.
+func TestAJoinRetryIsRefusedWhenTheFirstJoinRecordedNoRegistration(t *testing.T) {
+	ctx := context.Background()
+	failures := 1
+	svc, tokens := newJoinService(t, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if s, ok := obj.(*corev1.Secret); ok && len(s.Data[keyUsedRegistration]) > 0 && failures > 0 {
+				failures--
+				return apierrors.NewServiceUnavailable("hub API hiccup")
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	req := joinRequest(t, "prod-a", createToken(t, tokens))
+	if _, err := svc.Join(ctx, req); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Join() whose token binding failed = %v, want Unavailable", err)
+	}
+	_, err := svc.Join(ctx, req)
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), "new token") {
+		t.Errorf("retried Join() = %v, want PermissionDenied asking for a new token", err)
 	}
 }

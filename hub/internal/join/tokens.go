@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -40,6 +41,7 @@ const (
 	keyUsedBy                           = "used-by"
 	keyUsedAt                           = "used-at"
 	keyUsedKey                          = "used-key-sha256"
+	keyUsedRegistration                 = "used-registration-uid"
 	tokenIDLength                       = 6
 	tokenSecretLength                   = 16
 	tokenAlphabet                       = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -187,46 +189,45 @@ func (t *Tokens) Consume(ctx context.Context, token, clusterName string, registe
 // instead of "token already used".
 const JoinRetryWindow = 10 * time.Minute
 
+// Use is what ConsumeForKey found: a first use of the token, or a retry of
+// the join that first used it.
+type Use struct {
+	// Retry is true for the retry of a join by the same cluster name and
+	// key within JoinRetryWindow.
+	Retry bool
+	// RegistrationUID is, on a retry, the ManagedCluster UID the first join
+	// registered (BindRegistration); empty when it recorded none.
+	RegistrationUID types.UID
+}
+
 // ConsumeForKey is Consume for a join whose CSR's public key has the
 // SHA-256 keySHA256 (hex; see KeySHA256), recorded with the use. When the
 // token was used, by the same cluster name and key, less than
-// JoinRetryWindow ago, it returns retry true and nil: the caller answers the
-// join again for the registration that first join made. Any other key is
-// refused with ErrUsedToken.
-func (t *Tokens) ConsumeForKey(ctx context.Context, token, clusterName, keySHA256 string, registered bool) (retry bool, err error) {
-	id, secret, err := ParseToken(token)
+// JoinRetryWindow ago, it returns a Use with Retry and the registration
+// that first join recorded: the caller answers the join again only for that
+// registration. Any other key is refused with ErrUsedToken.
+func (t *Tokens) ConsumeForKey(ctx context.Context, token, clusterName, keySHA256 string, registered bool) (Use, error) {
+	obj, err := t.get(ctx, token)
 	if err != nil {
-		return false, err
+		return Use{}, err
 	}
-	var obj corev1.Secret
-	if err := t.client.Get(ctx, client.ObjectKey{Namespace: t.namespace, Name: secretNamePrefix + id}, &obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			return false, ErrUnknownToken
-		}
-		return false, fmt.Errorf("reading bootstrap token secret: %w", err)
-	}
-	want := obj.Data[keySecretSHA256]
-	got := []byte(hashSecret(secret))
-	if obj.Type != SecretType || subtle.ConstantTimeCompare(want, got) != 1 {
-		return false, ErrUnknownToken
-	}
-	info := infoFrom(&obj)
+	info := infoFrom(obj)
 	if info.UsedBy != "" {
 		usedKey := obj.Data[keyUsedKey]
 		if keySHA256 != "" && info.UsedBy == clusterName && subtle.ConstantTimeCompare(usedKey, []byte(keySHA256)) == 1 &&
 			t.clock.Now().Before(info.UsedAt.Add(JoinRetryWindow)) {
-			return true, nil
+			return Use{Retry: true, RegistrationUID: types.UID(obj.Data[keyUsedRegistration])}, nil
 		}
-		return false, ErrUsedToken
+		return Use{}, ErrUsedToken
 	}
 	if !t.clock.Now().Before(info.Expiration) {
-		return false, ErrExpiredToken
+		return Use{}, ErrExpiredToken
 	}
 	if info.ClusterName != "" && info.ClusterName != clusterName {
-		return false, ErrWrongCluster
+		return Use{}, ErrWrongCluster
 	}
 	if registered && info.ClusterName == "" {
-		return false, ErrUnboundToken
+		return Use{}, ErrUnboundToken
 	}
 	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	obj.Data[keyUsedBy] = []byte(clusterName)
@@ -234,13 +235,65 @@ func (t *Tokens) ConsumeForKey(ctx context.Context, token, clusterName, keySHA25
 	if keySHA256 != "" {
 		obj.Data[keyUsedKey] = []byte(keySHA256)
 	}
-	if err := t.client.Patch(ctx, &obj, patch); err != nil {
+	if err := t.client.Patch(ctx, obj, patch); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return false, ErrUsedToken
+			return Use{}, ErrUsedToken
 		}
-		return false, fmt.Errorf("marking bootstrap token used: %w", err)
+		return Use{}, fmt.Errorf("marking bootstrap token used: %w", err)
 	}
-	return false, nil
+	return Use{}, nil
+}
+
+// BindRegistration records, in the token clusterName used, the UID of the
+// ManagedCluster its join registered or joined, so that a retry of that
+// join (ConsumeForKey) is answered only while that registration is the
+// cluster's: once the cluster is deregistered and registered again, the old
+// token's holder cannot take the new registration over within the retry
+// window. A token bound to another registration already is ErrUsedToken.
+func (t *Tokens) BindRegistration(ctx context.Context, token, clusterName string, uid types.UID) error {
+	obj, err := t.get(ctx, token)
+	if err != nil {
+		return err
+	}
+	if string(obj.Data[keyUsedBy]) != clusterName {
+		return ErrUsedToken
+	}
+	switch bound := types.UID(obj.Data[keyUsedRegistration]); bound {
+	case uid:
+		return nil
+	case "":
+	default:
+		return ErrUsedToken
+	}
+	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	obj.Data[keyUsedRegistration] = []byte(uid)
+	if err := t.client.Patch(ctx, obj, patch); err != nil {
+		return fmt.Errorf("recording the registration of bootstrap token: %w", err)
+	}
+	return nil
+}
+
+// get reads the Secret of token and checks its secret part: ErrMalformedToken
+// before any read, ErrUnknownToken when there is no such token.
+func (t *Tokens) get(ctx context.Context, token string) (*corev1.Secret, error) {
+	id, secret, err := ParseToken(token)
+	if err != nil {
+		return nil, err
+	}
+	var obj corev1.Secret
+	if err := t.client.Get(ctx, client.ObjectKey{Namespace: t.namespace, Name: secretNamePrefix + id}, &obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, ErrUnknownToken
+		}
+		return nil, fmt.Errorf("reading bootstrap token secret: %w", err)
+	}
+	if obj.Type != SecretType || subtle.ConstantTimeCompare(obj.Data[keySecretSHA256], []byte(hashSecret(secret))) != 1 {
+		return nil, ErrUnknownToken
+	}
+	if obj.Data == nil {
+		obj.Data = map[string][]byte{}
+	}
+	return &obj, nil
 }
 
 // ParseToken splits a token into its ID and secret, or returns
@@ -265,16 +318,9 @@ func KeySHA256(subjectPublicKeyInfo []byte) string {
 // cluster could not be registered), so that the spoke can retry with the
 // same one-time token. Only a token used by clusterName is released.
 func (t *Tokens) Release(ctx context.Context, token, clusterName string) error {
-	m := tokenPattern.FindStringSubmatch(token)
-	if m == nil {
-		return ErrMalformedToken
-	}
-	var obj corev1.Secret
-	if err := t.client.Get(ctx, client.ObjectKey{Namespace: t.namespace, Name: secretNamePrefix + m[1]}, &obj); err != nil {
-		return fmt.Errorf("reading bootstrap token secret: %w", err)
-	}
-	if obj.Type != SecretType || subtle.ConstantTimeCompare(obj.Data[keySecretSHA256], []byte(hashSecret(m[2]))) != 1 {
-		return ErrUnknownToken
+	obj, err := t.get(ctx, token)
+	if err != nil {
+		return err
 	}
 	if string(obj.Data[keyUsedBy]) != clusterName {
 		return nil
@@ -283,7 +329,8 @@ func (t *Tokens) Release(ctx context.Context, token, clusterName string) error {
 	delete(obj.Data, keyUsedBy)
 	delete(obj.Data, keyUsedAt)
 	delete(obj.Data, keyUsedKey)
-	if err := t.client.Patch(ctx, &obj, patch); err != nil {
+	delete(obj.Data, keyUsedRegistration)
+	if err := t.client.Patch(ctx, obj, patch); err != nil {
 		return fmt.Errorf("releasing bootstrap token: %w", err)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -184,5 +185,49 @@ func TestReleaseLetsAFailedJoinRetryWithTheSameToken(t *testing.T) {
 	}
 	if err := tokens.Release(ctx, token[:7]+strings.Repeat("0", 16), "a"); !errors.Is(err, ErrUnknownToken) {
 		t.Fatalf("Release() with a wrong secret = %v, want %v", err, ErrUnknownToken)
+	}
+}
+
+func TestBindRegistrationTiesTheRetryToTheFirstJoinsRegistration(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	tokens := NewTokens(fake.NewClientBuilder().WithScheme(scheme).Build(), "hub", nil)
+	token, _, err := tokens.Create(ctx, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tokens.ConsumeForKey(ctx, token, "a", "key", false); err != nil {
+		t.Fatalf("ConsumeForKey() = %v", err)
+	}
+	if err := tokens.BindRegistration(ctx, token, "b", "uid-1"); !errors.Is(err, ErrUsedToken) {
+		t.Errorf("BindRegistration() by a cluster that did not use the token = %v, want %v", err, ErrUsedToken)
+	}
+	for range 2 {
+		if err := tokens.BindRegistration(ctx, token, "a", "uid-1"); err != nil {
+			t.Fatalf("BindRegistration(uid-1) = %v", err)
+		}
+	}
+	if err := tokens.BindRegistration(ctx, token, "a", "uid-2"); !errors.Is(err, ErrUsedToken) {
+		t.Errorf("BindRegistration() to another registration = %v, want %v", err, ErrUsedToken)
+	}
+	use, err := tokens.ConsumeForKey(ctx, token, "a", "key", true)
+	if err != nil {
+		t.Fatalf("retried ConsumeForKey() = %v", err)
+	}
+	if diff := cmp.Diff(Use{Retry: true, RegistrationUID: "uid-1"}, use); diff != "" {
+		t.Errorf("retried ConsumeForKey() (-want +got):\n%s", diff)
+	}
+	// A released token forgets its registration with its use.
+	if err := tokens.Release(ctx, token, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tokens.ConsumeForKey(ctx, token, "a", "key", false); err != nil {
+		t.Fatal(err)
+	}
+	if use, err := tokens.ConsumeForKey(ctx, token, "a", "key", false); err != nil || use.RegistrationUID != "" {
+		t.Errorf("retry after a release and a new use = %+v, %v; want no registration", use, err)
 	}
 }
