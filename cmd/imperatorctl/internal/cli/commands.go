@@ -27,11 +27,13 @@ const (
 var clusterColumns = []column{
 	{name: "NAME"}, {name: "STATE"}, {name: "AGENT"}, {name: "HEARTBEAT"}, {name: "MACHINES"}, {name: "TYPES"},
 	{name: "OBSERVED", wide: true}, {name: "CONNECTED", wide: true}, {name: "GENERATION", wide: true},
+	{name: "MESSAGE", wide: true},
 }
 
 func (p *printer) clusterRow(t *table, c *queryv1.Cluster) {
 	t.add(c.GetName(), enumName(c.GetState().String(), statePrefix), c.GetAgentVersion(), p.age(c.GetLastHeartbeat()),
-		itoa(c.GetMachineCount()), itoa(c.GetMachineTypeCount()), p.age(c.GetObservedAt()), fmt.Sprint(c.GetConnected()), fmt.Sprint(c.GetGeneration()))
+		itoa(c.GetMachineCount()), itoa(c.GetMachineTypeCount()), p.age(c.GetObservedAt()), fmt.Sprint(c.GetConnected()), fmt.Sprint(c.GetGeneration()),
+		c.GetStateMessage())
 }
 
 func clustersCommand(*flag.FlagSet) subcommand {

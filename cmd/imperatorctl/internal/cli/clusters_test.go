@@ -1,0 +1,42 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
+)
+
+func TestClustersWideShowsWhyAClusterIsStale(t *testing.T) {
+	const why = "the spoke agent cannot reach its own cluster's API server since 2025-05-01T11:59:00Z"
+	cluster := &queryv1.Cluster{Name: "a", State: queryv1.ClusterState_CLUSTER_STATE_STALE, StateMessage: why}
+	cases := map[string]struct {
+		format      string
+		wantMessage bool
+	}{
+		"wide shows the message": {format: formatWide, wantMessage: true},
+		"table keeps it out":     {format: formatTable},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			p, err := newPrinter(tc.format, Env{Stdout: &out, Now: time.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tbl := &table{columns: clusterColumns}
+			p.clusterRow(tbl, cluster)
+			if err := p.table(tbl, true); err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Contains(out.String(), why) && strings.Contains(out.String(), "MESSAGE")
+			if diff := cmp.Diff(tc.wantMessage, got); diff != "" {
+				t.Errorf("message shown (-want +got):\n%s\noutput:\n%s", diff, out.String())
+			}
+		})
+	}
+}
