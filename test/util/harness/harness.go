@@ -296,7 +296,7 @@ func (c *Cluster) processes() []*Process {
 func (c *Cluster) addProcess(p *Process) {
 	c.procsMu.Lock()
 	defer c.procsMu.Unlock()
-	c.addProcess(p)
+	c.procs = append(c.procs, p)
 }
 
 // apiServerName is the kube-apiserver's process name, and its log's.
