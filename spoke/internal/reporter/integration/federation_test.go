@@ -80,15 +80,25 @@ func hubCA() []byte {
 	return secret.Data[corev1.TLSCertKey]
 }
 
-// dialHub connects to the hub over TLS with cert (nil: no client certificate).
+// dialHub connects to the hub over TLS with cert (nil: no client
+// certificate), until the spec ends.
 func dialHub(cert *tls.Certificate) federationv1.FederationClient {
+	GinkgoHelper()
+	conn := connectToHub(cert)
+	DeferCleanup(conn.Close)
+	return federationv1.NewFederationClient(conn)
+}
+
+// connectToHub is a connection to the hub over TLS with cert (nil: no
+// client certificate), for the caller to close: the hub caps the
+// connections open with one certificate.
+func connectToHub(cert *tls.Certificate) *grpc.ClientConn {
 	GinkgoHelper()
 	cfg, err := identity.ClientTLS(hubCA(), cert, "127.0.0.1")
 	Expect(err).NotTo(HaveOccurred())
 	conn, err := grpc.NewClient(hubAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(conn.Close)
-	return federationv1.NewFederationClient(conn)
+	return conn
 }
 
 // spokeCertificate is the client certificate a spoke stored after joining.
@@ -145,12 +155,15 @@ func joinForCertificate(ctx context.Context, cluster, token string) *tls.Certifi
 }
 
 // reportWith opens a Report stream for cluster with cert and sends a Hello
-// and a Snapshot: nil when the hub acknowledges it, else why not.
+// and a Snapshot: nil when the hub acknowledges it, else why not. It closes
+// its connection, so that it may be called in a polling loop.
 func reportWith(ctx context.Context, cert *tls.Certificate, cluster string) error {
 	GinkgoHelper()
 	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	stream, err := dialHub(cert).Report(callCtx)
+	conn := connectToHub(cert)
+	defer conn.Close()
+	stream, err := federationv1.NewFederationClient(conn).Report(callCtx)
 	if err != nil {
 		return err
 	}
