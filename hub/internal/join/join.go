@@ -8,8 +8,10 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/lru"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,8 +56,12 @@ type Service struct {
 	// RenewalOverlap is how long a renewed certificate stays good
 	// (DefaultRenewalOverlap when zero).
 	RenewalOverlap time.Duration
-	// Clock is the time of renewal overlaps (the real clock when nil).
+	// Clock is the time of renewal overlaps and rates (the real clock when nil).
 	Clock clock.PassiveClock
+
+	// renewals holds a cluster's Renew budget (*rate.Limiter), by name.
+	renewalsMu sync.Mutex
+	renewals   *lru.Cache
 }
 
 // reservedPrefixes and reservedNames are cluster names no join may take:
@@ -248,6 +255,15 @@ func (s *Service) Renew(ctx context.Context, spoke identity.Spoke, req *federati
 	if _, err := pki.ParseCSR(req.GetCsr()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "csr: %v", err)
 	}
+	clk := s.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	if !s.renewalAllowed(spoke.Cluster, clk.Now()) {
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"cluster %q renewed its certificate %d times within moments: at most one renewal per %s is answered after that; retry later",
+			spoke.Cluster, RenewBurstPerCluster, RenewIntervalPerCluster)
+	}
 	certPEM, cert, err := s.sign(req.GetCsr(), spoke)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "issuing certificate: %v", err)
@@ -255,10 +271,6 @@ func (s *Service) Renew(ctx context.Context, spoke identity.Spoke, req *federati
 	overlap := s.RenewalOverlap
 	if overlap <= 0 {
 		overlap = DefaultRenewalOverlap
-	}
-	clk := s.Clock
-	if clk == nil {
-		clk = clock.RealClock{}
 	}
 	if err := registry.RecordRenewal(ctx, s.Client, spoke.Cluster, types.UID(spoke.RegistrationUID), spoke, identity.SerialOf(cert), clk.Now(), overlap); err != nil {
 		var refused *registry.RefusedError
@@ -270,6 +282,35 @@ func (s *Service) Renew(ctx context.Context, spoke identity.Spoke, req *federati
 	ctrl.LoggerFrom(ctx).Info("Renewed cluster certificate", "cluster", spoke.Cluster, "registration", spoke.RegistrationUID,
 		"serial", identity.SerialOf(cert), "replaced", spoke.Serial, "notAfter", cert.NotAfter)
 	return &federationv1.RenewResponse{Certificate: certPEM, Ca: s.CA.CertPEM, NotAfter: timestamppb.New(cert.NotAfter)}, nil
+}
+
+// Per-cluster rate of Renew: every renewal issues a certificate and writes
+// the registration's record, so that a current certificate (or the one it
+// replaced, within the overlap) renewing in a loop would be a write loop on
+// the hub cluster's API. The agent renews at two thirds of its
+// certificate's life, and again only when it lost an answer; the burst
+// covers those retries and tests with certificates of seconds.
+const (
+	RenewBurstPerCluster    = 5
+	RenewIntervalPerCluster = time.Minute
+	// maxRenewingClusters bounds the clusters whose renewals are counted;
+	// the least recently renewed is forgotten first.
+	maxRenewingClusters = 16384
+)
+
+// renewalAllowed takes one renewal of cluster's budget at now, if any is left.
+func (s *Service) renewalAllowed(cluster string, now time.Time) bool {
+	s.renewalsMu.Lock()
+	defer s.renewalsMu.Unlock()
+	if s.renewals == nil {
+		s.renewals = lru.New(maxRenewingClusters)
+	}
+	limiter, ok := s.renewals.Get(cluster)
+	if !ok {
+		limiter = rate.NewLimiter(rate.Every(RenewIntervalPerCluster), RenewBurstPerCluster)
+		s.renewals.Add(cluster, limiter)
+	}
+	return limiter.(*rate.Limiter).AllowN(now, 1)
 }
 
 // sign issues the client certificate of spoke for the CSR's key.

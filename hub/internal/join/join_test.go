@@ -482,3 +482,54 @@ func TestAJoinRetryIsRefusedWhenTheFirstJoinRecordedNoRegistration(t *testing.T)
 		t.Errorf("retried Join() = %v, want PermissionDenied asking for a new token", err)
 	}
 }
+
+func TestRenewInALoopIsLimitedPerCluster(t *testing.T) {
+	ctx := context.Background()
+	svc, tokens := newJoinService(t, interceptor.Funcs{})
+	clk := testingclock.NewFakeClock(time.Now())
+	svc.Clock = clk
+	svc.RenewalOverlap = time.Hour
+	joinedSpoke := func(cluster string) identity.Spoke {
+		t.Helper()
+		resp, err := svc.Join(ctx, joinRequest(t, cluster, createToken(t, tokens)))
+		if err != nil {
+			t.Fatalf("Join(%s) = %v", cluster, err)
+		}
+		return issuedSpoke(t, resp.GetCertificate())
+	}
+	renew := func(spoke identity.Spoke) (identity.Spoke, error) {
+		t.Helper()
+		csr, _, err := pki.NewCSR(spoke.Cluster)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := svc.Renew(ctx, spoke, &federationv1.RenewRequest{Csr: csr})
+		if err != nil {
+			return identity.Spoke{}, err
+		}
+		return issuedSpoke(t, resp.GetCertificate()), nil
+	}
+	a, b := joinedSpoke("prod-a"), joinedSpoke("prod-b")
+	current := a
+	for i := range RenewBurstPerCluster {
+		renewed, err := renew(current)
+		if err != nil {
+			t.Fatalf("renewal %d of the burst = %v", i+1, err)
+		}
+		current = renewed
+	}
+	_, err := renew(current)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("renewal beyond the burst = %v, want ResourceExhausted", err)
+	}
+	if err := admission(t, svc.Client, current, clk.Now()); err != nil {
+		t.Errorf("Admission(current certificate after a refused renewal) = %v, want nil: nothing was retired", err)
+	}
+	if _, err := renew(b); err != nil {
+		t.Errorf("another cluster's renewal = %v, want a certificate", err)
+	}
+	clk.Step(RenewIntervalPerCluster)
+	if _, err := renew(current); err != nil {
+		t.Errorf("renewal after %s = %v, want a certificate", RenewIntervalPerCluster, err)
+	}
+}
