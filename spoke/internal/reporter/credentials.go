@@ -516,8 +516,9 @@ func (r *Reporter) join(ctx context.Context, key client.ObjectKey) (*credential,
 
 // pendingRequest returns the key and CSR stored in the credentials Secret
 // for the next Join or Renew, creating and storing them first when there
-// are none for this cluster: a call is made only with a key that is stored,
-// and a retry sends the same CSR.
+// are none for this cluster: a Join is made only with a key that is stored
+// (a Renew too, unless it is late: see renew), and a retry sends the same
+// CSR.
 func (r *Reporter) pendingRequest(ctx context.Context, key client.ObjectKey) (csrPEM, keyPEM []byte, err error) {
 	ctx, cancel := context.WithTimeout(ctx, secretTimeout)
 	defer cancel()
