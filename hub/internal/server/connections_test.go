@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,8 +130,9 @@ func TestRevokedCertificateIsClosedAtConnectionTime(t *testing.T) {
 	if !closedAtOnce(t, h, cert) {
 		t.Error("a connection with a revoked certificate stays open, want it closed after the handshake")
 	}
-	if got := status.Code(healthCheck(t, h, cert)); got != codes.Unavailable {
-		t.Errorf("health check with a revoked certificate = %v, want Unavailable (no connection)", got)
+	err := healthCheck(t, h, cert)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "bad certificate") {
+		t.Errorf("health check with a revoked certificate = %v, want Unavailable from a bad_certificate alert", err)
 	}
 	if closedAtOnce(t, h, h.certificate(t, "b", identity.SpokeOrganization)) {
 		t.Error("a connection with a good certificate was closed")

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -153,9 +154,8 @@ type router struct {
 // holds a slot for at most the handshake timeout, and at most
 // limits.MaxHandshakes of them are held so).
 func newRouter(lis net.Listener, tlsConfig *tls.Config, limits Limits, revoked func(*x509.Certificate) bool, metrics *Metrics, log logr.Logger) *router {
-	return &router{
+	r := &router{
 		raw:                   netutil.LimitListener(lis, limits.MaxConnections),
-		tls:                   tlsConfig,
 		handshakeTimeout:      limits.HandshakeTimeout,
 		authenticated:         newRoutedListener(lis.Addr()),
 		anonymous:             newRoutedListener(lis.Addr()),
@@ -170,6 +170,52 @@ func newRouter(lis net.Listener, tlsConfig *tls.Config, limits Limits, revoked f
 		metrics:               metrics,
 		log:                   log,
 	}
+	r.tls = r.refusingRevoked(tlsConfig)
+	return r
+}
+
+// refusingRevoked returns a copy of cfg whose handshakes fail, with a
+// bad_certificate alert, for a client certificate that was revoked, so that
+// a revoked certificate is refused once per connection, before it holds a
+// slot, and its holder's client says why (a TLS error, Unavailable in
+// gRPC). A GetConfigForClient's configurations get the same check.
+func (r *router) refusingRevoked(cfg *tls.Config) *tls.Config {
+	if r.revoked == nil {
+		return cfg
+	}
+	check := func(next func(tls.ConnectionState) error) func(tls.ConnectionState) error {
+		return func(cs tls.ConnectionState) error {
+			if next != nil {
+				if err := next(cs); err != nil {
+					return err
+				}
+			}
+			if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+				return nil
+			}
+			leaf := cs.VerifiedChains[0][0]
+			if !r.revoked(leaf) {
+				return nil
+			}
+			r.metrics.rejectedConnections.WithLabelValues(rejectRevoked).Inc()
+			r.log.Info("Refused the handshake of a revoked certificate", "subject", leaf.Subject.CommonName, "serial", identity.SerialOf(leaf))
+			return fmt.Errorf("client certificate %q (serial %s) was revoked", leaf.Subject.CommonName, identity.SerialOf(leaf))
+		}
+	}
+	out := cfg.Clone()
+	out.VerifyConnection = check(cfg.VerifyConnection)
+	if get := cfg.GetConfigForClient; get != nil {
+		out.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			c, err := get(hello)
+			if err != nil || c == nil {
+				return c, err
+			}
+			c = c.Clone()
+			c.VerifyConnection = check(c.VerifyConnection)
+			return c, nil
+		}
+	}
+	return out
 }
 
 // serve accepts until the raw listener is closed.
@@ -284,9 +330,9 @@ func (r *router) routeAuthenticated(tc *tls.Conn, state tls.ConnectionState, sou
 	leaf := state.VerifiedChains[0][0]
 	serial := identity.SerialOf(leaf)
 	if r.revoked != nil && r.revoked(leaf) {
-		r.metrics.rejectedConnections.WithLabelValues(rejectRevoked).Inc()
-		r.log.Info("Closed connection of a revoked certificate", "remote", tc.RemoteAddr().String(), "subject", leaf.Subject.CommonName, "serial", serial)
-		_ = tc.Close()
+		// The handshake refuses revoked certificates (refusingRevoked);
+		// this catches one revoked during its handshake.
+		r.refuse(tc, rejectRevoked, "Closed connection of a revoked certificate", "subject", leaf.Subject.CommonName, "serial", serial)
 		return
 	}
 	if !r.claim(r.bySerial, serial, r.limits.MaxConnectionsPerCertificate) {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/hubtest"
 	"github.com/imperator-federation/imperator/hub/internal/query"
 	"github.com/imperator-federation/imperator/hub/internal/registry"
+	"github.com/imperator-federation/imperator/hub/internal/server"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
@@ -75,7 +77,10 @@ func joinedSpoke(ctx context.Context, cluster string) *tls.Certificate {
 func report(ctx context.Context, cluster string, cert *tls.Certificate) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	stream, err := federationv1.NewFederationClient(dialFrom(newSource(), cert)).Report(ctx)
+	// Closed when done: the hub caps the connections of one certificate.
+	conn := dialOnce(newSource(), cert)
+	defer conn.Close()
+	stream, err := federationv1.NewFederationClient(conn).Report(ctx)
 	if err != nil {
 		return err
 	}
@@ -99,7 +104,9 @@ func report(ctx context.Context, cluster string, cert *tls.Certificate) error {
 
 func renew(ctx context.Context, cluster string, cert *tls.Certificate) (*tls.Certificate, error) {
 	key := newSpokeKey(cluster)
-	resp, err := federationv1.NewFederationClient(dialFrom(newSource(), cert)).Renew(ctx, &federationv1.RenewRequest{Csr: key.csrPEM})
+	conn := dialOnce(newSource(), cert)
+	defer conn.Close()
+	resp, err := federationv1.NewFederationClient(conn).Renew(ctx, &federationv1.RenewRequest{Csr: key.csrPEM})
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +128,9 @@ func viewerCertificate(name string) (*tls.Certificate, string) {
 func listClusters(ctx context.Context, cert *tls.Certificate) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := queryv1.NewQueryClient(dialFrom(newSource(), cert)).ListClusters(ctx, &queryv1.ListClustersRequest{})
+	conn := dialOnce(newSource(), cert)
+	defer conn.Close()
+	_, err := queryv1.NewQueryClient(conn).ListClusters(ctx, &queryv1.ListClustersRequest{})
 	return err
 }
 
@@ -389,12 +398,18 @@ var _ = Describe("Certificates", func() {
 			WithTimeout(10 * time.Second).Should(Equal(codes.PermissionDenied))
 	})
 
-	It("of a revoked viewer are refused on every call", func(ctx SpecContext) {
+	It("of a revoked viewer are refused at the TLS handshake, and a connection opened before ends its calls", func(ctx SpecContext) {
 		viewer, serial := viewerCertificate("revoked-viewer")
 		Expect(listClusters(ctx, viewer)).To(Succeed())
+		before := queryv1.NewQueryClient(dialFrom(newSource(), viewer))
+		_, err := before.ListClusters(ctx, &queryv1.ListClustersRequest{})
+		Expect(err).NotTo(HaveOccurred())
 		Expect(registry.Revoke(ctx, hubClient, hubNamespace, serial, "abuse suite", time.Now())).To(Succeed())
-		Eventually(func() codes.Code { return status.Code(listClusters(ctx, viewer)) }).
-			WithTimeout(5 * time.Second).Should(Equal(codes.PermissionDenied))
+		Eventually(func() string { return status.Convert(listClusters(ctx, viewer)).Message() }).
+			WithTimeout(5 * time.Second).Should(ContainSubstring("bad certificate"))
+		Expect(status.Code(listClusters(ctx, viewer))).To(Equal(codes.Unavailable))
+		_, err = before.ListClusters(ctx, &queryv1.ListClustersRequest{})
+		Expect(status.Code(err)).To(Equal(codes.PermissionDenied), "%v", err)
 		other, _ := viewerCertificate("other-viewer")
 		Expect(listClusters(ctx, other)).To(Succeed())
 	})
@@ -440,3 +455,83 @@ func poolOf(ca *pki.CA) *x509.CertPool {
 }
 
 func clientKey(name string) client.ObjectKey { return client.ObjectKey{Name: name} }
+
+var _ = Describe("Authenticated connections", func() {
+	It("of one certificate are capped, while the other spokes are served", func(ctx SpecContext) {
+		capped := joinedSpoke(ctx, "prod-capped")
+		other := joinedSpoke(ctx, "prod-uncapped")
+		const attempts = 20
+		var (
+			wg        sync.WaitGroup
+			mu        sync.Mutex
+			stillOpen int
+		)
+		conns := make([]net.Conn, 0, attempts)
+		DeferCleanup(func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		})
+		for range attempts {
+			// A source of its own each: the certificate's cap, not the
+			// source's, applies.
+			dialer := &tls.Dialer{NetDialer: &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(newSource())}}, Config: &tls.Config{
+				RootCAs: poolOf(ca), ServerName: serverName, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*capped},
+			}}
+			conn, err := dialer.DialContext(ctx, "tcp", hub.Address())
+			if err != nil {
+				continue // refused within the handshake
+			}
+			c := conn.(*tls.Conn)
+			_, _ = io.WriteString(c, http2.ClientPreface)
+			_ = http2.NewFramer(c, c).WriteSettings()
+			conns = append(conns, c)
+		}
+		// Well within the suite's connection age (3s): only the cap closes.
+		readUntil := time.Now().Add(time.Second)
+		for _, c := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = c.SetReadDeadline(readUntil)
+				_, err := io.Copy(io.Discard, c)
+				var netErr net.Error
+				if errors.As(err, &netErr) && netErr.Timeout() {
+					mu.Lock()
+					stillOpen++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		GinkgoWriter.Printf("%d connections with one spoke certificate: %d left open\n", attempts, stillOpen)
+		Expect(stillOpen).To(Equal(server.DefaultMaxConnectionsPerCertificate))
+		Expect(report(ctx, "prod-uncapped", other)).To(Succeed())
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		Eventually(func() error { return report(ctx, "prod-capped", capped) }).WithTimeout(5 * time.Second).Should(Succeed())
+	})
+
+	It("of a deregistered spoke calling in a loop cost the hub cluster's API at most one read, and get no health answer", func(ctx SpecContext) {
+		cert := joinedSpoke(ctx, "prod-looping")
+		Expect(report(ctx, "prod-looping", cert)).To(Succeed())
+		Expect(hubClient.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "prod-looping"}})).To(Succeed())
+		Eventually(func() identity.RefusalReason { return refusalReason(report(ctx, "prod-looping", cert)) }).
+			WithTimeout(10 * time.Second).Should(Equal(identity.RefusedNotRegistered))
+
+		conn := dialFrom(newSource(), cert)
+		fed, health := federationv1.NewFederationClient(conn), healthpb.NewHealthClient(conn)
+		csr := newSpokeKey("prod-looping").csrPEM
+		before := apiReads.Load()
+		for range 50 {
+			_, err := fed.Renew(ctx, &federationv1.RenewRequest{Csr: csr})
+			Expect(refusalReason(err)).To(Equal(identity.RefusedNotRegistered), "%v", err)
+			_, err = health.Check(ctx, &healthpb.HealthCheckRequest{})
+			Expect(status.Code(err)).To(Equal(codes.PermissionDenied), "%v", err)
+		}
+		reads := apiReads.Load() - before
+		GinkgoWriter.Printf("API reads for 50 Renews and 50 health checks of a deregistered spoke: %d\n", reads)
+		Expect(reads).To(BeNumerically("<=", 1))
+	})
+})
