@@ -304,7 +304,7 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	}
 	available := c.State == store.StateAvailable
 	msg := availabilityMessage(available, p.store.GracePeriod())
-	if _, err := registry.SetAvailable(ctx, p.client, name, available, msg); err != nil {
+	if _, err := registry.SetAvailable(ctx, p.client, name, liveness(c, p.store.GracePeriod())); err != nil {
 		return err
 	}
 	if available && !c.Synced() && c.Outdated == "" {
@@ -385,8 +385,25 @@ func (p *Persister) renew(ctx context.Context, name string) error {
 	if err != nil || mc == nil {
 		return err
 	}
-	_, err = p.renewLease(ctx, c, mc)
+	if _, err := p.renewLease(ctx, c, mc); err != nil {
+		return err
+	}
+	// Every renewal interval, put the Available condition right when it
+	// disagrees with the live state (someone marked a heartbeating cluster
+	// Unknown): heartbeats alone change nothing in the store, so no sync
+	// would write it. Nothing is written when it agrees.
+	_, err = registry.SetAvailable(ctx, p.client, name, liveness(c, p.store.GracePeriod()))
 	return err
+}
+
+// liveness is what the ManagedCluster's Available condition says of c.
+func liveness(c *store.Cluster, grace time.Duration) registry.Liveness {
+	available := c.State == store.StateAvailable
+	return registry.Liveness{
+		Heartbeating:         available,
+		Message:              availabilityMessage(available, grace),
+		APIServerUnreachable: c.APIServerUnreachableMessage(),
+	}
 }
 
 // markUnknown sets the Available conditions of a cluster another replica
@@ -394,7 +411,7 @@ func (p *Persister) renew(ctx context.Context, name string) error {
 func (p *Persister) markUnknown(ctx context.Context, c *store.Cluster) error {
 	name := c.Name
 	msg := availabilityMessage(false, p.store.GracePeriod())
-	mc, err := registry.SetAvailable(ctx, p.client, name, false, msg)
+	mc, err := registry.SetAvailable(ctx, p.client, name, registry.Liveness{Message: msg})
 	if err != nil || mc == nil {
 		return err
 	}

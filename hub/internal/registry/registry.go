@@ -13,11 +13,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -114,10 +116,63 @@ func Exists(ctx context.Context, r client.Reader, cluster string) (bool, error) 
 	return true, nil
 }
 
-// SetAvailable sets ManagedClusterConditionAvailable to True or Unknown,
-// writing only when the condition changes, and returns the ManagedCluster;
-// nil when it does not exist (the platform team deregistered the cluster).
-func SetAvailable(ctx context.Context, c client.Client, cluster string, available bool, message string) (*clusterv1.ManagedCluster, error) {
+// FieldManager is the server-side apply field manager of what the hub writes
+// on ManagedClusters: only the Available condition, so that conditions other
+// writers own (OCM's ManagedClusterJoined, HubAcceptedManagedCluster, ...)
+// stay as they are.
+const FieldManager = "imperator-hub"
+
+// ReasonAPIServerUnreachable is the reason of an Available=False condition:
+// the spoke agent heartbeats but cannot reach its own cluster's API server.
+// It is False, not Unknown, as OCM's own ManagedClusterKubeAPIServerUnavailable
+// is: the hub knows the cluster's state, and it is degraded (its figures come
+// from a stale cache, and nothing placed there would be applied); OCM
+// Placements, which select Available=True clusters, leave it out until the
+// agent reaches its API server again.
+const ReasonAPIServerUnreachable = "ImperatorSpokeAPIServerUnreachable"
+
+// Liveness is what the hub knows about a cluster's spoke, from which its
+// Available condition follows.
+type Liveness struct {
+	// Heartbeating is true while the spoke's heartbeats arrive within the
+	// grace period.
+	Heartbeating bool
+	// Message says so, for people.
+	Message string
+	// APIServerUnreachable is non-empty while the spoke says that its agent
+	// cannot reach its own API server: why, for people.
+	APIServerUnreachable string
+}
+
+// Condition is the ManagedClusterConditionAvailable condition for l:
+// True while the spoke heartbeats and reaches its API server, False while it
+// heartbeats but cannot reach it, Unknown when it is silent.
+func (l Liveness) Condition(generation int64) metav1.Condition {
+	cond := metav1.Condition{
+		Type:               clusterv1.ManagedClusterConditionAvailable,
+		Status:             metav1.ConditionTrue,
+		Reason:             ReasonAvailable,
+		Message:            l.Message,
+		ObservedGeneration: generation,
+	}
+	switch {
+	case !l.Heartbeating:
+		cond.Status, cond.Reason = metav1.ConditionUnknown, ReasonUnknown
+	case l.APIServerUnreachable != "":
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonAPIServerUnreachable, l.APIServerUnreachable
+	}
+	return cond
+}
+
+// SetAvailable sets the ManagedCluster's ManagedClusterConditionAvailable
+// condition from l by server-side apply of that condition alone (field
+// manager FieldManager; status.conditions is a map keyed by type, so the
+// other conditions are left alone), writing only when the condition read
+// (from c's cache) differs, and returns the ManagedCluster; nil when it does
+// not exist (the platform team deregistered the cluster). The hub forces
+// ownership of the Available condition: it is the authority on its spokes'
+// liveness, and a hand edit of it is put right.
+func SetAvailable(ctx context.Context, c client.Client, cluster string, l Liveness) (*clusterv1.ManagedCluster, error) {
 	var mc clusterv1.ManagedCluster
 	if err := c.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -125,23 +180,27 @@ func SetAvailable(ctx context.Context, c client.Client, cluster string, availabl
 		}
 		return nil, fmt.Errorf("reading ManagedCluster %q: %w", cluster, err)
 	}
-	cond := metav1.Condition{
-		Type:               clusterv1.ManagedClusterConditionAvailable,
-		Status:             metav1.ConditionTrue,
-		Reason:             ReasonAvailable,
-		Message:            message,
-		ObservedGeneration: mc.Generation,
-	}
-	if !available {
-		cond.Status = metav1.ConditionUnknown
-		cond.Reason = ReasonUnknown
-	}
-	patch := client.MergeFrom(mc.DeepCopy())
-	if !meta.SetStatusCondition(&mc.Status.Conditions, cond) {
+	if !meta.SetStatusCondition(&mc.Status.Conditions, l.Condition(mc.Generation)) {
 		return &mc, nil
 	}
-	if err := c.Status().Patch(ctx, &mc, patch); err != nil {
-		return nil, fmt.Errorf("patching ManagedCluster %q status: %w", cluster, err)
+	// SetStatusCondition kept LastTransitionTime when only the reason or
+	// message changed: apply the condition as it now stands.
+	cond := meta.FindStatusCondition(mc.Status.Conditions, clusterv1.ManagedClusterConditionAvailable)
+	apply := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": clusterv1.GroupVersion.String(),
+		"kind":       "ManagedCluster",
+		"metadata":   map[string]any{"name": cluster},
+		"status": map[string]any{"conditions": []any{map[string]any{
+			"type":               cond.Type,
+			"status":             string(cond.Status),
+			"reason":             cond.Reason,
+			"message":            cond.Message,
+			"observedGeneration": cond.ObservedGeneration,
+			"lastTransitionTime": cond.LastTransitionTime.UTC().Format(time.RFC3339),
+		}}},
+	}}
+	if err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(apply), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return nil, fmt.Errorf("applying ManagedCluster %q Available condition: %w", cluster, err)
 	}
 	return &mc, nil
 }
