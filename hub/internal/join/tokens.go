@@ -30,22 +30,22 @@ import (
 // Bootstrap token Secrets: their type, label and data keys. Only the SHA-256
 // of the token's secret part is stored.
 const (
-	SecretType        corev1.SecretType = imperatorv1alpha1.Prefix + "bootstrap-token"
-	TokenLabel                          = imperatorv1alpha1.Prefix + "bootstrap-token"
-	secretNamePrefix                    = "imperator-bootstrap-token-"
-	keyID                               = "token-id"
-	keySecretSHA256                     = "token-secret-sha256"
-	keyExpiration                       = "expiration"
-	keyCluster                          = "cluster-name"
-	keyDescription                      = "description"
-	keyUsedBy                           = "used-by"
-	keyUsedAt                           = "used-at"
-	keyUsedKey                          = "used-key-sha256"
-	keyUsedRegistration                 = "used-registration-uid"
-	tokenIDLength                       = 6
-	tokenSecretLength                   = 16
-	tokenAlphabet                       = "abcdefghijklmnopqrstuvwxyz0123456789"
-	DefaultTokenTTL                     = 24 * time.Hour
+	SecretType          corev1.SecretType = imperatorv1alpha1.Prefix + "bootstrap-token"
+	TokenLabel                            = imperatorv1alpha1.Prefix + "bootstrap-token"
+	secretNamePrefix                      = "imperator-bootstrap-token-"
+	keyID                                 = "token-id"
+	keySecretSHA256                       = "token-secret-sha256"
+	keyExpiration                         = "expiration"
+	keyCluster                            = "cluster-name"
+	keyDescription                        = "description"
+	keyUsedBy                             = "used-by"
+	keyUsedAt                             = "used-at"
+	keyUsedKey                            = "used-key-sha256"
+	keyUsedRegistration                   = "used-registration-uid"
+	tokenIDLength                         = 6
+	tokenSecretLength                     = 16
+	tokenAlphabet                         = "abcdefghijklmnopqrstuvwxyz0123456789"
+	DefaultTokenTTL                       = 24 * time.Hour
 )
 
 var (
