@@ -31,6 +31,10 @@ const (
 	// ReasonPersistFailed: the hub cluster's API refused to store the
 	// inventory (too large for etcd, invalid, …); the status is older.
 	ReasonPersistFailed = "PersistFailed"
+	// ReasonSpokeAPIServerUnreachable: the spoke's agent cannot reach its
+	// own API server, so the figures it sends come from a cache that hears
+	// of no change.
+	ReasonSpokeAPIServerUnreachable = "SpokeAPIServerUnreachable"
 )
 
 // maxConditionMessage bounds a condition message (the API allows 32 KiB).
@@ -82,6 +86,9 @@ func currentCondition(c *store.Cluster) (current bool, reason, msg string) {
 	if c.Outdated != "" {
 		return false, ReasonInventoryRefused, c.Outdated
 	}
+	if c.APIServerUnreachable() {
+		return false, ReasonSpokeAPIServerUnreachable, c.APIServerUnreachableMessage()
+	}
 	return true, ReasonPersisted, "The status holds the spoke's current inventory"
 }
 
@@ -120,7 +127,7 @@ func (p *Persister) writeFailed(ctx context.Context, c *store.Cluster, inv *impe
 // persisted records that the cluster's current figures were written.
 func (p *Persister) persisted(c *store.Cluster) {
 	delete(p.withheld, c.Name)
-	if c.Outdated == "" {
+	if current, _, _ := currentCondition(c); current {
 		inventoryNotCurrent.DeleteLabelValues(c.Name)
 	} else {
 		inventoryNotCurrent.WithLabelValues(c.Name).Set(1)

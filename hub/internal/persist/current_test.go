@@ -277,3 +277,40 @@ func TestRefusedFirstSnapshotOfANewEpochIsMarkedNotCurrent(t *testing.T) {
 		t.Errorf("condition %+v, want %s False/%s", cond, ConditionInventoryCurrent, ReasonInventoryRefused)
 	}
 }
+
+// A spoke whose agent cannot reach its own API server reports from a stale
+// cache: the replica holding its stream shows it stale, and so must every
+// other replica, which knows only what the ClusterInventory says.
+func TestSpokeReportingFromAStaleCacheIsStaleOnOtherReplicasToo(t *testing.T) {
+	ctx := context.Background()
+	api := newFailingAPI(t)
+	start := time.Unix(10_000, 0)
+	clk := clocktesting.NewFakePassiveClock(start)
+	st := store.New(clk, 40*time.Second)
+	st.SetReplica("hub-a")
+	p := New(api, st, Options{Log: logr.Discard()})
+
+	st.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 1})
+	st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{gpuMachine(2)}})
+	st.Heartbeat("a", 1, &federationv1.Heartbeat{Generation: 1, ApiServerUnreachableSince: timestamppb.New(start.Add(-time.Minute))})
+	if err := p.sync(ctx, "a"); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	inv := api.inventory(t)
+	cond := meta.FindStatusCondition(inv.Status.Conditions, ConditionInventoryCurrent)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != ReasonSpokeAPIServerUnreachable {
+		t.Errorf("condition %+v; want %s False/%s", cond, ConditionInventoryCurrent, ReasonSpokeAPIServerUnreachable)
+	}
+	if c := follower(t, api, clk, start.Add(-time.Minute)); capacity.StateOf(c) != queryv1.ClusterState_CLUSTER_STATE_STALE {
+		t.Errorf("another replica serves the cluster as %v, want STALE", capacity.StateOf(c))
+	}
+
+	// The agent reaches its API server again: current everywhere at once.
+	st.Heartbeat("a", 1, &federationv1.Heartbeat{Generation: 1})
+	if err := p.sync(ctx, "a"); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	if c := follower(t, api, clk, start.Add(-time.Minute)); capacity.StateOf(c) != queryv1.ClusterState_CLUSTER_STATE_AVAILABLE {
+		t.Errorf("once the spoke reaches its API server again another replica serves it as %v, want AVAILABLE", capacity.StateOf(c))
+	}
+}
