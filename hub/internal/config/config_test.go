@@ -43,6 +43,7 @@ func TestFlags(t *testing.T) {
 				}
 			},
 		},
+		"client certificates under a minute":       {args: []string{"--client-cert-validity=30s"}, wantErrFlag: "--client-cert-validity"},
 		"zero join rate":                           {args: []string{"--join-rate-per-source=0"}, wantErrFlag: "--join-rate-per-source"},
 		"no connection age":                        {args: []string{"--max-connection-age=0s"}, wantErrFlag: "--max-connection-age"},
 		"more anonymous than all":                  {args: []string{"--max-connections=10", "--max-anonymous-connections=20"}, wantErrFlag: "--max-anonymous-connections"},
