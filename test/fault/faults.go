@@ -37,6 +37,12 @@ const (
 	// figures the spoke reports without creating or deleting pods.
 	burstMachine = "fault-burst"
 	burstType    = "burst-unit"
+	// certificatesAnnotation is the hub's record, on a ManagedCluster, of
+	// the spoke certificates it accepts (registry.CertificatesAnnotation;
+	// the suite reads it as a user would, without importing the hub).
+	certificatesAnnotation = "imperator.tenzen-y.io/certificates"
+	// validatorConfiguration is the agents' ValidatingWebhookConfiguration.
+	validatorConfiguration = "imperator-machine-validator"
 	// heartbeatInterval is the agents' heartbeat interval (the reporter's
 	// default, which the fleet keeps).
 	heartbeatInterval = 5 * time.Second
@@ -197,6 +203,8 @@ func ExpectAlwaysAvailable(ctx context.Context, env *e2e.Env, clusters []string,
 			select {
 			case <-stop:
 				return
+			case <-ctx.Done():
+				return
 			case <-ticker.C:
 			}
 			resp, err := env.Ctl.Clusters(ctx)
@@ -213,9 +221,12 @@ func ExpectAlwaysAvailable(ctx context.Context, env *e2e.Env, clusters []string,
 			}
 		}
 	})
-	fn()
-	close(stop)
-	wg.Wait()
+	func() {
+		// Stop watching even when fn fails the spec (Gomega panics).
+		defer wg.Wait()
+		defer close(stop)
+		fn()
+	}()
 	select {
 	case alarm := <-alarms:
 		Expect(alarm).To(BeEmpty(), "false alarm: a reachable cluster was shown as not Available")

@@ -2,13 +2,19 @@ package fault
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
@@ -279,4 +285,100 @@ func HubAPIOutageSpec(ctx context.Context, in HubAPIOutageInput) {
 		Recover: caughtUp,
 		Note:    fmt.Sprintf("hub never exited, every spoke Available throughout; a change arrived in %s during the outage; recover = persistence caught up", propagated.Round(10*time.Millisecond)),
 	})
+}
+
+// CertificateRenewalInput configures CertificateRenewalSpec.
+type CertificateRenewalInput struct {
+	Input
+	// Renewals is how many times every spoke's certificate must renew.
+	Renewals int
+	// For bounds the watch.
+	For time.Duration
+}
+
+// CertificateRenewalSpec watches a fleet whose certificates live minutes:
+// every spoke's client certificate renews Renewals times (the hub's record
+// of its current certificate changes), the hub's serving certificate is
+// re-issued, and every agent's webhook CA rolls over — while every spoke
+// stays Available and every Machine write (each goes through the agent's
+// validating webhook, failurePolicy Fail) is admitted.
+func CertificateRenewalSpec(ctx context.Context, in CertificateRenewalInput) {
+	env := in.Env
+	spokes := spokeNames(env)
+	pool := x509.NewCertPool()
+	caPEM, err := os.ReadFile(in.Fleet.HubCAFile())
+	Expect(err).NotTo(HaveOccurred())
+	Expect(pool.AppendCertsFromPEM(caPEM)).To(BeTrue(), "the hub CA file holds a certificate")
+
+	spokeSerials := map[string]map[string]bool{}
+	webhookCAs := map[string]map[string]bool{}
+	servingSerials := map[string]bool{}
+	for _, name := range spokes {
+		spokeSerials[name], webhookCAs[name] = map[string]bool{}, map[string]bool{}
+	}
+	observe := func() {
+		for _, name := range spokes {
+			mc := &clusterv1.ManagedCluster{}
+			if err := env.Hub.Client.Get(ctx, client.ObjectKey{Name: name}, mc); err == nil {
+				var rec struct {
+					Current string `json:"current"`
+				}
+				if json.Unmarshal([]byte(mc.Annotations[certificatesAnnotation]), &rec) == nil && rec.Current != "" {
+					spokeSerials[name][rec.Current] = true
+				}
+			}
+			vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			if err := env.Spoke(name).Client.Get(ctx, client.ObjectKey{Name: validatorConfiguration}, vwc); err == nil && len(vwc.Webhooks) > 0 {
+				webhookCAs[name][string(vwc.Webhooks[0].ClientConfig.CABundle)] = true
+			}
+		}
+		conn, err := tls.Dial("tcp", in.Fleet.HubAddress(), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13})
+		if err == nil {
+			servingSerials[conn.ConnectionState().PeerCertificates[0].SerialNumber.String()] = true
+			_ = conn.Close()
+		}
+	}
+	done := func() bool {
+		for _, name := range spokes {
+			if len(spokeSerials[name]) < in.Renewals+1 || len(webhookCAs[name]) < 2 {
+				return false
+			}
+		}
+		return len(servingSerials) >= 2
+	}
+
+	start := time.Now()
+	writes := 0
+	ExpectAlwaysAvailable(ctx, env, spokes, func() {
+		By(fmt.Sprintf("watching for %d renewals of every spoke certificate, a new hub serving certificate and a webhook CA rollover", in.Renewals))
+		for available := int32(10); !done() && time.Since(start) < in.For; available++ {
+			observe()
+			for _, name := range spokes {
+				Expect(SetBurstAvailable(ctx, env.Spoke(name).Client, available%50)).To(Succeed(),
+					"a Machine write to %s was refused while certificates rolled over", name)
+				writes++
+			}
+			time.Sleep(2 * time.Second) // the pace of observations and Machine writes
+		}
+	})
+	for _, name := range spokes {
+		Expect(len(spokeSerials[name])).To(BeNumerically(">=", in.Renewals+1), "certificates of %s the hub recorded as current", name)
+		Expect(len(webhookCAs[name])).To(BeNumerically(">=", 2), "CA bundles of %s's validating webhook", name)
+	}
+	Expect(len(servingSerials)).To(BeNumerically(">=", 2), "serving certificates the hub presented")
+	WaitRecovered(ctx, env, time.Now())
+	in.Table.Add(Row{
+		Fault:   "certificates live minutes (spoke 2m, hub serving 3m, webhook CA 6m / leaf 4m)",
+		Recover: time.Since(start),
+		Note: fmt.Sprintf("spoke certificates seen %v, serving %d, webhook CA bundles %v; %d Machine writes all admitted; never shown as not Available",
+			countsOf(spokeSerials), len(servingSerials), countsOf(webhookCAs), writes),
+	})
+}
+
+func countsOf(sets map[string]map[string]bool) map[string]int {
+	out := map[string]int{}
+	for k, v := range sets {
+		out[k] = len(v)
+	}
+	return out
 }

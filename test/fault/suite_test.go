@@ -1,6 +1,7 @@
 package fault
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -37,7 +38,10 @@ func TestFaults(t *testing.T) {
 	RunSpecs(t, "Imperator Federation faults")
 }
 
-var _ = BeforeSuite(func(ctx SpecContext) {
+// startFleet starts a fleet with a fault proxy between every agent and the
+// hub (and the extra flags of opts), applies the sample Machines and a burst
+// Machine on every spoke, and stops it when the container ends.
+func startFleet(ctx context.Context, opts fleet.Options) Input {
 	root, err := repo.Root()
 	Expect(err).NotTo(HaveOccurred())
 	binDir := os.Getenv(binDirEnv)
@@ -49,7 +53,8 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	By("starting a fleet with a fault proxy between every agent and the hub")
 	dir, err := os.MkdirTemp("", "imperator-fault-")
 	Expect(err).NotTo(HaveOccurred())
-	f, err := fleet.Start(ctx, fleet.Options{Dir: dir, BinDir: binDir, FaultProxies: true})
+	opts.Dir, opts.BinDir, opts.FaultProxies = dir, binDir, true
+	f, err := fleet.Start(ctx, opts)
 	Expect(err).NotTo(HaveOccurred(), "the fleet's logs are in %s", dir)
 	DeferCleanup(func() {
 		By("stopping the fleet")
@@ -62,7 +67,6 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	})
 	env, err := e2e.NewEnvFromFleet(f, binDir, root)
 	Expect(err).NotTo(HaveOccurred())
-	in = Input{Env: env, Fleet: f, Table: table}
 
 	By("the sample Machines and a burst Machine on every spoke")
 	for spoke, sample := range map[string]string{spokeA: "general-machine.yaml", spokeB: "hopper-machine.yaml"} {
@@ -72,10 +76,11 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		Expect(e2e.ApplyMachine(ctx, env.Spoke(spoke).Client, BurstMachine(1))).To(Succeed())
 	}
 	WaitRecovered(ctx, env, time.Now())
-}, NodeTimeout(8*time.Minute))
+	return Input{Env: env, Fleet: f, Table: table}
+}
 
 var _ = AfterEach(func() {
-	if CurrentSpecReport().Failed() {
+	if CurrentSpecReport().Failed() && in.Env != nil {
 		failed = true
 		GinkgoWriter.Printf("\n===== fleet logs (last 100 lines of every process) =====\n%s\n", in.Env.Logs(100))
 	}
@@ -88,6 +93,8 @@ var _ = AfterSuite(func() {
 })
 
 var _ = Describe("Faults", Ordered, ContinueOnFailure, func() {
+	BeforeAll(func(ctx SpecContext) { in = startFleet(ctx, fleet.Options{}) }, NodeTimeout(8*time.Minute))
+
 	It("a cut link between spoke-a and the hub: Offline after the grace period, current again once healed", func(ctx SpecContext) {
 		PartitionSpec(ctx, PartitionInput{Input: in, Spoke: spokeA, Mode: faultproxy.Cut, For: in.Env.GracePeriod + 10*time.Second, NextAvailable: 2})
 	}, SpecTimeout(3*time.Minute))
@@ -111,4 +118,20 @@ var _ = Describe("Faults", Ordered, ContinueOnFailure, func() {
 	It("the hub is SIGKILLed during a burst of changes from every spoke: nothing is lost", func(ctx SpecContext) {
 		HubKillSpec(ctx, HubKillInput{Input: in, Burst: 15 * time.Second})
 	}, SpecTimeout(4*time.Minute))
+})
+
+// The certificate specs run on a fleet of their own whose certificates live
+// minutes: a partition of the fault specs above longer than a spoke
+// certificate's last third would (rightly) cost the spoke its identity.
+var _ = Describe("Short-lived certificates", Ordered, func() {
+	BeforeAll(func(ctx SpecContext) {
+		in = startFleet(ctx, fleet.Options{
+			HubArgs:   []string{"--client-cert-validity=2m", "--serving-cert-validity=3m"},
+			AgentArgs: []string{"--webhook-ca-validity=6m", "--webhook-cert-validity=4m"},
+		})
+	}, NodeTimeout(8*time.Minute))
+
+	It("spoke certificates renew three times, the hub's serving certificate and the webhook CA roll over: no Unknown, no refused admission", func(ctx SpecContext) {
+		CertificateRenewalSpec(ctx, CertificateRenewalInput{Input: in, Renewals: 3, For: 5 * time.Minute})
+	}, SpecTimeout(8*time.Minute))
 })
