@@ -88,9 +88,9 @@ func Scheme() (*runtime.Scheme, error) {
 	return scheme, nil
 }
 
-// Leader election: a Lease in the hub's namespace, and its events.
+// Leader election: a Lease in the hub's namespace (leader.Campaign records
+// no events; it logs each term).
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=imperator-system,resources=leases,verbs=get;create;update
-// +kubebuilder:rbac:groups="",namespace=imperator-system,resources=events,verbs=create;patch
 
 // Run runs the hub until ctx is done.
 func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts Options) error {

@@ -131,9 +131,6 @@ var ruleNeeds = []ruleNeed{
 	{side: "hub", kind: "Role", resource: "leases", group: "hub-leader",
 		scenario:  "no hub replica becomes leader: no scores, no Unknown marking",
 		forbidden: forbiddenFor("hub", "get|create", "leases") + ` in API group "coordination.k8s.io" in the namespace "imperator-system"`},
-	{side: "hub", kind: "Role", resource: "events", group: "hub-leader-event",
-		scenario:  "the hub's leader election is not recorded as an event",
-		forbidden: forbiddenFor("hub", "create|patch", "events") + ` in API group "" in the namespace "imperator-system"`},
 	// A new spoke joining and reporting. The persister writes the
 	// ManagedCluster's status before the inventory's: one group each.
 	{side: "hub", kind: "ClusterRole", resource: "namespaces", group: "hub-join",
