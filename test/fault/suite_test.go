@@ -10,6 +10,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/imperator-federation/imperator/test/e2e"
 	"github.com/imperator-federation/imperator/test/util/faultproxy"
@@ -34,6 +36,8 @@ var (
 )
 
 func TestFaults(t *testing.T) {
+	// The harness's CRD installation logs through controller-runtime.
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter)))
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Imperator Federation faults")
 }
