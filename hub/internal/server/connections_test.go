@@ -130,9 +130,17 @@ func TestRevokedCertificateIsClosedAtConnectionTime(t *testing.T) {
 	if !closedAtOnce(t, h, cert) {
 		t.Error("a connection with a revoked certificate stays open, want it closed after the handshake")
 	}
+	// In TLS 1.3 the client finishes its handshake before the server has
+	// judged its certificate, so the client may write before the server's
+	// bad_certificate alert arrives and see the closed connection instead.
 	err := healthCheck(t, h, cert)
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "bad certificate") {
-		t.Errorf("health check with a revoked certificate = %v, want Unavailable from a bad_certificate alert", err)
+	if err == nil {
+		t.Fatal("a health check with a revoked certificate was answered")
+	}
+	refused := strings.Contains(err.Error(), "bad certificate") ||
+		strings.Contains(err.Error(), "broken pipe") || strings.Contains(err.Error(), "connection reset")
+	if status.Code(err) != codes.Unavailable || !refused {
+		t.Errorf("health check with a revoked certificate = %v, want Unavailable from a bad_certificate alert or the connection it closed", err)
 	}
 	if closedAtOnce(t, h, h.certificate(t, "b", identity.SpokeOrganization)) {
 		t.Error("a connection with a good certificate was closed")
