@@ -117,15 +117,8 @@ func follower(t *testing.T, api *failingAPI, clk *clocktesting.FakePassiveClock,
 // write goes through again.
 func TestInventoryTheAPIRefusesIsNotServedAsLiveByOtherReplicas(t *testing.T) {
 	ctx := context.Background()
-	api := newFailingAPI(t)
-	start := time.Unix(10_000, 0)
-	clk := clocktesting.NewFakePassiveClock(start)
-	st := store.New(clk, 40*time.Second)
-	st.SetReplica("hub-a")
-	p := New(api, st, Options{Log: logr.Discard()})
-
-	st.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 1})
-	st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{gpuMachine(2)}})
+	api, clk, st, p := servingReplica(t)
+	start := clk.Now()
 	if err := p.sync(ctx, "a"); err != nil {
 		t.Fatalf("first sync: %v", err)
 	}
@@ -171,15 +164,8 @@ func TestInventoryTheAPIRefusesIsNotServedAsLiveByOtherReplicas(t *testing.T) {
 // write goes through.
 func TestLeaseIsWithheldWhileNothingCanBeWritten(t *testing.T) {
 	ctx := context.Background()
-	api := newFailingAPI(t)
-	start := time.Unix(10_000, 0)
-	clk := clocktesting.NewFakePassiveClock(start)
-	st := store.New(clk, 40*time.Second)
-	st.SetReplica("hub-a")
-	p := New(api, st, Options{Log: logr.Discard()})
-
-	st.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 1})
-	st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{gpuMachine(2)}})
+	api, clk, st, p := servingReplica(t)
+	start := clk.Now()
 	if err := p.sync(ctx, "a"); err != nil {
 		t.Fatalf("first sync: %v", err)
 	}
@@ -220,15 +206,8 @@ func TestLeaseIsWithheldWhileNothingCanBeWritten(t *testing.T) {
 // marked not current, so that other replicas do not serve it as live.
 func TestRefusedSpokeInventoryIsMarkedNotCurrent(t *testing.T) {
 	ctx := context.Background()
-	api := newFailingAPI(t)
-	start := time.Unix(10_000, 0)
-	clk := clocktesting.NewFakePassiveClock(start)
-	st := store.New(clk, 40*time.Second)
-	st.SetReplica("hub-a")
-	p := New(api, st, Options{Log: logr.Discard()})
-
-	st.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 1})
-	st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{gpuMachine(2)}})
+	api, clk, st, p := servingReplica(t)
+	start := clk.Now()
 	bad := gpuMachine(3)
 	bad.Types[0].Usage.Used = -1
 	if res := st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 2, Machines: []*federationv1.Machine{bad}}); res.Refused == nil {
@@ -251,15 +230,7 @@ func TestRefusedSpokeInventoryIsMarkedNotCurrent(t *testing.T) {
 // no Snapshot of its epoch applied; its refusal must still be persisted.
 func TestRefusedFirstSnapshotOfANewEpochIsMarkedNotCurrent(t *testing.T) {
 	ctx := context.Background()
-	api := newFailingAPI(t)
-	start := time.Unix(10_000, 0)
-	clk := clocktesting.NewFakePassiveClock(start)
-	st := store.New(clk, 40*time.Second)
-	st.SetReplica("hub-a")
-	p := New(api, st, Options{Log: logr.Discard()})
-
-	st.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 1})
-	st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{gpuMachine(2)}})
+	api, _, st, p := servingReplica(t)
 	if err := p.sync(ctx, "a"); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
@@ -283,15 +254,8 @@ func TestRefusedFirstSnapshotOfANewEpochIsMarkedNotCurrent(t *testing.T) {
 // other replica, which knows only what the ClusterInventory says.
 func TestSpokeReportingFromAStaleCacheIsStaleOnOtherReplicasToo(t *testing.T) {
 	ctx := context.Background()
-	api := newFailingAPI(t)
-	start := time.Unix(10_000, 0)
-	clk := clocktesting.NewFakePassiveClock(start)
-	st := store.New(clk, 40*time.Second)
-	st.SetReplica("hub-a")
-	p := New(api, st, Options{Log: logr.Discard()})
-
-	st.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 1})
-	st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{gpuMachine(2)}})
+	api, clk, st, p := servingReplica(t)
+	start := clk.Now()
 	st.Heartbeat("a", 1, &federationv1.Heartbeat{Generation: 1, ApiServerUnreachableSince: timestamppb.New(start.Add(-time.Minute))})
 	if err := p.sync(ctx, "a"); err != nil {
 		t.Fatalf("sync: %v", err)
@@ -313,4 +277,20 @@ func TestSpokeReportingFromAStaleCacheIsStaleOnOtherReplicasToo(t *testing.T) {
 	if c := follower(t, api, clk, start.Add(-time.Minute)); capacity.StateOf(c) != queryv1.ClusterState_CLUSTER_STATE_AVAILABLE {
 		t.Errorf("once the spoke reaches its API server again another replica serves it as %v, want AVAILABLE", capacity.StateOf(c))
 	}
+}
+
+// servingReplica is replica hub-a of a hub whose API can be made to refuse
+// writes, serving cluster "a" (epoch 1), which has sent its first Snapshot;
+// the fake clock starts at the Snapshot's time.
+func servingReplica(t *testing.T) (*failingAPI, *clocktesting.FakePassiveClock, *store.Store, *Persister) {
+	t.Helper()
+	api := newFailingAPI(t)
+	start := time.Unix(10_000, 0)
+	clk := clocktesting.NewFakePassiveClock(start)
+	st := store.New(clk, 40*time.Second)
+	st.SetReplica("hub-a")
+	p := New(api, st, Options{Log: logr.Discard()})
+	st.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 1})
+	st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{gpuMachine(2)}})
+	return api, clk, st, p
 }
