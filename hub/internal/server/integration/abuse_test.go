@@ -442,7 +442,16 @@ var _ = Describe("Certificates", func() {
 		renewed, err := renew(ctx, "prod-renew", old)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(refusalReason(report(ctx, "prod-renew", lost))).To(Equal(identity.RefusedReplacedCertificate))
-		Expect(report(ctx, "prod-renew", old)).To(Succeed(), "within the overlap the replaced certificate still works")
+		// Within the overlap the replaced certificate still works. A call
+		// that returns after the overlap may be refused either way, so only
+		// one answered in time is held to it (5 s leaves a loaded CI machine
+		// ample room for the two Renews above).
+		err = report(ctx, "prod-renew", old)
+		if time.Since(renewedAt) < renewalOverlap {
+			Expect(err).To(Succeed(), "within the overlap the replaced certificate still works")
+		} else {
+			GinkgoWriter.Printf("the two Renews took longer than the overlap (%s); the within-overlap check is void this run\n", renewalOverlap)
+		}
 		Eventually(func() identity.RefusalReason { return refusalReason(report(ctx, "prod-renew", old)) }).
 			WithTimeout(renewalOverlap + 5*time.Second).Should(Equal(identity.RefusedReplacedCertificate))
 		Expect(time.Since(renewedAt)).To(BeNumerically(">=", renewalOverlap))

@@ -49,7 +49,7 @@ const (
 	// that the suite sees idle connections closed.
 	anonymousIdle = 2 * time.Second
 	// renewalOverlap is the hub's --renewal-overlap here.
-	renewalOverlap = 2 * time.Second
+	renewalOverlap = 5 * time.Second
 	// maxAnonymous lets the 300 idle connections of the suite all open.
 	maxAnonymous = 512
 	// connectionAge and connectionAgeGrace are the hub's
