@@ -189,8 +189,13 @@ type Usage struct {
 	Reserved int32 `json:"reserved"`
 	// used counts guest pods bound to a node, not terminating or finished.
 	Used int32 `json:"used"`
-	// waiting counts guest pods not yet bound to a node.
+	// waiting counts guest pods not yet bound to a node, queued ones included.
 	Waiting int32 `json:"waiting"`
+	// queued counts guest pods held at the agent's slot scheduling gate:
+	// waiting in line for a unit of this type, in arrival order. They are
+	// part of waiting.
+	// +optional
+	Queued int32 `json:"queued,omitempty"`
 }
 
 // Machine is a machine group: nodes carved into named machine types whose
