@@ -51,14 +51,15 @@ build: ## Build bin/hub, bin/spoke and bin/imperatorctl.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(BINARIES)
 
-# Container images of the binaries (needs Docker; not run in CI).
+# Container images of the binaries, built without Docker (hack/images.sh):
+# OCI layouts and docker tarballs under bin/images, reproducible, tested.
+PLATFORMS      ?= linux/amd64 linux/arm64
 IMAGE_REGISTRY ?= ghcr.io/imperator-federation
-IMAGE_TAG      ?= latest
+IMAGE_TAG      ?=
 
 .PHONY: images
-images: ## Build the spoke and hub container images with Docker (IMAGE_REGISTRY, IMAGE_TAG).
-	docker build -f spoke/Dockerfile -t $(IMAGE_REGISTRY)/spoke:$(IMAGE_TAG) .
-	docker build -f hub/Dockerfile -t $(IMAGE_REGISTRY)/hub:$(IMAGE_TAG) .
+images: ## Build and test the hub and spoke images without Docker: bin/images (PLATFORMS, IMAGE_REGISTRY, IMAGE_TAG).
+	PLATFORMS="$(PLATFORMS)" IMAGE_REGISTRY="$(IMAGE_REGISTRY)" IMAGE_TAG="$(IMAGE_TAG)" hack/images.sh
 
 .PHONY: e2e
 e2e: k8s-bin build ## The multi-cluster journeys against a fleet started for the run (or E2E_FLEET=.fleet/fleet.json).

@@ -107,11 +107,15 @@ node_ip() {
 build() {
   log "building bin/ and the images $IMAGE_REGISTRY/{hub,spoke}:$IMAGE_TAG"
   make -C "$root" build
-  make -C "$root" images IMAGE_REGISTRY="$IMAGE_REGISTRY" IMAGE_TAG="$IMAGE_TAG"
-  kind load docker-image "$IMAGE_REGISTRY/hub:$IMAGE_TAG" --name "$(kind_name hub)"
+  # The images are built without Docker (docker tarballs for this machine's
+  # architecture only); kind loads the tarballs into its nodes.
+  local platform
+  platform="linux/$(go env GOARCH)"
+  make -C "$root" images PLATFORMS="$platform" IMAGE_REGISTRY="$IMAGE_REGISTRY" IMAGE_TAG="$IMAGE_TAG"
+  kind load image-archive "$root/bin/images/hub-${platform//\//-}.tar" --name "$(kind_name hub)"
   local spoke
   for spoke in "${spokes[@]}"; do
-    kind load docker-image "$IMAGE_REGISTRY/spoke:$IMAGE_TAG" --name "$(kind_name "$spoke")"
+    kind load image-archive "$root/bin/images/spoke-${platform//\//-}.tar" --name "$(kind_name "$spoke")"
   done
 }
 
