@@ -1259,7 +1259,11 @@ type Usage struct {
 	// used counts guest pods bound to a node.
 	Used int32 `protobuf:"varint,3,opt,name=used,proto3" json:"used,omitempty"`
 	// waiting counts guest pods not yet bound to a node.
-	Waiting       int32 `protobuf:"varint,4,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Waiting int32 `protobuf:"varint,4,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// queued counts the guest pods of waiting that are still held at the
+	// agent's slot scheduling gate (imperator.tenzen-y.io/slot), in line for a
+	// unit in arrival order; never more than waiting.
+	Queued        int32 `protobuf:"varint,5,opt,name=queued,proto3" json:"queued,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1318,6 +1322,13 @@ func (x *Usage) GetUsed() int32 {
 func (x *Usage) GetWaiting() int32 {
 	if x != nil {
 		return x.Waiting
+	}
+	return 0
+}
+
+func (x *Usage) GetQueued() int32 {
+	if x != nil {
+		return x.Queued
 	}
 	return 0
 }
@@ -1547,12 +1558,13 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\x03num\x18\x02 \x01(\x05R\x03num\x12\x18\n" +
 	"\aproduct\x18\x03 \x01(\tR\aproduct\x12\x16\n" +
 	"\x06family\x18\x04 \x01(\tR\x06family\x12\x18\n" +
-	"\amachine\x18\x05 \x01(\tR\amachine\"k\n" +
+	"\amachine\x18\x05 \x01(\tR\amachine\"\x83\x01\n" +
 	"\x05Usage\x12\x18\n" +
 	"\amaximum\x18\x01 \x01(\x05R\amaximum\x12\x1a\n" +
 	"\breserved\x18\x02 \x01(\x05R\breserved\x12\x12\n" +
 	"\x04used\x18\x03 \x01(\x05R\x04used\x12\x18\n" +
-	"\awaiting\x18\x04 \x01(\x05R\awaiting\"\x97\x01\n" +
+	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12\x16\n" +
+	"\x06queued\x18\x05 \x01(\x05R\x06queued\"\x97\x01\n" +
 	"\n" +
 	"NodeCounts\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\x05R\x05ready\x12\x1b\n" +

@@ -636,7 +636,8 @@ type MachineTypeInfo struct {
 	Usage *v1.Usage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
 	// free is the number of units a new guest can get now: reserved slots not
 	// claimed by guests, min(reserved, maximum - used - waiting), never
-	// negative. It is reported as-is even for offline or stale clusters; use
+	// negative. waiting includes queued guests, so a slot a queued guest is
+	// about to take is never free. It is reported as-is even for offline or stale clusters; use
 	// cluster_state to judge it.
 	Free int32 `protobuf:"varint,10,opt,name=free,proto3" json:"free,omitempty"`
 	// nodes counts the pool's nodes serving this type by condition.
@@ -949,9 +950,13 @@ type TypeUsage struct {
 	Maximum  int32                  `protobuf:"varint,3,opt,name=maximum,proto3" json:"maximum,omitempty"`
 	Reserved int32                  `protobuf:"varint,4,opt,name=reserved,proto3" json:"reserved,omitempty"`
 	Used     int32                  `protobuf:"varint,5,opt,name=used,proto3" json:"used,omitempty"`
-	Waiting  int32                  `protobuf:"varint,6,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// waiting counts guests not yet bound to a node, queued ones included.
+	Waiting int32 `protobuf:"varint,6,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	// free: see MachineTypeInfo.free.
-	Free          int32 `protobuf:"varint,7,opt,name=free,proto3" json:"free,omitempty"`
+	Free int32 `protobuf:"varint,7,opt,name=free,proto3" json:"free,omitempty"`
+	// queued counts the guests of waiting held at the agent's slot gate, in
+	// line for a unit; free never counts the slots they are about to take.
+	Queued        int32 `protobuf:"varint,8,opt,name=queued,proto3" json:"queued,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1031,6 +1036,13 @@ func (x *TypeUsage) GetWaiting() int32 {
 func (x *TypeUsage) GetFree() int32 {
 	if x != nil {
 		return x.Free
+	}
+	return 0
+}
+
+func (x *TypeUsage) GetQueued() int32 {
+	if x != nil {
+		return x.Queued
 	}
 	return 0
 }
@@ -2079,7 +2091,7 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\x0e2 .imperator.query.v1.ClusterStateR\x05state\x12;\n" +
 	"\vobserved_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"observedAt\x123\n" +
-	"\x05types\x18\x04 \x03(\v2\x1d.imperator.query.v1.TypeUsageR\x05types\"\xad\x01\n" +
+	"\x05types\x18\x04 \x03(\v2\x1d.imperator.query.v1.TypeUsageR\x05types\"\xc5\x01\n" +
 	"\tTypeUsage\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
@@ -2087,7 +2099,8 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\breserved\x18\x04 \x01(\x05R\breserved\x12\x12\n" +
 	"\x04used\x18\x05 \x01(\x05R\x04used\x12\x18\n" +
 	"\awaiting\x18\x06 \x01(\x05R\awaiting\x12\x12\n" +
-	"\x04free\x18\a \x01(\x05R\x04free\"\xef\x01\n" +
+	"\x04free\x18\a \x01(\x05R\x04free\x12\x16\n" +
+	"\x06queued\x18\b \x01(\x05R\x06queued\"\xef\x01\n" +
 	"\x13FindCapacityRequest\x12G\n" +
 	"\fmachine_type\x18\x01 \x01(\v2\".imperator.query.v1.MachineTypeRefH\x00R\vmachineType\x129\n" +
 	"\x05shape\x18\x02 \x01(\v2!.imperator.query.v1.ResourceShapeH\x00R\x05shape\x12\x14\n" +
