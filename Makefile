@@ -36,6 +36,7 @@ k8s-bin: ## Build kube-apiserver, controller-manager, scheduler, kubectl, etcd a
 .PHONY: generate
 generate: tools ## Generate deepcopy, CRDs, RBAC, webhook manifests and protobuf code.
 	@TOOLS_DIR=$(TOOLS_DIR) hack/generate.sh
+	@deploy/charts/sync.sh
 
 .PHONY: verify
 verify: generate ## Fail when `make generate` or gofmt would change a tracked file.
@@ -60,6 +61,14 @@ IMAGE_TAG      ?=
 .PHONY: images
 images: ## Build and test the hub and spoke images without Docker: bin/images (PLATFORMS, IMAGE_REGISTRY, IMAGE_TAG).
 	PLATFORMS="$(PLATFORMS)" IMAGE_REGISTRY="$(IMAGE_REGISTRY)" IMAGE_TAG="$(IMAGE_TAG)" hack/images.sh
+
+.PHONY: bench
+bench: k8s-bin ## Every benchmark, then one table: metric, figure, goal, pass/fail (bench/results.json; BENCH_FULL=1 adds 10,000 spokes).
+	$(GO) run ./hack/bench
+
+.PHONY: bench-smoke
+bench-smoke: k8s-bin ## Every benchmark once at its smallest size, so that none rots (CI).
+	$(GO) run ./hack/bench -smoke
 
 .PHONY: e2e
 e2e: k8s-bin build ## The multi-cluster journeys against a fleet started for the run (or E2E_FLEET=.fleet/fleet.json).
