@@ -311,6 +311,13 @@ func validateType(errs *errorList, path *field.Path, t *federationv1.MachineType
 		nonNegative(errs, up.Child("reserved"), u.GetReserved())
 		nonNegative(errs, up.Child("used"), u.GetUsed())
 		nonNegative(errs, up.Child("waiting"), u.GetWaiting())
+		nonNegative(errs, up.Child("queued"), u.GetQueued())
+		// Queued guests are waiting guests held at the agent's slot gate: a
+		// report with more queued than waiting would make free count slots
+		// those guests are about to take.
+		if u.GetQueued() > u.GetWaiting() && u.GetWaiting() >= 0 {
+			errs.add(field.Invalid(up.Child("queued"), u.GetQueued(), fmt.Sprintf("must not exceed usage.waiting (%d): queued guests are part of waiting", u.GetWaiting())))
+		}
 	}
 	if n := t.GetNodes(); n != nil {
 		np := path.Child("nodes")

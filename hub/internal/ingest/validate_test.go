@@ -111,6 +111,23 @@ func TestValidateSnapshot(t *testing.T) {
 				{"FieldValueInvalid", "snapshot.machines[0].types[0].nodes.notReady"},
 			},
 		},
+		"a negative queued figure": {
+			machines: []*federationv1.Machine{makeMachine("gpu").with(func(m *federationv1.Machine) {
+				m.Types[0].Usage.Queued = -1
+			}).Obj()},
+			wantProblems: []problem{{"FieldValueInvalid", "snapshot.machines[0].types[0].usage.queued"}},
+		},
+		"more guests queued than waiting": {
+			machines: []*federationv1.Machine{makeMachine("gpu").with(func(m *federationv1.Machine) {
+				m.Types[0].Usage.Waiting, m.Types[0].Usage.Queued = 2, 3
+			}).Obj()},
+			wantProblems: []problem{{"FieldValueInvalid", "snapshot.machines[0].types[0].usage.queued"}},
+		},
+		"every waiting guest queued is accepted": {
+			machines: []*federationv1.Machine{makeMachine("gpu").with(func(m *federationv1.Machine) {
+				m.Types[0].Usage.Waiting, m.Types[0].Usage.Queued = 3, 3
+			}).Obj()},
+		},
 		"names that are no DNS-1123 names": {
 			machines: []*federationv1.Machine{makeMachine("GPU_1").with(func(m *federationv1.Machine) {
 				m.Group = "team.a"

@@ -24,6 +24,14 @@ func TestMachinesRoundTrip(t *testing.T) {
 				{Name: "n2", MachineType: "compute-xlarge", Condition: federationv1.NodeCondition_NODE_CONDITION_MAINTENANCE},
 			},
 		}},
+		"queued guests survive the inventory": {{
+			Name: "general", Group: "general", Ready: federationv1.ConditionStatus_CONDITION_STATUS_TRUE,
+			Types: []*federationv1.MachineType{{
+				Name: "compute-xlarge", Cpu: "40", Memory: "128Gi", Available: 1,
+				Usage: &federationv1.Usage{Maximum: 1, Used: 1, Waiting: 2, Queued: 2},
+				Nodes: &federationv1.NodeCounts{Ready: 1},
+			}},
+		}},
 		"cpu-only type": {{
 			Name: "cpu", Group: "cpu", Ready: federationv1.ConditionStatus_CONDITION_STATUS_FALSE,
 			Types: []*federationv1.MachineType{

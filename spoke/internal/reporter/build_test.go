@@ -26,7 +26,7 @@ func TestToWire(t *testing.T) {
 	machine.Status = imperatorv1alpha1.MachineStatus{
 		ObservedGeneration: 3,
 		Conditions:         []metav1.Condition{{Type: imperatorv1alpha1.ConditionReady, Status: metav1.ConditionTrue}},
-		AvailableMachines:  []imperatorv1alpha1.AvailableMachine{{Name: "compute-xlarge", Usage: imperatorv1alpha1.Usage{Maximum: 2, Reserved: 1, Used: 1, Waiting: 2}}},
+		AvailableMachines:  []imperatorv1alpha1.AvailableMachine{{Name: "compute-xlarge", Usage: imperatorv1alpha1.Usage{Maximum: 2, Reserved: 1, Used: 1, Waiting: 2, Queued: 1}}},
 	}
 	pool := &imperatorv1alpha1.MachineNodePool{Status: imperatorv1alpha1.MachineNodePoolStatus{NodePool: []imperatorv1alpha1.NodePoolStatus{
 		{Name: "n2", MachineType: "compute-xlarge", Condition: imperatorv1alpha1.NodeConditionMaintenance},
@@ -46,7 +46,7 @@ func TestToWire(t *testing.T) {
 					{
 						Name: "compute-xlarge", Cpu: "40", Memory: "128Gi", Available: 2,
 						Gpu:   &federationv1.GPU{Type: "nvidia.com/gpu", Num: 2, Product: "NVIDIA-GeForce-RTX-3090", Family: "ampere"},
-						Usage: &federationv1.Usage{Maximum: 2, Reserved: 1, Used: 1, Waiting: 2},
+						Usage: &federationv1.Usage{Maximum: 2, Reserved: 1, Used: 1, Waiting: 2, Queued: 1},
 						Nodes: &federationv1.NodeCounts{Ready: 1, Maintenance: 1},
 					},
 					{Name: "small", Cpu: "2", Memory: "4Gi", Available: 3, Nodes: &federationv1.NodeCounts{Missing: 1}},
@@ -67,7 +67,7 @@ func TestToWire(t *testing.T) {
 					{
 						Name: "compute-xlarge", Cpu: "40", Memory: "128Gi", Available: 2,
 						Gpu:   &federationv1.GPU{Type: "nvidia.com/gpu", Num: 2, Product: "NVIDIA-GeForce-RTX-3090", Family: "ampere"},
-						Usage: &federationv1.Usage{Maximum: 2, Reserved: 1, Used: 1, Waiting: 2},
+						Usage: &federationv1.Usage{Maximum: 2, Reserved: 1, Used: 1, Waiting: 2, Queued: 1},
 						Nodes: &federationv1.NodeCounts{},
 					},
 					{Name: "small", Cpu: "2", Memory: "4Gi", Available: 3, Nodes: &federationv1.NodeCounts{}},
