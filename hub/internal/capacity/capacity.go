@@ -10,6 +10,9 @@
 // reserved = maximum − used − waiting, so free equals reserved; during a
 // handover (a waiting guest whose reservation pod has not stopped yet) the
 // minimum keeps the slot the guest will take from being offered twice.
+// Queued guests (held at the agent's slot gate, in line for a unit) are part
+// of waiting, so a slot a queued guest is about to take is never free either;
+// queued is carried beside waiting for users to see the line.
 // Offline and stale clusters never count as free capacity.
 //
 // Sums. Figures are int32 on the wire; sums over types and clusters are
@@ -217,8 +220,8 @@ func matchingTypes(c *store.Cluster, req *Request) []*queryv1.TypeUsage {
 
 // typeRow is the usage of one (group, type), summed in int64.
 type typeRow struct {
-	group, typ                             string
-	maximum, reserved, used, waiting, free int64
+	group, typ                                     string
+	maximum, reserved, used, waiting, queued, free int64
 }
 
 // rowOfType is the row of type t of a Machine of group.
@@ -227,7 +230,7 @@ func rowOfType(group string, t *federationv1.MachineType) typeRow {
 	return typeRow{
 		group: group, typ: t.GetName(),
 		maximum: int64(u.GetMaximum()), reserved: int64(u.GetReserved()), used: int64(u.GetUsed()),
-		waiting: int64(u.GetWaiting()), free: int64(Free(t)),
+		waiting: int64(u.GetWaiting()), queued: int64(u.GetQueued()), free: int64(Free(t)),
 	}
 }
 
@@ -236,7 +239,7 @@ func rowOfUsage(u *queryv1.TypeUsage) typeRow {
 	return typeRow{
 		group: u.Group, typ: u.Type,
 		maximum: int64(u.Maximum), reserved: int64(u.Reserved), used: int64(u.Used),
-		waiting: int64(u.Waiting), free: int64(u.Free),
+		waiting: int64(u.Waiting), queued: int64(u.Queued), free: int64(u.Free),
 	}
 }
 
@@ -281,6 +284,7 @@ func sumRows(rows []typeRow) []*queryv1.TypeUsage {
 			sum.reserved += r.reserved
 			sum.used += r.used
 			sum.waiting += r.waiting
+			sum.queued += r.queued
 			sum.free += r.free
 		}
 		u := &backing[len(out)]
@@ -314,6 +318,7 @@ func mergeRows(a, b []typeRow) []typeRow {
 			sum.reserved += b[j].reserved
 			sum.used += b[j].used
 			sum.waiting += b[j].waiting
+			sum.queued += b[j].queued
 			sum.free += b[j].free
 			out = append(out, sum)
 			i++
@@ -350,7 +355,7 @@ func usageOfRows(rows []typeRow) []*queryv1.TypeUsage {
 func (r *typeRow) fill(u *queryv1.TypeUsage) {
 	u.Group, u.Type = r.group, r.typ
 	u.Maximum, u.Reserved, u.Used = saturate(r.maximum), saturate(r.reserved), saturate(r.used)
-	u.Waiting, u.Free = saturate(r.waiting), saturate(r.free)
+	u.Waiting, u.Queued, u.Free = saturate(r.waiting), saturate(r.queued), saturate(r.free)
 }
 
 // groupRanks numbers the distinct groups of rows in name order.

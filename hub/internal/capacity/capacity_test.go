@@ -66,6 +66,10 @@ func (w *typeWrapper) Usage(maximum, used, waiting int32) *typeWrapper {
 
 func (w *typeWrapper) Reserved(n int32) *typeWrapper { w.MachineType.Usage.Reserved = n; return w }
 
+// Queued sets how many of the waiting guests are held at the agent's slot
+// gate.
+func (w *typeWrapper) Queued(n int32) *typeWrapper { w.MachineType.Usage.Queued = n; return w }
+
 func (w *typeWrapper) Obj() *federationv1.MachineType { return w.MachineType }
 
 type candidate struct {
@@ -87,6 +91,18 @@ func TestFree(t *testing.T) {
 		},
 		"reservation pods not bound yet": {typ: makeType("a").Usage(4, 0, 0).Reserved(1).Obj(), want: 1},
 		"more guests than units":         {typ: makeType("a").Usage(2, 2, 3).Obj(), want: 0},
+		// The agent grants the oldest queued guest a slot by first releasing a
+		// reservation pod: until that pod is gone, the slot is still reserved
+		// but belongs to the guest, not to a newcomer.
+		"queued guest about to take the last reserved slot": {
+			typ: makeType("a").Usage(1, 0, 1).Queued(1).Reserved(1).Obj(), want: 0,
+		},
+		"one queued guest, two slots still reserved": {
+			typ: makeType("a").Usage(3, 1, 1).Queued(1).Reserved(2).Obj(), want: 1,
+		},
+		"guests queued beyond available": {
+			typ: makeType("a").Usage(1, 1, 2).Queued(2).Obj(), want: 0,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -24,15 +24,15 @@ func TestFleetTotalsSaturate(t *testing.T) {
 	clusters := []*store.Cluster{
 		makeCluster("a").Machine("gpu", "g", makeType("xlarge").Usage(most, 0, 0).Obj()).Obj(),
 		makeCluster("b").Machine("gpu", "g", makeType("xlarge").Usage(4, 1, 0).Obj()).
-			Machine("gpu-2", "g", makeType("xlarge").Usage(most, most, most).Reserved(most).Obj()).Obj(),
+			Machine("gpu-2", "g", makeType("xlarge").Usage(most, most, most).Reserved(most).Queued(most).Obj()).Obj(),
 	}
 	got := Usage(clusters, nil)
-	wantFleet := []*queryv1.TypeUsage{{Group: "g", Type: "xlarge", Maximum: most, Reserved: most, Used: most, Waiting: most, Free: most}}
+	wantFleet := []*queryv1.TypeUsage{{Group: "g", Type: "xlarge", Maximum: most, Reserved: most, Used: most, Waiting: most, Queued: most, Free: most}}
 	if diff := cmp.Diff(wantFleet, got.Fleet, protoTransform()); diff != "" {
 		t.Errorf("fleet (-want +got):\n%s", diff)
 	}
 	// Within cluster b the two Machines of the type sum past MaxInt32 too.
-	wantB := []*queryv1.TypeUsage{{Group: "g", Type: "xlarge", Maximum: most, Reserved: most, Used: most, Waiting: most, Free: 3}}
+	wantB := []*queryv1.TypeUsage{{Group: "g", Type: "xlarge", Maximum: most, Reserved: most, Used: most, Waiting: most, Queued: most, Free: 3}}
 	if diff := cmp.Diff(wantB, got.Clusters[1].Types, protoTransform()); diff != "" {
 		t.Errorf("cluster b (-want +got):\n%s", diff)
 	}
@@ -153,11 +153,11 @@ func TestOutdatedClusterIsStale(t *testing.T) {
 func TestFleetMergesClusterLists(t *testing.T) {
 	clusters := []*store.Cluster{
 		makeCluster("a").Machine("m1", "g2", makeType("x").Usage(1, 0, 0).Obj()).Machine("m2", "g1", makeType("y").Usage(2, 0, 0).Obj()).Obj(),
-		makeCluster("b").Machine("m1", "g1", makeType("y").Usage(4, 1, 0).Obj(), makeType("z").Usage(8, 0, 0).Obj()).Obj(),
+		makeCluster("b").Machine("m1", "g1", makeType("y").Usage(4, 1, 2).Queued(1).Obj(), makeType("z").Usage(8, 0, 0).Obj()).Obj(),
 		makeCluster("c").Machine("m1", "g2", makeType("x").Usage(16, 0, 0).Obj()).Obj(),
 	}
 	want := []*queryv1.TypeUsage{
-		{Group: "g1", Type: "y", Maximum: 6, Reserved: 5, Used: 1, Free: 5},
+		{Group: "g1", Type: "y", Maximum: 6, Reserved: 3, Used: 1, Waiting: 2, Queued: 1, Free: 3},
 		{Group: "g1", Type: "z", Maximum: 8, Reserved: 8, Free: 8},
 		{Group: "g2", Type: "x", Maximum: 17, Reserved: 17, Free: 17},
 	}

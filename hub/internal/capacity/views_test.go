@@ -60,23 +60,24 @@ func TestUsage(t *testing.T) {
 	clusters := []*store.Cluster{
 		makeCluster("a").Machine("gpu", "g", makeType("xlarge").Usage(4, 1, 1).Obj()).Obj(),
 		makeCluster("b").Machine("gpu", "g", makeType("xlarge").Usage(2, 0, 0).Obj()).
-			Machine("gpu-2", "g", makeType("xlarge").Usage(1, 1, 0).Obj()).Obj(),
-		makeCluster("c").Restored().Machine("gpu", "g", makeType("xlarge").Usage(100, 0, 0).Obj()).Obj(),
+			Machine("gpu-2", "g", makeType("xlarge").Usage(1, 1, 2).Queued(2).Obj()).Obj(),
+		makeCluster("c").Restored().Machine("gpu", "g", makeType("xlarge").Usage(100, 0, 5).Queued(5).Obj()).Obj(),
 	}
 	got := Usage(clusters, nil)
-	wantFleet := []*queryv1.TypeUsage{{Group: "g", Type: "xlarge", Maximum: 7, Reserved: 4, Used: 2, Waiting: 1, Free: 4}}
+	// Cluster c is stale: its queued guests are in its own row, not the fleet's.
+	wantFleet := []*queryv1.TypeUsage{{Group: "g", Type: "xlarge", Maximum: 7, Reserved: 4, Used: 2, Waiting: 3, Queued: 2, Free: 4}}
 	if diff := cmp.Diff(wantFleet, got.Fleet, protoTransform()); diff != "" {
 		t.Errorf("fleet (-want +got):\n%s", diff)
 	}
-	wantB := []*queryv1.TypeUsage{{Group: "g", Type: "xlarge", Maximum: 3, Reserved: 2, Used: 1, Free: 2}}
+	wantB := []*queryv1.TypeUsage{{Group: "g", Type: "xlarge", Maximum: 3, Reserved: 2, Used: 1, Waiting: 2, Queued: 2, Free: 2}}
 	if len(got.Clusters) != 3 {
 		t.Fatalf("got %d clusters, want 3", len(got.Clusters))
 	}
 	if diff := cmp.Diff(wantB, got.Clusters[1].Types, protoTransform()); diff != "" {
 		t.Errorf("cluster b (-want +got):\n%s", diff)
 	}
-	if got.Clusters[2].State != queryv1.ClusterState_CLUSTER_STATE_STALE {
-		t.Errorf("cluster c state = %v, want STALE", got.Clusters[2].State)
+	if got.Clusters[2].State != queryv1.ClusterState_CLUSTER_STATE_STALE || got.Clusters[2].Types[0].Queued != 5 {
+		t.Errorf("cluster c = %v, want STALE with its 5 queued guests", got.Clusters[2])
 	}
 }
 
