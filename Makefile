@@ -62,6 +62,14 @@ IMAGE_TAG      ?=
 images: ## Build and test the hub and spoke images without Docker: bin/images (PLATFORMS, IMAGE_REGISTRY, IMAGE_TAG).
 	PLATFORMS="$(PLATFORMS)" IMAGE_REGISTRY="$(IMAGE_REGISTRY)" IMAGE_TAG="$(IMAGE_TAG)" hack/images.sh
 
+.PHONY: bench
+bench: k8s-bin ## Every benchmark, then one table: metric, figure, goal, pass/fail (bench/results.json; BENCH_FULL=1 adds 10,000 spokes).
+	$(GO) run ./hack/bench
+
+.PHONY: bench-smoke
+bench-smoke: k8s-bin ## Every benchmark once at its smallest size, so that none rots (CI).
+	$(GO) run ./hack/bench -smoke
+
 .PHONY: e2e
 e2e: k8s-bin build ## The multi-cluster journeys against a fleet started for the run (or E2E_FLEET=.fleet/fleet.json).
 	E2E_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -v ./test/e2e/

@@ -29,8 +29,22 @@ import (
 // RSS. Spokes run in the same process, so CPU and RSS include them.
 //
 //	go test -run '^$' -bench BenchmarkFleet -benchtime 20x ./hub/internal/server/
+//
+// IMPERATOR_BENCH_SPOKES chooses the fleet sizes (default 100,1000,5000);
+// make bench runs 100,1000 and, with BENCH_FULL=1, 1000,5000,10000.
 func BenchmarkFleet(b *testing.B) {
-	for _, n := range []int{100, 1000, 5000} {
+	sizes := []int{100, 1000, 5000}
+	if v := os.Getenv("IMPERATOR_BENCH_SPOKES"); v != "" {
+		sizes = sizes[:0]
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				b.Fatalf("IMPERATOR_BENCH_SPOKES=%q: %q is not a number of spokes", v, f)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for _, n := range sizes {
 		b.Run("spokes="+strconv.Itoa(n), func(b *testing.B) { benchmarkFleet(b, n) })
 	}
 }
@@ -55,7 +69,16 @@ type benchSpoke struct {
 }
 
 func benchmarkFleet(b *testing.B, n int) {
-	h := startTestHub(b)
+	h := startTestHubWith(b, func(o *Options) {
+		// Every simulated spoke dials from 127.0.0.1, where a real fleet
+		// has a source per cluster: the per-source caps are lifted to the
+		// fleet's size, the global ones to hold it. The handshake bound
+		// (the thundering-herd guard) stays the default.
+		o.Limits = DefaultLimits()
+		o.Limits.MaxConnections = max(o.Limits.MaxConnections, n+256)
+		o.Limits.MaxAuthenticatedConnectionsPerSource = n + 256
+		o.Limits.MaxAnonymousConnectionsPerSource = o.Limits.MaxHandshakes
+	})
 	certs := make([]*tls.Certificate, n)
 	for i := range certs {
 		certs[i] = h.certificate(b, "spoke-"+strconv.Itoa(i), identity.SpokeOrganization)

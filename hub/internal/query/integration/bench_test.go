@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/imperator-federation/imperator/hub/hubtest"
+	"github.com/imperator-federation/imperator/hub/internal/config"
 	"github.com/imperator-federation/imperator/hub/internal/persist"
 )
 
@@ -40,7 +41,11 @@ func benchmarkReplicaPropagation(b *testing.B, n int, quiet bool) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = first.Stop() })
-	second, err := hubtest.Start(hubClientConfig, hubtest.Options{Namespace: hubNamespace})
+	second, err := hubtest.Start(hubClientConfig, hubtest.Options{Namespace: hubNamespace, Configure: func(c *config.Config) {
+		// Every simulated spoke joins from 127.0.0.1, which a real fleet
+		// spreads over a source per cluster.
+		c.Limits.JoinRatePerSource, c.Limits.JoinBurstPerSource = float64(n), n
+	}})
 	if err != nil {
 		b.Fatal(err)
 	}
