@@ -2,7 +2,10 @@
 // API server: every kustomize base and overlay renders and passes a
 // server-side dry-run apply, and the real spoke and hub binaries work with
 // exactly the RBAC the manifests grant (their ServiceAccounts impersonated) —
-// and fail with a forbidden error when a rule is taken away.
+// and fail with a forbidden error when a rule is taken away. The Helm charts
+// of deploy/charts pass helm lint, render for every documented value set,
+// pass the same dry-run, and render the same objects as the matching
+// kustomize base or overlay (and so the RBAC the binaries were run under).
 package deploy_test
 
 import (
@@ -38,9 +41,9 @@ func TestDeploy(t *testing.T) {
 }
 
 var (
-	// root is the repository root, kustomize the pinned kustomize binary and
+	// root is the repository root, kustomize and helm the pinned tools and
 	// binDir holds the spoke and hub binaries under test.
-	root, kustomize, binDir string
+	root, kustomize, helm, binDir string
 	// cluster is the harness cluster every spec installs into.
 	cluster *harness.Cluster
 	// procs are the binaries the specs started, for the failure report.
@@ -55,8 +58,15 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	kustomize, err = repo.Tool("kustomize")
 	Expect(err).NotTo(HaveOccurred())
 
-	// Build the binaries while the cluster starts; $IMPERATOR_BIN_DIR skips
-	// the build when it already holds both.
+	// Build helm (on a machine whose tool cache lacks it) and the binaries
+	// while the cluster starts; $IMPERATOR_BIN_DIR skips the binaries' build
+	// when it already holds both.
+	helmBuilt := make(chan error, 1)
+	go func() {
+		var err error
+		helm, err = repo.Tool("helm")
+		helmBuilt <- err
+	}()
 	built := make(chan error, 1)
 	binDir = os.Getenv("IMPERATOR_BIN_DIR")
 	if binDir != "" && fileExists(filepath.Join(binDir, "spoke")) && fileExists(filepath.Join(binDir, "hub")) {
@@ -85,11 +95,12 @@ var _ = BeforeSuite(func(ctx context.Context) {
 			Expect(cluster.Stop()).To(Succeed())
 		}
 	})
-	buildErr := <-built
+	buildErr, helmErr := <-built, <-helmBuilt
 	Expect(err).NotTo(HaveOccurred())
 	Expect(buildErr).NotTo(HaveOccurred())
-	// On a machine whose tool cache is empty, the kustomize build above
-	// takes a minute or two of the budget.
+	Expect(helmErr).NotTo(HaveOccurred())
+	// On a machine whose tool cache is empty, the kustomize and helm builds
+	// take a few minutes of the budget.
 }, NodeTimeout(8*time.Minute))
 
 var _ = ReportAfterEach(func(report SpecReport) {
@@ -120,6 +131,11 @@ func render(ctx context.Context, dir string) ([]*unstructured.Unstructured, erro
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build %s: %w: %s", dir, err, stderr.String())
 	}
+	return decodeObjects(out, "kustomize build "+dir)
+}
+
+// decodeObjects decodes the multi-document YAML out that what produced.
+func decodeObjects(out []byte, what string) ([]*unstructured.Unstructured, error) {
 	var objs []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	for {
@@ -128,7 +144,7 @@ func render(ctx context.Context, dir string) ([]*unstructured.Unstructured, erro
 			if errors.Is(err, io.EOF) {
 				return objs, nil
 			}
-			return nil, fmt.Errorf("decoding the output of kustomize build %s: %w", dir, err)
+			return nil, fmt.Errorf("decoding the output of %s: %w", what, err)
 		}
 		if len(u.Object) > 0 {
 			objs = append(objs, u)

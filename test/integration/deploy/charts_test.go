@@ -1,0 +1,409 @@
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/google/go-cmp/cmp"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// chartValueSet is one documented value set of a chart: its file under the
+// chart's ci/ ("" for the defaults) and the kustomize base or overlay under
+// deploy/ it stands for ("" when no overlay has its values).
+type chartValueSet struct {
+	chart, values, kustomize string
+}
+
+// name is how specs name the value set.
+func (v chartValueSet) name() string {
+	if v.values == "" {
+		return v.chart + " with its default values"
+	}
+	return v.chart + " with ci/" + v.values
+}
+
+// chartValueSets are every chart's documented value sets. A file of a chart's
+// ci/ missing here fails a spec, so none goes untested.
+var chartValueSets = []chartValueSet{
+	{chart: "imperator-hub", kustomize: "hub"},
+	{chart: "imperator-hub", values: "ocm-installed-values.yaml", kustomize: "overlays/hub-ocm-installed"},
+	{chart: "imperator-hub", values: "external-values.yaml", kustomize: "overlays/hub-example"},
+	{chart: "imperator-hub", values: "all-values.yaml"},
+	{chart: "imperator-spoke", kustomize: "spoke"},
+	{chart: "imperator-spoke", values: "join-values.yaml", kustomize: "overlays/spoke-example"},
+	{chart: "imperator-spoke", values: "cert-manager-values.yaml", kustomize: "overlays/spoke-cert-manager"},
+	{chart: "imperator-spoke", values: "all-values.yaml"},
+}
+
+// chartDir is the directory of chart.
+func chartDir(chart string) string {
+	return filepath.Join(root, "deploy", "charts", chart)
+}
+
+// helmRun runs helm with args and returns its standard output; the error
+// carries its standard error.
+func helmRun(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, helm, args...)
+	// No user configuration, cache or plugins of the machine's.
+	home := GinkgoT().TempDir()
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("helm %s: %w: %s%s", strings.Join(args, " "), err, stderr.String(), stdout.String())
+	}
+	return stdout.String(), nil
+}
+
+// valuesArgs are helm's flags for the value set v.
+func valuesArgs(v chartValueSet) []string {
+	if v.values == "" {
+		return nil
+	}
+	return []string{"-f", filepath.Join(chartDir(v.chart), "ci", v.values)}
+}
+
+// helmTemplate renders chart with the flags extra and decodes the objects.
+func helmTemplate(ctx context.Context, chart string, extra ...string) ([]*unstructured.Unstructured, error) {
+	out, err := helmRun(ctx, append([]string{"template", chart, chartDir(chart)}, extra...)...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeObjects([]byte(out), "helm template "+chart)
+}
+
+// helmInstallDryRun runs `helm install --dry-run=client` of chart against the
+// test cluster with the flags extra and returns what it prints, NOTES
+// included. --take-ownership: the other specs applied the namespace and CRDs
+// without Helm's release annotations, which a real install would refuse to
+// adopt; the dry run changes nothing.
+func helmInstallDryRun(ctx context.Context, chart string, extra ...string) (string, error) {
+	return helmRun(ctx, append([]string{"install", chart, chartDir(chart), "--dry-run=client", "--take-ownership",
+		"--kubeconfig", cluster.KubeconfigPath}, extra...)...)
+}
+
+// kustomizeHash matches the suffix kustomize's generators give a ConfigMap's
+// or Secret's name.
+var kustomizeHash = regexp.MustCompile(`^(.+)-[a-z0-9]{10}$`)
+
+// comparable returns objs keyed by kind/namespace/name, without what differs
+// between the two installers by design: Helm's release labels and the
+// part-of label (checked apart), the keep policy and checksum annotations of
+// the chart, the hash suffix of kustomize's generated ConfigMaps and Secrets
+// (the references to them included) and the line breaks of its base64. A
+// Service without a type gets ClusterIP, the API server's default, which the
+// chart writes out.
+func comparable(objs []*unstructured.Unstructured) map[string]map[string]any {
+	GinkgoHelper()
+	renamed := map[string]string{}
+	for _, o := range objs {
+		if k := o.GetKind(); k == "ConfigMap" || k == "Secret" {
+			if m := kustomizeHash.FindStringSubmatch(o.GetName()); m != nil {
+				renamed[o.GetName()] = m[1]
+			}
+		}
+	}
+	out := map[string]map[string]any{}
+	for _, o := range objs {
+		data, err := json.Marshal(o.Object)
+		Expect(err).NotTo(HaveOccurred())
+		for hashed, name := range renamed {
+			data = bytes.ReplaceAll(data, []byte(`"`+hashed+`"`), []byte(`"`+name+`"`))
+		}
+		var obj map[string]any
+		Expect(json.Unmarshal(data, &obj)).To(Succeed())
+		u := &unstructured.Unstructured{Object: obj}
+		u.SetLabels(without(u.GetLabels(), "helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/part-of"))
+		u.SetAnnotations(without(u.GetAnnotations(), "helm.sh/resource-policy"))
+		if annotations, found, _ := unstructured.NestedStringMap(obj, "spec", "template", "metadata", "annotations"); found {
+			maps.DeleteFunc(annotations, func(k, _ string) bool { return strings.HasPrefix(k, "checksum/") })
+			if len(annotations) == 0 {
+				unstructured.RemoveNestedField(obj, "spec", "template", "metadata", "annotations")
+			} else {
+				Expect(unstructured.SetNestedStringMap(obj, annotations, "spec", "template", "metadata", "annotations")).To(Succeed())
+			}
+		}
+		if u.GetKind() == "Secret" {
+			// kustomize wraps base64 at 76 characters, Helm does not.
+			data, _, _ := unstructured.NestedStringMap(obj, "data")
+			for k, v := range data {
+				data[k] = strings.Join(strings.Fields(v), "")
+			}
+			if data != nil {
+				Expect(unstructured.SetNestedStringMap(obj, data, "data")).To(Succeed())
+			}
+		}
+		if u.GetKind() == "Service" {
+			if _, found, _ := unstructured.NestedString(obj, "spec", "type"); !found {
+				Expect(unstructured.SetNestedField(obj, "ClusterIP", "spec", "type")).To(Succeed())
+			}
+		}
+		key := u.GetKind() + "/" + u.GetNamespace() + "/" + u.GetName()
+		Expect(out).NotTo(HaveKey(key), "two objects %s", key)
+		out[key] = obj
+	}
+	return out
+}
+
+// without returns m less keys, nil when nothing is left.
+func without(m map[string]string, keys ...string) map[string]string {
+	for _, k := range keys {
+		delete(m, k)
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+var _ = Describe("The Helm charts", func() {
+	It("have a spec entry for every documented value set of their ci/ directories", func() {
+		for _, chart := range []string{"imperator-hub", "imperator-spoke"} {
+			files, err := filepath.Glob(filepath.Join(chartDir(chart), "ci", "*.yaml"))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(files).NotTo(BeEmpty())
+			for _, f := range files {
+				Expect(slices.ContainsFunc(chartValueSets, func(v chartValueSet) bool {
+					return v.chart == chart && v.values == filepath.Base(f)
+				})).To(BeTrue(), "deploy/charts/%s/ci/%s has no entry in chartValueSets", chart, filepath.Base(f))
+			}
+		}
+	})
+
+	It("read the generated CRDs, RBAC roles and webhook configurations of deploy/ as they are (make generate copies them)", func() {
+		copies := map[string]string{
+			"imperator-hub/files/rbac/role.yaml":           "hub/rbac/role.yaml",
+			"imperator-spoke/files/rbac/role.yaml":         "spoke/rbac/role.yaml",
+			"imperator-spoke/files/webhook/manifests.yaml": "spoke/webhook/manifests.yaml",
+		}
+		for chart, crdDirs := range map[string][]string{"imperator-hub": {"hub/crd", "hub/crd/ocm"}, "imperator-spoke": {"spoke/crd"}} {
+			for _, dir := range crdDirs {
+				sources, err := filepath.Glob(filepath.Join(root, "deploy", dir, "*.yaml"))
+				Expect(err).NotTo(HaveOccurred())
+				Expect(sources).NotTo(BeEmpty())
+				for _, src := range sources {
+					rel := strings.TrimPrefix(dir, strings.SplitN(dir, "/", 2)[0]+"/crd")
+					copies[filepath.Join(chart, "files", "crds", rel, filepath.Base(src))] = filepath.Join(dir, filepath.Base(src))
+				}
+			}
+			// No copy of a file that is gone.
+			var copied []string
+			Expect(filepath.WalkDir(filepath.Join(chartDir(chart), "files", "crds"), func(path string, d os.DirEntry, err error) error {
+				if err == nil && !d.IsDir() {
+					rel, _ := filepath.Rel(filepath.Join(root, "deploy", "charts"), path)
+					copied = append(copied, rel)
+				}
+				return err
+			})).To(Succeed())
+			for _, c := range copied {
+				Expect(copies).To(HaveKey(c), "deploy/charts/%s has no source in deploy/: run make generate", c)
+			}
+		}
+		for dst, src := range copies {
+			want, err := os.ReadFile(filepath.Join(root, "deploy", src))
+			Expect(err).NotTo(HaveOccurred())
+			got, err := os.ReadFile(filepath.Join(root, "deploy", "charts", dst))
+			Expect(err).NotTo(HaveOccurred(), "run make generate")
+			Expect(string(got)).To(Equal(string(want)), "deploy/charts/%s differs from deploy/%s: run make generate", dst, src)
+		}
+	})
+
+	DescribeTable("pass helm lint --strict",
+		func(ctx context.Context, v chartValueSet) {
+			_, err := helmRun(ctx, append([]string{"lint", "--strict", chartDir(v.chart)}, valuesArgs(v)...)...)
+			Expect(err).NotTo(HaveOccurred())
+		},
+		entriesOf(func(v chartValueSet) bool { return true }),
+	)
+
+	DescribeTable("render objects that pass a server-side dry-run against a real API server (CRDs and namespaces applied first, cert-manager objects left out)",
+		func(ctx context.Context, v chartValueSet) {
+			objs, err := helmTemplate(ctx, v.chart, valuesArgs(v)...)
+			Expect(err).NotTo(HaveOccurred())
+			for _, o := range objs {
+				Expect(o.GetLabels()).To(HaveKeyWithValue("app.kubernetes.io/part-of", "imperator"), "%s %s", o.GetKind(), o.GetName())
+				if o.GetKind() != "Namespace" && o.GetNamespace() == "" {
+					Expect(clusterScoped).To(ContainElement(o.GetKind()), "%s %s has no namespace", o.GetKind(), o.GetName())
+				}
+			}
+			_, err = apply(ctx, ofKind(objs, "CustomResourceDefinition", "Namespace"))
+			Expect(err).NotTo(HaveOccurred())
+			out, err := apply(ctx, notCertManager(except(objs, "CustomResourceDefinition", "Namespace")), "--dry-run=server")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(out).To(ContainSubstring("(server dry run)"))
+			Expect(out).NotTo(ContainSubstring("would violate PodSecurity"))
+		},
+		entriesOf(func(v chartValueSet) bool { return true }),
+	)
+
+	DescribeTable("render the same objects as the matching kustomize base or overlay: kinds, names, namespaces, CRDs, RBAC rules and bindings, webhook rules, container args and every other field",
+		func(ctx context.Context, v chartValueSet) {
+			// The overlay reads the CA and token the installer writes next to
+			// it; they get what the value set gives the chart.
+			deployCopy := filepath.Join(GinkgoT().TempDir(), "deploy")
+			Expect(os.CopyFS(deployCopy, os.DirFS(filepath.Join(root, "deploy")))).To(Succeed())
+			if v.values != "" {
+				data, err := os.ReadFile(filepath.Join(chartDir(v.chart), "ci", v.values))
+				Expect(err).NotTo(HaveOccurred())
+				var values struct {
+					Hub struct{ CA, JoinToken string } `json:"hub"`
+				}
+				Expect(yaml.Unmarshal(data, &values)).To(Succeed())
+				if values.Hub.CA != "" {
+					example := filepath.Join(deployCopy, v.kustomize)
+					Expect(os.WriteFile(filepath.Join(example, "hub-ca.crt"), []byte(values.Hub.CA), 0o600)).To(Succeed())
+					Expect(os.WriteFile(filepath.Join(example, "join-token"), []byte(values.Hub.JoinToken), 0o600)).To(Succeed())
+				}
+			}
+			want, err := render(ctx, filepath.Join(deployCopy, v.kustomize))
+			Expect(err).NotTo(HaveOccurred())
+			got, err := helmTemplate(ctx, v.chart, valuesArgs(v)...)
+			Expect(err).NotTo(HaveOccurred())
+
+			wantObjs, gotObjs := comparable(want), comparable(got)
+			Expect(slices.Sorted(maps.Keys(gotObjs))).To(Equal(slices.Sorted(maps.Keys(wantObjs))),
+				"the objects of %s and of deploy/%s", v.name(), v.kustomize)
+			for key, w := range wantObjs {
+				Expect(cmp.Diff(w, gotObjs[key])).To(BeEmpty(), "%s: deploy/%s (-) and %s (+) differ", key, v.kustomize, v.name())
+			}
+		},
+		entriesOf(func(v chartValueSet) bool { return v.kustomize != "" }),
+	)
+
+	It("put every value that no overlay has where it belongs", func(ctx context.Context) {
+		for _, chart := range []string{"imperator-hub", "imperator-spoke"} {
+			valuesFile := filepath.Join(chartDir(chart), "ci", "all-values.yaml")
+			data, err := os.ReadFile(valuesFile)
+			Expect(err).NotTo(HaveOccurred())
+			var values map[string]any
+			Expect(yaml.Unmarshal(data, &values)).To(Succeed())
+			objs, err := helmTemplate(ctx, chart, "-f", valuesFile)
+			Expect(err).NotTo(HaveOccurred())
+			deployments := ofKind(objs, "Deployment")
+			Expect(deployments).To(HaveLen(1))
+			d := deployments[0].Object
+			pod := d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+			container := pod["containers"].([]any)[0].(map[string]any)
+			image := values["image"].(map[string]any)
+
+			Expect(d["spec"]).To(HaveKeyWithValue("replicas", BeNumerically("==", values["replicas"])), chart)
+			Expect(container).To(HaveKeyWithValue("image", fmt.Sprintf("%s:%s", image["repository"], image["tag"])), chart)
+			Expect(container).To(HaveKeyWithValue("imagePullPolicy", image["pullPolicy"]), chart)
+			Expect(container).To(HaveKeyWithValue("resources", values["resources"]), chart)
+			for _, field := range []string{"imagePullSecrets", "nodeSelector", "tolerations", "affinity"} {
+				Expect(pod).To(HaveKeyWithValue(field, values[field]), "%s: %s", chart, field)
+			}
+			args, _, _ := unstructured.NestedStringSlice(container, "args")
+			for _, a := range values["extraArgs"].([]any) {
+				Expect(args).To(ContainElement(a), chart)
+			}
+			Expect(args[len(args)-1]).To(Equal(values["extraArgs"].([]any)[0]), "%s: extra args come last, so that they override the chart's", chart)
+		}
+
+		hub, err := helmTemplate(ctx, "imperator-hub", "-f", filepath.Join(chartDir("imperator-hub"), "ci", "all-values.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		services := ofKind(hub, "Service")
+		Expect(services).To(HaveLen(1))
+		Expect(services[0].Object).To(HaveKeyWithValue("spec", HaveKeyWithValue("type", "NodePort")))
+		Expect(services[0].GetAnnotations()).To(HaveKeyWithValue("example.com/owner", "platform"))
+		deployment := ofKind(hub, "Deployment")[0].Object
+		Expect(deployment["spec"].(map[string]any)["template"].(map[string]any)["spec"]).NotTo(HaveKey("topologySpreadConstraints"))
+
+		spoke, err := helmTemplate(ctx, "imperator-spoke", "-f", filepath.Join(chartDir("imperator-spoke"), "ci", "all-values.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ofKind(spoke, "Secret")).To(BeEmpty(), "hub.existingSecret: the chart makes no join Secret of its own")
+		Expect(ofKind(spoke, "Issuer")).To(BeEmpty(), "webhook.certManager.issuerRef: the chart makes no Issuer of its own")
+		certificates := ofKind(spoke, "Certificate")
+		Expect(certificates).To(HaveLen(1))
+		Expect(certificates[0].Object).To(HaveKeyWithValue("spec", HaveKeyWithValue("issuerRef",
+			map[string]any{"kind": "ClusterIssuer", "name": "corporate-ca"})))
+		pod := ofKind(spoke, "Deployment")[0].Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		Expect(pod).To(HaveKeyWithValue("priorityClassName", "system-node-critical"))
+		Expect(pod["volumes"]).To(ContainElement(HaveKeyWithValue("secret", HaveKeyWithValue("secretName", "spoke-b-join"))))
+	})
+
+	It("leave the namespace to the installer with namespace.create=false, and restart the agent when the hub's address changes", func(ctx context.Context) {
+		for _, chart := range []string{"imperator-hub", "imperator-spoke"} {
+			objs, err := helmTemplate(ctx, chart, "--set", "namespace.create=false")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(ofKind(objs, "Namespace")).To(BeEmpty(), chart)
+		}
+		checksum := func(address string) string {
+			GinkgoHelper()
+			objs, err := helmTemplate(ctx, "imperator-spoke", "--set", "hub.address="+address, "--set", "hub.clusterName=spoke-a", "--set", "hub.ca=x")
+			Expect(err).NotTo(HaveOccurred())
+			sum, _, _ := unstructured.NestedString(ofKind(objs, "Deployment")[0].Object, "spec", "template", "metadata", "annotations", "checksum/hub")
+			Expect(sum).NotTo(BeEmpty())
+			return sum
+		}
+		Expect(checksum("hub-a.example.com:9443")).NotTo(Equal(checksum("hub-b.example.com:9443")))
+	})
+
+	DescribeTable("refuse a bad value with a message naming it, in helm lint and helm install",
+		func(ctx context.Context, chart string, set []string, message string) {
+			var args []string
+			for _, s := range set {
+				args = append(args, "--set", s)
+			}
+			_, err := helmRun(ctx, append([]string{"lint", chartDir(chart)}, args...)...)
+			Expect(err).To(MatchError(ContainSubstring(message)), "helm lint")
+			_, err = helmTemplate(ctx, chart, args...)
+			Expect(err).To(MatchError(ContainSubstring(message)), "helm template (what helm install runs first)")
+		},
+		Entry("replicas that are not a number", "imperator-hub", []string{"replicas=two"}, "at '/replicas': got string, want integer"),
+		Entry("a misspelt top-level key", "imperator-hub", []string{"replica=3"}, "additional properties 'replica' not allowed"),
+		Entry("a misspelt nested key", "imperator-hub", []string{"service.typ=LoadBalancer"}, "at '/service': additional properties 'typ' not allowed"),
+		Entry("a service type Kubernetes does not have", "imperator-hub", []string{"service.type=Ingress"}, "at '/service/type'"),
+		Entry("an extra arg that is not a flag", "imperator-hub", []string{"extraArgs[0]=leader-elect"}, "at '/extraArgs/0'"),
+		Entry("a misspelt toleration field", "imperator-spoke", []string{"tolerations[0].key=a", "tolerations[0].opertor=Exists"}, "additional properties 'opertor' not allowed"),
+		Entry("a hub address without a cluster name", "imperator-spoke", []string{"hub.address=hub.example.com:9443", "hub.ca=x"}, "at '/hub/clusterName'"),
+		Entry("a hub address without the hub's CA", "imperator-spoke", []string{"hub.address=hub.example.com:9443", "hub.clusterName=spoke-a"}, "at '/hub/ca'"),
+		Entry("a hub address without a port", "imperator-spoke", []string{"hub.address=hub.example.com", "hub.clusterName=spoke-a", "hub.ca=x"}, "at '/hub/address'"),
+		Entry("a cluster name that is not a DNS label", "imperator-spoke", []string{"hub.address=h:9443", "hub.clusterName=Spoke_A", "hub.ca=x"}, "at '/hub/clusterName'"),
+		Entry("a cert-manager issuer without its kind", "imperator-spoke", []string{"webhook.certManager.enabled=true", "webhook.certManager.issuerRef.name=ca"}, "missing property 'kind'"),
+	)
+
+	It("print the next command after install: the hub how to join a spoke, the spoke how to check the join", func(ctx context.Context) {
+		out, err := helmInstallDryRun(ctx, "imperator-hub", "-f", filepath.Join(chartDir("imperator-hub"), "ci", "external-values.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(ContainSubstring("/hub token create --cluster"))
+		Expect(out).To(ContainSubstring("helm install imperator-spoke deploy/charts/imperator-spoke"))
+		Expect(out).To(ContainSubstring("--set hub.address=hub.example.com:9443"))
+
+		out, err = helmInstallDryRun(ctx, "imperator-hub")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(ContainSubstring("spokes in other clusters cannot reach this hub"))
+
+		out, err = helmInstallDryRun(ctx, "imperator-spoke", "-f", filepath.Join(chartDir("imperator-spoke"), "ci", "join-values.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(ContainSubstring("kubectl get managedcluster spoke-a"))
+	})
+})
+
+// clusterScoped are the kinds the charts render without a namespace.
+var clusterScoped = []string{"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
+	"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+
+// entriesOf returns a table entry for each value set that keep accepts.
+func entriesOf(keep func(chartValueSet) bool) []TableEntry {
+	var entries []TableEntry
+	for _, v := range chartValueSets {
+		if keep(v) {
+			entries = append(entries, Entry(v.name(), v))
+		}
+	}
+	return entries
+}
