@@ -37,6 +37,7 @@ var methodRoles = map[string]Role{
 	queryv1.Query_CreateToken_FullMethodName:  RoleAdmin,
 	queryv1.Query_ListTokens_FullMethodName:   RoleAdmin,
 	queryv1.Query_RevokeToken_FullMethodName:  RoleAdmin,
+	queryv1.Query_GetVersion_FullMethodName:   RoleViewer,
 }
 
 // Authorize decides a Query call by the verified client certificate in ctx,

@@ -1,7 +1,8 @@
 // Package query is the hub's Query gRPC service (imperator.query.v1): the
 // read-only queries over the in-memory store (clusters, machine types,
-// usage, FindCapacity), the Watch stream of cluster changes, and the
-// administration of bootstrap tokens. It never reads the API server for a
+// usage, FindCapacity), the Watch stream of cluster changes, the hub's
+// version, and the administration of bootstrap tokens (Tokens, which the hub
+// binary's token command runs directly). It never reads the API server for a
 // query; only the token calls reach it, through join.Tokens.
 //
 // Authentication is mTLS: the caller's client certificate, signed by the hub
@@ -25,6 +26,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/capacity"
 	"github.com/imperator-federation/imperator/hub/internal/join"
 	"github.com/imperator-federation/imperator/hub/internal/store"
+	"github.com/imperator-federation/imperator/internal/version"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 )
 
@@ -41,8 +43,9 @@ type TokenAdmin interface {
 type Service struct {
 	queryv1.UnimplementedQueryServer
 
-	store  *store.Store
-	tokens TokenAdmin
+	store *store.Store
+	// tokens is nil when the hub administers no tokens.
+	tokens *Tokens
 	clock  clock.PassiveClock
 	watch  *broadcaster
 	// usage is computed once per cluster value and shared by every Watch
@@ -57,7 +60,10 @@ func New(st *store.Store, tokens TokenAdmin, clk clock.PassiveClock) *Service {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	s := &Service{store: st, tokens: tokens, clock: clk, watch: newBroadcaster()}
+	s := &Service{store: st, clock: clk, watch: newBroadcaster()}
+	if tokens != nil {
+		s.tokens = NewTokens(tokens)
+	}
 	st.OnChange(func(cluster string) {
 		if _, ok := st.Get(cluster); !ok {
 			s.usage.Forget(cluster)
@@ -153,32 +159,20 @@ func (s *Service) CreateToken(ctx context.Context, req *queryv1.CreateTokenReque
 	if err != nil {
 		return nil, err
 	}
-	ttl, err := validateCreateToken(req)
-	if err != nil {
-		return nil, err
+	resp, err := s.tokens.CreateToken(ctx, req)
+	if err == nil {
+		info := resp.GetInfo()
+		ctrl.LoggerFrom(ctx).Info("Bootstrap token created", "caller", caller, "tokenID", info.GetId(), "boundCluster", info.GetClusterName(), "expiration", info.GetExpiration().AsTime())
 	}
-	token, info, err := s.tokens.Create(ctx, join.CreateOptions{TTL: ttl, ClusterName: req.GetClusterName(), Description: req.GetDescription()})
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "creating bootstrap token: %v", err)
-	}
-	ctrl.LoggerFrom(ctx).Info("Bootstrap token created", "caller", caller, "tokenID", info.ID, "boundCluster", info.ClusterName, "expiration", info.Expiration)
-	return &queryv1.CreateTokenResponse{Token: token, Info: tokenInfo(info)}, nil
+	return resp, err
 }
 
 // ListTokens implements queryv1.QueryServer.
-func (s *Service) ListTokens(ctx context.Context, _ *queryv1.ListTokensRequest) (*queryv1.ListTokensResponse, error) {
+func (s *Service) ListTokens(ctx context.Context, req *queryv1.ListTokensRequest) (*queryv1.ListTokensResponse, error) {
 	if _, err := s.authorizeTokens(ctx); err != nil {
 		return nil, err
 	}
-	list, err := s.tokens.List(ctx)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "listing bootstrap tokens: %v", err)
-	}
-	resp := &queryv1.ListTokensResponse{Tokens: make([]*queryv1.Token, 0, len(list))}
-	for _, t := range list {
-		resp.Tokens = append(resp.Tokens, tokenInfo(t))
-	}
-	return resp, nil
+	return s.tokens.ListTokens(ctx, req)
 }
 
 // RevokeToken implements queryv1.QueryServer.
@@ -187,17 +181,11 @@ func (s *Service) RevokeToken(ctx context.Context, req *queryv1.RevokeTokenReque
 	if err != nil {
 		return nil, err
 	}
-	if err := validateRevokeToken(req); err != nil {
-		return nil, err
+	resp, err := s.tokens.RevokeToken(ctx, req)
+	if err == nil {
+		ctrl.LoggerFrom(ctx).Info("Bootstrap token revoked", "caller", caller, "tokenID", req.GetId())
 	}
-	if err := s.tokens.Revoke(ctx, req.GetId()); err != nil {
-		if errors.Is(err, join.ErrUnknownToken) {
-			return nil, status.Errorf(codes.NotFound, "no bootstrap token with ID %q", req.GetId())
-		}
-		return nil, status.Errorf(codes.Unavailable, "revoking bootstrap token: %v", err)
-	}
-	ctrl.LoggerFrom(ctx).Info("Bootstrap token revoked", "caller", caller, "tokenID", req.GetId())
-	return &queryv1.RevokeTokenResponse{}, nil
+	return resp, err
 }
 
 func (s *Service) authorizeTokens(ctx context.Context) (string, error) {
@@ -209,6 +197,72 @@ func (s *Service) authorizeTokens(ctx context.Context) (string, error) {
 		return "", status.Error(codes.Unimplemented, "this hub does not administer bootstrap tokens")
 	}
 	return caller, nil
+}
+
+// GetVersion implements queryv1.QueryServer.
+func (s *Service) GetVersion(ctx context.Context, _ *queryv1.GetVersionRequest) (*queryv1.GetVersionResponse, error) {
+	if _, err := authorize(ctx, RoleViewer); err != nil {
+		return nil, err
+	}
+	return &queryv1.GetVersionResponse{Hub: VersionOf(version.Get())}, nil
+}
+
+// VersionOf is the wire form of a build's version.
+func VersionOf(v version.Info) *queryv1.Version {
+	return &queryv1.Version{Version: v.Version, GitCommit: v.GitCommit, GoVersion: v.GoVersion, Platform: v.Platform}
+}
+
+// Tokens answers the token calls of the query API over a TokenAdmin: it
+// validates each request, converts the answer and maps errors to status
+// codes. It authorizes nobody: the Service does that for remote callers,
+// and the hub binary's own token command runs it with the caller's
+// kubeconfig, whose RBAC decides. Both imperatorctl token and hub token
+// therefore share one implementation, from the flags to the output.
+type Tokens struct {
+	admin TokenAdmin
+}
+
+// NewTokens returns the token calls over admin (a *join.Tokens).
+func NewTokens(admin TokenAdmin) *Tokens { return &Tokens{admin: admin} }
+
+// CreateToken validates req and creates a bootstrap token.
+func (t *Tokens) CreateToken(ctx context.Context, req *queryv1.CreateTokenRequest) (*queryv1.CreateTokenResponse, error) {
+	ttl, err := validateCreateToken(req)
+	if err != nil {
+		return nil, err
+	}
+	token, info, err := t.admin.Create(ctx, join.CreateOptions{TTL: ttl, ClusterName: req.GetClusterName(), Description: req.GetDescription()})
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "creating bootstrap token: %v", err)
+	}
+	return &queryv1.CreateTokenResponse{Token: token, Info: tokenInfo(info)}, nil
+}
+
+// ListTokens lists the bootstrap tokens without their secrets.
+func (t *Tokens) ListTokens(ctx context.Context, _ *queryv1.ListTokensRequest) (*queryv1.ListTokensResponse, error) {
+	list, err := t.admin.List(ctx)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "listing bootstrap tokens: %v", err)
+	}
+	resp := &queryv1.ListTokensResponse{Tokens: make([]*queryv1.Token, 0, len(list))}
+	for _, info := range list {
+		resp.Tokens = append(resp.Tokens, tokenInfo(info))
+	}
+	return resp, nil
+}
+
+// RevokeToken deletes a bootstrap token; NotFound when there is none.
+func (t *Tokens) RevokeToken(ctx context.Context, req *queryv1.RevokeTokenRequest) (*queryv1.RevokeTokenResponse, error) {
+	if err := validateRevokeToken(req); err != nil {
+		return nil, err
+	}
+	if err := t.admin.Revoke(ctx, req.GetId()); err != nil {
+		if errors.Is(err, join.ErrUnknownToken) {
+			return nil, status.Errorf(codes.NotFound, "no bootstrap token with ID %q", req.GetId())
+		}
+		return nil, status.Errorf(codes.Unavailable, "revoking bootstrap token: %v", err)
+	}
+	return &queryv1.RevokeTokenResponse{}, nil
 }
 
 func tokenInfo(t join.TokenInfo) *queryv1.Token {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -169,6 +170,14 @@ func TestAuthorization(t *testing.T) {
 			_, err := c.ListTokens(ctx, &queryv1.ListTokensRequest{})
 			return err
 		}, wantCode: codes.OK},
+		"viewer asks the hub's version": {role: "viewer", call: func(c queryv1.QueryClient) error {
+			_, err := c.GetVersion(ctx, &queryv1.GetVersionRequest{})
+			return err
+		}, wantCode: codes.OK},
+		"certificate without a role cannot ask the version": {role: "stranger", call: func(c queryv1.QueryClient) error {
+			_, err := c.GetVersion(ctx, &queryv1.GetVersionRequest{})
+			return err
+		}, wantCode: codes.PermissionDenied},
 		"certificate without a role cannot watch": {role: "stranger", call: func(c queryv1.QueryClient) error {
 			stream, err := c.Watch(ctx, &queryv1.WatchRequest{})
 			if err != nil {
@@ -352,5 +361,48 @@ func TestWatch(t *testing.T) {
 	}
 	if next.Initial || next.Type != queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_UPDATED || next.Cluster.GetName() != "a" || next.Usage.GetTypes()[0].GetFree() != 1 {
 		t.Fatalf("change event = %v", next)
+	}
+}
+
+// Guests held at a spoke's slot gate show as queued in every answer, and the
+// slot the first of them is about to take is not offered as free.
+func TestQueuedGuestsInAnswers(t *testing.T) {
+	env := startService(t)
+	ctx := context.Background()
+	// One unit, its reservation pod still running while the oldest of two
+	// queued guests is granted it.
+	m := gpuMachine("team-a", 1, 0)
+	m.Types[0].Usage = &federationv1.Usage{Maximum: 1, Reserved: 1, Waiting: 2, Queued: 2}
+	env.report("a", m)
+	c := env.clients["viewer"]
+
+	usage, err := c.GetUsage(ctx, &queryv1.GetUsageRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &queryv1.TypeUsage{Group: "team-a", Type: "compute-xlarge", Maximum: 1, Reserved: 1, Waiting: 2, Queued: 2, Free: 0}
+	if len(usage.GetClusters()) != 1 || len(usage.GetFleet()) != 1 {
+		t.Fatalf("GetUsage = %v, want one cluster and one fleet row", usage)
+	}
+	for what, got := range map[string]*queryv1.TypeUsage{"cluster a": usage.GetClusters()[0].GetTypes()[0], "fleet": usage.GetFleet()[0]} {
+		if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+			t.Errorf("%s usage (-want +got):\n%s", what, diff)
+		}
+	}
+	machines, err := c.ListMachines(ctx, &queryv1.ListMachinesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := machines.GetMachineTypes(); len(got) != 1 || got[0].GetUsage().GetQueued() != 2 || got[0].GetFree() != 0 {
+		t.Errorf("ListMachines = %v, want 2 queued and none free", got)
+	}
+	found, err := c.FindCapacity(ctx, &queryv1.FindCapacityRequest{
+		Target: &queryv1.FindCapacityRequest_MachineType{MachineType: &queryv1.MachineTypeRef{Type: "compute-xlarge"}}, Count: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found.GetSatisfiable() {
+		t.Errorf("FindCapacity = %v, want the slot a queued guest is taking not offered", found)
 	}
 }

@@ -2031,6 +2031,162 @@ func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
 	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{24}
 }
 
+type GetVersionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetVersionRequest) Reset() {
+	*x = GetVersionRequest{}
+	mi := &file_imperator_query_v1_query_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetVersionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetVersionRequest) ProtoMessage() {}
+
+func (x *GetVersionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_query_v1_query_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetVersionRequest.ProtoReflect.Descriptor instead.
+func (*GetVersionRequest) Descriptor() ([]byte, []int) {
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{25}
+}
+
+type GetVersionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// hub is the build of the hub replica that answered.
+	Hub           *Version `protobuf:"bytes,1,opt,name=hub,proto3" json:"hub,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetVersionResponse) Reset() {
+	*x = GetVersionResponse{}
+	mi := &file_imperator_query_v1_query_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetVersionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetVersionResponse) ProtoMessage() {}
+
+func (x *GetVersionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_query_v1_query_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetVersionResponse.ProtoReflect.Descriptor instead.
+func (*GetVersionResponse) Descriptor() ([]byte, []int) {
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetVersionResponse) GetHub() *Version {
+	if x != nil {
+		return x.Hub
+	}
+	return nil
+}
+
+// Version describes one build of an Imperator binary.
+type Version struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version is the release (v1.2.3), the Go pseudo-version of the source
+	// commit (v0.0.0-<time>-<commit>, +dirty for uncommitted changes) or
+	// "(devel)".
+	Version string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	// git_commit is the source revision, when the build recorded it.
+	GitCommit string `protobuf:"bytes,2,opt,name=git_commit,json=gitCommit,proto3" json:"git_commit,omitempty"`
+	// go_version is the Go toolchain that built the binary.
+	GoVersion string `protobuf:"bytes,3,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
+	// platform is GOOS/GOARCH.
+	Platform      string `protobuf:"bytes,4,opt,name=platform,proto3" json:"platform,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Version) Reset() {
+	*x = Version{}
+	mi := &file_imperator_query_v1_query_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Version) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Version) ProtoMessage() {}
+
+func (x *Version) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_query_v1_query_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Version.ProtoReflect.Descriptor instead.
+func (*Version) Descriptor() ([]byte, []int) {
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Version) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *Version) GetGitCommit() string {
+	if x != nil {
+		return x.GitCommit
+	}
+	return ""
+}
+
+func (x *Version) GetGoVersion() string {
+	if x != nil {
+		return x.GoVersion
+	}
+	return ""
+}
+
+func (x *Version) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
 var File_imperator_query_v1_query_proto protoreflect.FileDescriptor
 
 const file_imperator_query_v1_query_proto_rawDesc = "" +
@@ -2170,7 +2326,17 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\aused_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06usedAt\"$\n" +
 	"\x12RevokeTokenRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x15\n" +
-	"\x13RevokeTokenResponse*~\n" +
+	"\x13RevokeTokenResponse\"\x13\n" +
+	"\x11GetVersionRequest\"C\n" +
+	"\x12GetVersionResponse\x12-\n" +
+	"\x03hub\x18\x01 \x01(\v2\x1b.imperator.query.v1.VersionR\x03hub\"}\n" +
+	"\aVersion\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1d\n" +
+	"\n" +
+	"git_commit\x18\x02 \x01(\tR\tgitCommit\x12\x1d\n" +
+	"\n" +
+	"go_version\x18\x03 \x01(\tR\tgoVersion\x12\x1a\n" +
+	"\bplatform\x18\x04 \x01(\tR\bplatform*~\n" +
 	"\fClusterState\x12\x1d\n" +
 	"\x19CLUSTER_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17CLUSTER_STATE_AVAILABLE\x10\x01\x12\x17\n" +
@@ -2189,7 +2355,7 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\x10ClusterEventType\x12\"\n" +
 	"\x1eCLUSTER_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aCLUSTER_EVENT_TYPE_UPDATED\x10\x01\x12\x1e\n" +
-	"\x1aCLUSTER_EVENT_TYPE_REMOVED\x10\x022\xf3\x05\n" +
+	"\x1aCLUSTER_EVENT_TYPE_REMOVED\x10\x022\xd0\x06\n" +
 	"\x05Query\x12a\n" +
 	"\fListClusters\x12'.imperator.query.v1.ListClustersRequest\x1a(.imperator.query.v1.ListClustersResponse\x12a\n" +
 	"\fListMachines\x12'.imperator.query.v1.ListMachinesRequest\x1a(.imperator.query.v1.ListMachinesResponse\x12U\n" +
@@ -2199,7 +2365,9 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\vCreateToken\x12&.imperator.query.v1.CreateTokenRequest\x1a'.imperator.query.v1.CreateTokenResponse\x12[\n" +
 	"\n" +
 	"ListTokens\x12%.imperator.query.v1.ListTokensRequest\x1a&.imperator.query.v1.ListTokensResponse\x12^\n" +
-	"\vRevokeToken\x12&.imperator.query.v1.RevokeTokenRequest\x1a'.imperator.query.v1.RevokeTokenResponseBLZJgithub.com/imperator-federation/imperator/proto/imperator/query/v1;queryv1b\x06proto3"
+	"\vRevokeToken\x12&.imperator.query.v1.RevokeTokenRequest\x1a'.imperator.query.v1.RevokeTokenResponse\x12[\n" +
+	"\n" +
+	"GetVersion\x12%.imperator.query.v1.GetVersionRequest\x1a&.imperator.query.v1.GetVersionResponseBLZJgithub.com/imperator-federation/imperator/proto/imperator/query/v1;queryv1b\x06proto3"
 
 var (
 	file_imperator_query_v1_query_proto_rawDescOnce sync.Once
@@ -2214,7 +2382,7 @@ func file_imperator_query_v1_query_proto_rawDescGZIP() []byte {
 }
 
 var file_imperator_query_v1_query_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_imperator_query_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_imperator_query_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_imperator_query_v1_query_proto_goTypes = []any{
 	(ClusterState)(0),             // 0: imperator.query.v1.ClusterState
 	(CapacityMode)(0),             // 1: imperator.query.v1.CapacityMode
@@ -2245,30 +2413,33 @@ var file_imperator_query_v1_query_proto_goTypes = []any{
 	(*Token)(nil),                 // 26: imperator.query.v1.Token
 	(*RevokeTokenRequest)(nil),    // 27: imperator.query.v1.RevokeTokenRequest
 	(*RevokeTokenResponse)(nil),   // 28: imperator.query.v1.RevokeTokenResponse
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
-	(*v1.GPU)(nil),                // 31: imperator.federation.v1.GPU
-	(*v1.Usage)(nil),              // 32: imperator.federation.v1.Usage
-	(*v1.NodeCounts)(nil),         // 33: imperator.federation.v1.NodeCounts
-	(v1.ConditionStatus)(0),       // 34: imperator.federation.v1.ConditionStatus
+	(*GetVersionRequest)(nil),     // 29: imperator.query.v1.GetVersionRequest
+	(*GetVersionResponse)(nil),    // 30: imperator.query.v1.GetVersionResponse
+	(*Version)(nil),               // 31: imperator.query.v1.Version
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 33: google.protobuf.Duration
+	(*v1.GPU)(nil),                // 34: imperator.federation.v1.GPU
+	(*v1.Usage)(nil),              // 35: imperator.federation.v1.Usage
+	(*v1.NodeCounts)(nil),         // 36: imperator.federation.v1.NodeCounts
+	(v1.ConditionStatus)(0),       // 37: imperator.federation.v1.ConditionStatus
 }
 var file_imperator_query_v1_query_proto_depIdxs = []int32{
 	6,  // 0: imperator.query.v1.ListClustersResponse.clusters:type_name -> imperator.query.v1.Cluster
 	0,  // 1: imperator.query.v1.Cluster.state:type_name -> imperator.query.v1.ClusterState
-	29, // 2: imperator.query.v1.Cluster.last_heartbeat:type_name -> google.protobuf.Timestamp
-	30, // 3: imperator.query.v1.Cluster.heartbeat_age:type_name -> google.protobuf.Duration
-	29, // 4: imperator.query.v1.Cluster.observed_at:type_name -> google.protobuf.Timestamp
+	32, // 2: imperator.query.v1.Cluster.last_heartbeat:type_name -> google.protobuf.Timestamp
+	33, // 3: imperator.query.v1.Cluster.heartbeat_age:type_name -> google.protobuf.Duration
+	32, // 4: imperator.query.v1.Cluster.observed_at:type_name -> google.protobuf.Timestamp
 	9,  // 5: imperator.query.v1.ListMachinesResponse.machine_types:type_name -> imperator.query.v1.MachineTypeInfo
 	0,  // 6: imperator.query.v1.MachineTypeInfo.cluster_state:type_name -> imperator.query.v1.ClusterState
-	31, // 7: imperator.query.v1.MachineTypeInfo.gpu:type_name -> imperator.federation.v1.GPU
-	32, // 8: imperator.query.v1.MachineTypeInfo.usage:type_name -> imperator.federation.v1.Usage
-	33, // 9: imperator.query.v1.MachineTypeInfo.nodes:type_name -> imperator.federation.v1.NodeCounts
-	34, // 10: imperator.query.v1.MachineTypeInfo.machine_ready:type_name -> imperator.federation.v1.ConditionStatus
-	29, // 11: imperator.query.v1.MachineTypeInfo.observed_at:type_name -> google.protobuf.Timestamp
+	34, // 7: imperator.query.v1.MachineTypeInfo.gpu:type_name -> imperator.federation.v1.GPU
+	35, // 8: imperator.query.v1.MachineTypeInfo.usage:type_name -> imperator.federation.v1.Usage
+	36, // 9: imperator.query.v1.MachineTypeInfo.nodes:type_name -> imperator.federation.v1.NodeCounts
+	37, // 10: imperator.query.v1.MachineTypeInfo.machine_ready:type_name -> imperator.federation.v1.ConditionStatus
+	32, // 11: imperator.query.v1.MachineTypeInfo.observed_at:type_name -> google.protobuf.Timestamp
 	12, // 12: imperator.query.v1.GetUsageResponse.clusters:type_name -> imperator.query.v1.ClusterUsage
 	13, // 13: imperator.query.v1.GetUsageResponse.fleet:type_name -> imperator.query.v1.TypeUsage
 	0,  // 14: imperator.query.v1.ClusterUsage.state:type_name -> imperator.query.v1.ClusterState
-	29, // 15: imperator.query.v1.ClusterUsage.observed_at:type_name -> google.protobuf.Timestamp
+	32, // 15: imperator.query.v1.ClusterUsage.observed_at:type_name -> google.protobuf.Timestamp
 	13, // 16: imperator.query.v1.ClusterUsage.types:type_name -> imperator.query.v1.TypeUsage
 	15, // 17: imperator.query.v1.FindCapacityRequest.machine_type:type_name -> imperator.query.v1.MachineTypeRef
 	16, // 18: imperator.query.v1.FindCapacityRequest.shape:type_name -> imperator.query.v1.ResourceShape
@@ -2276,39 +2447,42 @@ var file_imperator_query_v1_query_proto_depIdxs = []int32{
 	18, // 20: imperator.query.v1.FindCapacityResponse.candidates:type_name -> imperator.query.v1.CapacityCandidate
 	19, // 21: imperator.query.v1.FindCapacityResponse.excluded:type_name -> imperator.query.v1.Exclusion
 	13, // 22: imperator.query.v1.CapacityCandidate.types:type_name -> imperator.query.v1.TypeUsage
-	29, // 23: imperator.query.v1.CapacityCandidate.observed_at:type_name -> google.protobuf.Timestamp
+	32, // 23: imperator.query.v1.CapacityCandidate.observed_at:type_name -> google.protobuf.Timestamp
 	2,  // 24: imperator.query.v1.Exclusion.reason:type_name -> imperator.query.v1.ExclusionReason
-	29, // 25: imperator.query.v1.Exclusion.observed_at:type_name -> google.protobuf.Timestamp
-	29, // 26: imperator.query.v1.Exclusion.last_heartbeat:type_name -> google.protobuf.Timestamp
+	32, // 25: imperator.query.v1.Exclusion.observed_at:type_name -> google.protobuf.Timestamp
+	32, // 26: imperator.query.v1.Exclusion.last_heartbeat:type_name -> google.protobuf.Timestamp
 	3,  // 27: imperator.query.v1.ClusterEvent.type:type_name -> imperator.query.v1.ClusterEventType
 	6,  // 28: imperator.query.v1.ClusterEvent.cluster:type_name -> imperator.query.v1.Cluster
 	12, // 29: imperator.query.v1.ClusterEvent.usage:type_name -> imperator.query.v1.ClusterUsage
-	30, // 30: imperator.query.v1.CreateTokenRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 30: imperator.query.v1.CreateTokenRequest.ttl:type_name -> google.protobuf.Duration
 	26, // 31: imperator.query.v1.CreateTokenResponse.info:type_name -> imperator.query.v1.Token
 	26, // 32: imperator.query.v1.ListTokensResponse.tokens:type_name -> imperator.query.v1.Token
-	29, // 33: imperator.query.v1.Token.expiration:type_name -> google.protobuf.Timestamp
-	29, // 34: imperator.query.v1.Token.used_at:type_name -> google.protobuf.Timestamp
-	4,  // 35: imperator.query.v1.Query.ListClusters:input_type -> imperator.query.v1.ListClustersRequest
-	7,  // 36: imperator.query.v1.Query.ListMachines:input_type -> imperator.query.v1.ListMachinesRequest
-	10, // 37: imperator.query.v1.Query.GetUsage:input_type -> imperator.query.v1.GetUsageRequest
-	14, // 38: imperator.query.v1.Query.FindCapacity:input_type -> imperator.query.v1.FindCapacityRequest
-	20, // 39: imperator.query.v1.Query.Watch:input_type -> imperator.query.v1.WatchRequest
-	22, // 40: imperator.query.v1.Query.CreateToken:input_type -> imperator.query.v1.CreateTokenRequest
-	24, // 41: imperator.query.v1.Query.ListTokens:input_type -> imperator.query.v1.ListTokensRequest
-	27, // 42: imperator.query.v1.Query.RevokeToken:input_type -> imperator.query.v1.RevokeTokenRequest
-	5,  // 43: imperator.query.v1.Query.ListClusters:output_type -> imperator.query.v1.ListClustersResponse
-	8,  // 44: imperator.query.v1.Query.ListMachines:output_type -> imperator.query.v1.ListMachinesResponse
-	11, // 45: imperator.query.v1.Query.GetUsage:output_type -> imperator.query.v1.GetUsageResponse
-	17, // 46: imperator.query.v1.Query.FindCapacity:output_type -> imperator.query.v1.FindCapacityResponse
-	21, // 47: imperator.query.v1.Query.Watch:output_type -> imperator.query.v1.ClusterEvent
-	23, // 48: imperator.query.v1.Query.CreateToken:output_type -> imperator.query.v1.CreateTokenResponse
-	25, // 49: imperator.query.v1.Query.ListTokens:output_type -> imperator.query.v1.ListTokensResponse
-	28, // 50: imperator.query.v1.Query.RevokeToken:output_type -> imperator.query.v1.RevokeTokenResponse
-	43, // [43:51] is the sub-list for method output_type
-	35, // [35:43] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	32, // 33: imperator.query.v1.Token.expiration:type_name -> google.protobuf.Timestamp
+	32, // 34: imperator.query.v1.Token.used_at:type_name -> google.protobuf.Timestamp
+	31, // 35: imperator.query.v1.GetVersionResponse.hub:type_name -> imperator.query.v1.Version
+	4,  // 36: imperator.query.v1.Query.ListClusters:input_type -> imperator.query.v1.ListClustersRequest
+	7,  // 37: imperator.query.v1.Query.ListMachines:input_type -> imperator.query.v1.ListMachinesRequest
+	10, // 38: imperator.query.v1.Query.GetUsage:input_type -> imperator.query.v1.GetUsageRequest
+	14, // 39: imperator.query.v1.Query.FindCapacity:input_type -> imperator.query.v1.FindCapacityRequest
+	20, // 40: imperator.query.v1.Query.Watch:input_type -> imperator.query.v1.WatchRequest
+	22, // 41: imperator.query.v1.Query.CreateToken:input_type -> imperator.query.v1.CreateTokenRequest
+	24, // 42: imperator.query.v1.Query.ListTokens:input_type -> imperator.query.v1.ListTokensRequest
+	27, // 43: imperator.query.v1.Query.RevokeToken:input_type -> imperator.query.v1.RevokeTokenRequest
+	29, // 44: imperator.query.v1.Query.GetVersion:input_type -> imperator.query.v1.GetVersionRequest
+	5,  // 45: imperator.query.v1.Query.ListClusters:output_type -> imperator.query.v1.ListClustersResponse
+	8,  // 46: imperator.query.v1.Query.ListMachines:output_type -> imperator.query.v1.ListMachinesResponse
+	11, // 47: imperator.query.v1.Query.GetUsage:output_type -> imperator.query.v1.GetUsageResponse
+	17, // 48: imperator.query.v1.Query.FindCapacity:output_type -> imperator.query.v1.FindCapacityResponse
+	21, // 49: imperator.query.v1.Query.Watch:output_type -> imperator.query.v1.ClusterEvent
+	23, // 50: imperator.query.v1.Query.CreateToken:output_type -> imperator.query.v1.CreateTokenResponse
+	25, // 51: imperator.query.v1.Query.ListTokens:output_type -> imperator.query.v1.ListTokensResponse
+	28, // 52: imperator.query.v1.Query.RevokeToken:output_type -> imperator.query.v1.RevokeTokenResponse
+	30, // 53: imperator.query.v1.Query.GetVersion:output_type -> imperator.query.v1.GetVersionResponse
+	45, // [45:54] is the sub-list for method output_type
+	36, // [36:45] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_imperator_query_v1_query_proto_init() }
@@ -2326,7 +2500,7 @@ func file_imperator_query_v1_query_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_imperator_query_v1_query_proto_rawDesc), len(file_imperator_query_v1_query_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   25,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

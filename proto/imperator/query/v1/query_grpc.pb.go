@@ -48,6 +48,7 @@ const (
 	Query_CreateToken_FullMethodName  = "/imperator.query.v1.Query/CreateToken"
 	Query_ListTokens_FullMethodName   = "/imperator.query.v1.Query/ListTokens"
 	Query_RevokeToken_FullMethodName  = "/imperator.query.v1.Query/RevokeToken"
+	Query_GetVersion_FullMethodName   = "/imperator.query.v1.Query/GetVersion"
 )
 
 // QueryClient is the client API for Query service.
@@ -61,7 +62,7 @@ type QueryClient interface {
 	// ListMachines returns the machine types of every cluster matching the
 	// filter, sorted by cluster, Machine and type name.
 	ListMachines(ctx context.Context, in *ListMachinesRequest, opts ...grpc.CallOption) (*ListMachinesResponse, error)
-	// GetUsage returns maximum/reserved/used/waiting/free per machine type per
+	// GetUsage returns maximum/reserved/used/waiting/queued/free per machine type per
 	// cluster and the fleet totals (of clusters that are neither offline nor
 	// stale).
 	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
@@ -81,6 +82,8 @@ type QueryClient interface {
 	// RevokeToken deletes a bootstrap token; NotFound when there is none with
 	// that ID. Admins only.
 	RevokeToken(ctx context.Context, in *RevokeTokenRequest, opts ...grpc.CallOption) (*RevokeTokenResponse, error)
+	// GetVersion returns the hub's build (imperatorctl version). Viewers and up.
+	GetVersion(ctx context.Context, in *GetVersionRequest, opts ...grpc.CallOption) (*GetVersionResponse, error)
 }
 
 type queryClient struct {
@@ -180,6 +183,16 @@ func (c *queryClient) RevokeToken(ctx context.Context, in *RevokeTokenRequest, o
 	return out, nil
 }
 
+func (c *queryClient) GetVersion(ctx context.Context, in *GetVersionRequest, opts ...grpc.CallOption) (*GetVersionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetVersionResponse)
+	err := c.cc.Invoke(ctx, Query_GetVersion_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // QueryServer is the server API for Query service.
 // All implementations must embed UnimplementedQueryServer
 // for forward compatibility.
@@ -191,7 +204,7 @@ type QueryServer interface {
 	// ListMachines returns the machine types of every cluster matching the
 	// filter, sorted by cluster, Machine and type name.
 	ListMachines(context.Context, *ListMachinesRequest) (*ListMachinesResponse, error)
-	// GetUsage returns maximum/reserved/used/waiting/free per machine type per
+	// GetUsage returns maximum/reserved/used/waiting/queued/free per machine type per
 	// cluster and the fleet totals (of clusters that are neither offline nor
 	// stale).
 	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)
@@ -211,6 +224,8 @@ type QueryServer interface {
 	// RevokeToken deletes a bootstrap token; NotFound when there is none with
 	// that ID. Admins only.
 	RevokeToken(context.Context, *RevokeTokenRequest) (*RevokeTokenResponse, error)
+	// GetVersion returns the hub's build (imperatorctl version). Viewers and up.
+	GetVersion(context.Context, *GetVersionRequest) (*GetVersionResponse, error)
 	mustEmbedUnimplementedQueryServer()
 }
 
@@ -244,6 +259,9 @@ func (UnimplementedQueryServer) ListTokens(context.Context, *ListTokensRequest) 
 }
 func (UnimplementedQueryServer) RevokeToken(context.Context, *RevokeTokenRequest) (*RevokeTokenResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeToken not implemented")
+}
+func (UnimplementedQueryServer) GetVersion(context.Context, *GetVersionRequest) (*GetVersionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetVersion not implemented")
 }
 func (UnimplementedQueryServer) mustEmbedUnimplementedQueryServer() {}
 func (UnimplementedQueryServer) testEmbeddedByValue()               {}
@@ -403,6 +421,24 @@ func _Query_RevokeToken_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Query_GetVersion_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetVersionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServer).GetVersion(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Query_GetVersion_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServer).GetVersion(ctx, req.(*GetVersionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Query_ServiceDesc is the grpc.ServiceDesc for Query service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -437,6 +473,10 @@ var Query_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokeToken",
 			Handler:    _Query_RevokeToken_Handler,
+		},
+		{
+			MethodName: "GetVersion",
+			Handler:    _Query_GetVersion_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
