@@ -29,6 +29,12 @@ const (
 	InjectResourceEnabled = "enabled"
 	// InjectedAnnotation records on a guest pod what the injector did, as JSON.
 	InjectedAnnotation = Prefix + "injected"
+	// SlotSchedulingGate is the scheduling gate (spec.schedulingGates) the Pod
+	// Resource Injector puts on every guest it admits. The scheduler does not
+	// consider a gated pod; the agent's Machine controller removes the gate
+	// when it grants the guest a unit of its machine type, in arrival order.
+	// Nothing else removes it.
+	SlotSchedulingGate = Prefix + "slot"
 )
 
 // PodRole is the value of PodRoleKey.

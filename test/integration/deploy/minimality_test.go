@@ -75,10 +75,12 @@ var ruleNeeds = []ruleNeed{
 	// The controllers' informers, one group each: a controller starts its
 	// watches one after the other, so one that cannot list hides the next.
 	{side: "spoke", kind: "ClusterRole", resource: "namespaces", group: "spoke-informer-namespaces",
-		scenario:  "guests and reservations are not counted: Machine status stays empty",
-		forbidden: forbiddenFor("spoke", "list|watch", "pods")},
+		scenario:  "guests are not counted: Machine status stays empty",
+		forbidden: forbiddenFor("spoke", "list|watch", "namespaces")},
+	// Pods share the nodes rule (get, list, watch, patch): the agent removes
+	// the slot gate of the guests it grants a unit to.
 	{side: "spoke", kind: "ClusterRole", resource: "nodes", group: "spoke-informer-nodes",
-		scenario:  "node pools are not labelled or tainted",
+		scenario:  "node pools are not labelled or tainted, guests and reservations are not counted and no guest is let through the slot gate",
 		forbidden: forbiddenFor("spoke", "list|watch", "nodes")},
 	{side: "spoke", kind: "ClusterRole", resource: "machinenodepools", group: "spoke-informer-machinenodepools",
 		scenario:  "a Machine gets no MachineNodePool",

@@ -93,7 +93,7 @@ func (r *Reconciler) podHandler(name multicluster.ClusterName, cl cluster.Cluste
 type podState struct {
 	group, machineType, role, nodeName, ordinal string
 	phase                                       corev1.PodPhase
-	deleting, unschedulable                     bool
+	deleting, unschedulable, gated              bool
 }
 
 func podView(pod *corev1.Pod) podState {
@@ -106,6 +106,7 @@ func podView(pod *corev1.Pod) podState {
 		phase:         pod.Status.Phase,
 		deleting:      pod.DeletionTimestamp != nil,
 		unschedulable: unschedulable(pod),
+		gated:         gated(pod),
 	}
 }
 

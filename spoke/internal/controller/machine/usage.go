@@ -29,7 +29,21 @@ type typeUsage struct {
 	offPool int32
 	// offPoolNodes are those nodes as "<node> (<node-pool state>)", sorted.
 	offPoolNodes []string
+	// granted counts the guests without the slot gate that are not bound
+	// yet: the scheduler is placing them into units already theirs.
+	granted int32
+	// leaving counts the type's bound guests that are terminating: their
+	// units are not free until they are gone.
+	leaving int32
+	// reservationPods counts the type's reservation pods that still exist
+	// and have not finished, bound or not, terminating or not.
+	reservationPods int32
+	// gated are the guests held at the slot gate, in no order.
+	gated []*corev1.Pod
 }
+
+// held is the units of the type that guests hold or were promised.
+func (u *typeUsage) held() int32 { return u.Used + u.granted + u.leaving }
 
 // nodeStateMissing is the node-pool state reported for a node missing from
 // the cache.
@@ -63,11 +77,18 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 		case !active(pod):
 			if pod.DeletionTimestamp != nil && bound(pod) && !finished(pod) {
 				u.terminating++
+				if role == imperatorv1alpha1.PodRoleGuest {
+					u.leaving++
+				}
+			}
+			if role == imperatorv1alpha1.PodRoleReservation && !finished(pod) {
+				u.reservationPods++
 			}
 			continue
 		}
 		switch role {
 		case imperatorv1alpha1.PodRoleReservation:
+			u.reservationPods++
 			switch {
 			case !bound(pod):
 				reservations = append(reservations, pod)
@@ -86,10 +107,16 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 				}
 			}
 		case imperatorv1alpha1.PodRoleGuest:
-			if bound(pod) {
+			switch {
+			case bound(pod):
 				u.Used++
-			} else {
+			case gated(pod):
 				u.Waiting++
+				u.Queued++
+				u.gated = append(u.gated, pod)
+			default:
+				u.Waiting++
+				u.granted++
 			}
 		}
 	}
@@ -116,8 +143,12 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 }
 
 // reservationReplicas is how many units stay reserved: what is available and
-// neither used nor asked for by a waiting guest. It depends on guests only, so
-// reservation pods that cannot be scheduled never make it move.
+// neither used nor asked for by a waiting guest, gated or not. It depends on
+// guests only, so reservation pods that cannot be scheduled never make it
+// move. A gated guest lowers it before its gate is removed: the reservation
+// pod goes first, and the guest is let through into the unit it left; a
+// guest that leaves while another waits lets the waiting one have its unit
+// instead of the reservation.
 func reservationReplicas(available int32, u imperatorv1alpha1.Usage) int32 {
 	return max(0, available-u.Used-u.Waiting)
 }

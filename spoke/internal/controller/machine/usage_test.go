@@ -228,3 +228,74 @@ func TestInjectionEnabled(t *testing.T) {
 		})
 	}
 }
+
+func TestPodCountsGuestQueue(t *testing.T) {
+	enabled := func(ns string) bool { return ns == guestNS }
+	nodeState := func(string) string { return string(imperatorv1alpha1.NodePoolReady) }
+	gate := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: imperatorv1alpha1.SlotSchedulingGate})
+		return p
+	}
+	type counts struct {
+		Usage                                      imperatorv1alpha1.Usage
+		Replicas, Held, Granted, Leaving, Reserved int32
+		ReservationPods                            int32
+		Gated                                      []string
+	}
+	cases := map[string]struct {
+		pods []*corev1.Pod
+		want counts
+	}{
+		"gated guests are waiting and queued; ungated unbound ones waiting and granted; both keep the reservation down": {
+			pods: []*corev1.Pod{
+				wrappers.MakePod(guestNS, "running").Guest(group, "compute-small").NodeName("kasumi").Obj(),
+				wrappers.MakePod(guestNS, "granted").Guest(group, "compute-small").Obj(),
+				gate(wrappers.MakePod(guestNS, "first").Guest(group, "compute-small").Obj()),
+				gate(wrappers.MakePod(guestNS, "second").Guest(group, "compute-small").Obj()),
+				// Another gate only: the agent does not hold it, it counts as granted.
+				func() *corev1.Pod {
+					p := wrappers.MakePod(guestNS, "foreign-gate").Guest(group, "compute-small").Obj()
+					p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/quota"}}
+					return p
+				}(),
+				// Not a guest of an enabled namespace: neither counted nor queued.
+				gate(wrappers.MakePod("team-off", "ignored").Guest(group, "compute-small").Obj()),
+			},
+			want: counts{
+				Usage: imperatorv1alpha1.Usage{Maximum: 6, Used: 1, Waiting: 4, Queued: 2},
+				Replicas: 1, Held: 3, Granted: 2, Gated: []string{"first", "second"},
+			},
+		},
+		"a leaving guest holds its unit until it is gone; every reservation pod that still exists is counted": {
+			pods: []*corev1.Pod{
+				deleting(wrappers.MakePod(guestNS, "leaving").Guest(group, "compute-small").NodeName("kasumi").Obj()),
+				reservationPod("compute-small", "0").NodeName("kasumi").Obj(),
+				deleting(reservationPod("compute-small", "1").NodeName("kasumi").Obj()),
+				reservationPod("compute-small", "2").Obj(),
+				withPhase(reservationPod("compute-small", "3").NodeName("kasumi").Obj(), corev1.PodSucceeded),
+				gate(wrappers.MakePod(guestNS, "next").Guest(group, "compute-small").Obj()),
+			},
+			want: counts{
+				Usage:    imperatorv1alpha1.Usage{Maximum: 6, Reserved: 1, Waiting: 1, Queued: 1},
+				Replicas: 5, Held: 1, Leaving: 1, Reserved: 1, ReservationPods: 3, Gated: []string{"next"},
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			pods := make([]corev1.Pod, 0, len(tc.pods))
+			for _, p := range tc.pods {
+				pods = append(pods, *p)
+			}
+			u := podCounts(pods, group, agentNS, enabled, nodeState, map[string]int32{"compute-small": 6})["compute-small"]
+			got := counts{Usage: u.Usage, Replicas: u.replicas, Held: u.held(), Granted: u.granted, Leaving: u.leaving,
+				Reserved: u.Reserved, ReservationPods: u.reservationPods}
+			for _, p := range u.gated {
+				got.Gated = append(got.Gated, p.Name)
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("podCounts() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

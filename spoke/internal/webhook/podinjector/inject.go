@@ -61,6 +61,12 @@ func denied(format string, args ...any) *DeniedError {
 // container does not exist, or its node affinity or nodeSelector contradicts
 // the machine type's placement.
 //
+// The pod is held at the imperatorv1alpha1.SlotSchedulingGate scheduling
+// gate: the scheduler leaves it alone until the agent's Machine controller
+// grants it a unit of its machine type, in arrival order, and removes the
+// gate. A guest therefore never runs beyond the type's available units and
+// is never tried by the scheduler before its slot is free.
+//
 // The target container gets requests = limits = the machine type's cpu,
 // memory and GPUs, merged into what it already sets. The pod tolerates the
 // machine type's and the node pool's NoSchedule taints, and every required
@@ -111,6 +117,7 @@ func Inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine) (*corev1.Pod, *
 		return nil, nil, err
 	}
 	injectTolerations(out, typeName, group)
+	injectSlotGate(out)
 	replaced := injectResources(container, machineType.Spec)
 
 	record := &Record{
@@ -280,6 +287,15 @@ func injectTolerations(pod *corev1.Pod, typeName, group string) {
 		if !slices.ContainsFunc(pod.Spec.Tolerations, func(t corev1.Toleration) bool { return sameToleration(t, want) }) {
 			pod.Spec.Tolerations = append(pod.Spec.Tolerations, want)
 		}
+	}
+}
+
+// injectSlotGate adds the slot scheduling gate unless the pod has it.
+func injectSlotGate(pod *corev1.Pod) {
+	if !slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+		return g.Name == imperatorv1alpha1.SlotSchedulingGate
+	}) {
+		pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: imperatorv1alpha1.SlotSchedulingGate})
 	}
 }
 

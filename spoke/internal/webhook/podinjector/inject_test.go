@@ -482,6 +482,10 @@ func TestInject(t *testing.T) {
 			if tc.want != nil {
 				tc.want(want)
 			}
+			if record != nil {
+				// Every admitted guest waits at the slot gate for the agent.
+				injectSlotGate(want)
+			}
 			if diff := cmp.Diff(want, got, quantities); diff != "" {
 				t.Errorf("Inject() pod mismatch (-want +got):\n%s", diff)
 			}
@@ -509,6 +513,43 @@ func TestInject(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestInjectHoldsGuestsAtTheSlotGate(t *testing.T) {
+	general := wrappers.GeneralMachine().Obj()
+	slot := corev1.PodSchedulingGate{Name: imperatorv1alpha1.SlotSchedulingGate}
+	other := corev1.PodSchedulingGate{Name: "example.com/quota"}
+	cases := map[string]struct {
+		gates     []corev1.PodSchedulingGate
+		wantGates []corev1.PodSchedulingGate
+	}{
+		"a guest without gates gets the slot gate":             {wantGates: []corev1.PodSchedulingGate{slot}},
+		"a guest with another gate keeps it and gets the slot": {gates: []corev1.PodSchedulingGate{other}, wantGates: []corev1.PodSchedulingGate{other, slot}},
+		"a guest already at the slot gate keeps one":           {gates: []corev1.PodSchedulingGate{slot, other}, wantGates: []corev1.PodSchedulingGate{slot, other}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			pod := guest().Obj()
+			pod.Spec.SchedulingGates = tc.gates
+			got, _, err := Inject(pod, general)
+			if err != nil {
+				t.Fatalf("Inject() error = %v", err)
+			}
+			if diff := cmp.Diff(tc.wantGates, got.Spec.SchedulingGates); diff != "" {
+				t.Errorf("scheduling gates (-want +got):\n%s", diff)
+			}
+		})
+	}
+
+	t.Run("a pod that is not a guest is not gated", func(t *testing.T) {
+		got, _, err := Inject(wrappers.MakePod("team-a", "plain").Obj(), general)
+		if err != nil {
+			t.Fatalf("Inject() error = %v", err)
+		}
+		if len(got.Spec.SchedulingGates) != 0 {
+			t.Errorf("scheduling gates = %v, want none", got.Spec.SchedulingGates)
+		}
+	})
 }
 
 func TestInjectNilPod(t *testing.T) {

@@ -1,0 +1,126 @@
+package machine
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+// The guest queue. The Pod Resource Injector holds every guest at the
+// imperatorv1alpha1.SlotSchedulingGate; the scheduler does not look at a
+// gated pod. Per machine type, the controller grants slots in arrival order:
+// while fewer than available units are held by guests (bound, granted and
+// not yet bound, or leaving and still on their node), it takes the oldest
+// gated guest that a node-pool=ready node of the type can take, and removes
+// its gate once no reservation pod beyond the reservation's replicas is left
+// (replicas already leave out every waiting guest, so the StatefulSet has
+// been scaled down for it). The scheduler then places the guest at once,
+// into the slot the reservation pod left, with no failed attempt and no
+// backoff. A guest that leaves hands its slot to the next gated guest before
+// the reservation grows back, because waiting guests keep the replicas down.
+
+// gated is a guest held at the agent's slot gate.
+func gated(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+		return g.Name == imperatorv1alpha1.SlotSchedulingGate
+	})
+}
+
+// arrivalOrder orders guests first come, first served: by creation
+// timestamp, then namespace, then name, so that every reconcile, and every
+// agent replica, sees the same line.
+func arrivalOrder(a, b *corev1.Pod) int {
+	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+		return c
+	}
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+}
+
+// line is what the grant decision of one machine type depends on.
+type line struct {
+	machineType string
+	// available is spec.machineTypes[].available.
+	available int32
+	// held counts the units guests hold or were promised: bound guests,
+	// guests without the gate that are not bound yet, and leaving guests
+	// still bound to their node.
+	held int32
+	// releasing is true while a reservation pod the StatefulSet is to remove
+	// (its replicas were lowered for a waiting guest) still exists: its unit
+	// is not free yet.
+	releasing bool
+	// gated are the guests at the slot gate, in any order.
+	gated []*corev1.Pod
+	// placeable tells whether a node-pool=ready node of the type can take
+	// the guest; nil means none can.
+	placeable func(*corev1.Pod) bool
+}
+
+// queuedGuest is a guest that stays at the gate, with what it is told.
+type queuedGuest struct {
+	pod  *corev1.Pod
+	note string
+}
+
+// slotPlan is what to do with one machine type's line.
+type slotPlan struct {
+	// grant are the guests whose gate is removed now, oldest first.
+	grant []*corev1.Pod
+	// queued are the others, in line order, each with its note.
+	queued []queuedGuest
+}
+
+// planSlots decides which gated guests get a unit now and what the others
+// are told. A guest no ready node can take keeps its place in line and is
+// passed over, so that it holds nobody behind it back; it gets the next
+// unit once a node can take it.
+func planSlots(l line) slotPlan {
+	order := slices.Clone(l.gated)
+	slices.SortFunc(order, arrivalOrder)
+	free := l.available - l.held
+	var plan slotPlan
+	var unplaceable []bool
+	for _, pod := range order {
+		placeable := l.placeable != nil && l.placeable(pod)
+		if free > 0 && !l.releasing && placeable {
+			plan.grant = append(plan.grant, pod)
+			free--
+			continue
+		}
+		plan.queued = append(plan.queued, queuedGuest{pod: pod})
+		unplaceable = append(unplaceable, !placeable)
+	}
+	inUse := l.held + int32(len(plan.grant))
+	for i := range plan.queued {
+		note := fmt.Sprintf("waiting for %s: %s in line, %d of %d in use", l.machineType, ordinal(i+1), inUse, l.available)
+		switch {
+		case unplaceable[i]:
+			note += "; no " + imperatorv1alpha1.NodePoolKey + "=ready node of the type can take it now"
+		case inUse < l.available && l.releasing:
+			note += "; a reservation pod is making room"
+		}
+		plan.queued[i].note = note
+	}
+	return plan
+}
+
+// ordinal spells a line position: 1st, 2nd, 3rd, 4th, 11th, 21st.
+func ordinal(n int) string {
+	suffix := "th"
+	if n%100 < 11 || n%100 > 13 {
+		switch n % 10 {
+		case 1:
+			suffix = "st"
+		case 2:
+			suffix = "nd"
+		case 3:
+			suffix = "rd"
+		}
+	}
+	return strconv.Itoa(n) + suffix
+}
