@@ -45,12 +45,16 @@ on spoke-a get pods -n team-a -o wide
 used() { "$ctl" usage --cluster spoke-a -o json | grep -q '"used": *1'; }
 until_ok 30 used
 
+step "imperatorctl version"
+"$ctl" version
 step "imperatorctl clusters"
 "$ctl" clusters
 step "imperatorctl usage"
 "$ctl" usage
 step "imperatorctl capacity compute-xlarge --count 2 --same-cluster"
 "$ctl" capacity compute-xlarge --count 2 --same-cluster
+step "imperatorctl token list (the tokens the spokes joined with; hub token list shows the same)"
+"$ctl" token list
 
 cat <<MSG
 
@@ -58,6 +62,7 @@ The fleet keeps running. Explore it:
   export IMPERATOR_CONFIG=$dir/imperatorctl.yaml
   bin/imperatorctl machines -o wide
   bin/imperatorctl usage --watch
+  source <(bin/imperatorctl completion bash)     # or zsh, fish; bin/imperatorctl --help lists every command
   bin/imperatorctl capacity --gpu 8 --gpu-product NVIDIA-H100-80GB-HBM3 --count 1
   $kubectl --kubeconfig $dir/spoke-a/kubeconfig scale deployment/guest-deployment -n team-a --replicas=3
   $kubectl --kubeconfig $dir/hub/kubeconfig get managedclusters,clusterinventories,addonplacementscores -A

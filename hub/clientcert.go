@@ -18,7 +18,7 @@ import (
 )
 
 // imperatorctlConfig is the imperatorctl configuration file (see
-// cmd/imperatorctl/internal/cli.Config), with every credential inline.
+// internal/cli.Config), with every credential inline.
 type imperatorctlConfig struct {
 	CurrentContext string                `json:"current-context"`
 	Contexts       []imperatorctlContext `json:"contexts"`

@@ -4,8 +4,8 @@
 // ClusterInventory per cluster), and tracks cluster liveness.
 //
 //	hub [flags]                                   serve (default)
-//	hub token create [--ttl 24h] [--cluster NAME] [--description TEXT]
-//	hub token list
+//	hub token create [--ttl 24h] [--cluster NAME] [--description TEXT]   the same command as imperatorctl token,
+//	hub token list [-o table|wide|json|yaml]                            run with the hub cluster's kubeconfig
 //	hub token revoke ID
 //	hub ca                                        print the hub CA bundle (PEM) for spokes' --hub-ca-file
 //	hub client-cert --name N --role viewer|admin --hub-address H
@@ -21,8 +21,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -34,6 +35,8 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/config"
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/join"
+	"github.com/imperator-federation/imperator/hub/internal/query"
+	"github.com/imperator-federation/imperator/internal/cli"
 	"github.com/imperator-federation/imperator/internal/pki"
 )
 
@@ -48,7 +51,7 @@ func run(args []string) error {
 	if len(args) > 0 {
 		switch args[0] {
 		case "token":
-			return runToken(args[1:])
+			os.Exit(runToken(args[1:]))
 		case "ca":
 			return runCA(args[1:])
 		case "client-cert":
@@ -104,60 +107,29 @@ func adminClient(cfg *config.Config) (client.Client, error) {
 	return client.New(restConfig, client.Options{Scheme: scheme})
 }
 
-func runToken(args []string) error {
-	if len(args) == 0 {
-		return fmt.Errorf("usage: hub token create|list|revoke")
-	}
-	fs, cfg := adminFlags("token " + args[0])
-	var opts join.CreateOptions
-	if args[0] == "create" {
-		fs.DurationVar(&opts.TTL, "ttl", join.DefaultTokenTTL, "How long the token can be used.")
-		fs.StringVar(&opts.ClusterName, "cluster", "", "Bind the token to this cluster name (default: any).")
-		fs.StringVar(&opts.Description, "description", "", "Free-form note stored with the token.")
-	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	c, err := adminClient(cfg)
-	if err != nil {
-		return err
-	}
+// runToken runs imperatorctl's token command (internal/cli) against the
+// hub cluster's API with the caller's kubeconfig: the same flags, output
+// formats and exit codes as `imperatorctl token`, for the first token of a
+// hub that has no admin certificate yet.
+func runToken(args []string) int {
+	cfg := config.Default()
+	env := cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	cmd := cli.NewHubTokenCommand(env, cli.HubTokens{
+		BindFlags: func(fs *pflag.FlagSet) {
+			fs.StringVar(&cfg.Kubeconfig, "kubeconfig", cfg.Kubeconfig, "Kubeconfig of the hub cluster (default: in-cluster or $KUBECONFIG).")
+			fs.StringVar(&cfg.Namespace, "namespace", cfg.Namespace, "Namespace of the bootstrap tokens.")
+		},
+		Open: func(context.Context) (cli.TokenAPI, string, error) {
+			c, err := adminClient(&cfg)
+			if err != nil {
+				return nil, "", err
+			}
+			return query.NewTokens(join.NewTokens(c, cfg.Namespace, nil)), "the hub cluster's API server", nil
+		},
+	})
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 30*time.Second)
-	defer cancelTimeout()
-	tokens := join.NewTokens(c, cfg.Namespace, nil)
-	switch args[0] {
-	case "create":
-		token, info, err := tokens.Create(ctx, opts)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(os.Stderr, "Token", info.ID, "expires", info.Expiration.Format(time.RFC3339), "- it is shown only once:")
-		fmt.Println(token)
-	case "list":
-		list, err := tokens.List(ctx)
-		if err != nil {
-			return err
-		}
-		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "ID\tEXPIRES\tCLUSTER\tUSED BY\tDESCRIPTION")
-		for _, t := range list {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Expiration.Format(time.RFC3339), orDash(t.ClusterName), orDash(t.UsedBy), t.Description)
-		}
-		return w.Flush()
-	case "revoke":
-		if fs.NArg() != 1 {
-			return fmt.Errorf("usage: hub token revoke ID")
-		}
-		if err := tokens.Revoke(ctx, fs.Arg(0)); err != nil {
-			return err
-		}
-		fmt.Println("revoked", fs.Arg(0))
-	default:
-		return fmt.Errorf("unknown token command %q: want create, list or revoke", args[0])
-	}
-	return nil
+	return cli.Execute(ctx, cmd, append([]string{"token"}, args...), env)
 }
 
 func runCA(args []string) error {
@@ -197,11 +169,4 @@ func restConfigFor(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("loading --kubeconfig %s: %w", kubeconfig, err)
 	}
 	return cfg, nil
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

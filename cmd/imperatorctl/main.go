@@ -10,7 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/imperator-federation/imperator/cmd/imperatorctl/internal/cli"
+	"github.com/imperator-federation/imperator/internal/cli"
 )
 
 func main() {

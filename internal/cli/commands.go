@@ -2,15 +2,14 @@ package cli
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -36,8 +35,14 @@ func (p *printer) clusterRow(t *table, c *queryv1.Cluster) {
 		c.GetStateMessage())
 }
 
-func clustersCommand(*flag.FlagSet) subcommand {
-	return subcommand{validate: noArgs, run: func(c *command) error {
+func (p *program) clustersCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "clusters",
+		Short: "List the clusters: state, agent version, heartbeat age, machines",
+		Args:  cobra.NoArgs,
+	}
+	p.g.bindWatch(cmd.Flags())
+	return p.leaf(cmd, subcommand{run: func(c *command) error {
 		if c.g.watch {
 			return c.watch(func(t *table, ev *queryv1.ClusterEvent) {
 				if ev.GetType() == queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_REMOVED {
@@ -61,7 +66,7 @@ func clustersCommand(*flag.FlagSet) subcommand {
 			c.printer.clusterRow(t, cl)
 		}
 		return c.printer.table(t, true)
-	}}
+	}})
 }
 
 // machines
@@ -84,15 +89,22 @@ func gpuCell(g interface {
 	return fmt.Sprintf("%dx %s", g.GetNum(), sel)
 }
 
-func machinesCommand(fs *flag.FlagSet) subcommand {
+func (p *program) machinesCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "machines",
+		Short: "List the machine types of every cluster, with their shape and usage",
+		Example: `  imperatorctl machines --gpu-family ampere -o wide
+  imperatorctl machines --cluster spoke-a --group team-a`,
+		Args: cobra.NoArgs,
+	}
+	fs := cmd.Flags()
 	var req queryv1.ListMachinesRequest
 	fs.StringVar(&req.Cluster, "cluster", "", "Only this cluster.")
 	fs.StringVar(&req.Group, "group", "", "Only this machine group.")
 	fs.StringVar(&req.Type, "type", "", "Only this machine type.")
 	fs.StringVar(&req.GpuProduct, "gpu-product", "", "Only types selecting this GPU product (nvidia.com/gpu.product).")
 	fs.StringVar(&req.GpuFamily, "gpu-family", "", "Only types selecting this GPU family (nvidia.com/gpu.family).")
-	return subcommand{
-		validate: noArgs,
+	return p.leaf(cmd, subcommand{
 		run: func(c *command) error {
 			ctx, cancel := c.unary()
 			defer cancel()
@@ -106,47 +118,54 @@ func machinesCommand(fs *flag.FlagSet) subcommand {
 			t := &table{columns: []column{
 				{name: "CLUSTER"}, {name: "GROUP"}, {name: "TYPE"}, {name: "CPU"}, {name: "MEMORY"}, {name: "GPU"},
 				{name: "FREE"}, {name: "USED"}, {name: "WAITING"}, {name: "MAXIMUM"},
-				{name: "MACHINE", wide: true}, {name: "RESERVED", wide: true}, {name: "STATE", wide: true}, {name: "NODES(R/NR/M)", wide: true}, {name: "OBSERVED", wide: true},
+				{name: "MACHINE", wide: true}, {name: "RESERVED", wide: true}, {name: "QUEUED", wide: true}, {name: "STATE", wide: true}, {name: "NODES(R/NR/M)", wide: true}, {name: "OBSERVED", wide: true},
 			}}
 			for _, m := range resp.GetMachineTypes() {
 				u, n := m.GetUsage(), m.GetNodes()
 				t.add(m.GetCluster(), m.GetGroup(), m.GetType(), m.GetCpu(), m.GetMemory(), gpuCell(m.GetGpu()),
 					itoa(m.GetFree()), itoa(u.GetUsed()), itoa(u.GetWaiting()), itoa(u.GetMaximum()),
-					m.GetMachine(), itoa(u.GetReserved()), enumName(m.GetClusterState().String(), statePrefix),
+					m.GetMachine(), itoa(u.GetReserved()), itoa(u.GetQueued()), enumName(m.GetClusterState().String(), statePrefix),
 					fmt.Sprintf("%d/%d/%d", n.GetReady(), n.GetNotReady(), n.GetMaintenance()), c.printer.age(m.GetObservedAt()))
 			}
 			return c.printer.table(t, true)
 		},
-	}
-}
-
-func noArgs(c *command) error {
-	if len(c.args) > 0 {
-		return fail(ExitUsage, "unexpected argument %q", c.args[0])
-	}
-	return nil
+	})
 }
 
 // usage
 
 var usageColumns = []column{
 	{name: "CLUSTER"}, {name: "STATE"}, {name: "GROUP"}, {name: "TYPE"},
-	{name: "MAXIMUM"}, {name: "RESERVED"}, {name: "USED"}, {name: "WAITING"}, {name: "FREE"},
+	{name: "MAXIMUM"}, {name: "RESERVED"}, {name: "USED"}, {name: "WAITING"}, {name: "QUEUED"}, {name: "FREE"},
 	{name: "OBSERVED", wide: true},
 }
 
 func (p *printer) usageRows(t *table, cu *queryv1.ClusterUsage) {
 	for _, u := range cu.GetTypes() {
 		t.add(cu.GetCluster(), enumName(cu.GetState().String(), statePrefix), u.GetGroup(), u.GetType(),
-			itoa(u.GetMaximum()), itoa(u.GetReserved()), itoa(u.GetUsed()), itoa(u.GetWaiting()), itoa(u.GetFree()), p.age(cu.GetObservedAt()))
+			itoa(u.GetMaximum()), itoa(u.GetReserved()), itoa(u.GetUsed()), itoa(u.GetWaiting()), itoa(u.GetQueued()), itoa(u.GetFree()), p.age(cu.GetObservedAt()))
 	}
 }
 
-func usageCommand(fs *flag.FlagSet) subcommand {
+func (p *program) usageCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "usage",
+		Short: "Maximum, reserved, used, waiting, queued and free units per type, with fleet totals",
+		Long: `Usage shows, per cluster and machine type, the units the Machine offers
+(MAXIMUM), held by reservation pods (RESERVED), taken by running guests (USED),
+guests not yet running (WAITING), those of them held in line at the agent's
+slot gate (QUEUED), and the units a new guest can get now (FREE). FREE never
+counts a slot that a waiting or queued guest is about to take. The fleet rows
+sum the clusters that are neither offline nor stale.`,
+		Example: `  imperatorctl usage
+  imperatorctl usage --cluster spoke-a --watch`,
+		Args: cobra.NoArgs,
+	}
+	fs := cmd.Flags()
+	p.g.bindWatch(fs)
 	var req queryv1.GetUsageRequest
 	fs.StringVar(&req.Cluster, "cluster", "", "Only this cluster.")
-	return subcommand{
-		validate: noArgs,
+	return p.leaf(cmd, subcommand{
 		run: func(c *command) error {
 			if c.g.watch {
 				return c.watch(func(t *table, ev *queryv1.ClusterEvent) {
@@ -172,12 +191,12 @@ func usageCommand(fs *flag.FlagSet) subcommand {
 			}
 			if req.Cluster == "" {
 				for _, u := range resp.GetFleet() {
-					t.add("(fleet)", "", u.GetGroup(), u.GetType(), itoa(u.GetMaximum()), itoa(u.GetReserved()), itoa(u.GetUsed()), itoa(u.GetWaiting()), itoa(u.GetFree()))
+					t.add("(fleet)", "", u.GetGroup(), u.GetType(), itoa(u.GetMaximum()), itoa(u.GetReserved()), itoa(u.GetUsed()), itoa(u.GetWaiting()), itoa(u.GetQueued()), itoa(u.GetFree()))
 				}
 			}
 			return c.printer.table(t, true)
 		},
-	}
+	})
 }
 
 // reopenAfter is how long a Watch stream must have worked for its loss to
@@ -235,7 +254,19 @@ func (c *command) watch(rows func(*table, *queryv1.ClusterEvent), columns []colu
 
 // capacity
 
-func capacityCommand(fs *flag.FlagSet) subcommand {
+func (p *program) capacityCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "capacity (TYPE | GROUP/TYPE | --gpu N [--gpu-product P] [--gpu-family F] [--cpu Q] [--memory Q]) [--count N] [--same-cluster]",
+		Short: "Where N more units of a machine type, or of a resource shape, fit right now",
+		Long: `Capacity asks the hub where --count more units fit now: of a machine type
+(TYPE, or GROUP/TYPE), or of any type offering at least a resource shape. By
+default the units are spread over the fewest clusters; with --same-cluster
+they must all fit in one. Exits 1 when they do not fit, saying why for each
+cluster.`,
+		Example: `  imperatorctl capacity compute-xlarge --count 4 --same-cluster
+  imperatorctl capacity --gpu 8 --gpu-product NVIDIA-H100-80GB-HBM3 --count 1`,
+	}
+	fs := cmd.Flags()
 	var (
 		count       int
 		sameCluster bool
@@ -251,7 +282,7 @@ func capacityCommand(fs *flag.FlagSet) subcommand {
 	fs.StringVar(&shape.Memory, "memory", "", "Shape: memory per unit, a quantity (32Gi).")
 	req := &queryv1.FindCapacityRequest{}
 	what := ""
-	return subcommand{
+	return p.leaf(cmd, subcommand{
 		validate: func(c *command) error {
 			hasShape := gpus != 0 || shape.GpuProduct != "" || shape.GpuFamily != "" || shape.Cpu != "" || shape.Memory != ""
 			switch {
@@ -312,7 +343,7 @@ func capacityCommand(fs *flag.FlagSet) subcommand {
 			}
 			return nil
 		},
-	}
+	})
 }
 
 func describeShape(s *queryv1.ResourceShape) string {
@@ -375,91 +406,4 @@ func (p *printer) capacity(resp *queryv1.FindCapacityResponse) error {
 		ex.add(e.GetCluster(), enumName(e.GetReason().String(), reasonPrefix), itoa(e.GetFree()), e.GetMessage())
 	}
 	return p.table(ex, true)
-}
-
-// tokens
-
-var tokenColumns = []column{{name: "ID"}, {name: "EXPIRES"}, {name: "CLUSTER"}, {name: "USED-BY"}, {name: "DESCRIPTION"}}
-
-func tokenRow(t *table, tok *queryv1.Token) {
-	expires := "-"
-	if tok.GetExpiration() != nil {
-		expires = tok.GetExpiration().AsTime().UTC().Format(time.RFC3339)
-	}
-	t.add(tok.GetId(), expires, tok.GetClusterName(), tok.GetUsedBy(), tok.GetDescription())
-}
-
-func tokenCreateCommand(fs *flag.FlagSet) subcommand {
-	req := &queryv1.CreateTokenRequest{}
-	var ttl time.Duration
-	fs.DurationVar(&ttl, "ttl", 0, "How long the token can be used (hub default 24h; at most 720h).")
-	fs.StringVar(&req.ClusterName, "cluster", "", "Bind the token to this cluster name (default: any).")
-	fs.StringVar(&req.Description, "description", "", "Free-form note stored with the token.")
-	return subcommand{
-		validate: func(c *command) error {
-			if ttl < 0 {
-				return fail(ExitUsage, "--ttl %s: must be positive", ttl)
-			}
-			if ttl > 0 {
-				req.Ttl = durationpb.New(ttl)
-			}
-			return noArgs(c)
-		},
-		run: func(c *command) error {
-			ctx, cancel := c.unary()
-			defer cancel()
-			resp, err := c.client.CreateToken(ctx, req)
-			if err != nil {
-				return c.callError(err)
-			}
-			if c.printer.structured() {
-				return c.printer.message(resp)
-			}
-			fmt.Fprintf(c.env.Stderr, "Token %s expires %s; it is shown only once:\n", resp.GetInfo().GetId(), resp.GetInfo().GetExpiration().AsTime().UTC().Format(time.RFC3339))
-			fmt.Fprintln(c.printer.out, resp.GetToken())
-			return nil
-		},
-	}
-}
-
-func tokenListCommand(*flag.FlagSet) subcommand {
-	return subcommand{
-		validate: noArgs,
-		run: func(c *command) error {
-			ctx, cancel := c.unary()
-			defer cancel()
-			resp, err := c.client.ListTokens(ctx, &queryv1.ListTokensRequest{})
-			if err != nil {
-				return c.callError(err)
-			}
-			if c.printer.structured() {
-				return c.printer.message(resp)
-			}
-			t := &table{columns: tokenColumns}
-			for _, tok := range resp.GetTokens() {
-				tokenRow(t, tok)
-			}
-			return c.printer.table(t, true)
-		},
-	}
-}
-
-func tokenRevokeCommand(*flag.FlagSet) subcommand {
-	return subcommand{
-		validate: func(c *command) error {
-			if len(c.args) != 1 {
-				return fail(ExitUsage, "usage: imperatorctl token revoke ID")
-			}
-			return nil
-		},
-		run: func(c *command) error {
-			ctx, cancel := c.unary()
-			defer cancel()
-			if _, err := c.client.RevokeToken(ctx, &queryv1.RevokeTokenRequest{Id: c.args[0]}); err != nil {
-				return c.callError(err)
-			}
-			fmt.Fprintf(c.printer.out, "revoked %s\n", c.args[0])
-			return nil
-		},
-	}
 }

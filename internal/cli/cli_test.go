@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,40 +10,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 )
-
-func TestParseInterspersed(t *testing.T) {
-	cases := map[string]struct {
-		args           []string
-		wantPositional []string
-		wantCount      int
-		wantErr        bool
-	}{
-		"flags after the type":  {args: []string{"compute-xlarge", "--count", "4"}, wantPositional: []string{"compute-xlarge"}, wantCount: 4},
-		"flags before the type": {args: []string{"--count=3", "compute-xlarge"}, wantPositional: []string{"compute-xlarge"}, wantCount: 3},
-		"double dash":           {args: []string{"--", "--count"}, wantPositional: []string{"--count"}, wantCount: 1},
-		"unknown flag":          {args: []string{"x", "--nope"}, wantErr: true},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			fs := flag.NewFlagSet("t", flag.ContinueOnError)
-			fs.SetOutput(&bytes.Buffer{})
-			count := fs.Int("count", 1, "")
-			got, err := parseInterspersed(fs, tc.args)
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("error = %v, want error %t", err, tc.wantErr)
-			}
-			if tc.wantErr {
-				return
-			}
-			if diff := cmp.Diff(tc.wantPositional, got); diff != "" {
-				t.Errorf("positional (-want +got):\n%s", diff)
-			}
-			if *count != tc.wantCount {
-				t.Errorf("count = %d, want %d", *count, tc.wantCount)
-			}
-		})
-	}
-}
 
 func TestResolveConfig(t *testing.T) {
 	dir := t.TempDir()
@@ -122,16 +87,22 @@ func TestUsageErrors(t *testing.T) {
 		args       []string
 		wantStderr string
 	}{
-		"no command":               {args: nil, wantStderr: "Exit codes:"},
-		"unknown command":          {args: []string{"nodes"}, wantStderr: `unknown command "nodes"`},
-		"bad output":               {args: []string{"clusters", "-o", "xml"}, wantStderr: `--output "xml"`},
-		"watch machines":           {args: []string{"machines", "--watch"}, wantStderr: "only clusters and usage"},
-		"capacity type and shape":  {args: []string{"capacity", "x", "--gpu", "1"}, wantStderr: "not both"},
-		"capacity zero count":      {args: []string{"capacity", "x", "--count", "0"}, wantStderr: "--count 0"},
-		"capacity bad type":        {args: []string{"capacity", "Bad_Type"}, wantStderr: `machine type "Bad_Type"`},
-		"token without subcommand": {args: []string{"token"}, wantStderr: "token create|list|revoke"},
-		"revoke without id":        {args: []string{"token", "revoke"}, wantStderr: "token revoke ID"},
-		"no hub configured":        {args: []string{"clusters"}, wantStderr: "no hub address"},
+		"no command":                              {args: nil, wantStderr: "Exit codes:"},
+		"unknown command":                         {args: []string{"nodes"}, wantStderr: `unknown command "nodes"`},
+		"unknown flag":                            {args: []string{"clusters", "--nope"}, wantStderr: "unknown flag: --nope"},
+		"bad output":                              {args: []string{"clusters", "-o", "xml"}, wantStderr: `--output "xml"`},
+		"watch machines":                          {args: []string{"machines", "--watch"}, wantStderr: "unknown flag: --watch"},
+		"argument to clusters":                    {args: []string{"clusters", "a"}, wantStderr: `unknown command "a" for "imperatorctl clusters"`},
+		"capacity type and shape":                 {args: []string{"capacity", "x", "--gpu", "1"}, wantStderr: "not both"},
+		"capacity zero count":                     {args: []string{"capacity", "x", "--count", "0"}, wantStderr: "--count 0"},
+		"capacity bad type":                       {args: []string{"capacity", "Bad_Type"}, wantStderr: `machine type "Bad_Type"`},
+		"capacity bad count":                      {args: []string{"capacity", "x", "--count", "many"}, wantStderr: `invalid argument "many" for "--count"`},
+		"token without subcommand":                {args: []string{"token"}, wantStderr: "token create|list|revoke"},
+		"unknown token command":                   {args: []string{"token", "rotate"}, wantStderr: `unknown token command "rotate"`},
+		"revoke without id":                       {args: []string{"token", "revoke"}, wantStderr: "token revoke ID"},
+		"negative timeout":                        {args: []string{"usage", "--timeout", "-1s"}, wantStderr: "--timeout -1s: must be positive"},
+		"completion of a shell we do not support": {args: []string{"completion", "powershell"}, wantStderr: `invalid argument "powershell"`},
+		"no hub configured":                       {args: []string{"clusters"}, wantStderr: "no hub address"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -65,6 +65,11 @@ func (p *printer) message(m proto.Message) error {
 	if err != nil {
 		return fmt.Errorf("encoding the answer: %w", err)
 	}
+	return p.write(raw)
+}
+
+// write writes JSON raw in the printer's structured format.
+func (p *printer) write(raw []byte) error {
 	// protojson's spacing is deliberately unstable: normalise it.
 	var buf bytes.Buffer
 	if err := json.Indent(&buf, compact(raw), "", "  "); err != nil {
@@ -85,6 +90,19 @@ func (p *printer) message(m proto.Message) error {
 	p.documents++
 	_, err = p.out.Write(y)
 	return err
+}
+
+// rawJSON is already encoded JSON inside a value.
+type rawJSON = json.RawMessage
+
+// value writes v (plain Go data, encoding/json) as JSON or YAML, indented as
+// message does.
+func (p *printer) value(v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding the answer: %w", err)
+	}
+	return p.write(raw)
 }
 
 func compact(raw []byte) []byte {
