@@ -10,6 +10,22 @@
 // a spoke's message against the limits (package ingest), sorting, merging a
 // Delta into a new Machines slice — happens before the lock is taken; under
 // it only the generation checks and the swap run.
+//
+// A cluster's state has two dimensions. Its liveness (State) is Available
+// while the spoke was heard from within the grace period, Unknown after.
+// Its Phase says where the figures come from and what the next spoke message
+// does; it moves only through this table (Transition; a pair marked - is
+// refused and changes nothing):
+//
+//	from \ event | Connect   | Disconnect | Snapshot  | Resync    | ObserveLive | ObserveRestored | ConfirmReplica
+//	Idle         | Streaming | -          | Idle      | -         | Remote      | Restored        | -
+//	Streaming    | Streaming | Idle       | Streaming | Resyncing | Remote      | Restored        | -
+//	Resyncing    | Streaming | Idle       | Streaming | -         | Remote      | Restored        | -
+//	Remote       | Streaming | -          | Remote    | -         | Remote      | Restored        | -
+//	Restored     | Streaming | -          | Idle      | -         | Remote      | Restored        | Remote
+//
+// Remove (the ManagedCluster was deleted) ends a cluster from every phase.
+// Connected and Restored, which queries read, derive from Phase and State.
 package store
 
 import (
@@ -59,16 +75,21 @@ type Cluster struct {
 	// Machines are sorted by name.
 	Machines []*federationv1.Machine
 
+	// Phase is where the figures come from (see Phase and its transition
+	// table); it only moves through the table.
+	Phase Phase
+
 	// Connected is true while a Report stream of the cluster is open: on this
 	// replica, or on the replica named Replica while its lease renewals
-	// arrive within the grace period.
+	// arrive within the grace period. Derived from Phase and State.
 	Connected bool
 	// Replica is the hub replica holding (or that last held) the cluster's
 	// Report stream; empty when unknown.
 	Replica string
 	// Restored is true while the inventory comes from the API server copy and
 	// no live replica has confirmed it since this one started: a
-	// restarted hub's figures until the spoke reports again.
+	// restarted hub's figures until the spoke reports again. Derived from
+	// Phase.
 	Restored bool
 	// State is the liveness as of the last evaluation.
 	State State
@@ -86,9 +107,8 @@ type Cluster struct {
 	APIServerUnreachableSince time.Time
 
 	// synced is true once a Snapshot of Epoch was applied; Deltas need it.
+	// It is a property of the figures held, not of the stream.
 	synced bool
-	// resyncPending is true while the hub waits for the Snapshot it asked for.
-	resyncPending bool
 }
 
 // Stale is true when the figures may not reflect the cluster any more:
@@ -240,7 +260,7 @@ func (s *Store) List() []*Cluster {
 // whether listeners must hear of the change.
 func (s *Store) update(name string, create bool, fn func(c *Cluster, existed bool) (Result, bool)) Result {
 	s.mu.Lock()
-	next := &Cluster{Name: name, State: StateUnknown}
+	next := &Cluster{Name: name, State: StateUnknown, Phase: PhaseIdle}
 	cur, existed := s.clusters[name]
 	if !existed && !create {
 		s.mu.Unlock()
@@ -275,14 +295,13 @@ func (s *Store) Connect(name string, hello *federationv1.Hello) {
 	now := s.clock.Now()
 	s.update(name, true, func(c *Cluster, _ bool) (Result, bool) {
 		c.AgentVersion = hello.GetAgentVersion()
-		c.Connected = true
 		c.Replica = s.replica
 		c.LastHeartbeat = now
 		c.State = StateAvailable
 		if c.Epoch != hello.GetEpoch() {
 			c.synced = false
 		}
-		c.resyncPending = false
+		c.fire(EventConnect)
 		return Result{}, true
 	})
 }
@@ -293,11 +312,10 @@ func (s *Store) Connect(name string, hello *federationv1.Hello) {
 func (s *Store) Disconnect(name string) {
 	s.update(name, false, func(c *Cluster, _ bool) (Result, bool) {
 		// A stream another replica took over is not this one's to close.
-		changed := c.Connected && c.Replica == s.replica
-		if changed {
-			c.Connected = false
+		if c.Replica != s.replica {
+			return Result{}, false
 		}
-		return Result{}, changed
+		return Result{}, c.fire(EventDisconnect)
 	})
 }
 
@@ -335,11 +353,10 @@ func (s *Store) ApplySnapshot(name string, epoch uint64, snap *federationv1.Snap
 		c.Epoch = epoch
 		c.Generation = snap.GetGeneration()
 		c.ObservedAt = snap.GetObservedAt().AsTime()
-		c.Restored = false
 		c.Outdated = ""
 		c.synced = true
-		c.resyncPending = false
 		c.State = StateAvailable
+		c.fire(EventSnapshot)
 		return Result{Ack: true, Generation: c.Generation}, true
 	})
 }
@@ -360,7 +377,7 @@ func (s *Store) refuse(name, kind string, err error) Result {
 		c.LastHeartbeat = now
 		changed := c.Outdated != msg || c.State != StateAvailable
 		c.Outdated = msg
-		c.State = StateAvailable
+		c.setState(StateAvailable)
 		return Result{Refused: err}, changed
 	})
 }
@@ -404,12 +421,12 @@ func (s *Store) ApplyDelta(name string, epoch uint64, delta *federationv1.Delta)
 				// Snapshot will supersede them.
 				return Result{}, false
 			case verdictNoSnapshot:
-				c.resyncPending = true
+				c.fire(EventResync)
 				return Result{Resync: "no snapshot of this epoch"}, false
 			case verdictStale:
 				return Result{Ack: true, Generation: c.Generation, Stale: true}, false
 			case verdictGap:
-				c.resyncPending = true
+				c.fire(EventResync)
 				return Result{Resync: "generation gap"}, false
 			}
 			switch {
@@ -427,7 +444,7 @@ func (s *Store) ApplyDelta(name string, epoch uint64, delta *federationv1.Delta)
 			if at := delta.GetObservedAt(); at != nil {
 				c.ObservedAt = at.AsTime()
 			}
-			c.State = StateAvailable
+			c.setState(StateAvailable)
 			return Result{Ack: true, Generation: c.Generation}, true
 		})
 		switch {
@@ -461,7 +478,7 @@ const (
 
 func deltaVerdict(c *Cluster, epoch uint64, delta *federationv1.Delta) verdict {
 	switch {
-	case c.resyncPending:
+	case c.Phase == PhaseResyncing:
 		return verdictIgnore
 	case !c.synced || c.Epoch != epoch:
 		return verdictNoSnapshot
@@ -502,13 +519,13 @@ func (s *Store) Heartbeat(name string, epoch uint64, hb *federationv1.Heartbeat)
 	return s.update(name, true, func(c *Cluster, _ bool) (Result, bool) {
 		c.LastHeartbeat = now
 		changed := c.State != StateAvailable
-		c.State = StateAvailable
+		c.setState(StateAvailable)
 		if since := unreachableSince(hb, c.APIServerUnreachableSince, now); !since.Equal(c.APIServerUnreachableSince) {
 			c.APIServerUnreachableSince = since
 			changed = true
 		}
-		if c.synced && !c.resyncPending && c.Epoch == epoch && hb.GetGeneration() > c.Generation {
-			c.resyncPending = true
+		if c.synced && c.Phase != PhaseResyncing && c.Epoch == epoch && hb.GetGeneration() > c.Generation {
+			c.fire(EventResync)
 			return Result{Resync: "hub is behind the spoke's generation"}, changed
 		}
 		return Result{}, changed
@@ -591,10 +608,13 @@ func (s *Store) Observe(name string, p Peer) (superseded bool) {
 		}
 		c.Replica = p.Replica
 		c.State = s.stateAt(c.LastHeartbeat, s.clock.Now())
-		c.Restored = !p.Live
 		c.Outdated = p.Outdated
-		c.Connected = p.Live && c.State == StateAvailable
-		c.synced, c.resyncPending = false, false
+		c.synced = false
+		if p.Live {
+			c.fire(EventObserveLive)
+		} else {
+			c.fire(EventObserveRestored)
+		}
 		changed := !existed || c.Epoch != before.Epoch || c.Generation != before.Generation || c.State != before.State ||
 			c.Connected != before.Connected || c.Restored != before.Restored || c.Replica != before.Replica ||
 			c.AgentVersion != before.AgentVersion || c.Outdated != before.Outdated
@@ -612,8 +632,7 @@ func (s *Store) ConfirmReplica(replica string) {
 	for name, c := range s.clusters {
 		if c.Replica == replica && replica != s.replica && c.Restored {
 			next := *c
-			next.Restored = false
-			next.Connected = next.State == StateAvailable
+			next.fire(EventConfirmReplica)
 			s.clusters[name] = &next
 			changed = append(changed, name)
 		}
@@ -634,11 +653,9 @@ func (s *Store) EvaluateLiveness() []string {
 	for name, c := range s.clusters {
 		if st := s.stateAt(c.LastHeartbeat, now); st != c.State {
 			next := *c
-			next.State = st
-			if st == StateUnknown && next.Replica != s.replica {
-				// Another replica's stream: its silence means it is gone.
-				next.Connected = false
-			}
+			// Another replica's stream goes with its silence (Connected
+			// derives from it); one open here stays open.
+			next.setState(st)
 			s.clusters[name] = &next
 			changed = append(changed, name)
 		}
