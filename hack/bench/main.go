@@ -252,7 +252,7 @@ func printTable(w io.Writer, verdicts []verdict) {
 	for _, v := range verdicts {
 		fig := "-"
 		if v.Figure != nil {
-			fig = strconv.FormatFloat(*v.Figure, 'g', 4, 64) + " " + v.Unit
+			fig = readable(*v.Figure, v.Unit)
 		}
 		note := v.Status
 		switch v.Status {
@@ -261,12 +261,33 @@ func printTable(w io.Writer, verdicts []verdict) {
 		case "SKIPPED":
 			note = "SKIPPED (BENCH_FULL=1)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t≤ %s %s\t%s\t#%s\n", v.Metric, fig, strconv.FormatFloat(v.Max, 'g', 4, 64), v.Unit, note, v.Issue)
+		fmt.Fprintf(tw, "%s\t%s\t≤ %s\t%s\t#%s\n", v.Metric, fig, readable(v.Max, v.Unit), note, v.Issue)
 		counts[v.Status]++
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n%d goals: %d met, %d missed, %d not measured yet, %d need BENCH_FULL=1\n",
 		len(verdicts), counts["PASS"], counts["FAIL"], counts["MISSING"], counts["SKIPPED"])
+}
+
+// readable formats a figure for the table: nanoseconds as µs or ms when
+// large, no exponents, three significant digits or the whole integer part.
+func readable(v float64, unit string) string {
+	if i := strings.Index(unit, "ns"); i >= 0 && (i == 0 || unit[i-1] == '-') {
+		switch {
+		case v >= 1e6:
+			v, unit = v/1e6, unit[:i]+"ms"+unit[i+2:]
+		case v >= 1e3:
+			v, unit = v/1e3, unit[:i]+"µs"+unit[i+2:]
+		}
+	}
+	format := "%.2f %s"
+	switch {
+	case v >= 100:
+		format = "%.0f %s"
+	case v >= 10:
+		format = "%.1f %s"
+	}
+	return fmt.Sprintf(format, v, unit)
 }
 
 func writeResults(path string, figures []figure, verdicts []verdict) error {

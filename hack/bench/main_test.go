@@ -69,3 +69,22 @@ func TestEveryGoalIsComplete(t *testing.T) {
 		}
 	}
 }
+
+func TestReadableFiguresHaveNoExponents(t *testing.T) {
+	for _, tc := range []struct {
+		v    float64
+		unit string
+		want string
+	}{
+		{3.181e7, "p99-ns", "31.8 p99-ms"},
+		{160600, "ns/op", "161 µs/op"},
+		{792, "allocs/op", "792 allocs/op"},
+		{2.745, "× p50-µs", "2.75 × p50-µs"},
+		{50e6, "p99-ns", "50.0 p99-ms"},
+		{400, "connections/s", "400 connections/s"},
+	} {
+		if got := readable(tc.v, tc.unit); got != tc.want {
+			t.Errorf("readable(%v, %q) = %q, want %q", tc.v, tc.unit, got, tc.want)
+		}
+	}
+}
