@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -95,6 +94,8 @@ func Scheme() (*runtime.Scheme, error) {
 // Run runs the hub until ctx is done.
 func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts Options) error {
 	log := ctrl.Log.WithName("hub")
+	// The one clock every part reads time from (offset only in tests).
+	clk := cfg.Clock()
 	scheme, err := Scheme()
 	if err != nil {
 		return err
@@ -116,7 +117,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	// Re-issued from the CA at 2/3 of its life, in the handshake that finds
 	// it due: no restart, and spokes trust the CA, not this leaf.
 	servingLog := log.WithName("serving-certificate")
-	serving, err := hubca.NewServingRotator(ca, "imperator-hub", cfg.ServingHosts, cfg.ServingCertValidity, nil, func(err error) {
+	serving, err := hubca.NewServingRotator(ca, "imperator-hub", cfg.ServingHosts, cfg.ServingCertValidity, clk, func(err error) {
 		servingLog.Error(err, "Renewing the serving certificate failed; serving the current one while it is valid")
 	})
 	if err != nil {
@@ -125,7 +126,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	clientCAs := x509.NewCertPool()
 	clientCAs.AddCert(ca.Cert)
 
-	started := time.Now()
+	started := clk.Now()
 	replica, err := replicaID()
 	if err != nil {
 		return err
@@ -146,7 +147,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
-	st := store.New(nil, cfg.GracePeriod)
+	st := store.New(clk, cfg.GracePeriod)
 	st.SetReplica(replica)
 	campaign := &leader.Campaign{
 		Config: restConfig, Namespace: cfg.Namespace, Name: config.LeaderElectionID, Identity: replica,
@@ -156,7 +157,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if !cfg.LeaderElect {
 		leading = nil // the only replica: always leads
 	}
-	persister := persist.New(mgr.GetClient(), st, persist.Options{Interval: cfg.PersistInterval, Leading: leading, Reader: mgr.GetAPIReader(), Log: log.WithName("persist")})
+	persister := persist.New(mgr.GetClient(), st, persist.Options{Interval: cfg.PersistInterval, Leading: leading, Reader: mgr.GetAPIReader(), Clock: clk, Log: log.WithName("persist")})
 	if err := persister.Restore(ctx, direct); err != nil {
 		return err
 	}
@@ -169,10 +170,10 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	cached, apiReader := mgr.GetClient(), mgr.GetAPIReader()
-	tokens := join.NewTokens(direct, cfg.Namespace, nil)
-	queries := query.New(st, tokens, nil)
-	publisher := scores.New(mgr.GetClient(), st, scores.Options{Log: log.WithName("scores")})
-	revocations := &registry.Revocations{Reader: direct, Namespace: cfg.Namespace, Refresh: cfg.RevocationsRefresh, Log: log.WithName("revocations")}
+	tokens := join.NewTokens(direct, cfg.Namespace, clk)
+	queries := query.New(st, tokens, clk)
+	publisher := scores.New(mgr.GetClient(), st, scores.Options{Clock: clk, Log: log.WithName("scores")})
+	revocations := &registry.Revocations{Reader: direct, Namespace: cfg.Namespace, Refresh: cfg.RevocationsRefresh, Clock: clk, Log: log.WithName("revocations")}
 	if err := revocations.Load(ctx); err != nil {
 		return err
 	}
@@ -181,6 +182,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		ListenAddress: cfg.ListenAddress,
 		TLS:           identity.ServerTLS(serving.GetCertificate, clientCAs),
 		Store:         st,
+		Clock:         clk,
 		Joiner: &join.Service{
 			Tokens:         tokens,
 			CA:             ca,
@@ -188,8 +190,9 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 			Validity:       cfg.ClientCertValidity,
 			HubNamespace:   cfg.Namespace,
 			RenewalOverlap: cfg.RenewalOverlap,
+			Clock:          clk,
 		},
-		Admit:           registry.Admitter(cached, apiReader),
+		Admit:           registry.Admitter(cached, apiReader, clk),
 		Metrics:         metrics,
 		Log:             log.WithName("grpc"),
 		MaxRecvMsgBytes: cfg.MaxRecvMsgBytes,
@@ -243,7 +246,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if opts.Ready != nil {
 		opts.Ready(st)
 	}
-	log.Info("Starting hub", "replica", replica, "namespace", cfg.Namespace, "listen", cfg.ListenAddress, "gracePeriod", cfg.GracePeriod, "leaderElect", cfg.LeaderElect)
+	log.Info("Starting hub", "replica", replica, "clockOffset", cfg.ClockOffset, "namespace", cfg.Namespace, "listen", cfg.ListenAddress, "gracePeriod", cfg.GracePeriod, "leaderElect", cfg.LeaderElect)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)
 	}

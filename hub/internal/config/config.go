@@ -68,6 +68,10 @@ type Config struct {
 	// the clusters whose replica went away. Every replica serves spokes and
 	// queries either way.
 	LeaderElect bool
+	// ClockOffset is added to every time the hub reads (tests only: the
+	// fault suite runs a replica whose clock is off, to show that replicas
+	// never compare each other's times). Zero in production.
+	ClockOffset time.Duration
 }
 
 // LeaderElectionID names the Lease of the hub's leader election.
@@ -135,6 +139,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Limits.MaxConcurrentJoins, "max-concurrent-joins", c.Limits.MaxConcurrentJoins, "Join calls answered at once; more wait within their deadline.")
 	fs.DurationVar(&c.RenewalOverlap, "renewal-overlap", c.RenewalOverlap, "How long a spoke certificate replaced by a renewal stays good.")
 	fs.DurationVar(&c.RevocationsRefresh, "revocations-refresh", c.RevocationsRefresh, "How often every replica rereads the list of revoked certificates.")
+	fs.DurationVar(&c.ClockOffset, "clock-offset", c.ClockOffset, "For tests only: run the hub's clock this much ahead (negative: behind) of the system clock, to test clock skew between replicas. Leave unset in production.")
 	fs.BoolVar(&c.LeaderElect, "leader-elect", c.LeaderElect, "Elect one replica for the single-writer work (placement scores, marking silent clusters Unknown); disable only when exactly one hub runs.")
 }
 
@@ -203,6 +208,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RenewalOverlap <= 0 {
 		errs = append(errs, fmt.Errorf("--renewal-overlap %s: must be positive", c.RenewalOverlap))
+	}
+	if c.ClockOffset < -time.Hour || c.ClockOffset > time.Hour {
+		errs = append(errs, fmt.Errorf("--clock-offset %s: must be within ±1h (it is for clock skew tests)", c.ClockOffset))
 	}
 	if c.RevocationsRefresh <= 0 {
 		errs = append(errs, fmt.Errorf("--revocations-refresh %s: must be positive", c.RevocationsRefresh))

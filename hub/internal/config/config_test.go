@@ -92,3 +92,29 @@ func TestFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestClockOffset: a replica started with --clock-offset reads times that far
+// off the system clock, and an offset beyond an hour is refused naming the
+// flag.
+func TestClockOffset(t *testing.T) {
+	c := Default()
+	fs := flag.NewFlagSet("hub", flag.ContinueOnError)
+	c.BindFlags(fs)
+	if err := fs.Parse([]string{"--clock-offset=-10s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("--clock-offset=-10s refused: %v", err)
+	}
+	clk := c.Clock()
+	if d := time.Until(clk.Now()); d > -9*time.Second || d < -11*time.Second {
+		t.Errorf("the hub's clock is %s off the system's, want -10s", d)
+	}
+	if since := clk.Since(clk.Now()); since < 0 || since > time.Second {
+		t.Errorf("Since(Now()) = %s on the offset clock, want about zero", since)
+	}
+	c.ClockOffset = 2 * time.Hour
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--clock-offset") {
+		t.Errorf("Validate() = %v, want an error naming --clock-offset", err)
+	}
+}

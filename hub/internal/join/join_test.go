@@ -293,10 +293,10 @@ func TestCertificatesAreBoundToTheRegistration(t *testing.T) {
 	if againSpoke.RegistrationUID == firstSpoke.RegistrationUID || againSpoke.RegistrationUID != currentUID(t, svc.Client, "prod-a") {
 		t.Errorf("certificate after re-registration identifies %+v, want the new ManagedCluster's UID %s", againSpoke, currentUID(t, svc.Client, "prod-a"))
 	}
-	if err := registry.Admit(ctx, svc.Client, againSpoke); err != nil {
+	if err := registry.Admit(ctx, svc.Client, nil, againSpoke); err != nil {
 		t.Errorf("Admit(new certificate) = %v, want nil", err)
 	}
-	if err := registry.Admit(ctx, svc.Client, renewedSpoke); refusalOf(err) != registry.RefusedEarlierRegistration {
+	if err := registry.Admit(ctx, svc.Client, nil, renewedSpoke); refusalOf(err) != registry.RefusedEarlierRegistration {
 		t.Errorf("Admit(certificate of the first registration) = %v, want %s", err, registry.RefusedEarlierRegistration)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -62,7 +63,9 @@ type Options struct {
 	// must not rest on a stale copy (who holds a cluster's Lease); the
 	// client when nil.
 	Reader client.Reader
-	Log    logr.Logger
+	// Clock is the hub's clock (the real one when nil).
+	Clock clock.PassiveClock
+	Log   logr.Logger
 }
 
 // item is a unit of the Persister's work: a cluster's full write, or the
@@ -80,6 +83,7 @@ type Persister struct {
 	interval time.Duration
 	leading  func() bool
 	reader   client.Reader
+	clock    clock.PassiveClock
 	log      logr.Logger
 	queue    workqueue.TypedRateLimitingInterface[item]
 	// last is the ClusterInventory and leases the Lease as last read or
@@ -102,13 +106,13 @@ type Persister struct {
 func (p *Persister) nextWrite(cluster string) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return max(0, p.interval-time.Since(p.written[cluster]))
+	return max(0, p.interval-p.clock.Since(p.written[cluster]))
 }
 
 func (p *Persister) wrote(cluster string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.written[cluster] = time.Now()
+	p.written[cluster] = p.clock.Now()
 }
 
 // forget drops what the worker remembers of cluster.
@@ -133,12 +137,16 @@ func New(c client.Client, st *store.Store, opts Options) *Persister {
 	if opts.Reader == nil {
 		opts.Reader = c
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	p := &Persister{
 		client:   c,
 		store:    st,
 		interval: opts.Interval,
 		leading:  opts.Leading,
 		reader:   opts.Reader,
+		clock:    opts.Clock,
 		log:      opts.Log,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
 			workqueue.TypedRateLimitingQueueConfig[item]{Name: "hub_persist"}),

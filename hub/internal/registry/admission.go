@@ -67,15 +67,19 @@ func (e *RefusedError) message() string {
 // not be being deleted, accept its client, and be the registration the
 // certificate was issued for. It returns nil, a *RefusedError, or the error
 // that kept it from reading the ManagedCluster.
-func Admit(ctx context.Context, r client.Reader, spoke identity.Spoke) error {
+// The certificate's validity is judged at clk's now (the real clock when nil).
+func Admit(ctx context.Context, r client.Reader, clk clock.PassiveClock, spoke identity.Spoke) error {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
 	var mc clusterv1.ManagedCluster
 	if err := r.Get(ctx, client.ObjectKey{Name: spoke.Cluster}, &mc); err != nil {
 		if apierrors.IsNotFound(err) {
-			return Admission(nil, spoke, time.Now())
+			return Admission(nil, spoke, clk.Now())
 		}
 		return fmt.Errorf("reading ManagedCluster %q: %w", spoke.Cluster, err)
 	}
-	return Admission(&mc, spoke, time.Now())
+	return Admission(&mc, spoke, clk.Now())
 }
 
 // Admission is Admit's decision at now for the cluster's ManagedCluster mc
@@ -137,9 +141,13 @@ const (
 // yet. A refusal from live is remembered for the certificate's serial for a
 // few seconds, so that a retired or deregistered certificate calling in a
 // loop costs the API server at most one read per serial every
-// refusalMemory. A context from CacheOnly never reaches live.
-func Admitter(cached, live client.Reader) func(ctx context.Context, spoke identity.Spoke) error {
-	return newAdmitter(cached, live, clock.RealClock{}).admit
+// refusalMemory. A context from CacheOnly never reaches live. Time is read
+// from clk (the real clock when nil).
+func Admitter(cached, live client.Reader, clk clock.PassiveClock) func(ctx context.Context, spoke identity.Spoke) error {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return newAdmitter(cached, live, clk).admit
 }
 
 type admitter struct {
@@ -180,7 +188,7 @@ func (a *admitter) admit(ctx context.Context, spoke identity.Spoke) error {
 		}
 		a.refused.Remove(spoke.Serial)
 	}
-	err := Admit(ctx, a.live, spoke)
+	err := Admit(ctx, a.live, a.clock, spoke)
 	var refused *RefusedError
 	if errors.As(err, &refused) && spoke.Serial != "" {
 		a.refused.Add(spoke.Serial, rememberedRefusal{err: err, until: now.Add(refusalMemory)})

@@ -150,7 +150,7 @@ func TestAdmitterReadsLiveWhenTheCacheRefuses(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			err := Admitter(tc.cached, tc.live)(context.Background(), tc.spoke)
+			err := Admitter(tc.cached, tc.live, nil)(context.Background(), tc.spoke)
 			var refused *RefusedError
 			var gotRefusal RefusalReason
 			if errors.As(err, &refused) {

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"golang.org/x/time/rate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/utils/clock"
 
 	"github.com/imperator-federation/imperator/hub/internal/ingest"
 	"github.com/imperator-federation/imperator/internal/identity"
@@ -40,9 +40,10 @@ const ReasonMessageRateExceeded = "MessageRateExceeded"
 type messageBudget struct {
 	messages, entries *rate.Limiter
 	limits            ingest.Limits
+	clock             clock.PassiveClock
 }
 
-func newMessageBudget(l ingest.Limits) *messageBudget {
+func newMessageBudget(l ingest.Limits, clk clock.PassiveClock) *messageBudget {
 	limiter := func(perSecond float64, burst int) *rate.Limiter {
 		if perSecond <= 0 {
 			return rate.NewLimiter(rate.Inf, 0)
@@ -53,6 +54,7 @@ func newMessageBudget(l ingest.Limits) *messageBudget {
 		messages: limiter(l.MessagesPerSecond, l.MessageBurst),
 		entries:  limiter(l.EntriesPerSecond, l.EntryBurst),
 		limits:   l,
+		clock:    clk,
 	}
 }
 
@@ -65,7 +67,7 @@ const (
 // take reports whether the stream may send msg now, else which budget it
 // went over. A message over the entry budget takes nothing from it.
 func (b *messageBudget) take(msg *federationv1.SpokeMessage) (over string) {
-	now := time.Now()
+	now := b.clock.Now()
 	if !b.messages.AllowN(now, 1) {
 		return overMessages
 	}

@@ -292,7 +292,7 @@ func (s *Server) budgetOf(cluster string) *messageBudget {
 	defer s.mu.Unlock()
 	b, ok := s.budgets[cluster]
 	if !ok {
-		b = newMessageBudget(s.store.Limits())
+		b = newMessageBudget(s.store.Limits(), s.opts.Clock)
 		s.budgets[cluster] = b
 	}
 	return b

@@ -23,6 +23,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"k8s.io/utils/clock"
 
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	"github.com/imperator-federation/imperator/internal/identity"
@@ -62,8 +63,11 @@ type Options struct {
 	Listener      net.Listener
 	ListenAddress string
 	// TLS is the server's TLS configuration (identity.ServerTLS).
-	TLS     *tls.Config
-	Store   *store.Store
+	TLS   *tls.Config
+	Store *store.Store
+	// Clock is the hub's clock (the real one when nil): the store's, so
+	// that every time the hub reads comes from one source.
+	Clock   clock.PassiveClock
 	Joiner  Joiner
 	Admit   AdmitFunc
 	Metrics *Metrics
@@ -123,6 +127,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	if opts.Limits == (Limits{}) {
 		opts.Limits = DefaultLimits()

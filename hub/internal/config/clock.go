@@ -1,0 +1,26 @@
+package config
+
+import (
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Clock is the one clock the hub reads time from: the system clock, moved
+// by ClockOffset (tests only). Durations (timers, tickers, Since) are those
+// of the system clock; only the instants read are offset.
+func (c *Config) Clock() clock.WithTicker {
+	if c.ClockOffset == 0 {
+		return clock.RealClock{}
+	}
+	return offsetClock{offset: c.ClockOffset}
+}
+
+// offsetClock is the real clock, offset by a constant.
+type offsetClock struct {
+	clock.RealClock
+	offset time.Duration
+}
+
+func (o offsetClock) Now() time.Time                  { return o.RealClock.Now().Add(o.offset) }
+func (o offsetClock) Since(t time.Time) time.Duration { return o.Now().Sub(t) }
