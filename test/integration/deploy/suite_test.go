@@ -28,6 +28,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -269,20 +270,36 @@ func ready(ctx context.Context, addr string) error {
 }
 
 // withoutVerb returns a copy of the ClusterRole or Role role with verb removed
-// from the rule that grants it on resource.
+// from the rules that grant it on resource. A rule that also covers other
+// resources (controller-gen merges rules with the same verbs) is split: the
+// other resources keep every verb.
 func withoutVerb(role *unstructured.Unstructured, resource, verb string) *unstructured.Unstructured {
 	GinkgoHelper()
 	role = role.DeepCopy()
 	rules, _, err := unstructured.NestedSlice(role.Object, "rules")
 	Expect(err).NotTo(HaveOccurred())
 	removed := false
+	var out []any
 	for _, r := range rules {
 		rule := r.(map[string]any)
 		resources, _, _ := unstructured.NestedStringSlice(rule, "resources")
 		if !slices.Contains(resources, resource) {
+			out = append(out, rule)
 			continue
 		}
-		Expect(resources).To(HaveLen(1), "the rule granting %s covers further resources; split it before removing a verb", resource)
+		if len(resources) > 1 {
+			others := runtime.DeepCopyJSON(rule)
+			var rest []any
+			for _, res := range resources {
+				if res != resource {
+					rest = append(rest, res)
+				}
+			}
+			others["resources"] = rest
+			out = append(out, others)
+			rule = runtime.DeepCopyJSON(rule)
+			rule["resources"] = []any{resource}
+		}
 		verbs, _, _ := unstructured.NestedStringSlice(rule, "verbs")
 		var kept []any
 		for _, v := range verbs {
@@ -293,9 +310,10 @@ func withoutVerb(role *unstructured.Unstructured, resource, verb string) *unstru
 			kept = append(kept, v)
 		}
 		rule["verbs"] = kept
+		out = append(out, rule)
 	}
 	Expect(removed).To(BeTrue(), "%s %s grants no %s on %s", role.GetKind(), role.GetName(), verb, resource)
-	Expect(unstructured.SetNestedSlice(role.Object, rules, "rules")).To(Succeed())
+	Expect(unstructured.SetNestedSlice(role.Object, out, "rules")).To(Succeed())
 	return role
 }
 
