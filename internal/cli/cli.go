@@ -144,6 +144,8 @@ type command struct {
 	tokens  TokenAPI
 	printer printer
 	ctx     context.Context
+	// connectErr is why the connection could not be made (mayFailToConnect).
+	connectErr error
 }
 
 // subcommand is what a command does: validate checks its flags and
@@ -153,6 +155,9 @@ type subcommand struct {
 	run      func(c *command) error
 	// offline commands never connect (version --client).
 	offline func() bool
+	// mayFailToConnect commands run without a connection when it cannot be
+	// made; c.connectErr says why (version prints the client's part first).
+	mayFailToConnect bool
 }
 
 // leaf turns sub into cmd's RunE.
@@ -179,10 +184,14 @@ func (p *program) execute(ctx context.Context, name string, args []string, sub s
 	}
 	if sub.offline == nil || !sub.offline() {
 		closeFn, err := p.connect(c)
-		if err != nil {
+		switch {
+		case err != nil && sub.mayFailToConnect:
+			c.connectErr = err
+		case err != nil:
 			return err
+		default:
+			defer closeFn()
 		}
-		defer closeFn()
 	}
 	return sub.run(c)
 }

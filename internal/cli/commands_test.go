@@ -220,6 +220,13 @@ func TestVersion(t *testing.T) {
 			wantCode: ExitUnreachable, wantStdout: []string{"Client Version: " + client + "\n"}, wantStderr: "hub unreachable at hub.example.com:9443",
 		},
 	}
+	t.Run("no hub configured: the client's version and exit 2", func(t *testing.T) {
+		var out, errb bytes.Buffer
+		code := Run(context.Background(), []string{"version"}, Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }})
+		if code != ExitUsage || out.String() != "Client Version: "+client+"\n" || !strings.Contains(errb.String(), "no hub address") {
+			t.Errorf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+		}
+	})
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			r := runAgainst(tc.hub, tc.args...)

@@ -16,18 +16,19 @@ func (p *program) versionCommand() *cobra.Command {
 		Short: "Print the version of imperatorctl and of the hub",
 		Long: `Version prints imperatorctl's build and asks the hub for its own (the
 GetVersion call, open to viewers). With --client it does not contact the hub.
-When the hub cannot be reached, the client's version is still printed and the
-exit code says why the hub's is missing.`,
+When the hub cannot be reached (or none is configured), the client's version is
+still printed and the exit code says why the hub's is missing.`,
 		Args: cobra.NoArgs,
 	}
 	var clientOnly bool
 	cmd.Flags().BoolVar(&clientOnly, "client", false, "Only the client's version; do not contact the hub.")
 	return p.leaf(cmd, subcommand{
-		offline: func() bool { return clientOnly },
+		offline:          func() bool { return clientOnly },
+		mayFailToConnect: true,
 		run: func(c *command) error {
 			answer := &queryv1.GetVersionResponse{}
-			var callErr error
-			if !clientOnly {
+			callErr := c.connectErr
+			if !clientOnly && callErr == nil {
 				ctx, cancel := c.unary()
 				defer cancel()
 				if answer, callErr = c.client.GetVersion(ctx, &queryv1.GetVersionRequest{}); callErr != nil {
