@@ -110,6 +110,13 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 		})
 	}, SpecTimeout(3*time.Minute))
 
+	It("3b: guests beyond available wait in line at the slot gate; the hub shows them QUEUED and no unit FREE", func(ctx SpecContext) {
+		QueueSpec(ctx, QueueInput{
+			Env: env, Spoke: spokeA, GuestFile: env.Sample("guest-deployment.yaml"),
+			MachineName: "general-machine", Beyond: 2,
+		})
+	}, SpecTimeout(3*time.Minute))
+
 	It("4: mode changes and node health move labels, conditions and the hub's answers", func(ctx SpecContext) {
 		NodePoolSpec(ctx, NodePoolInput{
 			Env: env, Spoke: spokeA, MachineName: "general-machine",
