@@ -209,12 +209,12 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		mgr.Add(revocations),
 		mgr.Add(persister),
 		mgr.Add(queries),
-		mgr.Add(liveness.New(st, log.WithName("liveness"))),
-		mgr.Add(&registry.Deregistrations{Cache: mgr.GetCache(), Forget: func(cluster string) {
+		(&liveness.Reconciler{Store: st}).SetupWithManager(mgr),
+		(&registry.Deregistrations{Reader: mgr.GetClient(), Forget: func(cluster string) {
 			log.Info("Cluster deregistered", "cluster", cluster)
 			srv.EndSession(cluster)
 			st.Remove(cluster)
-		}}),
+		}}).SetupWithManager(mgr),
 		(&persist.Follower{Client: mgr.GetClient(), Store: st, Started: started, EndStream: srv.EndStaleSession}).SetupWithManager(mgr),
 		mgr.AddHealthzCheck("ping", healthz.Ping),
 		mgr.AddReadyzCheck("ping", healthz.Ping),
@@ -226,7 +226,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	// while nobody led).
 	leaderWork := func(m manager.Manager) error {
 		return errors.Join(
-			m.Add(publisher),
+			publisher.SetupWithManager(m),
 			m.Add(manager.RunnableFunc(func(ctx context.Context) error {
 				persister.LookAtEveryCluster()
 				<-ctx.Done()

@@ -1,45 +1,47 @@
-// Package liveness turns spoke clusters that stopped heartbeating Unknown:
-// it re-evaluates the store's clusters against the grace period on a short
-// period, so that a silent cluster goes Unknown at most a fraction of the
-// grace period late. The store notifies the persister of every change.
+// Package liveness turns spoke clusters that stopped heartbeating Unknown.
+// It is a controller-runtime controller on every replica, fed with the
+// store's clusters (store.Source): each reconcile turns a cluster silent
+// past the grace period Unknown, and otherwise asks to look again just when
+// the grace period will run out (RequeueAfter), so a silent cluster goes
+// Unknown within a reconcile of its deadline without polling the fleet. The
+// store notifies the persister of every change.
 package liveness
 
 import (
 	"context"
-	"time"
 
-	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/imperator-federation/imperator/hub/internal/store"
 )
 
-// Checker is a controller-runtime Runnable.
-type Checker struct {
-	store *store.Store
-	log   logr.Logger
+// Reconciler evaluates one cluster's liveness.
+type Reconciler struct {
+	Store *store.Store
 }
 
-// New returns a Checker of st.
-func New(st *store.Store, log logr.Logger) *Checker { return &Checker{store: st, log: log} }
-
-// NeedLeaderElection is false: every replica keeps its own index current.
-func (c *Checker) NeedLeaderElection() bool { return false }
-
-// period is how often clusters are evaluated: a tenth of the grace period,
-// at least every 100ms.
-func (c *Checker) period() time.Duration {
-	return max(c.store.GracePeriod()/10, 100*time.Millisecond)
+// SetupWithManager runs the controller on every replica, leader or not:
+// each keeps its own index current.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return builder.TypedControllerManagedBy[reconcile.Request](mgr).
+		Named("cluster-liveness").
+		WatchesRawSource(r.Store.Source()).
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), RecoverPanic: ptr.To(true), MaxConcurrentReconciles: 1}).
+		Complete(r)
 }
 
-// Start evaluates until ctx is done.
-func (c *Checker) Start(ctx context.Context) error {
-	wait.UntilWithContext(ctx, func(context.Context) {
-		for _, name := range c.store.EvaluateLiveness() {
-			if cl, ok := c.store.Get(name); ok {
-				c.log.Info("Cluster liveness changed", "cluster", name, "state", cl.State, "lastHeartbeat", cl.LastHeartbeat)
-			}
+// Reconcile turns the cluster Unknown when it was silent past the grace
+// period, and looks again when the grace period will have run out.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	changed, recheck := r.Store.EvaluateLivenessOf(req.Name)
+	if changed {
+		if c, ok := r.Store.Get(req.Name); ok {
+			ctrl.LoggerFrom(ctx).Info("Cluster liveness changed", "cluster", req.Name, "state", c.State, "lastHeartbeat", c.LastHeartbeat)
 		}
-	}, c.period())
-	return nil
+	}
+	return reconcile.Result{RequeueAfter: recheck}, nil
 }

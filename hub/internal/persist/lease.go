@@ -68,7 +68,9 @@ func (p *Persister) movedAway(ctx context.Context, c *store.Cluster) (bool, erro
 		return false, fmt.Errorf("getting Lease %s/%s: %w", c.Name, LeaseName, err)
 	}
 	holder, renewed := leaseHolder(lease)
-	if holder != p.store.Replica() && renewed.After(c.LastHeartbeat) {
+	// Renewals count from when this replica saw them: the holder's clock
+	// may not agree with this one's.
+	if holder != p.store.Replica() && p.store.LeaseSeenAt(c, holder, renewed).After(c.LastHeartbeat) {
 		p.forget(c.Name)
 		p.log.V(1).Info("Not persisting a cluster another replica serves now", "cluster", c.Name, "replica", holder)
 		return true, nil
@@ -79,7 +81,8 @@ func (p *Persister) movedAway(ctx context.Context, c *store.Cluster) (bool, erro
 // renewLease writes the cluster's Lease when this replica does not hold it
 // yet, or when the spoke's last heartbeat is RenewInterval newer than it.
 // It never takes the Lease from a replica that heard from the spoke later
-// (moved is then true: the stream open here is a leftover). Writes carry the
+// (moved is then true: the stream open here is a leftover), judged by when
+// this replica saw that replica's renewal. Writes carry the
 // Lease's resourceVersion, so that a stale copy never hides the holder.
 func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *clusterv1.ManagedCluster) (moved bool, err error) {
 	self := p.store.Replica()
@@ -117,7 +120,11 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 	}
 	holder, renewed := leaseHolder(cur)
 	switch {
-	case holder != self && renewed.After(c.LastHeartbeat):
+	case holder != self && !c.LastHeartbeat.After(p.store.LeaseSeenAt(c, holder, renewed)):
+		// Another replica renewed it after this one last heard from the
+		// spoke, as far as this replica has seen (not by the times written
+		// in it: the holder's clock may not agree with this one's). A
+		// renewal not seen yet counts from now: the next heartbeat takes it.
 		p.forget(c.Name)
 		p.log.Info("Spoke reports to another hub replica now; leaving its Lease", "cluster", c.Name, "replica", holder)
 		return true, nil

@@ -12,16 +12,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
 // TestANewTermWaitsForTheLastOne: when the Lease is lost, controller-runtime
-// does not wait for the term's runnables, and the publisher is started again
-// in the next term. Two terms publishing at once would share the publisher's
-// state (the race detector catches it) and the ending term would clear the
-// new term's queue, freezing scores for the whole term.
+// does not wait for the term's controllers, and the publisher's controller
+// is built again in the next term. A write of the ending term still under
+// way must not race the new term's: the new term waits for it, then
+// publishes.
 func TestANewTermWaitsForTheLastOne(t *testing.T) {
 	scheme := runtime.NewScheme()
 	if err := clusterv1alpha1.Install(scheme); err != nil {
@@ -29,7 +30,7 @@ func TestANewTermWaitsForTheLastOne(t *testing.T) {
 	}
 	var reads atomic.Int32
 	entered, release := make(chan struct{}), make(chan struct{})
-	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&clusterv1alpha1.AddOnPlacementScore{}).WithInterceptorFuncs(interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			if reads.Add(1) == 1 {
 				// The first term's write hangs, as on a slow API server.
@@ -52,27 +53,36 @@ func TestANewTermWaitsForTheLastOne(t *testing.T) {
 
 	first, stopFirst := context.WithCancel(context.Background())
 	firstDone := make(chan struct{})
-	go func() { _ = p.Start(first); close(firstDone) }()
+	go func() { _, _ = p.newTerm().Reconcile(first, store.Request("a")); close(firstDone) }()
 	<-entered
 	stopFirst() // the Lease is lost while the first term writes
 
 	second, stopSecond := context.WithCancel(context.Background())
 	defer stopSecond()
-	secondDone := make(chan struct{})
-	go func() { _ = p.Start(second); close(secondDone) }()
+	type outcome struct {
+		res reconcile.Result
+		err error
+	}
+	secondDone := make(chan outcome, 1)
+	go func() {
+		res, err := p.newTerm().Reconcile(second, store.Request("a"))
+		secondDone <- outcome{res, err}
+	}()
 	time.Sleep(100 * time.Millisecond) // give a second term that did not wait the time to start writing
 	if n := reads.Load(); n != 1 {
-		t.Errorf("the new term read %d times while the last one was still running; want it to wait", n-1)
+		t.Errorf("the new term read %d times while the last one was still writing; want it to wait", n-1)
 	}
 	close(release)
 	<-firstDone
-	deadline := time.Now().Add(5 * time.Second)
-	for reads.Load() < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	got := <-secondDone
+	if got.err != nil {
+		t.Fatalf("the new term's reconcile failed: %v", got.err)
 	}
 	if reads.Load() < 2 {
 		t.Fatal("the new term never published once the last one had ended")
 	}
-	stopSecond()
-	<-secondDone
+	// Fresh scores are refreshed before they expire.
+	if got.res.RequeueAfter <= 0 || got.res.RequeueAfter > DefaultValidFor {
+		t.Errorf("RequeueAfter = %s after publishing fresh scores, want a refresh within %s", got.res.RequeueAfter, DefaultValidFor)
+	}
 }

@@ -41,10 +41,14 @@ import (
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	clusterv1alpha1 "open-cluster-management.io/api/cluster/v1alpha1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/imperator-federation/imperator/hub/internal/capacity"
 	"github.com/imperator-federation/imperator/hub/internal/store"
@@ -71,32 +75,26 @@ type Options struct {
 	MinInterval time.Duration
 	// ValidFor is how long published scores stay valid without a refresh.
 	ValidFor time.Duration
-	Clock    clock.WithTicker
+	Clock    clock.PassiveClock
 	Log      logr.Logger
 }
 
-// Publisher keeps the AddOnPlacementScores in step with the store. It is a
-// controller-runtime Runnable that needs leader election: one hub replica
-// writes. It can be started again after it stopped — once per leader term
-// (see hub/internal/leader) — and starts each term afresh.
+// Publisher keeps the AddOnPlacementScores in step with the store. Only the
+// leader writes: SetupWithManager adds a controller-runtime controller,
+// fed with the store's clusters (store.Source), to the manager of a leader
+// term (see hub/internal/leader), built afresh in every term so that each
+// term starts from what the API holds, not from what an earlier term wrote.
 type Publisher struct {
 	client client.Client
 	store  *store.Store
 	opts   Options
 
-	// running is held for the whole of Start: when a term ends because
-	// its Lease was lost, controller-runtime does not wait for its
-	// runnables, so the next term's Start may begin before the last one
-	// returned; it waits here instead of sharing written and queue.
-	running sync.Mutex
-	// mu guards queue: the running term's, nil between terms (changes
-	// then are not queued: the next term looks at every cluster).
-	mu    sync.Mutex
-	queue workqueue.TypedDelayingInterface[string]
-
-	// written is what the last successful write of each cluster holds, in
-	// the running term; only the worker touches it.
-	written map[string]published
+	// writing is held for every write: when a term ends because its
+	// Lease was lost, controller-runtime does not wait for its
+	// controllers, so a write of the last term may still be under way when
+	// the next term writes; the next term waits here instead of racing it
+	// with older figures.
+	writing sync.Mutex
 }
 
 type published struct {
@@ -106,8 +104,7 @@ type published struct {
 }
 
 // New returns a publisher writing with c (whose scheme must know
-// cluster.open-cluster-management.io/v1alpha1). It registers a change
-// listener on st: call it before the hub starts serving.
+// cluster.open-cluster-management.io/v1alpha1).
 func New(c client.Client, st *store.Store, opts Options) *Publisher {
 	if opts.ResourceName == "" {
 		opts.ResourceName = DefaultResourceName
@@ -121,90 +118,58 @@ func New(c client.Client, st *store.Store, opts Options) *Publisher {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	p := &Publisher{
-		client: c,
-		store:  st,
-		opts:   opts,
-	}
-	st.OnChange(p.enqueue)
-	return p
+	return &Publisher{client: c, store: st, opts: opts}
 }
 
-// enqueue queues a changed cluster while a term runs.
-func (p *Publisher) enqueue(cluster string) {
-	p.mu.Lock()
-	q := p.queue
-	p.mu.Unlock()
-	if q != nil {
-		q.Add(cluster)
-	}
+// SetupWithManager adds a term's controller to mgr: it looks at every
+// cluster when it starts, then at each cluster that changes, and again when
+// its scores are due for a refresh. It needs leader election: it runs once
+// mgr is elected (or at once on a manager without leader election).
+func (p *Publisher) SetupWithManager(mgr ctrl.Manager) error {
+	return builder.TypedControllerManagedBy[reconcile.Request](mgr).
+		Named("placement-scores").
+		WatchesRawSource(p.store.Source()).
+		// One worker: a term's written needs no lock.
+		WithOptions(controller.Options{RecoverPanic: ptr.To(true), MaxConcurrentReconciles: 1}).
+		Complete(p.newTerm())
 }
 
-// NeedLeaderElection is true: a single replica writes the scores.
-func (p *Publisher) NeedLeaderElection() bool { return true }
-
-// Start publishes every cluster's scores, then follows the store's changes
-// until ctx is done.
-// What was written in an earlier term is forgotten: another replica may have
-// published since.
-func (p *Publisher) Start(ctx context.Context) error {
-	p.running.Lock()
-	defer p.running.Unlock()
-	q := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "placement-scores", Clock: p.opts.Clock})
-	p.written = map[string]published{}
-	p.mu.Lock()
-	p.queue = q
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		p.queue = nil
-		p.mu.Unlock()
-	}()
-	go func() {
-		<-ctx.Done()
-		q.ShutDown()
-	}()
-	for _, c := range p.store.List() {
-		q.Add(c.Name)
-	}
-	for p.processNext(ctx, q) {
-	}
-	return nil
+// term is the publisher's reconciler in one leader term.
+type term struct {
+	*Publisher
+	// written is what the last successful write of each cluster holds in
+	// this term.
+	written map[string]published
 }
 
-func (p *Publisher) processNext(ctx context.Context, queue workqueue.TypedDelayingInterface[string]) bool {
-	name, shutdown := queue.Get()
-	if shutdown {
-		return false
+func (p *Publisher) newTerm() *term { return &term{Publisher: p, written: map[string]published{}} }
+
+// Reconcile writes the cluster's scores when they changed, at most once per
+// MinInterval (a change sooner is looked at when the interval is over, with
+// every change in between), and asks to look again when they are due for a
+// refresh.
+func (t *term) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	name := req.Name
+	now := t.opts.Clock.Now()
+	if last, ok := t.written[name]; ok && now.Sub(last.at) < t.opts.MinInterval {
+		return reconcile.Result{RequeueAfter: t.opts.MinInterval - now.Sub(last.at)}, nil
 	}
-	defer queue.Done(name)
-	now := p.opts.Clock.Now()
-	if last, ok := p.written[name]; ok && now.Sub(last.at) < p.opts.MinInterval {
-		// Coalesce: look again when the interval is over; later changes
-		// of the cluster fold into that one write.
-		queue.AddAfter(name, p.opts.MinInterval-now.Sub(last.at))
-		return true
-	}
-	retryAfter, err := p.sync(ctx, name, now)
+	retryAfter, err := t.sync(ctx, name, now)
 	if err != nil {
-		p.opts.Log.Error(err, "Publishing placement scores failed", "cluster", name)
-		queue.AddAfter(name, max(p.opts.MinInterval, time.Second))
-		return true
+		return reconcile.Result{}, fmt.Errorf("publishing the placement scores of cluster %q: %w", name, err)
 	}
-	if retryAfter > 0 {
-		queue.AddAfter(name, retryAfter)
-	}
-	return true
+	return reconcile.Result{RequeueAfter: retryAfter}, nil
 }
 
 // sync writes the cluster's scores when they differ from what was written
 // and returns when to look again (0: on the next change only).
-func (p *Publisher) sync(ctx context.Context, name string, now time.Time) (time.Duration, error) {
+func (t *term) sync(ctx context.Context, name string, now time.Time) (time.Duration, error) {
+	p := t.Publisher
 	c, ok := p.store.Get(name)
 	if !ok {
 		// The cluster is gone; its namespace (and the score) go with its
 		// ManagedCluster.
-		delete(p.written, name)
+		delete(t.written, name)
 		return 0, nil
 	}
 	if c.Restored && c.State == store.StateAvailable {
@@ -215,7 +180,7 @@ func (p *Publisher) sync(ctx context.Context, name string, now time.Time) (time.
 	}
 	want := published{scores: Scores(c), at: now}
 	fresh := !c.Stale()
-	last, wrote := p.written[name]
+	last, wrote := t.written[name]
 	refreshAt := last.validUntil.Add(-p.opts.ValidFor / 2)
 	switch {
 	case fresh:
@@ -232,7 +197,7 @@ func (p *Publisher) sync(ctx context.Context, name string, now time.Time) (time.
 	if err := p.write(ctx, name, want); err != nil {
 		return 0, err
 	}
-	p.written[name] = want
+	t.written[name] = want
 	p.opts.Log.V(1).Info("Published placement scores", "cluster", name, "scores", len(want.scores), "validUntil", want.validUntil, "fresh", fresh)
 	if fresh {
 		return p.opts.ValidFor / 2, nil
@@ -241,6 +206,8 @@ func (p *Publisher) sync(ctx context.Context, name string, now time.Time) (time.
 }
 
 func (p *Publisher) write(ctx context.Context, namespace string, want published) error {
+	p.writing.Lock()
+	defer p.writing.Unlock()
 	obj := &clusterv1alpha1.AddOnPlacementScore{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: p.opts.ResourceName}}
 	if err := p.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		if !apierrors.IsNotFound(err) {

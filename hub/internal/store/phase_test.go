@@ -148,3 +148,87 @@ func TestStorePhases(t *testing.T) {
 		t.Error("a deregistered cluster stays in the store")
 	}
 }
+
+// TestEvaluateLivenessOf: a heartbeating cluster is looked at again when its
+// grace period runs out, and turns Unknown then, not before.
+func TestEvaluateLivenessOf(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	s := New(clk, 10*time.Second)
+	s.Connect("a", &federationv1.Hello{Epoch: 1})
+	clk.SetTime(clk.Now().Add(4 * time.Second))
+	changed, recheck := s.EvaluateLivenessOf("a")
+	if changed || recheck != 6*time.Second+livenessSlack {
+		t.Fatalf("4s after the last message: changed=%t recheck=%s, want false and 6s", changed, recheck)
+	}
+	clk.SetTime(clk.Now().Add(recheck))
+	changed, recheck = s.EvaluateLivenessOf("a")
+	if c, _ := s.Get("a"); !changed || recheck != 0 || c.State != StateUnknown {
+		t.Fatalf("past the grace period: changed=%t recheck=%s state=%s, want true 0 Unknown", changed, recheck, c.State)
+	}
+	if changed, recheck := s.EvaluateLivenessOf("gone"); changed || recheck != 0 {
+		t.Errorf("a cluster not in the store: changed=%t recheck=%s, want false 0", changed, recheck)
+	}
+}
+
+// TestReplicaClockSkew: another replica whose clock runs 10 s ahead or behind
+// this one's neither makes a cluster it serves look silent here, nor makes a
+// stream open here look moved, nor keeps this one from noticing that the
+// spoke did move.
+func TestReplicaClockSkew(t *testing.T) {
+	for _, skew := range []time.Duration{10 * time.Second, -10 * time.Second} {
+		t.Run("served by a replica "+skew.String()+" off: Available while it renews", func(t *testing.T) {
+			clk := clocktesting.NewFakePassiveClock(time.Unix(10_000, 0))
+			s := New(clk, 15*time.Second)
+			s.SetReplica("hub-a")
+			renew := func() {
+				// hub-b heard from the spoke 4 s ago by its clock.
+				at := clk.Now().Add(skew - 4*time.Second)
+				s.Observe("a", Peer{Inventory: Cluster{Epoch: 1, Generation: 1, LastHeartbeat: at}, Replica: "hub-b", RenewTime: at, Live: true})
+			}
+			renew()
+			for range 10 {
+				clk.SetTime(clk.Now().Add(5 * time.Second))
+				renew()
+				s.EvaluateLiveness()
+				if c, _ := s.Get("a"); c.State != StateAvailable || !c.Connected {
+					t.Fatalf("state=%s connected=%t while hub-b renews every 5s, want Available and connected", c.State, c.Connected)
+				}
+			}
+			clk.SetTime(clk.Now().Add(16 * time.Second))
+			s.EvaluateLiveness()
+			if c, _ := s.Get("a"); c.State != StateUnknown {
+				t.Errorf("state=%s 16s after hub-b's last renewal, want Unknown", c.State)
+			}
+		})
+		t.Run("previous holder "+skew.String()+" off: a late renewal does not end the stream open here", func(t *testing.T) {
+			clk := clocktesting.NewFakePassiveClock(time.Unix(10_000, 0))
+			s := New(clk, 15*time.Second)
+			s.SetReplica("hub-a")
+			first := clk.Now().Add(skew - 3*time.Second)
+			s.Observe("a", Peer{Inventory: Cluster{Epoch: 1, Generation: 1}, Replica: "hub-b", RenewTime: first, Live: true})
+			clk.SetTime(clk.Now().Add(time.Second))
+			s.Connect("a", &federationv1.Hello{Epoch: 1})
+			s.ApplySnapshot("a", 1, snapshot(2))
+			// hub-b's renewal written just before the spoke left it,
+			// seen only now.
+			late := first.Add(2 * time.Second)
+			if s.Observe("a", Peer{Inventory: Cluster{Epoch: 1, Generation: 1}, Replica: "hub-b", RenewTime: late, Live: true}) {
+				t.Fatal("a renewal written before the stream opened here ended it")
+			}
+			if c, _ := s.Get("a"); c.Replica != "hub-a" || c.Generation != 2 {
+				t.Fatalf("replica=%q generation=%d, want the stream's figures (hub-a, 2)", c.Replica, c.Generation)
+			}
+			// This replica takes the Lease; then hub-b takes it back:
+			// the spoke is on hub-b now.
+			clk.SetTime(clk.Now().Add(time.Second))
+			s.Observe("a", Peer{Replica: "hub-a", RenewTime: clk.Now(), Live: true})
+			clk.SetTime(clk.Now().Add(5 * time.Second))
+			if !s.Observe("a", Peer{Inventory: Cluster{Epoch: 1, Generation: 3}, Replica: "hub-b", RenewTime: clk.Now().Add(skew), Live: true}) {
+				t.Fatal("hub-b took the Lease from this replica: the stream open here is a leftover, want it ended")
+			}
+			if c, _ := s.Get("a"); c.Replica != "hub-b" || c.Generation != 3 {
+				t.Errorf("replica=%q generation=%d, want hub-b's figures (3)", c.Replica, c.Generation)
+			}
+		})
+	}
+}

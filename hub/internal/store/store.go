@@ -106,9 +106,19 @@ type Cluster struct {
 	// it. Only the replica holding the stream knows it.
 	APIServerUnreachableSince time.Time
 
+	// LeaseHolder and LeaseRenewTime are the cluster's heartbeat Lease as
+	// this replica last saw it (RenewTime by the holder's clock), and
+	// LeaseSeenAt when it first saw that renewal, by its own clock.
+	LeaseHolder    string
+	LeaseRenewTime time.Time
+	LeaseSeenAt    time.Time
+
 	// synced is true once a Snapshot of Epoch was applied; Deltas need it.
 	// It is a property of the figures held, not of the stream.
 	synced bool
+	// renewalsSinceConnect counts the renewals of the Lease by other
+	// replicas seen since the stream open here opened.
+	renewalsSinceConnect int
 }
 
 // Stale is true when the figures may not reflect the cluster any more:
@@ -302,6 +312,7 @@ func (s *Store) Connect(name string, hello *federationv1.Hello) {
 			c.synced = false
 		}
 		c.fire(EventConnect)
+		c.renewalsSinceConnect = 0
 		return Result{}, true
 	})
 }
@@ -579,14 +590,43 @@ type Peer struct {
 // one. It returns true when another replica renewed the cluster's lease after
 // the last message of the stream open here: the spoke has moved, and that
 // stream is a leftover to end.
+//
+// Replicas' clocks may disagree, so times written by another replica are
+// never compared with this replica's: a Lease renewal counts from when this
+// replica first saw it (LeaseSeenAt, its own clock). Only the first Lease
+// seen of a cluster (on start, or of a cluster new to it) is judged by the
+// times written in it, for want of anything better.
 func (s *Store) Observe(name string, p Peer) (superseded bool) {
+	now := s.clock.Now()
 	s.update(name, true, func(c *Cluster, existed bool) (Result, bool) {
+		firstSight := c.LeaseHolder == ""
+		prevHolder := c.LeaseHolder
+		renewal := p.Replica != "" && (p.Replica != c.LeaseHolder || !p.RenewTime.Equal(c.LeaseRenewTime))
+		if renewal {
+			c.LeaseHolder, c.LeaseRenewTime, c.LeaseSeenAt = p.Replica, p.RenewTime, now
+			if p.Replica != s.replica && c.streaming() {
+				c.renewalsSinceConnect++
+			}
+		}
 		if existed && p.Replica != "" && p.Replica == s.replica {
 			// This replica's own write coming back: it knows better.
 			return Result{}, false
 		}
 		// Newer evidence: another replica heard from the spoke after we did.
-		moved := p.Replica != "" && p.Replica != s.replica && p.RenewTime.After(c.LastHeartbeat)
+		var moved bool
+		switch {
+		case p.Replica == "" || p.Replica == s.replica:
+		case firstSight:
+			moved = p.RenewTime.After(c.LastHeartbeat)
+		case c.streaming():
+			// While a stream is open here, another replica's renewal
+			// written before it opened may still arrive: the spoke has
+			// moved when that replica took the Lease from this one or
+			// from a third, or renewed it twice since the stream opened.
+			moved = renewal && (prevHolder == s.replica || p.Replica != prevHolder || c.renewalsSinceConnect >= 2)
+		default:
+			moved = renewal
+		}
 		if c.Replica == s.replica && (c.Connected || c.synced) {
 			if !moved {
 				return Result{}, false
@@ -602,15 +642,25 @@ func (s *Store) Observe(name string, p Peer) (superseded bool) {
 			c.Epoch, c.Generation, c.ObservedAt = in.Epoch, in.Generation, in.ObservedAt
 		}
 		c.AgentVersion = in.AgentVersion
-		c.LastHeartbeat = in.LastHeartbeat
-		if p.RenewTime.After(c.LastHeartbeat) {
-			c.LastHeartbeat = p.RenewTime
+		switch {
+		case renewal && !firstSight:
+			// The serving replica heard from the spoke just now.
+			c.LastHeartbeat = now
+		case firstSight || c.Replica != p.Replica:
+			c.LastHeartbeat = in.LastHeartbeat
+			if p.RenewTime.After(c.LastHeartbeat) {
+				c.LastHeartbeat = p.RenewTime
+			}
+			if c.LastHeartbeat.After(now) {
+				// Written by a replica whose clock runs ahead.
+				c.LastHeartbeat = now
+			}
 		}
 		c.Replica = p.Replica
-		c.State = s.stateAt(c.LastHeartbeat, s.clock.Now())
+		c.State = s.stateAt(c.LastHeartbeat, now)
 		c.Outdated = p.Outdated
 		c.synced = false
-		if p.Live {
+		if p.Live || (renewal && !firstSight) {
 			c.fire(EventObserveLive)
 		} else {
 			c.fire(EventObserveRestored)
@@ -621,6 +671,20 @@ func (s *Store) Observe(name string, p Peer) (superseded bool) {
 		return Result{}, changed
 	})
 	return superseded
+}
+
+// LeaseSeenAt is when, by this replica's clock, it first saw the Lease of
+// cluster c held by holder and renewed at renewed (another replica's clock):
+// now when it has not seen that renewal yet, renewed itself when it never
+// saw a Lease of c.
+func (s *Store) LeaseSeenAt(c *Cluster, holder string, renewed time.Time) time.Time {
+	switch {
+	case c.LeaseHolder == "":
+		return renewed
+	case c.LeaseHolder == holder && c.LeaseRenewTime.Equal(renewed):
+		return c.LeaseSeenAt
+	}
+	return s.clock.Now()
 }
 
 // ConfirmReplica records that the replica named replica is running (it
@@ -666,6 +730,41 @@ func (s *Store) EvaluateLiveness() []string {
 	notify(listeners, changed...)
 	return changed
 }
+
+// EvaluateLivenessOf turns the cluster named name Unknown when it has been
+// silent past the grace period and reports whether its state changed, and
+// how long from now it may turn Unknown if nothing is heard from it (zero
+// when it is Unknown already or gone: only a message changes it then).
+func (s *Store) EvaluateLivenessOf(name string) (changed bool, recheck time.Duration) {
+	now := s.clock.Now()
+	s.mu.Lock()
+	c, ok := s.clusters[name]
+	if !ok {
+		s.mu.Unlock()
+		return false, 0
+	}
+	st := s.stateAt(c.LastHeartbeat, now)
+	if st != c.State {
+		next := *c
+		next.setState(st)
+		s.clusters[name] = &next
+		changed = true
+	}
+	listeners := s.listeners
+	s.mu.Unlock()
+	if changed {
+		notify(listeners, name)
+	}
+	if st == StateAvailable {
+		// Just past the grace period: stateAt needs more than grace.
+		recheck = s.grace - now.Sub(c.LastHeartbeat) + livenessSlack
+	}
+	return changed, recheck
+}
+
+// livenessSlack is how long past the end of the grace period a cluster is
+// looked at again.
+const livenessSlack = 10 * time.Millisecond
 
 // HeartbeatAge returns how long ago every cluster was last heard from.
 func (s *Store) HeartbeatAge() map[string]time.Duration {
