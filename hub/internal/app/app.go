@@ -1,6 +1,11 @@
 // Package app assembles the hub from its parts — CA, store, persister,
 // liveness checker, gRPC server — on a controller-runtime manager of the hub
 // cluster. The hub binary and the integration suites both run it.
+//
+// The background work is controller-runtime controllers: the persister,
+// liveness and deregistration on every replica, the placement scores in each
+// leader term (leader.Campaign). They read time from one clock
+// (config.Clock), as do the store, Admit, Join and the server.
 package app
 
 import (
@@ -207,7 +212,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if err := errors.Join(
 		mgr.Add(srv),
 		mgr.Add(revocations),
-		mgr.Add(persister),
+		persister.SetupWithManager(mgr),
 		mgr.Add(queries),
 		(&liveness.Reconciler{Store: st}).SetupWithManager(mgr),
 		(&registry.Deregistrations{Reader: mgr.GetClient(), Forget: func(cluster string) {

@@ -8,7 +8,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,18 +34,6 @@ const LeaseName = "imperator-spoke"
 // default 40 s grace with 5 s heartbeats), which leaves room for a slow API
 // server before other replicas would think the cluster silent.
 func RenewInterval(grace time.Duration) time.Duration { return max(grace/8, 100*time.Millisecond) }
-
-// renewLeases queues the Lease renewal of every cluster whose stream is open
-// here, every RenewInterval.
-func (p *Persister) renewLeases(ctx context.Context) {
-	wait.UntilWithContext(ctx, func(context.Context) {
-		for _, c := range p.store.List() {
-			if c.Connected && p.store.Local(c) {
-				p.queue.Add(item{cluster: c.Name, lease: true})
-			}
-		}
-	}, RenewInterval(p.store.GracePeriod()))
-}
 
 // leaseHolder is who holds a Lease and when it was renewed.
 func leaseHolder(l *coordinationv1.Lease) (string, time.Time) {

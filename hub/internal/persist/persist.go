@@ -5,7 +5,10 @@
 // ClusterInventory (in the namespace named like the cluster, as OCM does)
 // with the last snapshot, the ManagedCluster's Available condition, and a
 // heartbeat Lease renewed with the spoke's heartbeats. Writes are coalesced:
-// at most one per cluster per interval, and none when nothing changed.
+// at most one per cluster per interval, and none when nothing changed. The
+// Persister is a controller-runtime controller on every replica, fed with
+// the store's changed clusters (store.Source); RequeueAfter brings a cluster
+// back when its interval is over and when its Lease is due for renewal.
 //
 // Every replica reads them back: all of them on start (Restore), then the
 // other replicas' writes as they happen (Follower). The elected leader marks
@@ -33,8 +36,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/hub/internal/registry"
@@ -68,15 +78,7 @@ type Options struct {
 	Log   logr.Logger
 }
 
-// item is a unit of the Persister's work: a cluster's full write, or the
-// renewal of its Lease alone.
-type item struct {
-	cluster string
-	lease   bool
-}
-
-// Persister writes the store's clusters to the API server, a
-// controller-runtime Runnable.
+// Persister writes the store's clusters to the API server.
 type Persister struct {
 	client   client.Client
 	store    *store.Store
@@ -85,10 +87,15 @@ type Persister struct {
 	reader   client.Reader
 	clock    clock.PassiveClock
 	log      logr.Logger
-	queue    workqueue.TypedRateLimitingInterface[item]
+	// queue is the running controller's, to look at every cluster again
+	// (nil until it starts).
+	queueMu sync.Mutex
+	queue   workqueue.TypedRateLimitingInterface[reconcile.Request]
+	// work is held by each reconcile and by the flush on shutdown: last,
+	// leases and withheld are theirs (and Restore's, before they run).
+	work sync.Mutex
 	// last is the ClusterInventory and leases the Lease as last read or
-	// written, per cluster; only the worker goroutine (and Restore, before
-	// Start) touch them.
+	// written, per cluster.
 	last   map[string]*imperatorv1alpha1.ClusterInventory
 	leases map[string]*coordinationv1.Lease
 	// withheld are the clusters whose Lease is not renewed: neither their
@@ -148,30 +155,89 @@ func New(c client.Client, st *store.Store, opts Options) *Persister {
 		reader:   opts.Reader,
 		clock:    opts.Clock,
 		log:      opts.Log,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
-			workqueue.TypedRateLimitingQueueConfig[item]{Name: "hub_persist"}),
 		last:     map[string]*imperatorv1alpha1.ClusterInventory{},
 		leases:   map[string]*coordinationv1.Lease{},
 		withheld: map[string]bool{},
 		written:  map[string]time.Time{},
 	}
-	// A change is written at once when the cluster was not written for an
-	// interval, else when the interval is over; further changes in between
-	// join it (the delaying queue keeps one entry per cluster, due at the
-	// earliest time asked).
-	st.OnChange(func(cluster string) { p.queue.AddAfter(item{cluster: cluster}, p.nextWrite(cluster)) })
 	return p
 }
+
+// SetupWithManager runs the Persister on every replica (the replica holding
+// a spoke's stream writes it), with a flush of every cluster on shutdown.
+func (p *Persister) SetupWithManager(mgr ctrl.Manager) error {
+	changes := p.store.Source()
+	err := builder.TypedControllerManagedBy[reconcile.Request](mgr).
+		Named("inventory-persister").
+		WatchesRawSource(source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			p.queueMu.Lock()
+			p.queue = q
+			p.queueMu.Unlock()
+			return changes.Start(ctx, q)
+		})).
+		// One worker: the store orders a cluster's changes, and the
+		// API's optimistic locks order the replicas'.
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), RecoverPanic: ptr.To(true), MaxConcurrentReconciles: 1}).
+		Complete(p)
+	if err != nil {
+		return err
+	}
+	return mgr.Add(manager.RunnableFunc(p.flushOnShutdown))
+}
+
+// Reconcile writes a changed cluster, or — when it was written less than an
+// interval ago — renews only its Lease and comes back when the interval is
+// over, so that the changes in between make one write. A cluster whose
+// stream is open here comes back every RenewInterval to renew its Lease.
+func (p *Persister) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	p.work.Lock()
+	defer p.work.Unlock()
+	name := req.Name
+	due := p.nextWrite(name)
+	var err error
+	if due > 0 {
+		err = p.renew(ctx, name)
+	} else {
+		err = p.sync(ctx, name)
+	}
+	if apierrors.IsConflict(err) {
+		// Someone wrote since we read: read again and retry soon.
+		ctrl.LoggerFrom(ctx).V(1).Info("Persisting cluster raced another writer; retrying", "cluster", name)
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	next := due
+	if c, ok := p.store.Get(name); ok && c.Connected && p.store.Local(c) {
+		renewal := RenewInterval(p.store.GracePeriod())
+		if next == 0 || renewal < next {
+			next = renewal
+		}
+	}
+	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// conflictRetry is how soon a write that lost an optimistic lock is tried
+// again, reading afresh.
+const conflictRetry = 100 * time.Millisecond
 
 // leader reports whether this replica writes for clusters nobody serves.
 func (p *Persister) leader() bool { return p.leading() }
 
 // LookAtEveryCluster queues every cluster for a write decision. A new leader
 // calls it at the start of its term: some clusters may have gone silent
-// while nobody led.
+// while nobody led. Before the controller starts it does nothing: the
+// controller looks at every cluster when it starts.
 func (p *Persister) LookAtEveryCluster() {
+	p.queueMu.Lock()
+	q := p.queue
+	p.queueMu.Unlock()
+	if q == nil {
+		return
+	}
 	for _, c := range p.store.List() {
-		p.queue.Add(item{cluster: c.Name})
+		q.Add(store.Request(c.Name))
 	}
 }
 
@@ -215,9 +281,6 @@ func (p *Persister) Restore(ctx context.Context, r client.Reader) error {
 	return nil
 }
 
-// NeedLeaderElection is false: the replica holding a spoke's stream writes it.
-func (p *Persister) NeedLeaderElection() bool { return false }
-
 // isClusterInventory is true for the ClusterInventory the hub writes for a
 // cluster: named like it, in the namespace named like it.
 func isClusterInventory(inv *imperatorv1alpha1.ClusterInventory) bool {
@@ -228,38 +291,12 @@ func isClusterInventory(inv *imperatorv1alpha1.ClusterInventory) bool {
 // flushTimeout bounds the final write of every cluster on shutdown.
 const flushTimeout = 10 * time.Second
 
-// Start writes until ctx is done, then writes what is still pending, so that
-// a restarted hub loses nothing it had acknowledged.
-func (p *Persister) Start(ctx context.Context) error {
-	go func() {
-		<-ctx.Done()
-		p.queue.ShutDown()
-	}()
-	go p.renewLeases(ctx)
-	for {
-		it, shutdown := p.queue.Get()
-		if shutdown {
-			break
-		}
-		var err error
-		if it.lease {
-			err = p.renew(ctx, it.cluster)
-		} else {
-			err = p.sync(ctx, it.cluster)
-		}
-		switch {
-		case err == nil:
-			p.queue.Forget(it)
-		case apierrors.IsConflict(err):
-			// Someone wrote since we read: read again and retry soon.
-			p.log.V(1).Info("Persisting cluster raced another writer; retrying", "cluster", it.cluster, "lease", it.lease)
-			p.queue.AddRateLimited(it)
-		default:
-			p.log.Error(err, "Persisting cluster failed; retrying", "cluster", it.cluster, "lease", it.lease)
-			p.queue.AddRateLimited(it)
-		}
-		p.queue.Done(it)
-	}
+// flushOnShutdown waits until ctx is done, then writes what is still
+// pending, so that a restarted hub loses nothing it had acknowledged.
+func (p *Persister) flushOnShutdown(ctx context.Context) error {
+	<-ctx.Done()
+	p.work.Lock()
+	defer p.work.Unlock()
 	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()
 	for _, c := range p.store.List() {
