@@ -89,3 +89,67 @@ func TestSyncWritesTheInventoryOnlyWhenItChanges(t *testing.T) {
 		t.Errorf("inventory generation=%d lastHeartbeat=%v, want 2 and the heartbeat that rode along (%v)", inv.Status.Generation, inv.Status.LastHeartbeatTime, start.Add(10*time.Second))
 	}
 }
+
+// Changes within an interval of the last write make one write when the
+// interval is over (the reconcile asks to come back then), and a cluster
+// streaming here comes back for its Lease every RenewInterval.
+func TestReconcileCoalescesChangesWithinTheInterval(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, imperatorv1alpha1.AddToScheme, clusterv1.Install} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inventoryWrites := 0
+	tracker := clienttesting.NewObjectTracker(scheme, serializer.NewCodecFactory(scheme).UniversalDecoder())
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjectTracker(tracker).
+		WithObjects(&clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "uid-a"}}).
+		WithStatusSubresource(&imperatorv1alpha1.ClusterInventory{}, &clusterv1.ManagedCluster{}).
+		WithInterceptorFuncs(interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if _, ok := obj.(*imperatorv1alpha1.ClusterInventory); ok {
+					inventoryWrites++
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		}).Build()
+	start := time.Unix(10_000, 0)
+	clk := clocktesting.NewFakePassiveClock(start)
+	st := store.New(clk, 40*time.Second)
+	st.SetReplica("hub-a")
+	p := New(c, st, Options{Interval: 3 * time.Second, Clock: clk, Log: logr.Discard()})
+	machine := func(available int32) *federationv1.Machine {
+		return &federationv1.Machine{Name: "m", Group: "g", Types: []*federationv1.MachineType{{Name: "t", Cpu: "4", Memory: "16Gi", Available: available}}}
+	}
+	st.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 1})
+	st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{machine(2)}})
+
+	res, err := p.Reconcile(ctx, store.Request("a"))
+	if err != nil || inventoryWrites != 1 || res.RequeueAfter != RenewInterval(40*time.Second) {
+		t.Fatalf("first reconcile: err=%v writes=%d requeueAfter=%s, want nil 1 %s", err, inventoryWrites, res.RequeueAfter, RenewInterval(40*time.Second))
+	}
+	clk.SetTime(start.Add(time.Second))
+	st.ApplyDelta("a", 1, &federationv1.Delta{Generation: 2, Upserts: []*federationv1.Machine{machine(3)}})
+	res, err = p.Reconcile(ctx, store.Request("a"))
+	if err != nil || inventoryWrites != 1 || res.RequeueAfter != 2*time.Second {
+		t.Fatalf("a change 1s after the write: err=%v writes=%d requeueAfter=%s, want nil, no write, back in 2s", err, inventoryWrites, res.RequeueAfter)
+	}
+	st.ApplyDelta("a", 1, &federationv1.Delta{Generation: 3, Upserts: []*federationv1.Machine{machine(4)}})
+	clk.SetTime(start.Add(3 * time.Second))
+	if _, err := p.Reconcile(ctx, store.Request("a")); err != nil || inventoryWrites != 2 {
+		t.Fatalf("once the interval is over: err=%v writes=%d, want one write of both changes (2 in all)", err, inventoryWrites)
+	}
+	inv := &imperatorv1alpha1.ClusterInventory{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "a", Name: InventoryName("a")}, inv); err != nil {
+		t.Fatal(err)
+	}
+	if inv.Status.Generation != 3 {
+		t.Errorf("inventory generation %d, want 3 (both changes in one write)", inv.Status.Generation)
+	}
+	st.Disconnect("a")
+	clk.SetTime(start.Add(10 * time.Second))
+	if res, err := p.Reconcile(ctx, store.Request("a")); err != nil || res.RequeueAfter != 0 {
+		t.Errorf("after the stream ended: err=%v requeueAfter=%s, want nil and no periodic look (nothing to renew)", err, res.RequeueAfter)
+	}
+}
