@@ -35,6 +35,12 @@ const (
 	// when it grants the guest a unit of its machine type, in arrival order.
 	// Nothing else removes it.
 	SlotSchedulingGate = Prefix + "slot"
+	// QueueAnnotation tells a guest held at the SlotSchedulingGate where it
+	// stands: its place in line for its machine type and the type's units in
+	// use, e.g. "waiting for compute-xlarge: 2nd in line, 1 of 1 in use".
+	// The agent writes it only when the text changes and removes it with the
+	// gate.
+	QueueAnnotation = Prefix + "queue"
 )
 
 // PodRole is the value of PodRoleKey.

@@ -27,6 +27,18 @@
 // are, are not counted, and are named in InsufficientCapacity; the
 // controller watches the node-pool labels of Nodes for that.
 //
+// It also runs the guest queue (queue.go, grant.go): the Pod Resource
+// Injector holds every guest at the imperator.tenzen-y.io/slot scheduling
+// gate, and per machine type the controller removes the gate of the oldest
+// gated guest (creation time, then namespace/name) while fewer than
+// available units are held by guests, once the reservation pod scaled away
+// for it is gone and a node-pool=ready node of the type exists. available is
+// so a hard cap that refuses nobody; guests beyond it wait SchedulingGated,
+// told their place in the imperator.tenzen-y.io/queue annotation (written
+// only when its text changes) and a Queued event. Guests running without the
+// gate (from before an upgrade) count as used and are never evicted. Usage
+// counts the gated guests as queued, a part of waiting.
+//
 // It is a multicluster-runtime reconciler: SetupWithManager registers it with
 // a multi-cluster manager, which runs it against every cluster it engages.
 package machine

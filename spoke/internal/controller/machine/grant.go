@@ -2,9 +2,9 @@ package machine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,56 +26,34 @@ const (
 	ReasonSlotGranted = "SlotGranted"
 )
 
-// removeSlotGate deletes the slot gate from spec.schedulingGates (the API
-// allows removing gates, never adding them) and leaves any other gate.
-var removeSlotGate = client.RawPatch(types.StrategicMergePatchType,
-	fmt.Appendf(nil, `{"spec":{"schedulingGates":[{"$patch":"delete","name":%q}]}}`, imperatorv1alpha1.SlotSchedulingGate))
+// grantPatch removes the slot gate from spec.schedulingGates (the API
+// allows removing gates, never adding them), leaving any other gate, and the
+// queue annotation, in one write.
+var grantPatch = client.RawPatch(types.StrategicMergePatchType,
+	fmt.Appendf(nil, `{"metadata":{"annotations":{%q:null}},"spec":{"schedulingGates":[{"$patch":"delete","name":%q}]}}`,
+		imperatorv1alpha1.QueueAnnotation, imperatorv1alpha1.SlotSchedulingGate))
 
-// queueNotes remembers the last note each gated guest was sent, so that a
-// guest gets an event only when its place or the figures change.
-type queueNotes struct {
-	mu    sync.Mutex
-	notes map[types.UID]queueNote
-}
-
-type queueNote struct{ machine, note string }
-
-// changed records note for uid and tells whether it differs from the last.
-func (q *queueNotes) changed(uid types.UID, machine, note string) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.notes == nil {
-		q.notes = map[types.UID]queueNote{}
+// queuePatch sets the queue annotation of a waiting guest.
+func queuePatch(note string) (client.Patch, error) {
+	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{imperatorv1alpha1.QueueAnnotation: note}}})
+	if err != nil {
+		return nil, fmt.Errorf("encoding the queue annotation: %w", err)
 	}
-	if q.notes[uid].note == note {
-		return false
-	}
-	q.notes[uid] = queueNote{machine: machine, note: note}
-	return true
-}
-
-// forget drops the notes of machine's guests that are not in keep.
-func (q *queueNotes) forget(machine string, keep map[types.UID]bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for uid, n := range q.notes {
-		if n.machine == machine && !keep[uid] {
-			delete(q.notes, uid)
-		}
-	}
+	return client.RawPatch(types.MergePatchType, data), nil
 }
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=patch
 
 // grantSlots runs the line of every machine type of the Machine: it removes
 // the gate of the guests planSlots lets through and tells the others where
-// they stand. usage must hold the replicas the reservations were just
-// applied with.
-func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder events.EventRecorder, key string,
+// they stand, in their queue annotation, written only when its text
+// changes. A guest gets a Queued event when it first waits in line and a
+// SlotGranted event when its gate is removed. usage must hold the replicas
+// the reservations were just applied with.
+func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder events.EventRecorder,
 	machine *imperatorv1alpha1.Machine, group string, usage map[string]*typeUsage) error {
 	log := ctrl.LoggerFrom(ctx)
 	var errs []error
-	keep := map[types.UID]bool{}
 	for _, t := range machine.Spec.MachineTypes {
 		u := usage[t.Name]
 		if u == nil || len(u.gated) == 0 {
@@ -98,7 +76,7 @@ func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder e
 			// The pod comes from the cache: patch a copy of its key only.
 			guest := &corev1.Pod{}
 			guest.Namespace, guest.Name = pod.Namespace, pod.Name
-			if err := c.Patch(ctx, guest, removeSlotGate); err != nil {
+			if err := c.Patch(ctx, guest, grantPatch); err != nil {
 				if client.IgnoreNotFound(err) != nil {
 					errs = append(errs, fmt.Errorf("removing the slot gate of guest %s: %w", klog.KObj(pod), err))
 				}
@@ -109,13 +87,32 @@ func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder e
 				"granted a unit of %s of Machine %s: the scheduler places the guest now", t.Name, machine.Name)
 		}
 		for _, q := range plan.queued {
-			keep[q.pod.UID] = true
-			if r.notes.changed(q.pod.UID, key, q.note) {
+			previous, told := q.pod.Annotations[imperatorv1alpha1.QueueAnnotation]
+			if previous == q.note {
+				continue
+			}
+			patch, err := queuePatch(q.note)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			guest := &corev1.Pod{}
+			guest.Namespace, guest.Name = q.pod.Namespace, q.pod.Name
+			if err := c.Patch(ctx, guest, patch); err != nil {
+				if client.IgnoreNotFound(err) != nil {
+					errs = append(errs, fmt.Errorf("annotating waiting guest %s: %w", klog.KObj(q.pod), err))
+				}
+				continue
+			}
+			log.V(2).Info("Told a waiting guest its place", "pod", klog.KObj(q.pod), "note", q.note)
+			if !told {
+				// Later notes go to the annotation only: the event recorder
+				// folds events of one reason about one pod into a series that
+				// keeps the first note.
 				recorder.Eventf(q.pod, machine, corev1.EventTypeNormal, ReasonQueued, "Queue", "%s", q.note)
 			}
 		}
 	}
-	r.notes.forget(key, keep)
 	return errors.Join(errs...)
 }
 

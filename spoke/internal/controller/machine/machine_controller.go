@@ -102,8 +102,6 @@ type Reconciler struct {
 	mgr    mcmanager.Manager
 	opts   Options
 	series usageSeries
-	// notes are the last queue notes sent to gated guests.
-	notes queueNotes
 }
 
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
@@ -260,7 +258,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	errs = append(errs, r.prune(ctx, c, machine, keep))
 	// The reservations are scaled for every waiting guest first; the gates
 	// open only once the reservation pods are gone.
-	errs = append(errs, r.grantSlots(ctx, c, recorder, seriesKey, machine, group, usage))
+	errs = append(errs, r.grantSlots(ctx, c, recorder, machine, group, usage))
 	return ctrl.Result{}, errors.Join(errs...)
 }
 

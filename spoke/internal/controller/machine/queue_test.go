@@ -7,7 +7,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
@@ -130,30 +129,5 @@ func TestOrdinal(t *testing.T) {
 		if got := ordinal(n); got != want {
 			t.Errorf("ordinal(%d) = %q, want %q", n, got, want)
 		}
-	}
-}
-
-func TestQueueNotesChangeOnly(t *testing.T) {
-	var q queueNotes
-	steps := []struct {
-		uid, note string
-		want      bool
-	}{
-		{"a", "2nd in line", true},
-		{"a", "2nd in line", false},
-		{"a", "1st in line", true},
-		{"b", "1st in line", true},
-	}
-	for i, s := range steps {
-		if got := q.changed(types.UID(s.uid), "m", s.note); got != s.want {
-			t.Errorf("step %d: changed(%s, %q) = %v, want %v", i, s.uid, s.note, got, s.want)
-		}
-	}
-	q.forget("m", map[types.UID]bool{"b": true})
-	if !q.changed("a", "m", "1st in line") {
-		t.Errorf("a forgotten guest's note is not sent again")
-	}
-	if q.changed("b", "m", "1st in line") {
-		t.Errorf("a kept guest's note is sent again")
 	}
 }

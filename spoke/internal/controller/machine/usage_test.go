@@ -262,7 +262,7 @@ func TestPodCountsGuestQueue(t *testing.T) {
 				gate(wrappers.MakePod("team-off", "ignored").Guest(group, "compute-small").Obj()),
 			},
 			want: counts{
-				Usage: imperatorv1alpha1.Usage{Maximum: 6, Used: 1, Waiting: 4, Queued: 2},
+				Usage:    imperatorv1alpha1.Usage{Maximum: 6, Used: 1, Waiting: 4, Queued: 2},
 				Replicas: 1, Held: 3, Granted: 2, Gated: []string{"first", "second"},
 			},
 		},

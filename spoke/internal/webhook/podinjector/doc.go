@@ -5,7 +5,9 @@
 // with what it already sets; the pod tolerates the type's and the node pool's
 // NoSchedule taints; every required node selector term is narrowed to the
 // type's ready nodes (and GPU Feature Discovery selectors); and an annotation
-// records what was injected. Pods whose labels, container or affinity make
+// records what was injected. Every guest it admits is held at the
+// imperator.tenzen-y.io/slot scheduling gate, which only the agent's Machine
+// controller removes, granting units in arrival order. Pods whose labels, container or affinity make
 // that impossible are denied with a message saying why.
 //
 // Inject is the pure mutation; Handler serves it over admission, reading

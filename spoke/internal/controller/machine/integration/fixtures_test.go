@@ -55,9 +55,17 @@ func placementTerm(machineType string) corev1.NodeSelectorTerm {
 }
 
 // guest is a guest pod of machineType as the injector would have admitted
-// it: labels, requests = limits, tolerations and node affinity of the type.
-// It stops at once when deleted.
+// it: labels, requests = limits, tolerations and node affinity of the type,
+// held at the slot scheduling gate. It stops at once when deleted.
 func guest(namespace, name, machineType string) *corev1.Pod {
+	pod := ungatedGuest(namespace, name, machineType)
+	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: imperatorv1alpha1.SlotSchedulingGate}}
+	return pod
+}
+
+// ungatedGuest is a guest admitted before the agent gated guests (an
+// upgrade): everything the injector sets but the slot gate.
+func ungatedGuest(namespace, name, machineType string) *corev1.Pod {
 	s := shapes[machineType]
 	w := wrappers.MakePod(namespace, name).Guest(group, machineType).
 		Request(0, corev1.ResourceCPU, s.cpu).Request(0, corev1.ResourceMemory, s.memory).

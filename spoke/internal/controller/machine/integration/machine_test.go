@@ -28,6 +28,11 @@ func u(maximum, reserved, used, waiting int32) imperatorv1alpha1.Usage {
 	return imperatorv1alpha1.Usage{Maximum: maximum, Reserved: reserved, Used: used, Waiting: waiting}
 }
 
+// uq is u with queued guests: those of waiting held at the slot gate.
+func uq(maximum, reserved, used, waiting, queued int32) imperatorv1alpha1.Usage {
+	return imperatorv1alpha1.Usage{Maximum: maximum, Reserved: reserved, Used: used, Waiting: waiting, Queued: queued}
+}
+
 var _ = Describe("Machine controller", func() {
 	var guests string
 
@@ -249,7 +254,8 @@ var _ = Describe("Machine controller", func() {
 		legacy := createGuestNamespace(ctx, map[string]string{imperatorv1alpha1.LegacyInjectResourceKey: imperatorv1alpha1.InjectResourceEnabled})
 		plain := createGuestNamespace(ctx, nil)
 		Expect(k8s.Create(ctx, guest(legacy, "counted", "compute-medium"))).To(Succeed())
-		Expect(k8s.Create(ctx, guest(plain, "ignored", "compute-medium"))).To(Succeed())
+		// Not injected (its namespace is not enabled): no gate.
+		Expect(k8s.Create(ctx, ungatedGuest(plain, "ignored", "compute-medium"))).To(Succeed())
 		Eventually(usage(ctx, machineName)).WithTimeout(30 * time.Second).Should(HaveKeyWithValue("compute-medium", u(4, 3, 1, 0)))
 		Consistently(usage(ctx, machineName)).WithTimeout(3 * time.Second).Should(HaveKeyWithValue("compute-medium", u(4, 3, 1, 0)))
 
@@ -269,7 +275,7 @@ var _ = Describe("Machine controller", func() {
 		for _, name := range []string{"a", "b", "c"} {
 			Expect(k8s.Create(ctx, guest(guests, name, "compute-xlarge"))).To(Succeed())
 		}
-		Eventually(usage(ctx, machineName)).WithTimeout(30 * time.Second).Should(HaveKeyWithValue("compute-xlarge", u(2, 0, 2, 1)))
+		Eventually(usage(ctx, machineName)).WithTimeout(30 * time.Second).Should(HaveKeyWithValue("compute-xlarge", uq(2, 0, 2, 1, 1)))
 		Eventually(condition(ctx, machineName, imperatorv1alpha1.ConditionOverSubscribed)).Should(And(
 			HaveField("Status", metav1.ConditionTrue),
 			HaveField("Reason", imperatorv1alpha1.ReasonGuestsExceedAvailable),
@@ -291,7 +297,7 @@ var _ = Describe("Machine controller", func() {
 		Eventually(runningGuests).WithTimeout(10 * time.Second).Should(HaveLen(2))
 		first := runningGuests(Default)
 		Consistently(runningGuests).WithTimeout(5 * time.Second).Should(Equal(first))
-		Expect(usage(ctx, machineName)(Default)).To(HaveKeyWithValue("compute-xlarge", u(2, 0, 2, 1)))
+		Expect(usage(ctx, machineName)(Default)).To(HaveKeyWithValue("compute-xlarge", uq(2, 0, 2, 1, 1)))
 		Expect(reservationPods(ctx, Default, "compute-xlarge")).To(BeEmpty())
 	})
 
