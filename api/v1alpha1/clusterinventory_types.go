@@ -27,9 +27,12 @@ type ClusterInventoryStatus struct {
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
 
-	// epoch and generation identify the spoke inventory this status holds.
+	// epoch identifies one run of the spoke agent; generations are
+	// comparable only within one epoch.
 	// +optional
 	Epoch uint64 `json:"epoch,omitempty"`
+	// generation of the spoke inventory this status holds, monotonic
+	// within an epoch.
 	// +optional
 	Generation uint64 `json:"generation,omitempty"`
 
@@ -76,9 +79,10 @@ type InventoryMachine struct {
 type InventoryMachineType struct {
 	// name of the machine type.
 	Name string `json:"name"`
-	// cpu and memory of one unit, as Kubernetes quantity strings.
+	// cpu of one unit, as a Kubernetes quantity string.
 	// +optional
 	CPU string `json:"cpu,omitempty"`
+	// memory of one unit, as a Kubernetes quantity string.
 	// +optional
 	Memory string `json:"memory,omitempty"`
 	// gpu of one unit.
@@ -97,14 +101,19 @@ type InventoryMachineType struct {
 
 // NodeCounts counts nodes by condition.
 type NodeCounts struct {
+	// ready counts the pool's nodes in the node-pool=ready state: they serve guests.
 	// +optional
 	Ready int32 `json:"ready,omitempty"`
+	// notReady counts the pool's nodes in the node-pool=not-ready state (unhealthy).
 	// +optional
 	NotReady int32 `json:"notReady,omitempty"`
+	// maintenance counts the pool's nodes in the node-pool=maintenance state.
 	// +optional
 	Maintenance int32 `json:"maintenance,omitempty"`
+	// missing counts the nodes the pool lists that do not exist.
 	// +optional
 	Missing int32 `json:"missing,omitempty"`
+	// conflict counts the nodes the pool lists that belong to another Machine's pool.
 	// +optional
 	Conflict int32 `json:"conflict,omitempty"`
 }
@@ -118,7 +127,7 @@ const ConditionAvailable = "Available"
 // serves queries from memory and reloads this on restart.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=cinv
+// +kubebuilder:resource:shortName=cinv,categories=imperator
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterName`
 // +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].status`
 // +kubebuilder:printcolumn:name="Observed",type=date,JSONPath=`.status.observedAt`

@@ -202,7 +202,7 @@ type Usage struct {
 // capacity is held by reservation pods until guest pods claim it.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Cluster,shortName=mc
+// +kubebuilder:resource:scope=Cluster,shortName=mc,categories=imperator
 // +kubebuilder:printcolumn:name="Group",type=string,JSONPath=`.metadata.labels.imperator\.tenzen-y\.io/machine-group`
 // +kubebuilder:printcolumn:name="Types",type=string,JSONPath=`.spec.machineTypes[*].name`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

@@ -102,7 +102,7 @@ type MachineNodePoolStatus struct {
 // owned by it.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Cluster,shortName=mnp
+// +kubebuilder:resource:scope=Cluster,shortName=mnp,categories=imperator
 // +kubebuilder:printcolumn:name="Group",type=string,JSONPath=`.spec.machineGroup`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
