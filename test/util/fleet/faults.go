@@ -12,6 +12,9 @@ import (
 // has fault proxies. f.mu is held.
 func (f *Fleet) agentHubAddressLocked(spoke string) (string, error) {
 	hub := f.hubAddressLocked()
+	if a, ok := f.dial[spoke]; ok {
+		return a, nil
+	}
 	if !f.opts.FaultProxies {
 		return hub, nil
 	}

@@ -58,6 +58,10 @@ type Fleet struct {
 	// proxies stand between each agent and the hub when
 	// Options.FaultProxies is set.
 	proxies map[string]*faultproxy.Proxy
+	// replicas are further hub processes (StartReplica); dial overrides
+	// the hub address an agent dials (DialHub).
+	replicas []*Replica
+	dial     map[string]string
 }
 
 // Start starts the hub cluster and every spoke cluster side by side and adds
@@ -145,6 +149,7 @@ func (f *Fleet) Logs(lines int) string {
 	if f.hub != nil {
 		out += fmt.Sprintf("==> %s <==\n%s\n", f.hub.proc.LogPath(), f.hub.proc.Tail(lines))
 	}
+	out += f.replicaLogs(lines)
 	for _, name := range f.names {
 		out += f.Spokes[name].Logs(lines)
 		if a := f.agents[name]; a != nil {

@@ -278,6 +278,7 @@ func (f *Fleet) stopImperator() error {
 			errs = append(errs, a.proc.Stop())
 		}
 	}
+	errs = append(errs, f.stopReplicas())
 	if f.hub != nil {
 		errs = append(errs, f.hub.proc.Stop())
 	}

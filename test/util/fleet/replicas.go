@@ -1,0 +1,135 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/imperator-federation/imperator/test/util/harness"
+)
+
+// Replica is a further hub process of the fleet: another replica of the
+// hub against the same hub cluster, with its own ports.
+type Replica struct {
+	Name     string
+	proc     *harness.Process
+	grpcPort int
+	// ctlConfig is an imperatorctl configuration for this replica.
+	ctlConfig string
+}
+
+// Address is host:port of the replica's gRPC endpoint.
+func (r *Replica) Address() string { return "127.0.0.1:" + strconv.Itoa(r.grpcPort) }
+
+// ImperatorctlConfig is an imperatorctl configuration with the fleet's admin
+// certificate for this replica.
+func (r *Replica) ImperatorctlConfig() string { return r.ctlConfig }
+
+// Running reports whether the replica's process is running.
+func (r *Replica) Running() bool { return r.proc.Running() }
+
+// Stop stops the replica's process.
+func (r *Replica) Stop() error { return r.proc.Stop() }
+
+// LogPath is the replica's log file.
+func (r *Replica) LogPath() string { return r.proc.LogPath() }
+
+// StartReplica starts another hub replica named name with the fleet's hub
+// flags and then args (a clock offset, for instance), and waits until it is
+// ready. The fleet stops it with the rest.
+func (f *Fleet) StartReplica(ctx context.Context, name string, args ...string) (*Replica, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hub == nil {
+		return nil, errors.New("fleet: start the hub before another replica")
+	}
+	ports, err := harness.FreePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	r := &Replica{Name: name, grpcPort: ports[2]}
+	full := []string{
+		"--kubeconfig", f.Hub.KubeconfigPath,
+		"--namespace", Namespace,
+		"--listen-address", r.Address(),
+		"--serving-hosts", "127.0.0.1,localhost",
+		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(ports[0]),
+		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(ports[1]),
+		"--grace-period", f.opts.GracePeriod.String(),
+	}
+	full = append(append(full, f.opts.HubArgs...), args...)
+	dir := filepath.Join(f.opts.Dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	r.proc, err = harness.StartProcess("imperator-"+name, filepath.Join(f.opts.BinDir, "hub"), full, dir)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	if err := waitReady(ctx, r.proc, ports[0]); err != nil {
+		_ = r.proc.Stop()
+		return nil, fmt.Errorf("fleet: replica %s: %w\n%s", name, err, r.proc.Tail(30))
+	}
+	// The admin configuration, pointed at this replica.
+	data, err := os.ReadFile(f.ImperatorctlConfig())
+	if err != nil {
+		_ = r.proc.Stop()
+		return nil, fmt.Errorf("fleet: reading the imperatorctl configuration: %w", err)
+	}
+	cfg := strings.ReplaceAll(string(data), "hub: "+f.hubAddressLocked(), "hub: "+r.Address())
+	r.ctlConfig = filepath.Join(dir, "imperatorctl.yaml")
+	if err := os.WriteFile(r.ctlConfig, []byte(cfg), 0o600); err != nil {
+		_ = r.proc.Stop()
+		return nil, fmt.Errorf("fleet: writing the imperatorctl configuration of %s: %w", name, err)
+	}
+	f.replicas = append(f.replicas, r)
+	return r, nil
+}
+
+// DialHub makes the agent of spoke dial address (a replica's, or "" for the
+// fleet's hub again) from its next start; StopAgent and StartAgent move it.
+// Without a fault proxy in between.
+func (f *Fleet) DialHub(spoke, address string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dial == nil {
+		f.dial = map[string]string{}
+	}
+	if address == "" {
+		delete(f.dial, spoke)
+		return
+	}
+	f.dial[spoke] = address
+}
+
+// stopReplicas stops every further replica. f.mu is held.
+func (f *Fleet) stopReplicas() error {
+	var errs []error
+	for _, r := range f.replicas {
+		errs = append(errs, r.proc.Stop())
+	}
+	return errors.Join(errs...)
+}
+
+// replicaLogs is the end of every further replica's log. f.mu is held.
+func (f *Fleet) replicaLogs(lines int) string {
+	out := ""
+	for _, r := range f.replicas {
+		out += fmt.Sprintf("==> %s <==\n%s\n", r.proc.LogPath(), r.proc.Tail(lines))
+	}
+	return out
+}
+
+// HubLogPath is the log file of the fleet's hub process.
+func (f *Fleet) HubLogPath() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hub == nil {
+		return ""
+	}
+	return f.hub.proc.LogPath()
+}
