@@ -41,7 +41,6 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/config"
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/join"
-	"github.com/imperator-federation/imperator/hub/internal/leader"
 	"github.com/imperator-federation/imperator/hub/internal/liveness"
 	"github.com/imperator-federation/imperator/hub/internal/persist"
 	"github.com/imperator-federation/imperator/hub/internal/query"
@@ -50,6 +49,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/server"
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	"github.com/imperator-federation/imperator/internal/identity"
+	"github.com/imperator-federation/imperator/internal/leader"
 )
 
 // Options are what the binary and tests set beyond the configuration.

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/imperator-federation/imperator/hub/internal/leader"
+	"github.com/imperator-federation/imperator/internal/leader"
 	"github.com/imperator-federation/imperator/test/util/harness"
 )
 
