@@ -57,7 +57,7 @@ func (f *Follower) SetupWithManager(mgr ctrl.Manager) error {
 		})).
 		// One worker: running needs no lock, and the store orders updates
 		// per cluster anyway.
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), RecoverPanic: ptr.To(true), MaxConcurrentReconciles: 1}).
 		Complete(f)
 }
 
