@@ -15,6 +15,13 @@ K8S_BIN    = $(shell hack/k8s-bin.sh dir)
 UNIT_PKGS        = $(shell $(GO) list ./... | grep -v -e /integration -e /test/e2e -e /test/fault)
 INTEGRATION_PKGS = $(shell $(GO) list ./... | grep /integration)
 
+# The version and commit every binary reports (imperatorctl version), from
+# git; GOFLAGS=-buildvcs=false or a source tarball would leave Go none.
+VERSION         ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT          ?= $(shell git rev-parse HEAD 2>/dev/null)
+VERSION_LDFLAGS  = -X github.com/imperator-federation/imperator/internal/version.version=$(VERSION) \
+                   -X github.com/imperator-federation/imperator/internal/version.commit=$(COMMIT)
+
 export IMPERATOR_K8S_BIN = $(K8S_BIN)
 export KUBEBUILDER_ASSETS = $(K8S_BIN)
 
@@ -50,7 +57,7 @@ BINARIES = $(foreach d,hub spoke cmd/imperatorctl,$(if $(wildcard $(d)/main.go),
 .PHONY: build
 build: ## Build bin/hub, bin/spoke and bin/imperatorctl.
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ $(BINARIES)
+	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/ $(BINARIES)
 
 # Container images of the binaries, built without Docker (hack/images.sh):
 # OCI layouts and docker tarballs under bin/images, reproducible, tested.

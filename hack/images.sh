@@ -36,7 +36,9 @@ for platform in $platforms; do
   mkdir -p "$dir"
   echo "images: building ${names[*]} for $platform" >&2
   (cd "$root" && GOOS=$os GOARCH=$arch CGO_ENABLED=0 \
-    go build -trimpath -ldflags "-s -w -buildid=" -o "$dir/" "${names[@]/#/./}")
+    go build -trimpath -o "$dir/" -ldflags "-s -w -buildid= \
+      -X github.com/imperator-federation/imperator/internal/version.version=$version \
+      -X github.com/imperator-federation/imperator/internal/version.commit=$revision" "${names[@]/#/./}")
   for name in "${names[@]}"; do
     binaries[$name]+=" -binary $platform=$dir/$name"
   done

@@ -14,6 +14,10 @@ import (
 // when empty, the module version from the binary's build information is used.
 var version string
 
+// commit is set at build time like version (make build and make images set
+// both); when empty, the revision Go stamped into the binary is used.
+var commit string
+
 // Info describes one build.
 type Info struct {
 	// Version is the release (v1.2.3), a Go pseudo-version of the commit
@@ -30,18 +34,18 @@ type Info struct {
 
 // Get returns the build information of the running binary.
 func Get() Info {
-	return fromBuildInfo(version, debug.ReadBuildInfo)
+	return fromBuildInfo(version, commit, debug.ReadBuildInfo)
 }
 
-func fromBuildInfo(linked string, read func() (*debug.BuildInfo, bool)) Info {
-	info := Info{Version: linked, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+func fromBuildInfo(linked, linkedCommit string, read func() (*debug.BuildInfo, bool)) Info {
+	info := Info{Version: linked, GitCommit: linkedCommit, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	bi, ok := read()
 	if ok {
 		if info.Version == "" {
 			info.Version = bi.Main.Version
 		}
 		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
+			if s.Key == "vcs.revision" && info.GitCommit == "" {
 				info.GitCommit = s.Value
 			}
 		}
