@@ -69,7 +69,10 @@ type Cluster struct {
 	Generation uint64
 	// ObservedAt is when the spoke read the figures from its API server.
 	ObservedAt time.Time
-	// LastHeartbeat is when the hub last heard from the spoke (any message).
+	// LastHeartbeat is when the hub last heard from the spoke (any message),
+	// by this replica's clock: for a cluster another replica serves, when
+	// this replica saw that replica renew the cluster's Lease (only the
+	// first Lease seen is taken at the times written in it).
 	LastHeartbeat time.Time
 
 	// Machines are sorted by name.
