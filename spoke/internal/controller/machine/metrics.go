@@ -23,6 +23,7 @@ const (
 	stateReserved = "reserved"
 	stateUsed     = "used"
 	stateWaiting  = "waiting"
+	stateQueued   = "queued"
 )
 
 var (
@@ -32,7 +33,7 @@ var (
 		Subsystem: "machine",
 		Name:      "type_units",
 		Help: "Units of a machine type by state: maximum (available), reserved (bound reservation pods), " +
-			"used (bound guest pods) and waiting (guest pods not yet bound).",
+			"used (bound guest pods), waiting (guest pods not yet bound) and queued (those of waiting held at the slot gate).",
 	}, []string{labelCluster, labelMachineGroup, labelMachineType, labelState})
 
 	// guestHandoverSeconds is the time from a guest pod's creation until the
@@ -80,7 +81,7 @@ func (s *usageSeries) set(machineKey string, cluster, group string, usage []impe
 		current[key] = struct{}{}
 		for state, value := range map[string]int32{
 			stateMaximum: m.Usage.Maximum, stateReserved: m.Usage.Reserved,
-			stateUsed: m.Usage.Used, stateWaiting: m.Usage.Waiting,
+			stateUsed: m.Usage.Used, stateWaiting: m.Usage.Waiting, stateQueued: m.Usage.Queued,
 		} {
 			machineTypeUnits.WithLabelValues(cluster, group, m.Name, state).Set(float64(value))
 		}

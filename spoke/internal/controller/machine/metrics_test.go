@@ -19,7 +19,7 @@ func TestUsageSeries(t *testing.T) {
 		}
 		return out
 	}
-	const states = 4
+	const states = 5
 	steps := []struct {
 		name       string
 		usage      []imperatorv1alpha1.AvailableMachine
