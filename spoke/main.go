@@ -3,6 +3,13 @@
 // labels, annotation, taints), the Pod Resource Injector and the Machine
 // validator — and, given a hub address, reports to the hub. It keeps working
 // when the hub is unreachable.
+//
+// Every replica serves the webhooks. The controllers and the hub reporter
+// are leader-only work, run under a leader.Campaign: a replica that loses its
+// Lease — its API server went away, say — stops its controllers and
+// campaigns again instead of exiting, and as the last leader it keeps
+// reporting to the hub, stale (reporter.Reporter's mandate), until the API
+// server answers again.
 package main
 
 import (
@@ -14,6 +21,8 @@ import (
 	"os"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/uuid"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -23,11 +32,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/internal/leader"
 	"github.com/imperator-federation/imperator/spoke/internal/config"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
@@ -109,26 +120,23 @@ func run() error {
 	}
 	webhookOpts.TLSOpts = append(webhookOpts.TLSOpts, func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 })
 
-	mgr, err := mcmanager.New(restConfig, nil, ctrl.Options{
-		Scheme: scheme,
-		// Only the Machine controller reads pods, StatefulSets and Services:
-		// cache grouped pods and the agent namespace's workloads, not every
-		// pod of the cluster.
-		Cache:                   cache.Options{ByObject: machine.CacheOptions(cfg.Namespace)},
-		Metrics:                 metricsserver.Options{BindAddress: cfg.MetricsAddr},
-		HealthProbeBindAddress:  cfg.HealthAddr,
-		LeaderElection:          cfg.LeaderElection,
-		LeaderElectionID:        cfg.LeaderElectionID,
-		LeaderElectionNamespace: cfg.Namespace,
-		// Hand over leadership at once on shutdown instead of waiting for the
-		// lease to expire.
-		LeaderElectionReleaseOnCancel: true,
-		WebhookServer:                 webhook.NewServer(webhookOpts),
+	// Only the Machine controller reads pods, StatefulSets and Services:
+	// cache grouped pods and the agent namespace's workloads, not every pod
+	// of the cluster.
+	cacheOpts := cache.Options{ByObject: machine.CacheOptions(cfg.Namespace)}
+	// The main manager runs on every replica without leader election: it
+	// serves the webhooks, metrics and probes, and its cache feeds the
+	// webhooks and the hub reporter.
+	local, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  cacheOpts,
+		Metrics:                metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		HealthProbeBindAddress: cfg.HealthAddr,
+		WebhookServer:          webhook.NewServer(webhookOpts),
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
-	local := mgr.GetLocalManager()
 
 	var caBundle []byte
 	if certManager != nil {
@@ -152,22 +160,57 @@ func run() error {
 	if err := registerWebhooks(ctx, direct, cfg, caBundle); err != nil {
 		return err
 	}
-	if err := errors.Join(
+	// The controllers run in every leader term, set up afresh on the term's
+	// manager (a runnable starts once), with a cache of their own: a new
+	// term starts from what the API server holds.
+	setupControllers := func(mgr manager.Manager) error {
+		mc, err := mcmanager.WithMultiCluster(mgr, nil)
+		if err != nil {
+			return fmt.Errorf("setting up the controllers: %w", err)
+		}
+		return errors.Join(
+			nodepool.SetupWithManager(mc),
+			machine.SetupWithManager(mc, machine.Options{
+				Namespace:         cfg.Namespace,
+				Image:             cfg.Reservation.Image,
+				PriorityClassName: cfg.Reservation.PriorityClassName,
+			}),
+		)
+	}
+	var campaign *leader.Campaign
+	if cfg.LeaderElection {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("reading the host name: %w", err)
+		}
+		campaign = &leader.Campaign{
+			Config:         restConfig,
+			ManagerOptions: ctrl.Options{Scheme: scheme, Cache: cacheOpts},
+			Namespace:      cfg.Namespace,
+			Name:           cfg.LeaderElectionID,
+			// The host (the pod name in a cluster) and a suffix, so that a
+			// restarted agent is not mistaken for its previous run.
+			Identity: host + "_" + string(uuid.NewUUID()),
+			Setup:    setupControllers,
+			Log:      ctrl.Log.WithName("leader"),
+		}
+	}
+	setup := []error{
 		podinjector.SetupWebhookWithManager(local),
 		machinevalidator.SetupWebhookWithManager(local),
-		nodepool.SetupWithManager(mgr),
-		machine.SetupWithManager(mgr, machine.Options{
-			Namespace:         cfg.Namespace,
-			Image:             cfg.Reservation.Image,
-			PriorityClassName: cfg.Reservation.PriorityClassName,
-		}),
 		local.AddHealthzCheck("ping", healthz.Ping),
 		local.AddReadyzCheck("webhook", local.GetWebhookServer().StartedChecker()),
-	); err != nil {
+	}
+	if campaign != nil {
+		setup = append(setup, local.Add(campaign))
+	} else {
+		setup = append(setup, setupControllers(local))
+	}
+	if err := errors.Join(setup...); err != nil {
 		return fmt.Errorf("setting up the agent: %w", err)
 	}
 	if cfg.Hub.Address != "" {
-		hubReporter, err := reporter.New(reporter.Options{
+		opts := reporter.Options{
 			Cache:        local.GetCache(),
 			Client:       direct,
 			Namespace:    cfg.Namespace,
@@ -177,7 +220,13 @@ func run() error {
 			// Heartbeats say when the agent's figures are stale.
 			APIServerStaleAfter: cfg.Hub.APIServerStaleAfter,
 			Log:                 ctrl.Log.WithName("reporter"),
-		})
+		}
+		if campaign != nil {
+			// The replica that leads reports, and the last leader reports
+			// on while nobody can hold the Lease.
+			opts.Leader = campaign
+		}
+		hubReporter, err := reporter.New(opts)
 		if err != nil {
 			return err
 		}
@@ -187,7 +236,7 @@ func run() error {
 	}
 
 	log.Info("Starting agent", "namespace", cfg.Namespace, "hub", cfg.Hub.Address)
-	if err := mgr.Start(ctx); err != nil {
+	if err := local.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)
 	}
 	return nil

@@ -1,17 +1,22 @@
-// Package leader runs the hub's leader-only work — publishing placement
-// scores, marking silent clusters of departed replicas Unknown — under a
-// Lease that a replica can lose and win again without exiting.
+// Package leader runs leader-only work under a Lease that a replica can lose
+// and win again without exiting: the hub's (publishing placement scores,
+// marking silent clusters of departed replicas Unknown) and the spoke
+// agent's (its controllers and the hub reporter).
 //
 // controller-runtime's manager ends the whole process when its leader Lease
 // is lost ("leader election lost"): right for a controller whose every task
 // needs the lead, wrong for the hub, whose replicas must keep serving spoke
-// streams and queries from memory through a hub-cluster API-server outage.
-// So the hub's main manager runs without leader election, and Campaign runs
+// streams and queries from memory through a hub-cluster API-server outage,
+// and for the spoke agent, whose replicas must keep serving admission
+// webhooks and whose last leader keeps telling the hub that its cluster's
+// API server is gone. So the main manager runs without leader election, and Campaign runs
 // a second, small manager per term: it campaigns for the Lease, starts the
 // term's runnables (fresh ones, built by Setup) once elected, stops them when
 // the Lease is lost, and campaigns again. The term manager shares nothing
 // with the main one but what Setup hands its runnables (the main manager's
-// client and cache), so a term costs a Lease and no extra watches.
+// client and cache), so a term costs a Lease and no extra watches — unless
+// ManagerOptions gives the term manager a scheme and cache of its own, as the
+// spoke's multicluster controllers need.
 package leader
 
 import (
@@ -29,7 +34,6 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
@@ -46,8 +50,14 @@ const (
 // Campaign is a manager.Runnable that holds the leader Lease whenever it can
 // and runs the leader's runnables while it does.
 type Campaign struct {
-	// Config reaches the hub cluster's API server.
+	// Config reaches the API server of the cluster that holds the Lease.
 	Config *rest.Config
+	// ManagerOptions are the term manager's options before the campaign
+	// sets its own (leader election, no metrics or probe endpoints, reusable
+	// controller names): a Scheme and Cache options when the term's
+	// runnables read through the term manager's client and cache. Zero: the
+	// default scheme, and runnables that read what Setup hands them.
+	ManagerOptions manager.Options
 	// Namespace and Name locate the Lease; Identity names this replica in it.
 	Namespace, Name, Identity string
 	// LeaseDuration, RenewDeadline and RetryPeriod: the defaults above when zero.
@@ -114,22 +124,23 @@ func (c *Campaign) newTermManager() (manager.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
-		Metrics:                       metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:        "0",
-		LeaderElection:                true,
-		LeaderElectionID:              c.Name,
-		LeaderElectionNamespace:       c.Namespace,
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 ptr.To(c.durationOr(c.LeaseDuration, DefaultLeaseDuration)),
-		RenewDeadline:                 ptr.To(c.durationOr(c.RenewDeadline, DefaultRenewDeadline)),
-		RetryPeriod:                   ptr.To(c.retryPeriod()),
-		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
-		Logger:                        c.Log,
-		// The Lease records this replica's name, so that operators see
-		// which replica leads.
-		LeaderElectionResourceLockInterface: lock,
-	})
+	opts := c.ManagerOptions
+	opts.Metrics = metricsserver.Options{BindAddress: "0"}
+	opts.HealthProbeBindAddress = "0"
+	opts.WebhookServer = nil
+	opts.LeaderElection = true
+	opts.LeaderElectionID = c.Name
+	opts.LeaderElectionNamespace = c.Namespace
+	opts.LeaderElectionReleaseOnCancel = true
+	opts.LeaseDuration = ptr.To(c.durationOr(c.LeaseDuration, DefaultLeaseDuration))
+	opts.RenewDeadline = ptr.To(c.durationOr(c.RenewDeadline, DefaultRenewDeadline))
+	opts.RetryPeriod = ptr.To(c.retryPeriod())
+	opts.Controller.SkipNameValidation = ptr.To(true)
+	opts.Logger = c.Log
+	// The Lease records this replica's name, so that operators see which
+	// replica leads.
+	opts.LeaderElectionResourceLockInterface = lock
+	mgr, err := ctrl.NewManager(c.Config, opts)
 	if err != nil {
 		return nil, fmt.Errorf("creating the leader's manager: %w", err)
 	}

@@ -31,6 +31,10 @@
 // api_server_unreachable_since, since its figures come from a cache that no
 // longer hears of changes.
 //
+// It runs on every replica of the agent and reports while its replica leads
+// (Options.Leader); the last leader reports on, stale, while its API server
+// is unreachable and so nobody can hold the Lease (see Reporter.mandate).
+//
 // When the hub refuses its certificate because it belongs to no current
 // registration of the cluster (deregistered, or registered again), it joins
 // again with the bootstrap token it reads afresh for every attempt, so that
@@ -53,8 +57,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -72,6 +78,9 @@ const (
 	// DefaultAPIServerStaleAfter is how long the agent may go without
 	// reaching its API server before its heartbeats say its figures are stale.
 	DefaultAPIServerStaleAfter = 30 * time.Second
+	// mandateCheck is how often a replica checks whether it leads (and so
+	// may report).
+	mandateCheck = 500 * time.Millisecond
 	// stableSession is how long a session must last for the backoff to reset.
 	stableSession = 30 * time.Second
 	// handoverTimeout bounds how long the previous stream stays open while
@@ -120,7 +129,10 @@ type Options struct {
 	// APIServerStaleAfter is how long the agent may go without reaching its
 	// API server before its heartbeats carry api_server_unreachable_since.
 	APIServerStaleAfter time.Duration
-	Log                 logr.Logger
+	// Leader tells whether this replica leads (leader.Campaign); nil when
+	// the agent runs without leader election and always reports.
+	Leader interface{ Leading() bool }
+	Log    logr.Logger
 }
 
 // Reporter streams the cluster's inventory to the hub.
@@ -202,11 +214,15 @@ func New(opts Options) (*Reporter, error) {
 	}, nil
 }
 
-// NeedLeaderElection is true: one replica reports.
-func (r *Reporter) NeedLeaderElection() bool { return true }
+// NeedLeaderElection is false: the reporter runs on every replica and
+// reports while Options.Leader says this replica leads — and, as the last
+// leader, on through an outage of the cluster's API server (see mandate).
+func (r *Reporter) NeedLeaderElection() bool { return false }
 
-// Start reports until ctx is done. It returns an error only when it cannot
-// watch the local cluster; hub trouble is retried forever.
+// Start reports until ctx is done, in turns: each turn begins when this
+// replica leads and ends when it no longer may report (mandate). It returns
+// an error only when it cannot watch the local cluster; hub trouble is
+// retried forever.
 func (r *Reporter) Start(ctx context.Context) error {
 	for _, obj := range []client.Object{&imperatorv1alpha1.Machine{}, &imperatorv1alpha1.MachineNodePool{}} {
 		informer, err := r.opts.Cache.GetInformer(ctx, obj)
@@ -226,7 +242,89 @@ func (r *Reporter) Start(ctx context.Context) error {
 	if !r.opts.Cache.WaitForCacheSync(ctx) {
 		return nil // ctx done
 	}
-	// The cache has just listed everything: the API server was reached.
+	for {
+		if !r.awaitLead(ctx) {
+			return nil
+		}
+		turn, end := context.WithCancel(ctx)
+		var watcher sync.WaitGroup
+		watcher.Go(func() { r.mandate(turn, end) })
+		r.run(turn)
+		end()
+		watcher.Wait()
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.log.Info("Stopped reporting to the hub: this replica no longer leads and another one reports")
+	}
+}
+
+// leading reports whether this replica leads (always, without Options.Leader).
+func (r *Reporter) leading() bool { return r.opts.Leader == nil || r.opts.Leader.Leading() }
+
+// awaitLead waits until this replica leads; false when ctx ended first.
+func (r *Reporter) awaitLead(ctx context.Context) bool {
+	ticker := time.NewTicker(mandateCheck)
+	defer ticker.Stop()
+	for !r.leading() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ticker.C:
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// mandate ends a turn (end) once this replica has lost the lead and has
+// reached the API server since: then a replica that can reach it leads, or
+// soon will, and reports current figures. Until then — the API server is
+// gone for this replica, and with it the Lease — the last leader keeps
+// reporting, with heartbeats that say since when the API server is
+// unreachable, so that the hub shows the cluster stale instead of silent
+// and then Offline.
+//
+// Two replicas may report for the cluster meanwhile: this one, cut off from
+// its API server, and a new leader that reaches it (a partition between one
+// replica and the API server, not an outage of the API server). The hub keeps
+// one Report stream per cluster, the newest: a new stream ends the older one
+// with Aborted (server.openSession), and a Snapshot of another epoch replaces
+// the inventory held. A reporter whose stream was replaced while it does not
+// lead ends its turn (run), so the new leader's stream wins within one
+// reconnect, and the figures the hub holds are the new leader's, which reach
+// the API server. At worst the hub shows this replica's stale figures, marked
+// stale, between its reconnect and the leader's next one.
+func (r *Reporter) mandate(ctx context.Context, end context.CancelFunc) {
+	ticker := time.NewTicker(mandateCheck)
+	defer ticker.Stop()
+	var lostAt time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		if r.leading() {
+			lostAt = time.Time{}
+			continue
+		}
+		now := time.Now()
+		if lostAt.IsZero() {
+			lostAt = now
+			r.log.Info("Lost the lead; reporting on until the cluster's API server answers again")
+		}
+		if time.Unix(0, r.lastContact.Load()).After(lostAt) {
+			end()
+			return
+		}
+	}
+}
+
+// run is one turn of reporting, until ctx is done or the hub replaced the
+// stream of a replica that no longer leads.
+func (r *Reporter) run(ctx context.Context) {
+	// The cache has listed everything, or the last turn's probe reached
+	// the API server: count from now.
 	r.lastContact.Store(time.Now().UnixNano())
 
 	var workers sync.WaitGroup
@@ -246,7 +344,7 @@ func (r *Reporter) Start(ctx context.Context) error {
 		var err error
 		previous, err = r.session(ctx, previous)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		switch {
 		case errors.Is(err, errRotated):
@@ -260,12 +358,14 @@ func (r *Reporter) Start(ctx context.Context) error {
 			// the next one opens.
 			r.log.V(1).Info("Moving the Report stream to a new connection; the hub is draining this one")
 			continue
+		case status.Code(err) == codes.Aborted && !r.leading():
+			// Another replica's newer stream replaced this one (see mandate).
+			return
 		}
 		if time.Since(start) > stableSession {
 			backoff = r.opts.InitialBackoff
 		}
-		// Full jitter over [backoff/2, backoff): reconnecting spokes spread out.
-		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+		wait := r.reconnectWait(backoff)
 		var joinErr *joinAgainError
 		if errors.As(err, &joinErr) {
 			r.log.Error(err, "Joining the hub again failed; waiting for a new bootstrap token", "refusal", joinErr.reason, "retryIn", wait)
@@ -274,11 +374,18 @@ func (r *Reporter) Start(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-time.After(wait):
 		}
 		backoff = min(2*backoff, r.opts.MaxBackoff)
 	}
+}
+
+// reconnectWait is the wait before the next reconnect: jittered over
+// [backoff/2, backoff], so that spokes that lost the hub at the same moment
+// (it restarted) come back spread over half of their backoff.
+func (r *Reporter) reconnectWait(backoff time.Duration) time.Duration {
+	return backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
 }
 
 func (r *Reporter) signal() { notify(r.changed) }
