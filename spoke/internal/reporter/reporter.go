@@ -74,13 +74,23 @@ import (
 const (
 	DefaultHeartbeatInterval = 5 * time.Second
 	DefaultInitialBackoff    = 500 * time.Millisecond
-	DefaultMaxBackoff        = 30 * time.Second
+	// DefaultMaxBackoff caps the reconnect backoff. A hub restart takes
+	// seconds: with a 30 s cap the spokes came back 9–26 s after it; with
+	// 10 s and full jitter (reconnectWait) they are back within about one
+	// backoff of the hub's return, while 10,000 spokes still arrive spread
+	// over up to 10 s (about 1,000 a second), not all at once.
+	DefaultMaxBackoff = 10 * time.Second
 	// DefaultAPIServerStaleAfter is how long the agent may go without
 	// reaching its API server before its heartbeats say its figures are stale.
 	DefaultAPIServerStaleAfter = 30 * time.Second
 	// mandateCheck is how often a replica checks whether it leads (and so
 	// may report).
 	mandateCheck = 500 * time.Millisecond
+	// reclaimWindow is how long the last leader, reaching its API server
+	// again, keeps reporting while it has not won the Lease back: the
+	// default Lease duration, within which it wins it back unless another
+	// replica holds it.
+	reclaimWindow = 15 * time.Second
 	// stableSession is how long a session must last for the backoff to reset.
 	stableSession = 30 * time.Second
 	// handoverTimeout bounds how long the previous stream stays open while
@@ -142,6 +152,8 @@ type Reporter struct {
 	caPEM      []byte
 	serverName string
 	epoch      uint64
+	// reclaim is reclaimWindow (shorter in tests).
+	reclaim time.Duration
 	// generation of the inventory, monotonic for the life of the Reporter.
 	generation uint64
 	changed    chan struct{}
@@ -206,6 +218,7 @@ func New(opts Options) (*Reporter, error) {
 		caPEM:       caPEM,
 		serverName:  host,
 		epoch:       uint64(time.Now().UnixNano()),
+		reclaim:     reclaimWindow,
 		changed:     make(chan struct{}, 1),
 		certChanged: make(chan struct{}, 1),
 		rotated:     make(chan struct{}, 1),
@@ -276,13 +289,15 @@ func (r *Reporter) awaitLead(ctx context.Context) bool {
 	return ctx.Err() == nil
 }
 
-// mandate ends a turn (end) once this replica has lost the lead and has
-// reached the API server since: then a replica that can reach it leads, or
-// soon will, and reports current figures. Until then — the API server is
-// gone for this replica, and with it the Lease — the last leader keeps
-// reporting, with heartbeats that say since when the API server is
-// unreachable, so that the hub shows the cluster stale instead of silent
-// and then Offline.
+// mandate ends a turn (end) once this replica has lost the lead, has reached
+// the API server since, and has not led again within reclaimWindow of that:
+// then another replica leads and reports current figures. Until then — the
+// API server is gone for this replica, and with it the Lease — the last
+// leader keeps reporting, with heartbeats that say since when the API server
+// is unreachable, so that the hub shows the cluster stale instead of silent
+// and then Offline. Once the API server is back, the replica usually wins
+// its own Lease again (it still names it) and the turn, and the stream to
+// the hub, go on.
 //
 // Two replicas may report for the cluster meanwhile: this one, cut off from
 // its API server, and a new leader that reaches it (a partition between one
@@ -297,7 +312,7 @@ func (r *Reporter) awaitLead(ctx context.Context) bool {
 func (r *Reporter) mandate(ctx context.Context, end context.CancelFunc) {
 	ticker := time.NewTicker(mandateCheck)
 	defer ticker.Stop()
-	var lostAt time.Time
+	var lostAt, answeredAt time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -305,15 +320,19 @@ func (r *Reporter) mandate(ctx context.Context, end context.CancelFunc) {
 		case <-ticker.C:
 		}
 		if r.leading() {
-			lostAt = time.Time{}
+			lostAt, answeredAt = time.Time{}, time.Time{}
 			continue
 		}
 		now := time.Now()
-		if lostAt.IsZero() {
+		switch {
+		case lostAt.IsZero():
 			lostAt = now
 			r.log.Info("Lost the lead; reporting on until the cluster's API server answers again")
-		}
-		if time.Unix(0, r.lastContact.Load()).After(lostAt) {
+		case answeredAt.IsZero():
+			if time.Unix(0, r.lastContact.Load()).After(lostAt) {
+				answeredAt = now
+			}
+		case now.Sub(answeredAt) >= r.reclaim:
 			end()
 			return
 		}
@@ -365,7 +384,7 @@ func (r *Reporter) run(ctx context.Context) {
 		if time.Since(start) > stableSession {
 			backoff = r.opts.InitialBackoff
 		}
-		wait := r.reconnectWait(backoff)
+		wait := reconnectWait(backoff)
 		var joinErr *joinAgainError
 		if errors.As(err, &joinErr) {
 			r.log.Error(err, "Joining the hub again failed; waiting for a new bootstrap token", "refusal", joinErr.reason, "retryIn", wait)
@@ -381,11 +400,14 @@ func (r *Reporter) run(ctx context.Context) {
 	}
 }
 
-// reconnectWait is the wait before the next reconnect: jittered over
-// [backoff/2, backoff], so that spokes that lost the hub at the same moment
-// (it restarted) come back spread over half of their backoff.
-func (r *Reporter) reconnectWait(backoff time.Duration) time.Duration {
-	return backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+// reconnectWait is the wait before the next reconnect: full jitter, uniform
+// over [0, backoff], so that spokes that lost the hub at the same moment (it
+// restarted) come back spread over their whole backoff — twice the spread of
+// [backoff/2, backoff] against a thundering herd — and wait half of it on
+// average. The backoff itself restarts from InitialBackoff after a stream
+// that was up for stableSession, so a hub restart is met with short waits.
+func reconnectWait(backoff time.Duration) time.Duration {
+	return time.Duration(rand.Int64N(int64(backoff) + 1))
 }
 
 func (r *Reporter) signal() { notify(r.changed) }
