@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -22,32 +21,16 @@ func Request(cluster string) reconcile.Request {
 // heartbeats that change nothing else are not queued; controllers that need
 // to look again later return a RequeueAfter. The controller's queue holds a
 // cluster once however often it changes before its reconcile: that is the
-// coalescing. Changes while the controller is not running are not queued
-// (it looks at every cluster when it starts again). Call Source once per
-// controller start: a leader's controller, built afresh in every term,
-// calls it in every term.
+// coalescing. The source listens only while its controller runs (a leader's
+// controller, built afresh in every term, leaves nothing behind when the
+// term ends); changes meanwhile are not queued, as the controller looks at
+// every cluster when it starts.
 func (s *Store) Source() source.Source {
-	var (
-		mu    sync.Mutex
-		queue workqueue.TypedRateLimitingInterface[reconcile.Request]
-	)
-	s.OnChange(func(cluster string) {
-		mu.Lock()
-		q := queue
-		mu.Unlock()
-		if q != nil {
-			q.Add(Request(cluster))
-		}
-	})
 	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		mu.Lock()
-		queue = q
-		mu.Unlock()
+		unsubscribe := s.subscribe(func(cluster string) { q.Add(Request(cluster)) })
 		go func() {
 			<-ctx.Done()
-			mu.Lock()
-			queue = nil
-			mu.Unlock()
+			unsubscribe()
 		}()
 		for _, c := range s.List() {
 			q.Add(Request(c.Name))

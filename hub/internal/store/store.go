@@ -182,10 +182,14 @@ type Store struct {
 	grace   time.Duration
 	replica string
 
-	mu        sync.RWMutex
-	clusters  map[string]*Cluster
-	listeners []func(cluster string)
-	limits    ingest.Limits
+	mu       sync.RWMutex
+	clusters map[string]*Cluster
+	// listeners are never changed in place (readers hold copies);
+	// listenerIDs name them for unsubscribe.
+	listeners   []func(cluster string)
+	listenerIDs []uint64
+	nextID      uint64
+	limits      ingest.Limits
 }
 
 // New returns an empty store whose clusters become Unknown after grace
@@ -244,7 +248,32 @@ func (s *Store) Local(c *Cluster) bool { return c.Replica == s.Replica() }
 func (s *Store) OnChange(fn func(cluster string)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.listeners = append(s.listeners, fn)
+	s.subscribeLocked(fn)
+}
+
+// subscribe registers fn as OnChange does and returns what unregisters it.
+func (s *Store) subscribe(fn func(cluster string)) (unsubscribe func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := s.subscribeLocked(fn)
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		i := slices.Index(s.listenerIDs, id)
+		if i < 0 {
+			return
+		}
+		// New slices: notifications under way keep the old ones.
+		s.listeners = slices.Delete(slices.Clone(s.listeners), i, i+1)
+		s.listenerIDs = slices.Delete(slices.Clone(s.listenerIDs), i, i+1)
+	}
+}
+
+func (s *Store) subscribeLocked(fn func(cluster string)) uint64 {
+	s.nextID++
+	s.listeners = append(slices.Clip(s.listeners), fn)
+	s.listenerIDs = append(s.listenerIDs, s.nextID)
+	return s.nextID
 }
 
 // Get returns the cluster named name.
