@@ -82,21 +82,23 @@ func (c *Campaign) Leading() bool { return c.leading.Load() }
 func (c *Campaign) Terms() int64 { return c.terms.Load() }
 
 // Start campaigns, term after term, until ctx is done. Losing the Lease
-// stops the term's runnables and starts a new campaign; only a term that
-// cannot be set up at all (a programming error) ends Start with an error.
+// stops the term's runnables and starts a new campaign. A term that cannot
+// be set up — its manager or runnables need the API server (a cache with
+// per-object options asks it which kinds are namespaced), and it is
+// unreachable — is tried again with backoff: the process never ends for it.
 func (c *Campaign) Start(ctx context.Context) error {
 	backoff := wait.Backoff{Duration: c.retryPeriod(), Factor: 2, Jitter: 0.2, Steps: 6, Cap: time.Minute}
 	for ctx.Err() == nil {
-		mgr, err := c.newTermManager()
-		if err != nil {
-			return err
-		}
-		if err := c.Setup(mgr); err != nil {
-			return fmt.Errorf("setting up the leader's runnables: %w", err)
-		}
 		term := &term{campaign: c}
-		if err := mgr.Add(term); err != nil {
-			return fmt.Errorf("setting up the leader's term: %w", err)
+		mgr, err := c.newTerm(term)
+		if err != nil {
+			c.Log.Error(err, "Cannot set up a leader term; trying again")
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff.Step()):
+			}
+			continue
 		}
 		err = mgr.Start(ctx)
 		c.leading.Store(false)
@@ -114,6 +116,21 @@ func (c *Campaign) Start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// newTerm is the manager of a term with the term's runnables and term.
+func (c *Campaign) newTerm(term *term) (manager.Manager, error) {
+	mgr, err := c.newTermManager()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Setup(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the leader's runnables: %w", err)
+	}
+	if err := mgr.Add(term); err != nil {
+		return nil, fmt.Errorf("setting up the leader's term: %w", err)
+	}
+	return mgr, nil
 }
 
 // newTermManager is a manager that only campaigns and runs the term's
