@@ -88,18 +88,21 @@ func (c *Campaign) Terms() int64 { return c.terms.Load() }
 // unreachable — is tried again with backoff: the process never ends for it.
 func (c *Campaign) Start(ctx context.Context) error {
 	backoff := wait.Backoff{Duration: c.retryPeriod(), Factor: 2, Jitter: 0.2, Steps: 6, Cap: time.Minute}
+	setupBackoff := c.setupBackoff()
 	for ctx.Err() == nil {
 		term := &term{campaign: c}
 		mgr, err := c.newTerm(term)
 		if err != nil {
-			c.Log.Error(err, "Cannot set up a leader term; trying again")
+			wait := setupBackoff.Step()
+			c.Log.Error(err, "Cannot set up a leader term; trying again", "retryIn", wait)
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(backoff.Step()):
+			case <-time.After(wait):
 			}
 			continue
 		}
+		setupBackoff = c.setupBackoff()
 		err = mgr.Start(ctx)
 		c.leading.Store(false)
 		if ctx.Err() != nil {
@@ -116,6 +119,12 @@ func (c *Campaign) Start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// setupBackoff paces the attempts to set up a term: capped at four retry
+// periods, so that a term begins within seconds of the API server's return.
+func (c *Campaign) setupBackoff() wait.Backoff {
+	return wait.Backoff{Duration: c.retryPeriod(), Factor: 2, Jitter: 0.2, Steps: 3, Cap: 4 * c.retryPeriod()}
 }
 
 // newTerm is the manager of a term with the term's runnables and term.

@@ -87,10 +87,11 @@ const (
 	// may report).
 	mandateCheck = 500 * time.Millisecond
 	// reclaimWindow is how long the last leader, reaching its API server
-	// again, keeps reporting while it has not won the Lease back: the
-	// default Lease duration, within which it wins it back unless another
-	// replica holds it.
-	reclaimWindow = 15 * time.Second
+	// again, keeps reporting while it has not won the Lease back: twice the
+	// default Lease duration — within it the replica sets up a term again
+	// (leader.Campaign retries every few seconds) and wins its Lease back,
+	// unless another replica holds it.
+	reclaimWindow = 30 * time.Second
 	// stableSession is how long a session must last for the backoff to reset.
 	stableSession = 30 * time.Second
 	// handoverTimeout bounds how long the previous stream stays open while
