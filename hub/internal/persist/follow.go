@@ -99,7 +99,17 @@ func (f *Follower) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 		f.Store.ConfirmReplica(peer.Replica)
 	}
 	peer.Live = peer.Live || f.running[peer.Replica]
-	if f.Store.Observe(name, peer) {
+	superseded := f.Store.Observe(name, peer)
+	if c, ok := f.Store.Get(name); ok && c.Phase == store.PhaseRemote && c.Replica != "" && !f.running[c.Replica] {
+		// The store saw the replica renew (whatever its clock says): its
+		// other clusters are current too.
+		if f.running == nil {
+			f.running = map[string]bool{}
+		}
+		f.running[c.Replica] = true
+		f.Store.ConfirmReplica(c.Replica)
+	}
+	if superseded {
 		ctrl.LoggerFrom(ctx).Info("Spoke reports to another hub replica now; ending its stream here", "cluster", name, "replica", peer.Replica)
 		if f.EndStream != nil {
 			f.EndStream(name)

@@ -232,3 +232,26 @@ func TestReplicaClockSkew(t *testing.T) {
 		})
 	}
 }
+
+// TestRemoteClusterStaysCurrentOnAnInventoryWrite: once this replica saw the
+// serving replica renew a cluster's Lease, a write of the cluster's
+// inventory alone (the Lease unchanged, its time before this replica's
+// start by this replica's clock) leaves the figures current.
+func TestRemoteClusterStaysCurrentOnAnInventoryWrite(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(10_000, 0))
+	s := New(clk, 15*time.Second)
+	s.SetReplica("hub-a")
+	// hub-b's clock runs 10 s behind: its times all look older than this
+	// replica's start.
+	at := clk.Now().Add(-10 * time.Second)
+	s.Observe("a", Peer{Inventory: Cluster{Epoch: 1, Generation: 1}, Replica: "hub-b", RenewTime: at})
+	clk.SetTime(clk.Now().Add(2 * time.Second))
+	s.Observe("a", Peer{Inventory: Cluster{Epoch: 1, Generation: 1}, Replica: "hub-b", RenewTime: at.Add(2 * time.Second)})
+	if c, _ := s.Get("a"); c.Phase != PhaseRemote || c.Stale() {
+		t.Fatalf("phase=%s stale=%t after hub-b was seen renewing, want Remote and current", c.Phase, c.Stale())
+	}
+	s.Observe("a", Peer{Inventory: Cluster{Epoch: 1, Generation: 2}, Replica: "hub-b", RenewTime: at.Add(2 * time.Second)})
+	if c, _ := s.Get("a"); c.Phase != PhaseRemote || c.Stale() || c.Generation != 2 {
+		t.Errorf("phase=%s stale=%t generation=%d after an inventory write alone, want Remote, current, 2", c.Phase, c.Stale(), c.Generation)
+	}
+}

@@ -692,7 +692,12 @@ func (s *Store) Observe(name string, p Peer) (superseded bool) {
 		c.State = s.stateAt(c.LastHeartbeat, now)
 		c.Outdated = p.Outdated
 		c.synced = false
-		if p.Live || (renewal && !firstSight) {
+		// The holder runs when its Lease was renewed after this replica
+		// started (p.Live), when this replica saw it renew, or when it was
+		// judged running before and its Lease has not changed since (a
+		// write of its inventory alone proves nothing less).
+		stillLive := !renewal && !firstSight && before.Phase == PhaseRemote && before.Replica == p.Replica
+		if p.Live || (renewal && !firstSight) || stillLive {
 			c.fire(EventObserveLive)
 		} else {
 			c.fire(EventObserveRestored)
