@@ -76,3 +76,12 @@ func (f *Fleet) closeProxies() error {
 	}
 	return errors.Join(errs...)
 }
+
+// AgentRunning reports whether the agent of spoke is running (it has not
+// exited).
+func (f *Fleet) AgentRunning(spoke string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.agents[spoke]
+	return a != nil && a.proc.Running()
+}

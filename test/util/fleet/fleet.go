@@ -27,8 +27,12 @@ type Options struct {
 	// BinDir holds the hub, spoke and imperatorctl binaries (make build).
 	// When empty, only the clusters are started.
 	BinDir string
-	// Spokes default to DefaultSpokes().
+	// Spokes default to NumberedSpokes(SpokeCount): DefaultSpokes() when
+	// SpokeCount is zero.
 	Spokes []SpokeSpec
+	// SpokeCount is how many spokes a fleet without Spokes has (at least
+	// the two of DefaultSpokes), each a control plane of its own.
+	SpokeCount int
 	// GracePeriod is how long the hub waits for a silent spoke before it
 	// marks it Unknown; default DefaultGracePeriod.
 	GracePeriod time.Duration
@@ -71,7 +75,7 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 		return nil, errors.New("fleet: Options.Dir is required")
 	}
 	if len(opts.Spokes) == 0 {
-		opts.Spokes = DefaultSpokes()
+		opts.Spokes = NumberedSpokes(opts.SpokeCount)
 	}
 	if opts.GracePeriod == 0 {
 		opts.GracePeriod = DefaultGracePeriod

@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/imperator-federation/imperator/test/util/wrappers"
@@ -21,6 +23,18 @@ func DefaultSpokes() []SpokeSpec {
 		{Name: "spoke-a", Nodes: wrappers.SeedNodes()},
 		{Name: "spoke-b", Nodes: []*corev1.Node{h100Node("kasumi"), h100Node("megumi")}},
 	}
+}
+
+// NumberedSpokes are DefaultSpokes followed by spoke-03, spoke-04, … up to n
+// spokes in all, each with one H100 node: a fleet of many clusters (the
+// fault suite's hub crash under a burst from ten spokes).
+func NumberedSpokes(n int) []SpokeSpec {
+	spokes := DefaultSpokes()
+	for i := len(spokes) + 1; i <= n; i++ {
+		name := fmt.Sprintf("spoke-%02d", i)
+		spokes = append(spokes, SpokeSpec{Name: name, Nodes: []*corev1.Node{h100Node(name + "-gpu")}})
+	}
+	return spokes
 }
 
 func h100Node(name string) *corev1.Node {
