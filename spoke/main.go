@@ -49,9 +49,10 @@ import (
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/podinjector"
 )
 
-// Leader election keeps its Lease, and records events, in the agent's namespace.
+// Leader election keeps its Lease in the agent's namespace. It records no
+// events (the campaign's Lease lock has no recorder, as the hub's): the
+// Lease's holderIdentity and the agent's log say which replica leads.
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=imperator-system,resources=leases,verbs=get;create;update
-// +kubebuilder:rbac:groups="",namespace=imperator-system,resources=events,verbs=create;patch
 
 // version is the agent's version, reported to the hub; set at build time
 // with -ldflags "-X main.version=...".

@@ -69,9 +69,6 @@ var ruleNeeds = []ruleNeed{
 	{side: "spoke", kind: "Role", resource: "leases", group: "spoke-leader",
 		scenario:  "no replica becomes leader: no controller runs",
 		forbidden: forbiddenFor("spoke", "get|create", "leases")},
-	{side: "spoke", kind: "Role", resource: "events", group: "spoke-leader-event",
-		scenario:  "the leader election is not recorded as an event in the agent's namespace",
-		forbidden: forbiddenFor("spoke", "create|patch", "events") + ` in API group "" in the namespace "imperator-system"`},
 	// The controllers' informers, one group each: a controller starts its
 	// watches one after the other, so one that cannot list hides the next.
 	{side: "spoke", kind: "ClusterRole", resource: "namespaces", group: "spoke-informer-namespaces",
