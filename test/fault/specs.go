@@ -214,6 +214,15 @@ func HubKillSpec(ctx context.Context, in HubKillInput) {
 	DeferCleanup(func(ctx context.Context) { Expect(in.Fleet.StartHub(ctx)).To(Succeed()) })
 	Expect(in.Fleet.StartHub(ctx)).To(Succeed())
 	restarted := time.Now()
+	By("every spoke streams to the hub again (the reconnect backoff), while the burst goes on")
+	Eventually(ctx, func(g Gomega) {
+		resp, err := env.Ctl.Clusters(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, name := range spokeNames(env) {
+			g.Expect(e2e.ClusterNamed(resp, name).GetConnected()).To(BeTrue(), "%s streams to the hub", name)
+		}
+	}).WithTimeout(settle).WithPolling(poll).Should(Succeed())
+	reconnected := time.Since(restarted)
 	wg.Wait()
 	burstEnded := time.Now()
 
@@ -223,7 +232,8 @@ func HubKillSpec(ctx context.Context, in HubKillInput) {
 		Fault:   fmt.Sprintf("hub SIGKILLed during a burst of changes from %d spokes", len(changes)),
 		Detect:  restarted.Sub(killed),
 		Recover: time.Since(restarted),
-		Note:    fmt.Sprintf("changes sent per spoke: %v; detect = hub down until ready again; recover counted from its restart", changes),
+		Note: fmt.Sprintf("every spoke streaming again %s after the restart; changes sent per spoke: %v; detect = hub down until ready again; recover counted from its restart, waits for the burst's end",
+			reconnected.Round(10*time.Millisecond), changes),
 	})
 }
 
