@@ -33,7 +33,9 @@ const (
 	// Resource Injector puts on every guest it admits. The scheduler does not
 	// consider a gated pod; the agent's Machine controller removes the gate
 	// when it grants the guest a unit of its machine type, in arrival order.
-	// Nothing else removes it.
+	// Only the agent's service account removes it: the pool-guests-only
+	// ValidatingAdmissionPolicy (deploy/spoke/policy) refuses the removal
+	// by anyone else.
 	SlotSchedulingGate = Prefix + "slot"
 	// QueueAnnotation tells a guest held at the SlotSchedulingGate where it
 	// stands: its place in line for its machine type and the type's units in
@@ -41,6 +43,16 @@ const (
 	// The agent writes it only when the text changes and removes it with the
 	// gate.
 	QueueAnnotation = Prefix + "queue"
+	// AdmittedAtAnnotation records, in RFC 3339 with nanoseconds, when the
+	// Pod Resource Injector admitted a guest. The queue orders guests by
+	// it (creation timestamps have one-second resolution, so guests created
+	// in the same second would otherwise go by name). The injector
+	// overwrites any value a user sets, and only the agent may change it
+	// afterwards.
+	AdmittedAtAnnotation = Prefix + "admitted-at"
+	// HoldKey labels a guest that claims a unit of a CapacityHold: its value
+	// is the hold's name.
+	HoldKey = Prefix + "hold"
 )
 
 // PodRole is the value of PodRoleKey.
@@ -68,6 +80,7 @@ const (
 var ReservedMachineTypeNames = []string{
 	"machine-group", "machine-type", "pod-role", "node-pool",
 	"injecting-container", "inject-resource", "injected",
+	"slot", "queue", "admitted-at", "hold",
 }
 
 // MachineTypeKeyFor returns the per-type node label and taint key
