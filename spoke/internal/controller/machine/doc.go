@@ -30,9 +30,11 @@
 // It also runs the guest queue (queue.go, grant.go): the Pod Resource
 // Injector holds every guest at the imperator.tenzen-y.io/slot scheduling
 // gate, and per machine type the controller removes the gate of the oldest
-// gated guest (creation time, then namespace/name) while fewer than
-// available units are held by guests, once the reservation pod scaled away
-// for it is gone and a node-pool=ready node of the type exists. available is
+// gated guest (admitted-at annotation, else creation time, then UID) while
+// fewer than available units are held by guests, once the reservation pod
+// scaled away for it is gone (or stuck terminating) and a node-pool=ready
+// node of the type can take the guest (its nodeSelector, required node
+// affinity and taint tolerations). available is
 // so a hard cap that refuses nobody; guests beyond it wait SchedulingGated,
 // told their place in the imperator.tenzen-y.io/queue annotation (written
 // only when its text changes) and a Queued event. Guests running without the

@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -28,18 +32,33 @@ const (
 
 // grantPatch removes the slot gate from spec.schedulingGates (the API
 // allows removing gates, never adding them), leaving any other gate, and the
-// queue annotation, in one write.
-var grantPatch = client.RawPatch(types.StrategicMergePatchType,
-	fmt.Appendf(nil, `{"metadata":{"annotations":{%q:null}},"spec":{"schedulingGates":[{"$patch":"delete","name":%q}]}}`,
-		imperatorv1alpha1.QueueAnnotation, imperatorv1alpha1.SlotSchedulingGate))
+// queue annotation, in one write. It carries the guest's UID: the API server
+// refuses the patch (422, metadata.uid is immutable) when the pod of that
+// name is another one, a guest deleted and created again under the same name
+// since the cache saw it, which has its own place in line.
+func grantPatch(uid types.UID) client.Patch {
+	return client.RawPatch(types.StrategicMergePatchType,
+		fmt.Appendf(nil, `{"metadata":{"uid":%q,"annotations":{%q:null}},"spec":{"schedulingGates":[{"$patch":"delete","name":%q}]}}`,
+			uid, imperatorv1alpha1.QueueAnnotation, imperatorv1alpha1.SlotSchedulingGate))
+}
 
-// queuePatch sets the queue annotation of a waiting guest.
-func queuePatch(note string) (client.Patch, error) {
-	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{imperatorv1alpha1.QueueAnnotation: note}}})
+// queuePatch sets the queue annotation of a waiting guest, that guest only
+// (its UID, as grantPatch).
+func queuePatch(uid types.UID, note string) (client.Patch, error) {
+	data, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":         uid,
+		"annotations": map[string]string{imperatorv1alpha1.QueueAnnotation: note},
+	}})
 	if err != nil {
 		return nil, fmt.Errorf("encoding the queue annotation: %w", err)
 	}
 	return client.RawPatch(types.MergePatchType, data), nil
+}
+
+// replaced tells whether a patch carrying a pod's UID failed because the pod
+// of that name is gone or is another one.
+func replaced(err error) bool {
+	return apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsConflict(err)
 }
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=patch
@@ -49,9 +68,11 @@ func queuePatch(note string) (client.Patch, error) {
 // they stand, in their queue annotation, written only when its text
 // changes. A guest gets a Queued event when it first waits in line and a
 // SlotGranted event when its gate is removed. usage must hold the replicas
-// the reservations were just applied with.
+// the reservations were just applied with, and the grants the cache does not
+// show yet (grantExpectations.observe). Every grant is remembered in
+// expectations under key.
 func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder events.EventRecorder,
-	machine *imperatorv1alpha1.Machine, group string, usage map[string]*typeUsage) error {
+	machine *imperatorv1alpha1.Machine, group string, usage map[string]*typeUsage, key string) error {
 	log := ctrl.LoggerFrom(ctx)
 	var errs []error
 	for _, t := range machine.Spec.MachineTypes {
@@ -59,7 +80,7 @@ func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder e
 		if u == nil || len(u.gated) == 0 {
 			continue
 		}
-		placeable, err := readyNodesFor(ctx, c, group, &t)
+		nodes, err := readyNodesOf(ctx, c, group, &t)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -68,18 +89,26 @@ func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder e
 			machineType: t.Name,
 			available:   t.Available,
 			held:        u.held(),
-			releasing:   u.reservationPods > u.replicas,
+			releasing:   u.releasing(),
+			stuck:       u.stuck,
 			gated:       u.gated,
-			placeable:   placeable,
+			placeable:   placeableOn(nodes),
 		})
 		for _, pod := range plan.grant {
 			// The pod comes from the cache: patch a copy of its key only.
 			guest := &corev1.Pod{}
 			guest.Namespace, guest.Name = pod.Namespace, pod.Name
-			if err := c.Patch(ctx, guest, grantPatch); err != nil {
-				if client.IgnoreNotFound(err) != nil {
+			// Expected before the write: a reconcile that starts as soon as
+			// the write lands must count the grant, even if the cache shows
+			// the guest gated still.
+			r.expectations.expect(key, pod.UID)
+			if err := c.Patch(ctx, guest, grantPatch(pod.UID)); err != nil {
+				r.expectations.forget(key, pod.UID)
+				if !replaced(err) {
 					errs = append(errs, fmt.Errorf("removing the slot gate of guest %s: %w", klog.KObj(pod), err))
+					continue
 				}
+				log.V(1).Info("Guest is gone or was created again under its name, no slot granted", "pod", klog.KObj(pod), "reason", err.Error())
 				continue
 			}
 			log.V(1).Info("Granted a slot to a guest", "pod", klog.KObj(pod), "machineType", t.Name)
@@ -91,7 +120,7 @@ func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder e
 			if previous == q.note {
 				continue
 			}
-			patch, err := queuePatch(q.note)
+			patch, err := queuePatch(q.pod.UID, q.note)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -99,7 +128,7 @@ func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder e
 			guest := &corev1.Pod{}
 			guest.Namespace, guest.Name = q.pod.Namespace, q.pod.Name
 			if err := c.Patch(ctx, guest, patch); err != nil {
-				if client.IgnoreNotFound(err) != nil {
+				if !replaced(err) {
 					errs = append(errs, fmt.Errorf("annotating waiting guest %s: %w", klog.KObj(q.pod), err))
 				}
 				continue
@@ -116,11 +145,10 @@ func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder e
 	return errors.Join(errs...)
 }
 
-// readyNodesFor returns whether a guest of the type can be placed on a
-// node-pool=ready node of the type, read from the cache: the node must
-// carry every label of the type's placement (the guest's injected
-// affinity) and not be cordoned. nil when no node qualifies.
-func readyNodesFor(ctx context.Context, c client.Reader, group string, t *imperatorv1alpha1.MachineType) (func(*corev1.Pod) bool, error) {
+// readyNodesOf lists, from the cache, the nodes a guest of the type may be
+// placed on: node-pool=ready nodes carrying every label of the type's
+// placement (the guest's injected affinity), not cordoned.
+func readyNodesOf(ctx context.Context, c client.Reader, group string, t *imperatorv1alpha1.MachineType) ([]*corev1.Node, error) {
 	selector := client.MatchingLabels{}
 	for _, req := range machinetype.Placement(group, t) {
 		selector[req.Key] = req.Values[0]
@@ -129,10 +157,98 @@ func readyNodesFor(ctx context.Context, c client.Reader, group string, t *impera
 	if err := c.List(ctx, nodes, selector, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing the ready nodes of %s: %w", t.Name, err)
 	}
+	var ready []*corev1.Node
 	for i := range nodes.Items {
 		if !nodes.Items[i].Spec.Unschedulable {
-			return func(*corev1.Pod) bool { return true }, nil
+			ready = append(ready, &nodes.Items[i])
 		}
 	}
-	return nil, nil
+	return ready, nil
+}
+
+// grantExpectationsTTL bounds how long a grant the cache does not show is
+// counted: a watch event arrives in milliseconds; after that long without
+// one the cache is trusted again (as the ReplicaSet controller's
+// expectations expire after five minutes).
+const grantExpectationsTTL = 2 * time.Minute
+
+// grantExpectations remembers, per Machine, the guests whose gate the
+// controller removed until its cache shows them without the gate (or gone):
+// a reconcile right after a grant reads the cache before the watch event of
+// the write arrived, sees the guest gated still, and would otherwise not
+// count its unit as held, and could let a second guest into it (a guest
+// admitted earlier by creation time, or one that no node could take before).
+// This costs no API call: reading the pods live before every grant instead
+// would cost a LIST of the group's pods per reconcile with waiting guests.
+type grantExpectations struct {
+	mu sync.Mutex
+	// pending maps a Machine's key to the UIDs granted and when.
+	pending map[string]map[types.UID]time.Time
+	now     func() time.Time
+}
+
+func (e *grantExpectations) expect(key string, uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.pending == nil {
+		e.pending = map[string]map[types.UID]time.Time{}
+	}
+	if e.pending[key] == nil {
+		e.pending[key] = map[types.UID]time.Time{}
+	}
+	e.pending[key][uid] = e.clock()
+}
+
+func (e *grantExpectations) forget(key string, uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.pending[key], uid)
+}
+
+// forgetMachine drops every expectation of a Machine that is gone.
+func (e *grantExpectations) forgetMachine(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.pending, key)
+}
+
+func (e *grantExpectations) clock() time.Time {
+	if e.now != nil {
+		return e.now()
+	}
+	return time.Now()
+}
+
+// observe counts the granted guests that usage, read from the cache, still
+// shows gated as granted (held, no longer queued), and forgets the grants
+// the cache shows: a guest not gated any more, or gone, or expired.
+func (e *grantExpectations) observe(key string, usage map[string]*typeUsage) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pending := e.pending[key]
+	if len(pending) == 0 {
+		return
+	}
+	now := e.clock()
+	stillGated := map[types.UID]bool{}
+	for _, u := range usage {
+		u.gated = slices.DeleteFunc(u.gated, func(pod *corev1.Pod) bool {
+			at, ok := pending[pod.UID]
+			if !ok || now.Sub(at) > grantExpectationsTTL {
+				return false
+			}
+			stillGated[pod.UID] = true
+			u.Queued--
+			u.granted++
+			return true
+		})
+	}
+	for uid := range pending {
+		if !stillGated[uid] {
+			delete(pending, uid)
+		}
+	}
+	if len(pending) == 0 {
+		delete(e.pending, key)
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -99,9 +102,11 @@ func CacheOptions(namespace string) map[client.Object]cache.ByObject {
 // Reconciler keeps, for every Machine, one reservation StatefulSet and
 // Service per served machine type and the Machine's usage status.
 type Reconciler struct {
-	mgr    mcmanager.Manager
-	opts   Options
-	series usageSeries
+	mgr          mcmanager.Manager
+	opts         Options
+	series       usageSeries
+	expectations grantExpectations
+	stuckWarned  stuckWarnings
 }
 
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
@@ -184,6 +189,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	if err := c.Get(ctx, req.NamespacedName, machine); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.series.set(seriesKey, "", "", nil)
+			r.expectations.forgetMachine(seriesKey)
+			r.stuckWarned.forgetMachine(seriesKey)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("getting Machine: %w", err)
@@ -216,8 +223,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	r.expectations.observe(seriesKey, usage)
 	state.usage = usage
 	state.served = servedTypes(machine)
+	r.warnStuckReservations(seriesKey, recorder, machine, usage)
 
 	// The PriorityClass is checked for every Machine, also one that serves
 	// nothing yet, so that each one the agent manages tells of a missing or
@@ -258,8 +267,87 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	errs = append(errs, r.prune(ctx, c, machine, keep))
 	// The reservations are scaled for every waiting guest first; the gates
 	// open only once the reservation pods are gone.
-	errs = append(errs, r.grantSlots(ctx, c, recorder, machine, group, usage))
-	return ctrl.Result{}, errors.Join(errs...)
+	errs = append(errs, r.grantSlots(ctx, c, recorder, machine, group, usage, seriesKey))
+	return ctrl.Result{RequeueAfter: untilNextStuck(usage, time.Now())}, errors.Join(errs...)
+}
+
+// untilNextStuck is how long until a terminating reservation pod of usage
+// that is not stuck yet will be (no event tells), 0 when there is none.
+func untilNextStuck(usage map[string]*typeUsage, now time.Time) time.Duration {
+	var next time.Duration
+	for _, u := range usage {
+		if u.nextStuck.IsZero() {
+			continue
+		}
+		// A second past the threshold: the pod is stuck by then.
+		if d := max(u.nextStuck.Add(stuckReservationAfter+time.Second).Sub(now), time.Second); next == 0 || d < next {
+			next = d
+		}
+	}
+	return next
+}
+
+// ReasonReservationPodStuck is the Warning event a Machine gets once per
+// reservation pod that stays terminating stuckReservationAfter past its
+// deletion time.
+const ReasonReservationPodStuck = "ReservationPodStuck"
+
+// stuckWarnings remembers, per Machine, the stuck reservation pods it was
+// warned about, so that each gets one event.
+type stuckWarnings struct {
+	mu     sync.Mutex
+	warned map[string]map[types.UID]bool
+}
+
+// newlyStuck records the stuck pods of a Machine and returns those not seen
+// stuck before; pods no longer stuck are forgotten.
+func (w *stuckWarnings) newlyStuck(key string, stuck []types.UID) []types.UID {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	before := w.warned[key]
+	now := make(map[types.UID]bool, len(stuck))
+	var fresh []types.UID
+	for _, uid := range stuck {
+		now[uid] = true
+		if !before[uid] {
+			fresh = append(fresh, uid)
+		}
+	}
+	if w.warned == nil {
+		w.warned = map[string]map[types.UID]bool{}
+	}
+	if len(now) == 0 {
+		delete(w.warned, key)
+	} else {
+		w.warned[key] = now
+	}
+	return fresh
+}
+
+func (w *stuckWarnings) forgetMachine(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.warned, key)
+}
+
+// warnStuckReservations sends the Machine a Warning event for every
+// reservation pod that turned stuck since the last reconcile.
+func (r *Reconciler) warnStuckReservations(key string, recorder events.EventRecorder, machine *imperatorv1alpha1.Machine, usage map[string]*typeUsage) {
+	var all []types.UID
+	names := map[types.UID]string{}
+	machineType := map[types.UID]string{}
+	for name, u := range usage {
+		for i, uid := range u.stuckUIDs {
+			all = append(all, uid)
+			names[uid], machineType[uid] = u.stuckPodNames[i], name
+		}
+	}
+	for _, uid := range r.stuckWarned.newlyStuck(key, all) {
+		recorder.Eventf(machine, nil, corev1.EventTypeWarning, ReasonReservationPodStuck, "Reconcile",
+			"reservation pod %s is still terminating more than %s after its deletion time (a finalizer, or a kubelet that does not answer): "+
+				"the %s queue no longer waits for it, and the capacity it holds on its node stays taken until it is gone",
+			names[uid], stuckReservationAfter, machineType[uid])
+	}
 }
 
 // servedTypes are the machine types of the spec that a node pool entry
@@ -336,7 +424,7 @@ func (r *Reconciler) countUsage(ctx context.Context, c client.Client, machine *i
 	for _, t := range machine.Spec.MachineTypes {
 		available[t.Name] = t.Available
 	}
-	usage := podCounts(pods.Items, group, r.opts.Namespace, enabled, nodeState, available)
+	usage := podCounts(pods.Items, group, r.opts.Namespace, enabled, nodeState, available, time.Now().Add(-stuckReservationAfter))
 	if lookupErr != nil {
 		return nil, lookupErr
 	}

@@ -411,7 +411,7 @@ func TestSetStatusWithMismatchedPriorityClass(t *testing.T) {
 	want := []metav1.Condition{
 		{Type: "Ready", Status: "False", Reason: "ReservationPriorityClassMismatch", Message: "PriorityClass imperator-reservation is not the one the agent creates"},
 		{Type: "InsufficientCapacity", Status: "True", Reason: "NoNodePool", Message: "compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"},
-		{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has more guests than available"},
+		{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has guests holding more units than available"},
 	}
 	if diff := cmp.Diff(want, status.Conditions, cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime", "ObservedGeneration")); diff != "" {
 		t.Errorf("conditions (-want +got):\n%s", diff)

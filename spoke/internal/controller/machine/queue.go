@@ -5,8 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 )
@@ -23,6 +28,20 @@ import (
 // into the slot the reservation pod left, with no failed attempt and no
 // backoff. A guest that leaves hands its slot to the next gated guest before
 // the reservation grows back, because waiting guests keep the replicas down.
+//
+// "A node can take the guest" is decided as the scheduler's node filters
+// would for the guest's own constraints: the node's labels match the
+// guest's nodeSelector and required node affinity, and the guest tolerates
+// every NoSchedule and NoExecute taint of the node. Pod affinity and
+// anti-affinity and topology spread constraints are not considered: they
+// depend on the other pods of every node, which the agent does not cache
+// (it caches only pods with a machine-group label). A guest that such a
+// constraint keeps off every node is let through, and stays Pending
+// (Unschedulable) holding its unit, until a node fits or it is deleted.
+//
+// A reservation pod that stays terminating well past its deletion time (a
+// finalizer, a kubelet that does not answer) is not waited for: see
+// stuckReservationAfter.
 
 // gated is a guest held at the agent's slot gate.
 func gated(pod *corev1.Pod) bool {
@@ -31,14 +50,54 @@ func gated(pod *corev1.Pod) bool {
 	})
 }
 
-// arrivalOrder orders guests first come, first served: by creation
-// timestamp, then namespace, then name, so that every reconcile, and every
-// agent replica, sees the same line.
+// admittedAt is when the Pod Resource Injector admitted a guest: its
+// imperatorv1alpha1.AdmittedAtAnnotation (RFC 3339 with nanoseconds), else,
+// when that is missing or unreadable, its creation timestamp (one-second
+// resolution).
+func admittedAt(pod *corev1.Pod) time.Time {
+	if value, ok := pod.Annotations[imperatorv1alpha1.AdmittedAtAnnotation]; ok {
+		if t, err := time.Parse(time.RFC3339Nano, value); err == nil {
+			return t
+		}
+	}
+	return pod.CreationTimestamp.Time
+}
+
+// arrivalOrder orders guests first come, first served: by admittedAt, then
+// by UID, so that every reconcile, and every agent replica, sees the same
+// line, and no namespace or name goes first when guests arrive together.
 func arrivalOrder(a, b *corev1.Pod) int {
-	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+	if c := admittedAt(a).Compare(admittedAt(b)); c != 0 {
 		return c
 	}
-	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	return cmp.Compare(a.UID, b.UID)
+}
+
+// canTake tells whether the scheduler's node filters for the guest's own
+// constraints let it onto node: the node matches its nodeSelector and
+// required node affinity, and it tolerates every NoSchedule and NoExecute
+// taint of the node. Resources are not checked: the unit the guest is let
+// into is the one a reservation pod leaves.
+func canTake(node *corev1.Node, pod *corev1.Pod) bool {
+	if match, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); err != nil || !match {
+		return false
+	}
+	_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations,
+		func(t *corev1.Taint) bool {
+			return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+		}, false)
+	return !untolerated
+}
+
+// placeableOn returns whether some node of nodes can take a guest, or nil
+// when nodes is empty.
+func placeableOn(nodes []*corev1.Node) func(*corev1.Pod) bool {
+	if len(nodes) == 0 {
+		return nil
+	}
+	return func(pod *corev1.Pod) bool {
+		return slices.ContainsFunc(nodes, func(n *corev1.Node) bool { return canTake(n, pod) })
+	}
 }
 
 // line is what the grant decision of one machine type depends on.
@@ -54,10 +113,14 @@ type line struct {
 	// (its replicas were lowered for a waiting guest) still exists: its unit
 	// is not free yet.
 	releasing bool
+	// stuck are the reservation pods terminating for longer than
+	// stuckReservationAfter past their deletion time, as namespace/name:
+	// they are not waited for.
+	stuck []string
 	// gated are the guests at the slot gate, in any order.
 	gated []*corev1.Pod
 	// placeable tells whether a node-pool=ready node of the type can take
-	// the guest; nil means none can.
+	// the guest (placeableOn); nil means no such node exists.
 	placeable func(*corev1.Pod) bool
 }
 
@@ -103,6 +166,9 @@ func planSlots(l line) slotPlan {
 			note += "; no " + imperatorv1alpha1.NodePoolKey + "=ready node of the type can take it now"
 		case inUse < l.available && l.releasing:
 			note += "; a reservation pod is making room"
+		}
+		if len(l.stuck) > 0 {
+			note += "; not waiting for reservation pod " + strings.Join(l.stuck, ", ") + ", stuck terminating"
 		}
 		plan.queued[i].note = note
 	}

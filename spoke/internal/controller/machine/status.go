@@ -175,16 +175,22 @@ func capacityCondition(machine *imperatorv1alpha1.Machine, state *reconcileState
 	return cond
 }
 
-// overSubscribedCondition is True when a machine type has more guests than
-// available units; the extra guests wait.
+// overSubscribedCondition is True when the guests of a machine type hold
+// more units than it makes available: bound guests, guests let through the
+// slot gate and not bound yet, and leaving guests still on their node
+// (typeUsage.held). That happens only when available is lowered below the
+// guests in place, or with guests from before the slot gate: nobody is
+// evicted, the condition stays until enough of them leave. Guests waiting at
+// the gate are a queue, not an oversubscription: they hold nothing.
 func overSubscribedCondition(machine *imperatorv1alpha1.Machine, state *reconcileState) metav1.Condition {
 	var over []string
 	for _, t := range machine.Spec.MachineTypes {
 		u := state.usage[t.Name]
-		if u == nil || u.Used+u.Waiting <= t.Available {
+		if u == nil || u.held() <= t.Available {
 			continue
 		}
-		over = append(over, fmt.Sprintf("%s: %d guests for %d available, %d waiting", t.Name, u.Used+u.Waiting, t.Available, u.Waiting))
+		over = append(over, fmt.Sprintf("%s: guests hold %d units of %d available (%d bound, %d being placed, %d leaving), %d queued",
+			t.Name, u.held(), t.Available, u.Used, u.granted, u.leaving, u.Queued))
 	}
 	cond := metav1.Condition{
 		Type:               imperatorv1alpha1.ConditionOverSubscribed,
@@ -195,7 +201,7 @@ func overSubscribedCondition(machine *imperatorv1alpha1.Machine, state *reconcil
 	}
 	if len(over) == 0 {
 		cond.Status, cond.Reason = metav1.ConditionFalse, imperatorv1alpha1.ReasonWithinAvailable
-		cond.Message = "no machine type has more guests than available"
+		cond.Message = "no machine type has guests holding more units than available"
 	}
 	return cond
 }

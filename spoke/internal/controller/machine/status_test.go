@@ -40,10 +40,10 @@ func TestSetStatus(t *testing.T) {
 			wantConditions: []metav1.Condition{
 				{Type: "Ready", Status: "True", Reason: "ReservationsReconciled", Message: "reservations in place for compute-medium, compute-xlarge"},
 				{Type: "InsufficientCapacity", Status: "True", Reason: "NoNodePool", Message: "compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"},
-				{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has more guests than available"},
+				{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has guests holding more units than available"},
 			},
 		},
-		"unschedulable reservations and waiting guests beyond available": {
+		"unschedulable reservations and guests waiting at the gate beyond available: a queue, not an oversubscription": {
 			state: reconcileState{served: served, usage: map[string]*typeUsage{
 				"compute-medium": counted(imperatorv1alpha1.Usage{Maximum: 4, Used: 4, Waiting: 2}, 0, 0),
 				"compute-xlarge": counted(imperatorv1alpha1.Usage{Maximum: 5, Reserved: 2}, 5, 3),
@@ -57,7 +57,24 @@ func TestSetStatus(t *testing.T) {
 				{Type: "Ready", Status: "True", Reason: "ReservationsReconciled", Message: "reservations in place for compute-medium, compute-xlarge"},
 				{Type: "InsufficientCapacity", Status: "True", Reason: "ReservationsUnschedulable",
 					Message: "compute-xlarge: 3 of 5 reservation pods cannot be scheduled; compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"},
-				{Type: "OverSubscribed", Status: "True", Reason: "GuestsExceedAvailable", Message: "compute-medium: 6 guests for 4 available, 2 waiting"},
+				{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has guests holding more units than available"},
+			},
+		},
+		"available lowered below the guests in place: OverSubscribed counts bound, being placed and leaving guests, not the queued ones": {
+			state: reconcileState{served: served, usage: map[string]*typeUsage{
+				"compute-medium": {Usage: imperatorv1alpha1.Usage{Maximum: 4, Used: 3, Waiting: 3, Queued: 2}, granted: 1, leaving: 1},
+				"compute-xlarge": {Usage: imperatorv1alpha1.Usage{Maximum: 5, Used: 5, Waiting: 4, Queued: 4}},
+			}},
+			wantUsage: []imperatorv1alpha1.AvailableMachine{
+				{Name: "compute-medium", Usage: imperatorv1alpha1.Usage{Maximum: 4, Used: 3, Waiting: 3, Queued: 2}},
+				{Name: "compute-xlarge", Usage: imperatorv1alpha1.Usage{Maximum: 5, Used: 5, Waiting: 4, Queued: 4}},
+				{Name: "compute-large", Usage: imperatorv1alpha1.Usage{Maximum: 2}},
+			},
+			wantConditions: []metav1.Condition{
+				{Type: "Ready", Status: "True", Reason: "ReservationsReconciled", Message: "reservations in place for compute-medium, compute-xlarge"},
+				{Type: "InsufficientCapacity", Status: "True", Reason: "NoNodePool", Message: "compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"},
+				{Type: "OverSubscribed", Status: "True", Reason: "GuestsExceedAvailable",
+					Message: "compute-medium: guests hold 5 units of 4 available (3 bound, 1 being placed, 1 leaving), 2 queued"},
 			},
 		},
 		"reservations on nodes that are not ready": {
@@ -74,7 +91,7 @@ func TestSetStatus(t *testing.T) {
 				{Type: "Ready", Status: "True", Reason: "ReservationsReconciled", Message: "reservations in place for compute-medium, compute-xlarge"},
 				{Type: "InsufficientCapacity", Status: "True", Reason: "ReservationsOnUnreadyNodes",
 					Message: "compute-medium: 4 reservation pods on nodes that are not ready, not reserved: eriri (not-ready); compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"},
-				{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has more guests than available"},
+				{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has guests holding more units than available"},
 			},
 		},
 		"a conflicting StatefulSet": {
@@ -89,7 +106,7 @@ func TestSetStatus(t *testing.T) {
 				{Type: "Ready", Status: "False", Reason: "ReservationConflict",
 					Message: "StatefulSet imperator-system/compute-xlarge-general-machine exists and is not controlled by Machine general-machine"},
 				{Type: "InsufficientCapacity", Status: "True", Reason: "NoNodePool", Message: "compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"},
-				{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has more guests than available"},
+				{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has guests holding more units than available"},
 			},
 		},
 		"pods could not be counted: the usage stays as it was": {
@@ -107,7 +124,7 @@ func TestSetStatus(t *testing.T) {
 			conditions: []metav1.Condition{
 				{Type: "Ready", Status: "True", Reason: "ReservationsReconciled", Message: "reservations in place for compute-xlarge"},
 				{Type: "InsufficientCapacity", Status: "True", Reason: "ReservationsUnschedulable", Message: "compute-xlarge: 1 of 1 reservation pods cannot be scheduled"},
-				{Type: "OverSubscribed", Status: "True", Reason: "GuestsExceedAvailable", Message: "compute-xlarge: 2 guests for 1 available, 1 waiting"},
+				{Type: "OverSubscribed", Status: "True", Reason: "GuestsExceedAvailable", Message: "compute-xlarge: guests hold 2 units of 1 available (2 bound, 0 being placed, 0 leaving), 0 queued"},
 			},
 			wantConditions: []metav1.Condition{
 				{Type: "Ready", Status: "False", Reason: "MachineGroupMissing", Message: "label missing"},

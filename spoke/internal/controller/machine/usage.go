@@ -4,9 +4,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 )
@@ -38,12 +40,45 @@ type typeUsage struct {
 	// reservationPods counts the type's reservation pods that still exist
 	// and have not finished, bound or not, terminating or not.
 	reservationPods int32
+	// stuck are the reservation pods among them terminating since before
+	// stuckBefore, as namespace/name, sorted: the queue no longer waits for
+	// them.
+	stuck []string
+	// stuckUIDs and stuckPodNames are their UIDs and namespace/names in the
+	// order found, for the one Warning event per pod.
+	stuckUIDs     []types.UID
+	stuckPodNames []string
+	// nextStuck is the earliest deletion time of the type's other
+	// terminating reservation pods, zero when there is none: the queue looks
+	// again stuckReservationAfter later.
+	nextStuck time.Time
 	// gated are the guests held at the slot gate, in no order.
 	gated []*corev1.Pod
 }
 
 // held is the units of the type that guests hold or were promised.
 func (u *typeUsage) held() int32 { return u.Used + u.granted + u.leaving }
+
+// releasing is true while a reservation pod beyond the replicas, scaled
+// away for a waiting guest, still exists and is not stuck: its unit is not
+// free yet.
+func (u *typeUsage) releasing() bool {
+	return u.reservationPods-int32(len(u.stuck)) > u.replicas
+}
+
+// stuckReservationAfter is how long after its deletion time (the API
+// server's deletionTimestamp, which already includes the grace period) a
+// terminating reservation pod is deemed stuck: a finalizer that nobody
+// removes, or a kubelet that does not answer. Reservation pods have no grace
+// period and pause exits at once, so a healthy one is gone within a second
+// or two. The queue then stops waiting for it: its unit is not counted free
+// anywhere (it is neither reserved nor waited for, and it keeps occupying
+// its node until it is really gone), but the next guest is let through, and
+// the scheduler places it in any unit of the type with room, preempting
+// another reservation pod (which the StatefulSet then brings back where
+// there is room) or waiting Pending until one is. Waiting on the stuck pod
+// instead would freeze the type's whole line for as long as it is stuck.
+const stuckReservationAfter = 30 * time.Second
 
 // nodeStateMissing is the node-pool state reported for a node missing from
 // the cache.
@@ -56,8 +91,11 @@ const nodeStateMissing = "missing"
 // the node-pool label of a node, or nodeStateMissing: a bound reservation
 // pod is reserved only on a node-pool=ready node, the only nodes a guest's
 // injected affinity admits.
+//
+// A terminating reservation pod deleted (deletionTimestamp) before
+// stuckBefore is stuck; a zero stuckBefore deems none stuck.
 func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(namespace string) bool,
-	nodeState func(node string) string, available map[string]int32) map[string]*typeUsage {
+	nodeState func(node string) string, available map[string]int32, stuckBefore time.Time) map[string]*typeUsage {
 	usage := make(map[string]*typeUsage, len(available))
 	for name, units := range available {
 		usage[name] = &typeUsage{Usage: imperatorv1alpha1.Usage{Maximum: units}}
@@ -83,6 +121,14 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 			}
 			if role == imperatorv1alpha1.PodRoleReservation && !finished(pod) {
 				u.reservationPods++
+				switch deleted := pod.DeletionTimestamp.Time; {
+				case deleted.Before(stuckBefore):
+					u.stuck = append(u.stuck, pod.Namespace+"/"+pod.Name)
+					u.stuckUIDs = append(u.stuckUIDs, pod.UID)
+					u.stuckPodNames = append(u.stuckPodNames, pod.Namespace+"/"+pod.Name)
+				case u.nextStuck.IsZero() || deleted.Before(u.nextStuck):
+					u.nextStuck = deleted
+				}
 			}
 			continue
 		}
@@ -138,6 +184,7 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 	for _, u := range usage {
 		u.unschedulable = max(0, u.unschedulable-u.terminating)
 		slices.Sort(u.offPoolNodes)
+		slices.Sort(u.stuck)
 	}
 	return usage
 }

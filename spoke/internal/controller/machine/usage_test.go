@@ -2,11 +2,13 @@ package machine
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
@@ -199,7 +201,7 @@ func TestPodCounts(t *testing.T) {
 				pods = append(pods, *p)
 			}
 			got := map[string]counts{}
-			for typeName, u := range podCounts(pods, group, agentNS, enabled, nodeState, tc.available) {
+			for typeName, u := range podCounts(pods, group, agentNS, enabled, nodeState, tc.available, time.Time{}) {
 				got[typeName] = counts{Usage: u.Usage, Replicas: u.replicas, Unschedulable: u.unschedulable,
 					OffPool: u.offPool, OffPoolNodes: u.offPoolNodes}
 			}
@@ -287,7 +289,7 @@ func TestPodCountsGuestQueue(t *testing.T) {
 			for _, p := range tc.pods {
 				pods = append(pods, *p)
 			}
-			u := podCounts(pods, group, agentNS, enabled, nodeState, map[string]int32{"compute-small": 6})["compute-small"]
+			u := podCounts(pods, group, agentNS, enabled, nodeState, map[string]int32{"compute-small": 6}, time.Time{})["compute-small"]
 			got := counts{Usage: u.Usage, Replicas: u.replicas, Held: u.held(), Granted: u.granted, Leaving: u.leaving,
 				Reserved: u.Reserved, ReservationPods: u.reservationPods}
 			for _, p := range u.gated {
@@ -298,4 +300,72 @@ func TestPodCountsGuestQueue(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestPodCountsStuckReservation(t *testing.T) {
+	enabled := func(ns string) bool { return ns == guestNS }
+	nodeState := func(string) string { return string(imperatorv1alpha1.NodePoolReady) }
+	now := time.Unix(1_800_000_000, 0)
+	deletedAt := func(pod *corev1.Pod, ago time.Duration) *corev1.Pod {
+		pod.DeletionTimestamp = &metav1.Time{Time: now.Add(-ago)}
+		pod.UID = types.UID(pod.Name)
+		return pod
+	}
+	gatedNext := wrappers.MakePod(guestNS, "next").Guest(group, "compute-small").Obj()
+	gatedNext.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: imperatorv1alpha1.SlotSchedulingGate}}
+	type counts struct {
+		Replicas, ReservationPods int32
+		Releasing                 bool
+		Stuck                     []string
+		NextStuck                 time.Time
+	}
+	cases := map[string]struct {
+		pods []*corev1.Pod
+		want counts
+	}{
+		"a reservation pod scaled away for a guest, deleted a moment ago: the queue waits for it": {
+			pods: []*corev1.Pod{
+				deletedAt(reservationPod("compute-small", "0").NodeName("kasumi").Obj(), 2*time.Second),
+				gatedNext,
+			},
+			want: counts{ReservationPods: 1, Releasing: true, NextStuck: now.Add(-2 * time.Second)},
+		},
+		"the same pod still terminating past the threshold (a finalizer, a lost kubelet): it is stuck, the queue does not wait": {
+			pods: []*corev1.Pod{
+				deletedAt(reservationPod("compute-small", "0").NodeName("kasumi").Obj(), stuckReservationAfter+time.Second),
+				gatedNext,
+			},
+			want: counts{ReservationPods: 1, Stuck: []string{"imperator-system/compute-small-general-machine-0"}},
+		},
+		"a stuck pod and one just deleted: the queue waits for the second": {
+			pods: []*corev1.Pod{
+				deletedAt(reservationPod("compute-small", "0").NodeName("kasumi").Obj(), time.Hour),
+				deletedAt(reservationPod("compute-small", "1").NodeName("kasumi").Obj(), time.Second),
+				gatedNext,
+			},
+			want: counts{ReservationPods: 2, Releasing: true, Stuck: []string{"imperator-system/compute-small-general-machine-0"}, NextStuck: now.Add(-time.Second)},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			pods := make([]corev1.Pod, 0, len(tc.pods))
+			for _, p := range tc.pods {
+				pods = append(pods, *p)
+			}
+			u := podCounts(pods, group, agentNS, enabled, nodeState, map[string]int32{"compute-small": 1}, now.Add(-stuckReservationAfter))["compute-small"]
+			got := counts{Replicas: u.replicas, ReservationPods: u.reservationPods, Releasing: u.releasing(), Stuck: u.stuck, NextStuck: u.nextStuck}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("podCounts() (-want +got):\n%s", diff)
+			}
+		})
+	}
+	t.Run("the controller looks again once the pending pod would be stuck", func(t *testing.T) {
+		u := &typeUsage{nextStuck: now.Add(-2 * time.Second)}
+		if got, want := untilNextStuck(map[string]*typeUsage{"compute-small": u}, now), stuckReservationAfter-time.Second; got != want {
+			t.Errorf("untilNextStuck = %s, want %s", got, want)
+		}
+		if got := untilNextStuck(map[string]*typeUsage{"compute-small": {}}, now); got != 0 {
+			t.Errorf("untilNextStuck with nothing terminating = %s, want 0", got)
+		}
+	})
 }
