@@ -28,6 +28,10 @@ const (
 	ReasonQueued = "Queued"
 	// ReasonSlotGranted: the gate is removed, the scheduler places the guest.
 	ReasonSlotGranted = "SlotGranted"
+	// ReasonNotLetThrough: a guest at the slot gate that the queue will not
+	// let through as things are (its namespace is not opted in, its machine
+	// type is no longer offered); the note says why and what to do.
+	ReasonNotLetThrough = "NotLetThrough"
 )
 
 // grantPatch removes the slot gate from spec.schedulingGates (the API
@@ -251,4 +255,54 @@ func (e *grantExpectations) observe(key string, usage map[string]*typeUsage) {
 	if len(pending) == 0 {
 		delete(e.pending, key)
 	}
+}
+
+// tellStranded tells the guests at the slot gate that the queue does not
+// let through why, in their queue annotation (written only when its text
+// changes) and a Warning event when it does: the gated guests of a
+// namespace that is not opted in (any more), and typeGone, those whose
+// machine type the Machine no longer offers. They stay gated: the API does
+// not allow adding the gate back, and letting them through would hand out a
+// unit nobody offers. They count nowhere.
+func (r *Reconciler) tellStranded(ctx context.Context, c client.Client, recorder events.EventRecorder,
+	machine *imperatorv1alpha1.Machine, usage map[string]*typeUsage, typeGone []*corev1.Pod) error {
+	type told struct {
+		pod  *corev1.Pod
+		note string
+	}
+	var all []told
+	for _, t := range machine.Spec.MachineTypes {
+		if u := usage[t.Name]; u != nil {
+			for _, pod := range u.stranded {
+				all = append(all, told{pod, fmt.Sprintf("not let through to %s: namespace %s is not opted in to Imperator (label %s=%s); label it again or delete the pod",
+					t.Name, pod.Namespace, imperatorv1alpha1.InjectResourceKey, imperatorv1alpha1.InjectResourceEnabled)})
+			}
+		}
+	}
+	for _, pod := range typeGone {
+		all = append(all, told{pod, fmt.Sprintf("not let through: Machine %s no longer offers machine type %s; delete the pod",
+			machine.Name, pod.Labels[imperatorv1alpha1.MachineTypeKey])})
+	}
+	var errs []error
+	for _, s := range all {
+		if s.pod.Annotations[imperatorv1alpha1.QueueAnnotation] == s.note {
+			continue
+		}
+		patch, err := queuePatch(s.pod.UID, s.note)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		guest := &corev1.Pod{}
+		guest.Namespace, guest.Name = s.pod.Namespace, s.pod.Name
+		if err := c.Patch(ctx, guest, patch); err != nil {
+			if !replaced(err) {
+				errs = append(errs, fmt.Errorf("annotating guest %s: %w", klog.KObj(s.pod), err))
+			}
+			continue
+		}
+		ctrl.LoggerFrom(ctx).V(1).Info("Guest is not let through", "pod", klog.KObj(s.pod), "note", s.note)
+		recorder.Eventf(s.pod, machine, corev1.EventTypeWarning, ReasonNotLetThrough, "Queue", "%s", s.note)
+	}
+	return errors.Join(errs...)
 }

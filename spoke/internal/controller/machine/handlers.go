@@ -126,7 +126,8 @@ func observeHandover(ctx context.Context, name multicluster.ClusterName, cl clus
 }
 
 // namespaceHandler reconciles every Machine of the cluster when a namespace
-// turns guest injection on or off: its guests start or stop counting.
+// turns guest injection on or off: its guests at the slot gate join the line
+// again, or are told they are not let through.
 func (r *Reconciler) namespaceHandler(name multicluster.ClusterName, cl cluster.Cluster) mchandler.EventHandler {
 	return handler.TypedFuncs[client.Object, mcreconcile.Request]{
 		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q queue) {

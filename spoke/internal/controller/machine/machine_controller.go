@@ -219,7 +219,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 		return ctrl.Result{}, r.prune(ctx, c, machine, nil)
 	}
 
-	usage, err := r.countUsage(ctx, c, machine, group)
+	usage, typeGone, err := r.countUsage(ctx, c, machine, group)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -268,6 +268,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	// The reservations are scaled for every waiting guest first; the gates
 	// open only once the reservation pods are gone.
 	errs = append(errs, r.grantSlots(ctx, c, recorder, machine, group, usage, seriesKey))
+	errs = append(errs, r.tellStranded(ctx, c, recorder, machine, usage, typeGone))
 	return ctrl.Result{RequeueAfter: untilNextStuck(usage, time.Now())}, errors.Join(errs...)
 }
 
@@ -380,12 +381,13 @@ func findMachineType(machine *imperatorv1alpha1.Machine, name string) *imperator
 // countUsage reads the pods of the Machine's group from the cache, through
 // the machine-group index, and counts them per machine type of the spec. The
 // nodes that reservation pods are bound to are read from the cache too, for
-// their node-pool label.
-func (r *Reconciler) countUsage(ctx context.Context, c client.Client, machine *imperatorv1alpha1.Machine, group string) (map[string]*typeUsage, error) {
+// their node-pool label. typeGone are the guests at the slot gate whose
+// machine type the Machine no longer offers.
+func (r *Reconciler) countUsage(ctx context.Context, c client.Client, machine *imperatorv1alpha1.Machine, group string) (_ map[string]*typeUsage, typeGone []*corev1.Pod, _ error) {
 	pods := &corev1.PodList{}
 	// The pods are only read: no need to copy every one out of the cache.
 	if err := c.List(ctx, pods, client.MatchingFields{PodMachineGroupIndex: group}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing pods of machine group %s: %w", group, err)
+		return nil, nil, fmt.Errorf("listing pods of machine group %s: %w", group, err)
 	}
 	enabledByNamespace := map[string]bool{}
 	var lookupErr error
@@ -426,9 +428,17 @@ func (r *Reconciler) countUsage(ctx context.Context, c client.Client, machine *i
 	}
 	usage := podCounts(pods.Items, group, r.opts.Namespace, enabled, nodeState, available, time.Now().Add(-stuckReservationAfter))
 	if lookupErr != nil {
-		return nil, lookupErr
+		return nil, nil, lookupErr
 	}
-	return usage, nil
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if _, offered := available[pod.Labels[imperatorv1alpha1.MachineTypeKey]]; !offered &&
+			pod.Labels[imperatorv1alpha1.PodRoleKey] == string(imperatorv1alpha1.PodRoleGuest) &&
+			pod.Labels[imperatorv1alpha1.MachineGroupKey] == group && active(pod) && gated(pod) {
+			typeGone = append(typeGone, pod)
+		}
+	}
+	return usage, typeGone, nil
 }
 
 // conflictError is an object with a reservation's name that the Machine does

@@ -54,6 +54,9 @@ type typeUsage struct {
 	nextStuck time.Time
 	// gated are the guests held at the slot gate, in no order.
 	gated []*corev1.Pod
+	// stranded are gated guests of a namespace that is not opted in (any
+	// more): they are not let through and count nowhere.
+	stranded []*corev1.Pod
 }
 
 // held is the units of the type that guests hold or were promised.
@@ -86,8 +89,13 @@ const nodeStateMissing = "missing"
 
 // podCounts counts the pods of one machine group per machine type of
 // available (the spec's available units by type name). Reservation pods
-// count only in the agent's namespace; guests only in namespaces for which
-// enabled returns true. Pods of other types are ignored. nodeState returns
+// count only in the agent's namespace. Guests count whatever their
+// namespace's labels say now: a guest admitted while its namespace was opted
+// in holds its unit until it is gone, also after the namespace is opted out
+// (not counting it would grow the reservation into its unit and let the next
+// guest in past available). Only a guest still at the slot gate in a
+// namespace for which enabled returns false is not let through and counts
+// nowhere (stranded). Pods of other types are ignored. nodeState returns
 // the node-pool label of a node, or nodeStateMissing: a bound reservation
 // pod is reserved only on a node-pool=ready node, the only nodes a guest's
 // injected affinity admits.
@@ -109,8 +117,10 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 		}
 		role := imperatorv1alpha1.PodRole(pod.Labels[imperatorv1alpha1.PodRoleKey])
 		switch {
-		case role == imperatorv1alpha1.PodRoleReservation && pod.Namespace != agentNamespace,
-			role == imperatorv1alpha1.PodRoleGuest && !enabled(pod.Namespace):
+		case role == imperatorv1alpha1.PodRoleReservation && pod.Namespace != agentNamespace:
+			continue
+		case role == imperatorv1alpha1.PodRoleGuest && active(pod) && !bound(pod) && gated(pod) && !enabled(pod.Namespace):
+			u.stranded = append(u.stranded, pod)
 			continue
 		case !active(pod):
 			if pod.DeletionTimestamp != nil && bound(pod) && !finished(pod) {

@@ -94,9 +94,16 @@ func TestPodCounts(t *testing.T) {
 			available: map[string]int32{"compute-medium": 4},
 			want:      map[string]counts{"compute-medium": {Usage: imperatorv1alpha1.Usage{Maximum: 4}, Replicas: 4}},
 		},
-		"guests of disabled namespaces, other groups, unknown types and reservations elsewhere are ignored": {
+		"a guest of a namespace opted out since it was admitted still holds its unit (bound, or let through and not bound yet)": {
 			pods: []*corev1.Pod{
-				wrappers.MakePod("team-off", "g").Guest(group, "compute-medium").NodeName("eriri").Obj(),
+				wrappers.MakePod("team-off", "bound").Guest(group, "compute-medium").NodeName("eriri").Obj(),
+				wrappers.MakePod("team-off", "granted").Guest(group, "compute-medium").Obj(),
+			},
+			available: map[string]int32{"compute-medium": 4},
+			want:      map[string]counts{"compute-medium": {Usage: imperatorv1alpha1.Usage{Maximum: 4, Used: 1, Waiting: 1}, Replicas: 2}},
+		},
+		"guests of other groups, unknown types and reservations elsewhere are ignored": {
+			pods: []*corev1.Pod{
 				wrappers.MakePod(guestNS, "other").Guest("other-group", "compute-medium").NodeName("eriri").Obj(),
 				wrappers.MakePod(guestNS, "unknown").Guest(group, "compute-huge").NodeName("eriri").Obj(),
 				func() *corev1.Pod {
@@ -242,7 +249,7 @@ func TestPodCountsGuestQueue(t *testing.T) {
 		Usage                                      imperatorv1alpha1.Usage
 		Replicas, Held, Granted, Leaving, Reserved int32
 		ReservationPods                            int32
-		Gated                                      []string
+		Gated, Stranded                            []string
 	}
 	cases := map[string]struct {
 		pods []*corev1.Pod
@@ -260,12 +267,13 @@ func TestPodCountsGuestQueue(t *testing.T) {
 					p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/quota"}}
 					return p
 				}(),
-				// Not a guest of an enabled namespace: neither counted nor queued.
-				gate(wrappers.MakePod("team-off", "ignored").Guest(group, "compute-small").Obj()),
+				// At the gate in a namespace not opted in: stranded, neither
+				// counted nor queued.
+				gate(wrappers.MakePod("team-off", "stranded").Guest(group, "compute-small").Obj()),
 			},
 			want: counts{
 				Usage:    imperatorv1alpha1.Usage{Maximum: 6, Used: 1, Waiting: 4, Queued: 2},
-				Replicas: 1, Held: 3, Granted: 2, Gated: []string{"first", "second"},
+				Replicas: 1, Held: 3, Granted: 2, Gated: []string{"first", "second"}, Stranded: []string{"stranded"},
 			},
 		},
 		"a leaving guest holds its unit until it is gone; every reservation pod that still exists is counted": {
@@ -294,6 +302,9 @@ func TestPodCountsGuestQueue(t *testing.T) {
 				Reserved: u.Reserved, ReservationPods: u.reservationPods}
 			for _, p := range u.gated {
 				got.Gated = append(got.Gated, p.Name)
+			}
+			for _, p := range u.stranded {
+				got.Stranded = append(got.Stranded, p.Name)
 			}
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("podCounts() (-want +got):\n%s", diff)
