@@ -170,7 +170,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if reg == nil {
 		reg = ctrlmetrics.Registry
 	}
-	metrics, err := server.NewMetrics(reg, st)
+	metrics, err := server.NewMetrics(reg, st, leading)
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}

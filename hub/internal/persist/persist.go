@@ -198,7 +198,7 @@ func (p *Persister) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	if due > 0 {
 		err = p.renew(ctx, name)
 	} else {
-		err = p.sync(ctx, name)
+		err = p.timedSync(ctx, name)
 	}
 	if apierrors.IsConflict(err) {
 		// Someone wrote since we read: read again and retry soon.

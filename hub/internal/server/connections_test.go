@@ -196,7 +196,7 @@ func TestHandshakesInFlightHaveAPoolOfTheirOwn(t *testing.T) {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
-	metrics, err := NewMetrics(prometheus.NewRegistry(), store.New(nil, time.Minute))
+	metrics, err := NewMetrics(prometheus.NewRegistry(), store.New(nil, time.Minute), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,7 +107,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	start := time.Now()
 	ctx, err := s.authenticate(ctx, info.FullMethod)
 	if err != nil {
-		s.metrics.requests.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+		s.metrics.observeCall(info.FullMethod, start, err)
 		return nil, err
 	}
 	log := s.loggerFor(ctx, info.FullMethod)
@@ -118,14 +118,14 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		ctx, cancel = context.WithTimeout(ctx, JoinTimeout)
 		defer cancel()
 		if err := s.joins.acquire(ctx); err != nil {
-			s.metrics.requests.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+			s.metrics.observeCall(info.FullMethod, start, err)
 			return nil, err
 		}
 		defer s.joins.release()
 	}
 	resp, err := handler(ctrl.LoggerInto(ctx, log), req)
 	code := status.Code(err)
-	s.metrics.requests.WithLabelValues(info.FullMethod, code.String()).Inc()
+	s.metrics.observeCall(info.FullMethod, start, err)
 	log.V(2).Info("Handled call", "code", code.String(), "duration", time.Since(start))
 	return resp, err
 }

@@ -1,9 +1,17 @@
 package server
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/imperator-federation/imperator/hub/internal/capacity"
 	"github.com/imperator-federation/imperator/hub/internal/store"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 )
 
 // Rejection reasons of rejectedConnections.
@@ -26,6 +34,68 @@ const (
 	rejectTooManyAuthenticatedFromSource = "too_many_authenticated_connections_from_source"
 )
 
+// rejectReasons are every reason of rejectedConnections, whose series start
+// at 0 so that rate() and increase() see the first refusal.
+var rejectReasons = []string{
+	rejectNoCertificate, rejectBadCertificate, rejectWrongCluster, rejectNotAccepted, rejectProtocol, rejectRevoked,
+	rejectHandshake, rejectTooManyAnonymous, rejectTooManyFromSource, rejectAnonymousMethod, rejectJoinRateLimited,
+	rejectTooManyHandshakes, rejectTooManyForCertificate, rejectTooManyAuthenticatedFromSource,
+	rejectInvalidInventory, rejectMessageRate,
+}
+
+// Outcomes of joins.
+const (
+	joinJoined         = "joined"
+	joinBadToken       = "bad_token"
+	joinDenied         = "denied"
+	joinInvalidRequest = "invalid_request"
+	joinThrottled      = "throttled"
+	joinError          = "error"
+)
+
+// joinOutcome names the outcome of a Join call by its status code.
+func joinOutcome(err error) string {
+	switch status.Code(err) {
+	case codes.OK:
+		return joinJoined
+	case codes.Unauthenticated:
+		return joinBadToken
+	case codes.PermissionDenied:
+		return joinDenied
+	case codes.InvalidArgument:
+		return joinInvalidRequest
+	case codes.ResourceExhausted, codes.DeadlineExceeded:
+		return joinThrottled
+	default:
+		return joinError
+	}
+}
+
+// The states of clusterUnits: a machine type's usage and its free units.
+var unitStates = []string{"maximum", "reserved", "used", "waiting", "queued", "free"}
+
+// clusterStates are the values of imperator_hub_cluster_state's state label:
+// the query API's cluster states as imperatorctl prints them.
+var clusterStates = []queryv1.ClusterState{
+	queryv1.ClusterState_CLUSTER_STATE_AVAILABLE,
+	queryv1.ClusterState_CLUSTER_STATE_STALE,
+	queryv1.ClusterState_CLUSTER_STATE_OFFLINE,
+}
+
+// clusterStateName is the state label of s: Available, Stale, Offline.
+func clusterStateName(s queryv1.ClusterState) string {
+	switch s {
+	case queryv1.ClusterState_CLUSTER_STATE_AVAILABLE:
+		return "Available"
+	case queryv1.ClusterState_CLUSTER_STATE_STALE:
+		return "Stale"
+	case queryv1.ClusterState_CLUSTER_STATE_OFFLINE:
+		return "Offline"
+	default:
+		return "Unspecified"
+	}
+}
+
 // Metrics are the hub's Prometheus metrics.
 type Metrics struct {
 	connectedSpokes     prometheus.Gauge
@@ -33,11 +103,15 @@ type Metrics struct {
 	rejectedConnections *prometheus.CounterVec
 	ingestLatency       *prometheus.HistogramVec
 	requests            *prometheus.CounterVec
+	requestDuration     *prometheus.HistogramVec
+	joins               *prometheus.CounterVec
 }
 
-// NewMetrics creates the metrics and registers them, with a collector of
-// every cluster's heartbeat age read from st at scrape time, on reg.
-func NewMetrics(reg prometheus.Registerer, st *store.Store) (*Metrics, error) {
+// NewMetrics creates the metrics and registers them on reg, with collectors
+// read at scrape time: from st every cluster's state, heartbeat age and
+// units, and from leading whether this replica leads (nil: the only replica,
+// always leading).
+func NewMetrics(reg prometheus.Registerer, st *store.Store, leading func() bool) (*Metrics, error) {
 	m := &Metrics{
 		connectedSpokes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "imperator_hub_connected_spokes",
@@ -45,7 +119,7 @@ func NewMetrics(reg prometheus.Registerer, st *store.Store) (*Metrics, error) {
 		}),
 		streamMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "imperator_hub_stream_messages_total",
-			Help: "Report stream messages by direction (received, sent) and type.",
+			Help: "Report stream messages by direction (received, sent, dropped) and type.",
 		}, []string{"direction", "type"}),
 		rejectedConnections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "imperator_hub_rejected_connections_total",
@@ -60,8 +134,50 @@ func NewMetrics(reg prometheus.Registerer, st *store.Store) (*Metrics, error) {
 			Name: "imperator_hub_grpc_requests_total",
 			Help: "gRPC calls and streams handled, by method and status code.",
 		}, []string{"method", "code"}),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "imperator_hub_grpc_request_duration_seconds",
+			Help:    "Time to answer a unary gRPC call (queries, Join, Renew), by method, from its authentication to its answer.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"method"}),
+		joins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imperator_hub_joins_total",
+			Help: "Join calls by outcome: joined, bad_token, denied, invalid_request, throttled, error.",
+		}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.connectedSpokes, m.streamMessages, m.rejectedConnections, m.ingestLatency, m.requests, heartbeatAgeCollector{st}} {
+	// Series of known label values start at 0.
+	for _, reason := range rejectReasons {
+		m.rejectedConnections.WithLabelValues(reason)
+	}
+	for _, outcome := range []string{joinJoined, joinBadToken, joinDenied, joinInvalidRequest, joinThrottled, joinError} {
+		m.joins.WithLabelValues(outcome)
+	}
+	for _, kind := range []string{"snapshot", "delta"} {
+		m.ingestLatency.WithLabelValues(kind)
+	}
+	for _, dm := range [][2]string{{"received", "hello"}, {"received", "snapshot"}, {"received", "delta"}, {"received", "heartbeat"},
+		{"sent", "ack"}, {"sent", "resync"}, {"dropped", "heartbeat"}} {
+		m.streamMessages.WithLabelValues(dm[0], dm[1])
+	}
+	for _, desc := range []grpc.ServiceDesc{federationv1.Federation_ServiceDesc, queryv1.Query_ServiceDesc} {
+		for _, method := range desc.Methods {
+			m.requestDuration.WithLabelValues("/" + desc.ServiceName + "/" + method.MethodName)
+			m.requests.WithLabelValues("/"+desc.ServiceName+"/"+method.MethodName, codes.OK.String())
+		}
+	}
+	if leading == nil {
+		leading = func() bool { return true }
+	}
+	leader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "imperator_hub_leader",
+		Help: "1 while this hub replica leads (publishes placement scores and marks silent clusters Unknown), else 0.",
+	}, func() float64 {
+		if leading() {
+			return 1
+		}
+		return 0
+	})
+	for _, c := range []prometheus.Collector{m.connectedSpokes, m.streamMessages, m.rejectedConnections, m.ingestLatency,
+		m.requests, m.requestDuration, m.joins, leader, clusterCollector{st}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -69,19 +185,90 @@ func NewMetrics(reg prometheus.Registerer, st *store.Store) (*Metrics, error) {
 	return m, nil
 }
 
-var heartbeatAgeDesc = prometheus.NewDesc(
-	"imperator_hub_cluster_heartbeat_age_seconds",
-	"Seconds since the hub last heard from each spoke cluster.",
-	[]string{"cluster"}, nil,
+// observeCall records a unary call's status and how long it took.
+func (m *Metrics) observeCall(method string, start time.Time, err error) {
+	m.requests.WithLabelValues(method, status.Code(err).String()).Inc()
+	m.requestDuration.WithLabelValues(method).Observe(time.Since(start).Seconds())
+	if method == federationv1.Federation_Join_FullMethodName {
+		m.joins.WithLabelValues(joinOutcome(err)).Inc()
+	}
+}
+
+var (
+	heartbeatAgeDesc = prometheus.NewDesc(
+		"imperator_hub_cluster_heartbeat_age_seconds",
+		"Seconds since the hub last heard from each spoke cluster.",
+		[]string{"cluster"}, nil,
+	)
+	clusterStateDesc = prometheus.NewDesc(
+		"imperator_hub_cluster_state",
+		"1 for the state each spoke cluster is in (Available, Stale, Offline, as imperatorctl get clusters shows it), 0 for the others.",
+		[]string{"cluster", "state"}, nil,
+	)
+	clusterUnitsDesc = prometheus.NewDesc(
+		"imperator_hub_cluster_units",
+		"Units of each machine type of each cluster (summed over the cluster's Machines of the group) by state: "+
+			"maximum, reserved, used, waiting, queued (of waiting, held at the slot gate) and free (what a query offers when the cluster is Available). "+
+			"The figures last reported, also while the cluster is Stale or Offline.",
+		[]string{"cluster", "group", "type", "state"}, nil,
+	)
 )
 
-// heartbeatAgeCollector reports every cluster's heartbeat age at scrape time.
-type heartbeatAgeCollector struct{ store *store.Store }
+// clusterCollector reports, at scrape time from the store, every cluster's
+// state, heartbeat age and units. Series of a deregistered cluster go with
+// it.
+//
+// Cardinality of imperator_hub_cluster_units: 6 series per distinct
+// (group, type) of each cluster; the hub's ingest limits cap a cluster at
+// MaxTypes (50,000) types, a fleet is typically a few dozen per cluster.
+type clusterCollector struct{ store *store.Store }
 
-func (c heartbeatAgeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- heartbeatAgeDesc }
+func (c clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- heartbeatAgeDesc
+	ch <- clusterStateDesc
+	ch <- clusterUnitsDesc
+}
 
-func (c heartbeatAgeCollector) Collect(ch chan<- prometheus.Metric) {
+// typeKey names the units series of one machine type of a cluster.
+type typeKey struct{ group, name string }
+
+func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	for cluster, age := range c.store.HeartbeatAge() {
 		ch <- prometheus.MustNewConstMetric(heartbeatAgeDesc, prometheus.GaugeValue, age.Seconds(), cluster)
+	}
+	for _, cl := range c.store.List() {
+		current := capacity.StateOf(cl)
+		for _, s := range clusterStates {
+			value := 0.0
+			if s == current {
+				value = 1
+			}
+			ch <- prometheus.MustNewConstMetric(clusterStateDesc, prometheus.GaugeValue, value, cl.Name, clusterStateName(s))
+		}
+		units := map[typeKey][]int64{}
+		for _, m := range cl.Machines {
+			for _, t := range m.GetTypes() {
+				key := typeKey{m.GetGroup(), t.GetName()}
+				sums, ok := units[key]
+				if !ok {
+					sums = make([]int64, len(unitStates))
+					units[key] = sums
+				}
+				u := t.GetUsage()
+				maximum := int64(u.GetMaximum())
+				if u == nil {
+					maximum = int64(t.GetAvailable())
+				}
+				for i, v := range []int64{maximum, int64(u.GetReserved()), int64(u.GetUsed()), int64(u.GetWaiting()),
+					int64(u.GetQueued()), int64(capacity.Free(t))} {
+					sums[i] += v
+				}
+			}
+		}
+		for key, sums := range units {
+			for i, state := range unitStates {
+				ch <- prometheus.MustNewConstMetric(clusterUnitsDesc, prometheus.GaugeValue, float64(sums[i]), cl.Name, key.group, key.name, state)
+			}
+		}
 	}
 }
