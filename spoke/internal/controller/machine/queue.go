@@ -161,6 +161,12 @@ func planSlots(l line) slotPlan {
 	inUse := l.held + int32(len(plan.grant))
 	for i := range plan.queued {
 		note := fmt.Sprintf("waiting for %s: %s in line, %d of %d in use", l.machineType, ordinal(i+1), inUse, l.available)
+		if i >= exactPlaces {
+			// The same text until the guest moves up into the first
+			// exactPlaces: a grant rewrites exactPlaces annotations, not
+			// one per guest in line.
+			note = fmt.Sprintf("waiting for %s: %d+ in line", l.machineType, exactPlaces)
+		}
 		switch {
 		case unplaceable[i]:
 			note += "; no " + imperatorv1alpha1.NodePoolKey + "=ready node of the type can take it now"
@@ -174,6 +180,10 @@ func planSlots(l line) slotPlan {
 	}
 	return plan
 }
+
+// exactPlaces is how many guests of a line are told their exact place and
+// the type's units in use; those behind them are told "100+ in line".
+const exactPlaces = 100
 
 // ordinal spells a line position: 1st, 2nd, 3rd, 4th, 11th, 21st.
 func ordinal(n int) string {

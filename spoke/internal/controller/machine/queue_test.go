@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -279,5 +280,25 @@ func TestPlanSlotsStuckReservation(t *testing.T) {
 	want := "waiting for compute-small: 1st in line, 2 of 2 in use; not waiting for reservation pod imperator-system/compute-small-general-machine-1, stuck terminating"
 	if len(plan.queued) != 1 || plan.queued[0].note != want {
 		t.Errorf("queued %v, want c told %q", plan.queued, want)
+	}
+}
+
+func TestPlanSlotsLongLine(t *testing.T) {
+	var gated []*corev1.Pod
+	for i := range exactPlaces + 2 {
+		gated = append(gated, withUID(gatedGuest("team-a", "g"+strconv.Itoa(i), i), strconv.Itoa(i)))
+	}
+	plan := planSlots(line{machineType: "compute-small", available: 1, held: 1, gated: gated, placeable: func(*corev1.Pod) bool { return true }})
+	var notes []string
+	for _, q := range plan.queued[exactPlaces-1:] {
+		notes = append(notes, q.note)
+	}
+	want := []string{
+		"waiting for compute-small: 100th in line, 1 of 1 in use",
+		"waiting for compute-small: 100+ in line",
+		"waiting for compute-small: 100+ in line",
+	}
+	if diff := cmp.Diff(want, notes); diff != "" {
+		t.Errorf("notes from the 100th guest on (-want +got):\n%s", diff)
 	}
 }
