@@ -2,6 +2,7 @@ package machinevalidator
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,6 +58,10 @@ func TestValidateMachine(t *testing.T) {
 			machine:  wrappers.MakeMachine("m", "g").Type("small", "1", "1Gi", 1).Type("node-pool", "1", "1Gi", 1).Obj(),
 			wantErrs: field.ErrorList{field.Invalid(field.NewPath("spec", "machineTypes").Index(1).Child("name"), nil, "")},
 		},
+		"type named slot, whose node label and taint would be the slot gate's key": {
+			machine:  wrappers.MakeMachine("m", "g").Type("slot", "1", "1Gi", 1).Obj(),
+			wantErrs: field.ErrorList{field.Invalid(field.NewPath("spec", "machineTypes").Index(0).Child("name"), nil, "")},
+		},
 		"reservation name too long": {
 			machine: wrappers.MakeMachine("m", strings.Repeat("g", 40)).
 				Type(strings.Repeat("t", 30), "1", "1Gi", 1).Obj(),
@@ -84,6 +89,26 @@ func TestValidateMachine(t *testing.T) {
 				t.Errorf("ValidateMachine() mismatch (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestValidateMachineRefusesReservedNames: no machine type takes a name whose
+// key imperator.tenzen-y.io/<name> is one of Imperator's own (slot: the
+// scheduling gate; queue, admitted-at: guest annotations; hold: a guest label).
+func TestValidateMachineRefusesReservedNames(t *testing.T) {
+	for _, name := range imperatorv1alpha1.ReservedMachineTypeNames {
+		t.Run(name, func(t *testing.T) {
+			errs := ValidateMachine(wrappers.MakeMachine("m", "g").Type(name, "1", "1Gi", 1).Obj())
+			want := "spec.machineTypes[0].name: Invalid value: \"" + name + "\": is reserved: imperator.tenzen-y.io/" + name
+			if len(errs) != 1 || !strings.Contains(errs[0].Error(), want) {
+				t.Fatalf("ValidateMachine() = %v, want one error containing %q", errs, want)
+			}
+		})
+	}
+	for _, name := range []string{"slot", "queue", "admitted-at", "hold"} {
+		if !slices.Contains(imperatorv1alpha1.ReservedMachineTypeNames, name) {
+			t.Errorf("%q is not reserved: a machine type of that name would share its node label and taint key with the guest queue's", name)
+		}
 	}
 }
 

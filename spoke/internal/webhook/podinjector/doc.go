@@ -7,8 +7,10 @@
 // type's ready nodes (and GPU Feature Discovery selectors); and an annotation
 // records what was injected. Every guest it admits is held at the
 // imperator.tenzen-y.io/slot scheduling gate, which only the agent's Machine
-// controller removes, granting units in arrival order. Pods whose labels, container or affinity make
-// that impossible are denied with a message saying why.
+// controller removes, granting units in arrival order (the order of the
+// imperator.tenzen-y.io/admitted-at annotation the handler stamps). Pods
+// whose labels, container, affinity or spec.nodeName make that impossible
+// are denied with a message saying why.
 //
 // Inject is the pure mutation; Handler serves it over admission, reading
 // Machines from the manager's cache; MutatingWebhookConfiguration is the

@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -36,7 +38,10 @@ const WebhookPath = "/mutate-v1-pod"
 // guest pods on CREATE and lets every other operation through untouched.
 type Handler struct {
 	// Reader finds Machines by their machine-group label; the manager's cache.
-	Reader  client.Reader
+	Reader client.Reader
+	// Clock stamps imperatorv1alpha1.AdmittedAtAnnotation on the guests
+	// admitted.
+	Clock   clock.PassiveClock
 	decoder admission.Decoder
 }
 
@@ -45,7 +50,7 @@ var _ admission.Handler = (*Handler)(nil)
 // NewHandler returns a Handler that reads Machines through reader and decodes
 // pods with scheme.
 func NewHandler(reader client.Reader, scheme *runtime.Scheme) *Handler {
-	return &Handler{Reader: reader, decoder: admission.NewDecoder(scheme)}
+	return &Handler{Reader: reader, Clock: clock.RealClock{}, decoder: admission.NewDecoder(scheme)}
 }
 
 // SetupWebhookWithManager serves the injector at WebhookPath on the manager's
@@ -64,7 +69,8 @@ func SetupWebhookWithManager(mgr ctrl.Manager) error {
 	return nil
 }
 
-// Handle injects a guest pod being created with its machine type.
+// Handle injects a guest pod being created with its machine type and stamps
+// the time it was admitted.
 func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	log := ctrl.LoggerFrom(ctx)
 	if req.Operation != admissionv1.Create {
@@ -102,6 +108,14 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		}
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
+
+	// The queue orders guests by when they were admitted: creation
+	// timestamps have one-second resolution. A value the user set is
+	// overwritten.
+	if injected.Annotations == nil {
+		injected.Annotations = map[string]string{}
+	}
+	injected.Annotations[imperatorv1alpha1.AdmittedAtAnnotation] = h.Clock.Now().UTC().Format(time.RFC3339Nano)
 
 	current, err := json.Marshal(injected)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/google/go-cmp/cmp"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -85,6 +87,12 @@ func TestHandle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// admittedAt is what the handler's clock stamps on every guest it admits.
+	admittedAt := time.Date(2026, time.November, 25, 18, 4, 5, 123456789, time.FixedZone("CET", 3600))
+	injected.Annotations[imperatorv1alpha1.AdmittedAtAnnotation] = "2026-11-25T17:04:05.123456789Z"
+	// A guest that sets the annotation itself, to jump the queue.
+	early := guest().Label(containerL, "main").Obj()
+	early.Annotations = map[string]string{imperatorv1alpha1.AdmittedAtAnnotation: "2000-01-01T00:00:00Z"}
 
 	cases := map[string]struct {
 		machines []client.Object
@@ -102,6 +110,18 @@ func TestHandle(t *testing.T) {
 			req:         request(t, admissionv1.Create, rawPod(t, guestPod)),
 			wantAllowed: true,
 			wantPod:     injected,
+		},
+		"create of a guest stamping its own admission time: overwritten with the injector's": {
+			machines:    []client.Object{general},
+			req:         request(t, admissionv1.Create, rawPod(t, early)),
+			wantAllowed: true,
+			wantPod:     injected,
+		},
+		"create of a guest naming its node: denied naming the field": {
+			machines:    []client.Object{general},
+			req:         request(t, admissionv1.Create, rawPod(t, guest().Label(containerL, "main").NodeName("michiru").Obj())),
+			wantCode:    http.StatusForbidden,
+			wantMessage: `spec.nodeName "michiru": a guest does not name its node`,
 		},
 		"update of a guest: allowed untouched": {
 			machines:    []client.Object{general},
@@ -180,7 +200,9 @@ func TestHandle(t *testing.T) {
 			if reader == nil {
 				reader = fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.machines...).Build()
 			}
-			resp := NewHandler(reader, scheme).Handle(context.Background(), tc.req)
+			h := NewHandler(reader, scheme)
+			h.Clock = clocktesting.NewFakePassiveClock(admittedAt)
+			resp := h.Handle(context.Background(), tc.req)
 
 			if resp.Allowed != tc.wantAllowed {
 				t.Fatalf("Allowed = %v, want %v (result %+v)", resp.Allowed, tc.wantAllowed, resp.Result)

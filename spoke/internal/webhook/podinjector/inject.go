@@ -104,6 +104,12 @@ func Inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine) (*corev1.Pod, *
 			typeName, imperatorv1alpha1.MachineTypeKey, group, machine.Name, machineTypeNames(machine))
 	}
 
+	if pod.Spec.NodeName != "" {
+		return nil, nil, denied("spec.nodeName %q: a guest does not name its node; it waits for a unit of machine type %q "+
+			"at the scheduling gate %s and the scheduler places it on a node of the pool", pod.Spec.NodeName, typeName,
+			imperatorv1alpha1.SlotSchedulingGate)
+	}
+
 	out := pod.DeepCopy()
 	container, err := targetContainer(out)
 	if err != nil {

@@ -375,6 +375,12 @@ func TestInject(t *testing.T) {
 			machine:    general,
 			wantDenied: []string{"spec.nodeSelector[" + nodePool + `]="maintenance"`},
 		},
+		"guest naming its node (spec.nodeName): denied naming the field and the gate": {
+			pod:     guest().NodeName("michiru").Obj(),
+			machine: general,
+			wantDenied: []string{`spec.nodeName "michiru": a guest does not name its node`,
+				"at the scheduling gate " + imperatorv1alpha1.SlotSchedulingGate},
+		},
 		"nodeSelector agreeing with our keys: kept": {
 			pod: func() *corev1.Pod {
 				p := guest().Obj()
