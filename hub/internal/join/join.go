@@ -181,7 +181,7 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 		certPEM, cert, err = s.sign(req.GetCsr(), identity.Spoke{Cluster: req.GetClusterName(), RegistrationUID: string(uid)})
 	}
 	if err == nil {
-		err = registry.RecordJoin(ctx, s.Client, req.GetClusterName(), uid, identity.SerialOf(cert), cert.NotBefore)
+		err = registry.RecordJoin(ctx, s.Client, req.GetClusterName(), uid, identity.SerialOf(cert), registry.KeyDigest(cert.RawSubjectPublicKeyInfo), cert.NotBefore)
 	}
 	if err != nil {
 		// The join did not happen. Before the registration exists, the
@@ -244,7 +244,9 @@ func registeredUID(ctx context.Context, c client.Reader, cluster string) (types.
 // bound to the same registration, and records it as the registration's
 // current certificate (registry.RecordRenewal): the caller's certificate
 // stays good for RenewalOverlap, then is retired. Only the current
-// certificate may renew, or the replaced one retrying within its overlap.
+// certificate may renew, or the replaced one retrying within its overlap,
+// or a retired one of the registration asking for the current certificate's
+// own key (see registry.RecordRenewal).
 func (s *Service) Renew(ctx context.Context, spoke identity.Spoke, req *federationv1.RenewRequest) (*federationv1.RenewResponse, error) {
 	if len(req.GetCsr()) == 0 || len(req.GetCsr()) > maxCSRBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "csr: want a PEM certificate request of at most %d bytes", maxCSRBytes)
@@ -272,7 +274,8 @@ func (s *Service) Renew(ctx context.Context, spoke identity.Spoke, req *federati
 	if overlap <= 0 {
 		overlap = DefaultRenewalOverlap
 	}
-	if err := registry.RecordRenewal(ctx, s.Client, spoke.Cluster, types.UID(spoke.RegistrationUID), spoke, identity.SerialOf(cert), clk.Now(), overlap); err != nil {
+	if err := registry.RecordRenewal(ctx, s.Client, spoke.Cluster, types.UID(spoke.RegistrationUID), spoke,
+		identity.SerialOf(cert), registry.KeyDigest(cert.RawSubjectPublicKeyInfo), clk.Now(), overlap); err != nil {
 		var refused *registry.RefusedError
 		if errors.As(err, &refused) {
 			return nil, status.Error(codes.PermissionDenied, err.Error())

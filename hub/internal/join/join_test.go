@@ -273,12 +273,38 @@ func TestCertificatesAreBoundToTheRegistration(t *testing.T) {
 	if got := refusalOf(admission(t, svc.Client, adoptedSpoke, clk.Now())); got != registry.RefusedReplacedCertificate {
 		t.Errorf("Admission(replaced certificate after the overlap) refusal = %q, want %q", got, registry.RefusedReplacedCertificate)
 	}
-	if _, err := svc.Renew(ctx, adoptedSpoke, &federationv1.RenewRequest{Csr: csr}); status.Code(err) != codes.PermissionDenied {
-		t.Errorf("Renew() by the replaced certificate after the overlap = %v, want PermissionDenied", err)
+	otherKey, _, err := pki.NewCSR("prod-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Renew(ctx, adoptedSpoke, &federationv1.RenewRequest{Csr: otherKey}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("Renew() by the replaced certificate after the overlap, for a new key = %v, want PermissionDenied", err)
 	}
 	if err := admission(t, svc.Client, renewedSpoke, clk.Now().Add(time.Hour)); err != nil {
 		t.Errorf("Admission(renewed certificate) = %v, want nil", err)
 	}
+
+	// The agent stored the key of its renewed certificate before it asked
+	// for it, then lost the certificate (restarted before storing it) and
+	// came back after the overlap: a retired certificate of the
+	// registration renewing for the current certificate's key gets a
+	// certificate, and the lost one is replaced, good for the overlap.
+	clk.Step(time.Hour)
+	recovered, err := svc.Renew(ctx, adoptedSpoke, &federationv1.RenewRequest{Csr: csr})
+	if err != nil {
+		t.Fatalf("Renew() by a retired certificate for the current certificate's key = %v, want a certificate", err)
+	}
+	recoveredSpoke := issuedSpoke(t, recovered.GetCertificate())
+	if err := admission(t, svc.Client, recoveredSpoke, clk.Now()); err != nil {
+		t.Errorf("Admission(recovered certificate) = %v, want nil", err)
+	}
+	if err := admission(t, svc.Client, renewedSpoke, clk.Now()); err != nil {
+		t.Errorf("Admission(certificate it replaced, within the overlap) = %v, want nil", err)
+	}
+	if got := refusalOf(admission(t, svc.Client, adoptedSpoke, clk.Now())); got != registry.RefusedReplacedCertificate {
+		t.Errorf("Admission(retired certificate that asked) refusal = %q, want %q: it renews, it is not good again", got, registry.RefusedReplacedCertificate)
+	}
+	renewedSpoke = recoveredSpoke
 
 	// Deregistered, then joined again: a new registration, and the hub no
 	// longer admits the certificates of the first one.

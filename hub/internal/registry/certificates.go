@@ -2,6 +2,8 @@ package registry
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -41,6 +43,12 @@ const CertificatesAnnotation = imperatorv1alpha1.Prefix + "certificates"
 type CertificateRecord struct {
 	// Current is the serial (identity.SerialOf) of the newest certificate.
 	Current string `json:"current"`
+	// CurrentKey is the KeyDigest of Current's public key. An agent that
+	// holds that key but lost the certificate (an answer lost, or not
+	// stored, and a restart past the overlap) renews with a retired
+	// certificate of the registration and a CSR of that key: the CSR's
+	// signature proves it holds the current key (RecordRenewal).
+	CurrentKey string `json:"currentKey,omitempty"`
 	// JoinSerial and JoinedAt are the serial and NotBefore of the
 	// certificate the last Join issued.
 	JoinSerial string    `json:"joinSerial"`
@@ -101,25 +109,43 @@ func certificateAdmission(mc *clusterv1.ManagedCluster, spoke identity.Spoke, no
 	}
 }
 
-// RecordJoin makes the certificate (serial, notBefore) that a Join issued
-// for registration uid of cluster its only good one: every certificate
-// issued for the name before is retired.
-func RecordJoin(ctx context.Context, c client.Client, cluster string, uid types.UID, serial string, notBefore time.Time) error {
-	return updateRecord(ctx, c, cluster, uid, func(*CertificateRecord) (*CertificateRecord, error) {
-		return &CertificateRecord{Current: serial, JoinSerial: serial, JoinedAt: notBefore.UTC()}, nil
+// KeyDigest identifies a public key by the SHA-256 of its DER
+// SubjectPublicKeyInfo (x509.Certificate and x509.CertificateRequest
+// RawSubjectPublicKeyInfo), in hex.
+func KeyDigest(rawSubjectPublicKeyInfo []byte) string {
+	sum := sha256.Sum256(rawSubjectPublicKeyInfo)
+	return hex.EncodeToString(sum[:])
+}
+
+// RecordJoin makes the certificate (serial, notBefore, of the key with
+// KeyDigest key) that a Join issued for registration uid of cluster its
+// only good one: every certificate issued for the name before is retired.
+func RecordJoin(ctx context.Context, c client.Client, cluster string, uid types.UID, serial, key string, notBefore time.Time) error {
+	return updateRecord(ctx, c, cluster, uid, func(_ *clusterv1.ManagedCluster, _ *CertificateRecord) (*CertificateRecord, error) {
+		return &CertificateRecord{Current: serial, CurrentKey: key, JoinSerial: serial, JoinedAt: notBefore.UTC()}, nil
 	})
 }
 
-// RecordRenewal makes the certificate newSerial that a Renew issued at now
-// the current one of cluster's registration uid, and keeps the renewed
-// certificate replaced good for overlap. Only the current certificate may
-// renew, or, within its overlap, the one the last Renew replaced: that is
-// the agent retrying a Renew whose answer it lost (or could not store); the
-// certificate that Renew issued is then retired unused, and the overlap is
-// not extended, so that a copy of an old key cannot keep itself alive.
-func RecordRenewal(ctx context.Context, c client.Client, cluster string, uid types.UID, replaced identity.Spoke, newSerial string, now time.Time, overlap time.Duration) error {
-	return updateRecord(ctx, c, cluster, uid, func(old *CertificateRecord) (*CertificateRecord, error) {
-		rec := &CertificateRecord{Current: newSerial, Replaced: replaced.Serial, ReplacedUntil: ptrTo(now.Add(overlap).UTC())}
+// RecordRenewal makes the certificate newSerial (of the key with KeyDigest
+// newKey) that a Renew issued at now the current one of cluster's
+// registration uid, and keeps the renewed certificate replaced good for
+// overlap. Only the current certificate may renew, or, within its overlap,
+// the one the last Renew replaced: that is the agent retrying a Renew whose
+// answer it lost (or could not store); the certificate that Renew issued is
+// then retired unused, and the overlap is not extended, so that a copy of an
+// old key cannot keep itself alive.
+//
+// Past the overlap, a retired certificate of the registration may still
+// renew for the current certificate's own key (CurrentKey), while the
+// cluster is accepted: the agent stores the key of its next certificate
+// before it calls Renew, so an agent that lost the answer, or restarted
+// before it could store the certificate, and came back after the overlap
+// holds that key and proves it with the CSR's signature. Only the holder of
+// the current key gets a certificate this way, which it could get anyway;
+// the current certificate is then the replaced one, for the overlap.
+func RecordRenewal(ctx context.Context, c client.Client, cluster string, uid types.UID, replaced identity.Spoke, newSerial, newKey string, now time.Time, overlap time.Duration) error {
+	return updateRecord(ctx, c, cluster, uid, func(mc *clusterv1.ManagedCluster, old *CertificateRecord) (*CertificateRecord, error) {
+		rec := &CertificateRecord{Current: newSerial, CurrentKey: newKey, Replaced: replaced.Serial, ReplacedUntil: ptrTo(now.Add(overlap).UTC())}
 		switch {
 		case old == nil:
 			// First record of a registration from an older hub: the
@@ -130,6 +156,12 @@ func RecordRenewal(ctx context.Context, c client.Client, cluster string, uid typ
 		case old.Replaced == replaced.Serial && old.ReplacedUntil != nil && now.Before(*old.ReplacedUntil):
 			rec.JoinSerial, rec.JoinedAt = old.JoinSerial, old.JoinedAt
 			rec.ReplacedUntil = old.ReplacedUntil
+		case old.CurrentKey != "" && newKey == old.CurrentKey:
+			if !mc.Spec.HubAcceptsClient {
+				return nil, &RefusedError{Reason: RefusedNotAccepted, Cluster: cluster}
+			}
+			rec.JoinSerial, rec.JoinedAt = old.JoinSerial, old.JoinedAt
+			rec.Replaced = old.Current
 		default:
 			return nil, &RefusedError{Reason: RefusedReplacedCertificate, Cluster: cluster}
 		}
@@ -147,7 +179,7 @@ func RecordRenewal(ctx context.Context, c client.Client, cluster string, uid typ
 // updateRecord rewrites the record of cluster's ManagedCluster with
 // mutate, under optimistic locking, retrying on conflict; the ManagedCluster
 // must be of registration uid.
-func updateRecord(ctx context.Context, c client.Client, cluster string, uid types.UID, mutate func(*CertificateRecord) (*CertificateRecord, error)) error {
+func updateRecord(ctx context.Context, c client.Client, cluster string, uid types.UID, mutate func(*clusterv1.ManagedCluster, *CertificateRecord) (*CertificateRecord, error)) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var mc clusterv1.ManagedCluster
 		if err := c.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
@@ -164,7 +196,7 @@ func updateRecord(ctx context.Context, c client.Client, cluster string, uid type
 			// An unreadable record is replaced by the new one.
 			old = nil
 		}
-		rec, err := mutate(old)
+		rec, err := mutate(&mc, old)
 		if err != nil {
 			return err
 		}

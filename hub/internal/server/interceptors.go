@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -147,9 +148,65 @@ func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 	}
 	log := s.loggerFor(ctx, info.FullMethod)
 	log.V(2).Info("Stream opened")
+	ctx, stop := s.endOnRevocation(ctx, info.FullMethod)
 	err = handler(srv, authenticatedStream{ServerStream: ss, ctx: ctrl.LoggerInto(ctx, log)})
+	if revokedErr := stop(); revokedErr != nil {
+		err = revokedErr
+	}
 	code := status.Code(err)
 	s.metrics.requests.WithLabelValues(info.FullMethod, code.String()).Inc()
 	log.V(1).Info("Stream closed", "code", code.String(), "duration", time.Since(start))
 	return err
+}
+
+// revocationCheckInterval is how often an open query stream (Watch) checks
+// whether its certificate was revoked since it opened.
+const revocationCheckInterval = time.Second
+
+// errRevokedDuring is the cause with which endOnRevocation ends a stream.
+var errRevokedDuring = errors.New("client certificate revoked during the stream")
+
+// endOnRevocation returns ctx for a stream of fullMethod that is cancelled
+// once the stream's certificate is revoked, and stop, which ends the watch
+// and returns PermissionDenied when it cancelled the stream. Report streams
+// check revocation between messages themselves (revokedDuring); a Watch
+// may send nothing for hours, so its certificate is checked every
+// revocationCheckInterval, a map lookup.
+func (s *Server) endOnRevocation(ctx context.Context, fullMethod string) (context.Context, func() error) {
+	cert, err := identity.VerifiedCertificate(ctx)
+	if s.opts.Revoked == nil || err != nil || federationMethod(fullMethod) {
+		return ctx, func() error { return nil }
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		ticker := time.NewTicker(revocationCheckInterval)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+				if s.opts.Revoked(cert) {
+					cancel(errRevokedDuring)
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() error {
+		close(done)
+		<-finished
+		defer cancel(nil)
+		if !errors.Is(context.Cause(ctx), errRevokedDuring) {
+			return nil
+		}
+		s.metrics.rejectedConnections.WithLabelValues(rejectRevoked).Inc()
+		s.log.Info("Ended the stream of a revoked certificate", "method", fullMethod, "subject", cert.Subject.CommonName, "serial", identity.SerialOf(cert))
+		return status.Errorf(codes.PermissionDenied, "client certificate %q (serial %s) was revoked", cert.Subject.CommonName, identity.SerialOf(cert))
+	}
 }

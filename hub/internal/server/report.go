@@ -43,7 +43,12 @@ func (s *Server) Renew(ctx context.Context, req *federationv1.RenewRequest) (*fe
 	if !ok {
 		return nil, status.Error(codes.Unauthenticated, "Renew requires a spoke client certificate")
 	}
-	if err := s.admit(ctx, spoke); err != nil {
+	// A certificate a Renew replaced goes on to Joiner.Renew even past its
+	// overlap: there it gets a certificate only for the key of the
+	// registration's current certificate (registry.RecordRenewal), so that
+	// an agent that lost its renewed certificate but holds its key recovers
+	// without a new bootstrap token. Every other refusal ends here.
+	if err := s.admitExcept(ctx, spoke, registry.RefusedReplacedCertificate); err != nil {
 		return nil, err
 	}
 	return s.opts.Joiner.Renew(ctx, spoke, req)
@@ -226,6 +231,11 @@ func messageKind(msg *federationv1.SpokeMessage) string {
 // PermissionDenied with Admit's message and reason (see refusal), failing
 // to decide is Unavailable.
 func (s *Server) admit(ctx context.Context, spoke identity.Spoke) error {
+	return s.admitExcept(ctx, spoke, "")
+}
+
+// admitExcept is admit letting a refusal for reason pass (none when empty).
+func (s *Server) admitExcept(ctx context.Context, spoke identity.Spoke, reason registry.RefusalReason) error {
 	err := s.opts.Admit(ctx, spoke)
 	if err == nil {
 		return nil
@@ -233,6 +243,9 @@ func (s *Server) admit(ctx context.Context, spoke identity.Spoke) error {
 	var refused *registry.RefusedError
 	if !errors.As(err, &refused) {
 		return status.Errorf(codes.Unavailable, "checking whether the hub accepts cluster %q: %v", spoke.Cluster, err)
+	}
+	if reason != "" && refused.Reason == reason {
+		return nil
 	}
 	s.metrics.rejectedConnections.WithLabelValues(rejectNotAccepted).Inc()
 	ctrl.LoggerFrom(ctx).Info("Refused spoke certificate", "reason", refused.Reason, "registration", spoke.RegistrationUID)

@@ -127,6 +127,7 @@ func (r *Reporter) use(c *credential, renewed bool) *tls.Certificate {
 	}
 	r.current = c
 	r.mu.Unlock()
+	usingCertificate(c)
 	if renewed {
 		notify(r.rotated)
 	} else {
@@ -364,11 +365,12 @@ type pendingKey struct {
 // renewal that issued cred) the hub accepts the replaced certificate, both
 // for the stream and for that Renew, and issues a new certificate, which the
 // agent stores: it recovers by itself, and cred is retired unused. Past the
-// overlap the hub refuses the replaced certificate; the agent keeps retrying
-// until it expires and then needs a new bootstrap token. With leader election
-// on, an agent whose API server is unreachable loses its lease and restarts,
-// so the overlap bounds the API-server outage that a renewal that could not
-// be stored survives without an operator.
+// overlap the hub refuses the replaced certificate for the stream but still
+// answers its Renew for the pending key, which is cred's key: the CSR's
+// signature proves the agent holds the current certificate's key. Only an
+// agent that could not even store the pending key (its API server down at
+// the renewal, then a restart) needs a new bootstrap token once the overlap
+// has passed.
 func (r *Reporter) keep(ctx context.Context, key client.ObjectKey, cred *credential) {
 	r.unsaved = cred
 	if err := r.saveUnsaved(ctx); err != nil {

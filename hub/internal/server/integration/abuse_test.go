@@ -2,8 +2,12 @@ package integration
 
 import (
 	"context"
+	"crypto"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"io"
 	"net"
@@ -112,6 +116,25 @@ func renew(ctx context.Context, cluster string, cert *tls.Certificate) (*tls.Cer
 	}
 	pair, err := tls.X509KeyPair(resp.GetCertificate(), key.keyPEM)
 	return &pair, err
+}
+
+// renewForKey renews cluster's cert for a certificate of key.
+func renewForKey(ctx context.Context, cluster string, cert *tls.Certificate, key crypto.Signer) (*tls.Certificate, error) {
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: cluster}}, key)
+	if err != nil {
+		return nil, err
+	}
+	conn := dialOnce(newSource(), cert)
+	defer conn.Close()
+	resp, err := federationv1.NewFederationClient(conn).Renew(ctx, &federationv1.RenewRequest{Csr: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})})
+	if err != nil {
+		return nil, err
+	}
+	block, _ := pem.Decode(resp.GetCertificate())
+	if block == nil {
+		return nil, errors.New("the hub answered no PEM certificate")
+	}
+	return &tls.Certificate{Certificate: [][]byte{block.Bytes}, PrivateKey: key}, nil
 }
 
 func viewerCertificate(name string) (*tls.Certificate, string) {
@@ -406,7 +429,22 @@ var _ = Describe("Certificates", func() {
 		before := queryv1.NewQueryClient(dialFrom(newSource(), viewer))
 		_, err := before.ListClusters(ctx, &queryv1.ListClustersRequest{})
 		Expect(err).NotTo(HaveOccurred())
+		watch, err := before.Watch(ctx, &queryv1.WatchRequest{})
+		Expect(err).NotTo(HaveOccurred())
+		watchEnded := make(chan error, 1)
+		go func() {
+			for {
+				if _, err := watch.Recv(); err != nil {
+					watchEnded <- err
+					return
+				}
+			}
+		}()
 		Expect(registry.Revoke(ctx, hubClient, hubNamespace, serial, "abuse suite", time.Now())).To(Succeed())
+		// A Watch opened before the revocation ends with it, however quiet.
+		var watchErr error
+		Eventually(watchEnded).WithTimeout(10 * time.Second).Should(Receive(&watchErr))
+		Expect(status.Code(watchErr)).To(Equal(codes.PermissionDenied), "%v", watchErr)
 		Eventually(func() string { return status.Convert(listClusters(ctx, viewer)).Message() }).
 			WithTimeout(5 * time.Second).Should(ContainSubstring("bad certificate"))
 		Expect(status.Code(listClusters(ctx, viewer))).To(Equal(codes.Unavailable))
@@ -456,6 +494,17 @@ var _ = Describe("Certificates", func() {
 			WithTimeout(renewalOverlap + 5*time.Second).Should(Equal(identity.RefusedReplacedCertificate))
 		Expect(time.Since(renewedAt)).To(BeNumerically(">=", renewalOverlap))
 		Expect(report(ctx, "prod-renew", renewed)).To(Succeed())
+
+		// Past the overlap, the retired certificate renews only for the key
+		// of the current one: the agent that stored that key before asking,
+		// then lost the certificate, recovers without a new token; any other
+		// key is refused.
+		_, err = renew(ctx, "prod-renew", old)
+		Expect(status.Code(err)).To(Equal(codes.PermissionDenied), "%v", err)
+		recovered, err := renewForKey(ctx, "prod-renew", old, renewed.PrivateKey.(crypto.Signer))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(report(ctx, "prod-renew", recovered)).To(Succeed())
+		Expect(refusalReason(report(ctx, "prod-renew", old))).To(Equal(identity.RefusedReplacedCertificate))
 	})
 })
 
