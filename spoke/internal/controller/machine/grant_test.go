@@ -72,3 +72,23 @@ func TestGrantExpectations(t *testing.T) {
 		}
 	})
 }
+
+func TestStuckWarningsOncePerPod(t *testing.T) {
+	w := &stuckWarnings{}
+	const machine = "cluster/general-machine"
+	steps := []struct {
+		stuck, want []types.UID
+	}{
+		{stuck: []types.UID{"r0"}, want: []types.UID{"r0"}},
+		{stuck: []types.UID{"r0"}},
+		{stuck: []types.UID{"r0", "r1"}, want: []types.UID{"r1"}},
+		// r0 is gone; should a pod of that UID come back stuck, it is new.
+		{stuck: []types.UID{"r1"}},
+		{stuck: []types.UID{"r0", "r1"}, want: []types.UID{"r0"}},
+	}
+	for i, s := range steps {
+		if diff := cmp.Diff(s.want, w.newlyStuck(machine, s.stuck)); diff != "" {
+			t.Errorf("reconcile %d: warned about (-want +got):\n%s", i, diff)
+		}
+	}
+}
