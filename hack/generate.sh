@@ -22,7 +22,7 @@ trap 'rm -rf "$tmp"' EXIT
 # goes to the side that installs it.
 controller-gen object paths=./api/...
 controller-gen crd paths=./api/... output:crd:artifacts:config="$tmp/crd"
-spoke_crds=(machines machinenodepools)
+spoke_crds=(machines machinenodepools capacityholds)
 rm -rf deploy/spoke/crd deploy/hub/crd/*.yaml
 mkdir -p deploy/spoke/crd deploy/hub/crd
 for plural in "${spoke_crds[@]}"; do

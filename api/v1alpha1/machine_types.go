@@ -171,6 +171,13 @@ type MachineStatus struct {
 	// +listMapKey=name
 	// +optional
 	AvailableMachines []AvailableMachine `json:"availableMachines,omitempty"`
+
+	// typesSummary is the names of spec.machineTypes joined with commas, e.g.
+	// "compute-xlarge,compute-small": what kubectl get machines shows as
+	// TYPES (a printer column of spec.machineTypes[*].name shows only the
+	// first).
+	// +optional
+	TypesSummary string `json:"typesSummary,omitempty"`
 }
 
 // AvailableMachine is the usage of one machine type.
@@ -196,6 +203,10 @@ type Usage struct {
 	// part of waiting.
 	// +optional
 	Queued int32 `json:"queued,omitempty"`
+	// held counts the units set aside for CapacityHolds that no guest of
+	// the hold holds yet: they are not free for other guests.
+	// +optional
+	Held int32 `json:"held,omitempty"`
 }
 
 // Machine is a machine group: nodes carved into named machine types whose
@@ -204,7 +215,7 @@ type Usage struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=mc,categories=imperator
 // +kubebuilder:printcolumn:name="Group",type=string,JSONPath=`.metadata.labels.imperator\.tenzen-y\.io/machine-group`
-// +kubebuilder:printcolumn:name="Types",type=string,JSONPath=`.spec.machineTypes[*].name`
+// +kubebuilder:printcolumn:name="Types",type=string,JSONPath=`.status.typesSummary`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Machine struct {
