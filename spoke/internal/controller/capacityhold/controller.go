@@ -1,0 +1,118 @@
+package capacityhold
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+// ControllerName names the controller in logs and events.
+const ControllerName = "imperator-capacityhold"
+
+// machineGrace is how long after its creation a hold whose Machine type the
+// cache does not show waits before it is Failed: a Machine created at the
+// same moment may not have reached the cache yet.
+const machineGrace = 5 * time.Second
+
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
+
+// Controller marks Failed, with MachineTypeNotFound, the holds no Machine
+// decides: no Machine of spec.machineGroup offers spec.machineType. Every
+// other decision is the Machine controller's (see the package doc).
+type Controller struct {
+	mgr mcmanager.Manager
+	now func() time.Time
+}
+
+// SetupWithManager registers the Controller with a multi-cluster manager.
+func SetupWithManager(mgr mcmanager.Manager) error {
+	r := &Controller{mgr: mgr, now: time.Now}
+	opts := controller.TypedOptions[mcreconcile.Request]{}
+	opts.DefaultFromConfig(mgr.GetControllerOptions())
+	err := mcbuilder.ControllerManagedBy(mgr).
+		Named("capacityhold").
+		For(&imperatorv1alpha1.CapacityHold{}, mcbuilder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(opts).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("setting up the capacity hold controller: %w", err)
+	}
+	return nil
+}
+
+// Reconcile fails a hold that is not decided yet and whose type no Machine
+// offers, once machineGrace passed since its creation.
+func (r *Controller) Reconcile(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
+	cl, err := r.mgr.GetCluster(ctx, req.ClusterName)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("getting cluster %q: %w", req.ClusterName, err)
+	}
+	c := cl.GetClient()
+	hold := &imperatorv1alpha1.CapacityHold{}
+	if err := c.Get(ctx, req.NamespacedName, hold); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	now := r.now()
+	if !hold.DeletionTimestamp.IsZero() || PhaseOf(hold, now) != PhasePending {
+		return ctrl.Result{}, nil
+	}
+	offered, err := Offered(ctx, c, hold.Spec.MachineGroup, hold.Spec.MachineType)
+	if err != nil || offered {
+		return ctrl.Result{}, err
+	}
+	if wait := hold.CreationTimestamp.Add(machineGrace).Sub(now); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	before := hold.DeepCopy()
+	message := fmt.Sprintf("no Machine of machine group %s offers machine type %s: nothing is held", hold.Spec.MachineGroup, hold.Spec.MachineType)
+	for _, t := range []string{imperatorv1alpha1.HoldConditionAccepted, imperatorv1alpha1.HoldConditionProvisioned} {
+		meta.SetStatusCondition(&hold.Status.Conditions, metav1.Condition{Type: t, Status: metav1.ConditionFalse,
+			Reason: imperatorv1alpha1.HoldReasonMachineTypeNotFound, Message: message, ObservedGeneration: hold.Generation})
+	}
+	meta.SetStatusCondition(&hold.Status.Conditions, metav1.Condition{Type: imperatorv1alpha1.HoldConditionFailed, Status: metav1.ConditionTrue,
+		Reason: imperatorv1alpha1.HoldReasonMachineTypeNotFound, Message: message, ObservedGeneration: hold.Generation})
+	hold.Status.ObservedGeneration, hold.Status.Held, hold.Status.Claimed = hold.Generation, 0, 0
+	if equality.Semantic.DeepEqual(before.Status, hold.Status) {
+		return ctrl.Result{}, nil
+	}
+	if err := c.Status().Patch(ctx, hold, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return ctrl.Result{Requeue: true}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("patching the status of CapacityHold %s: %w", hold.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("CapacityHold of a machine type no Machine offers failed", "capacityHold", klog.KObj(hold))
+	cl.GetEventRecorder(ControllerName).Eventf(hold, nil, "Warning", imperatorv1alpha1.HoldReasonMachineTypeNotFound, "Hold", "%s", message)
+	return ctrl.Result{}, nil
+}
+
+// Offered tells whether a Machine of group lists machineType in
+// spec.machineTypes.
+func Offered(ctx context.Context, c client.Reader, group, machineType string) (bool, error) {
+	machines := &imperatorv1alpha1.MachineList{}
+	if err := c.List(ctx, machines, client.MatchingLabels{imperatorv1alpha1.MachineGroupKey: group}); err != nil {
+		return false, fmt.Errorf("listing the Machines of machine group %s: %w", group, err)
+	}
+	for _, m := range machines.Items {
+		if slices.ContainsFunc(m.Spec.MachineTypes, func(t imperatorv1alpha1.MachineType) bool { return t.Name == machineType }) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
