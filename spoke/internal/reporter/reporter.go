@@ -257,6 +257,7 @@ func (r *Reporter) Start(ctx context.Context) error {
 		return nil // ctx done
 	}
 	for {
+		setReporterState(stateStandby)
 		if !r.awaitLead(ctx) {
 			return nil
 		}
@@ -346,6 +347,7 @@ func (r *Reporter) run(ctx context.Context) {
 	// The cache has listed everything, or the last turn's probe reached
 	// the API server: count from now.
 	r.lastContact.Store(time.Now().UnixNano())
+	setReporterState(stateConnecting)
 
 	var workers sync.WaitGroup
 	defer workers.Wait()
@@ -465,6 +467,7 @@ func (r *Reporter) session(ctx context.Context, previous *openStream) (*openStre
 // errRotated.
 func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *openStream) (_ *openStream, err error) {
 	defer func() { previous.close() }()
+	defer setReporterState(stateConnecting)
 	conn, err := r.dial(cert)
 	if err != nil {
 		return nil, err
@@ -507,6 +510,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 				recvErr <- err
 				return
 			}
+			reported()
 			if first {
 				first = false
 				close(answered)
@@ -548,6 +552,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 		previous.close()
 	}
 	r.log.Info("Reporting to the hub", "hub", r.opts.Hub.Address, "machines", len(sent), "generation", r.generation)
+	setReporterState(stateReporting)
 	draining := drained(ctx, conn)
 	heartbeat := time.NewTicker(r.opts.HeartbeatInterval)
 	defer heartbeat.Stop()
@@ -583,6 +588,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 			if err := stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Heartbeat{Heartbeat: r.heartbeat(time.Now())}}); err != nil {
 				return nil, fmt.Errorf("sending Heartbeat: %w", streamError(err))
 			}
+			reportedIfAnswered(answered)
 		}
 	}
 }

@@ -178,6 +178,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	c := cl.GetClient()
 
 	pool := &imperatorv1alpha1.MachineNodePool{}
+	defer func() { nodeSeries.observe(req.ClusterName.String(), req.Name, pool, reterr) }()
 	if err := c.Get(ctx, req.NamespacedName, pool); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	webhookmetrics "github.com/imperator-federation/imperator/spoke/internal/webhook/metrics"
 )
 
 // WebhookPath is where the agent's webhook server serves the validator: the
@@ -42,7 +43,7 @@ func SetupWebhookWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	if err := ctrl.NewWebhookManagedBy(mgr, &imperatorv1alpha1.Machine{}).
-		WithValidator(&Validator{Reader: mgr.GetCache()}).
+		WithValidator(webhookmetrics.Validator[*imperatorv1alpha1.Machine](webhookmetrics.MachineValidator, &Validator{Reader: mgr.GetCache()})).
 		WithValidatorCustomPath(WebhookPath).
 		Complete(); err != nil {
 		return fmt.Errorf("registering the Machine validator: %w", err)

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	webhookmetrics "github.com/imperator-federation/imperator/spoke/internal/webhook/metrics"
 )
 
 // WebhookPath is where the agent's webhook server serves the injector.
@@ -64,7 +65,7 @@ func SetupWebhookWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("registering the Machine informer of the pod injector: %w", err)
 	}
 	mgr.GetWebhookServer().Register(WebhookPath, &webhook.Admission{
-		Handler: NewHandler(mgr.GetCache(), mgr.GetScheme()),
+		Handler: webhookmetrics.Handler(webhookmetrics.PodInjector, NewHandler(mgr.GetCache(), mgr.GetScheme())),
 	})
 	return nil
 }
