@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,14 +47,33 @@ var (
 		Buckets:   []float64{0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300},
 	}, []string{labelCluster, labelMachineGroup, labelMachineType})
 
+	// machineCondition is the Machine's conditions as 0/1 gauges, for
+	// alerts on capacity that stays short or oversubscribed.
+	machineCondition = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "imperator",
+		Subsystem: "machine",
+		Name:      "condition",
+		Help:      "1 while a condition of a Machine (Ready, InsufficientCapacity, OverSubscribed) is True, else 0.",
+	}, []string{labelMachineGroup, labelMachine, labelCondition})
+
 	registerMetrics sync.Once
 )
+
+// Label names of machineCondition.
+const (
+	labelMachine   = "machine"
+	labelCondition = "condition"
+)
+
+// The agent's registry has the Machine metrics from the start, also on a
+// replica that does not lead (it serves the webhooks and the metrics).
+func init() { register() }
 
 // register adds the Machine controller's metrics to controller-runtime's
 // registry, served on the agent's metrics endpoint.
 func register() {
 	registerMetrics.Do(func() {
-		metrics.Registry.MustRegister(machineTypeUnits, guestHandoverSeconds)
+		metrics.Registry.MustRegister(machineTypeUnits, guestHandoverSeconds, machineCondition)
 	})
 }
 
@@ -92,6 +112,10 @@ func (s *usageSeries) set(machineKey string, cluster, group string, usage []impe
 				labelCluster: key.cluster, labelMachineGroup: key.group, labelMachineType: key.machineType,
 			})
 		}
+	}
+	if len(usage) == 0 && cluster == "" && group == "" {
+		// The Machine is gone: so are its conditions.
+		machineCondition.DeletePartialMatch(prometheus.Labels{labelMachine: machineKey[strings.LastIndex(machineKey, "/")+1:]})
 	}
 	if len(current) == 0 {
 		delete(s.reported, machineKey)
