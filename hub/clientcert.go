@@ -46,7 +46,7 @@ func runClientCert(args []string) error {
 	}
 	fs, cfg := adminFlags("client-cert")
 	name := fs.String("name", "", "Name of the person or automation (the certificate's common name).")
-	role := fs.String("role", "viewer", "viewer (read-only queries) or admin (also bootstrap tokens).")
+	role := fs.String("role", "viewer", "viewer (read-only queries), holder (also fleet holds) or admin (also bootstrap tokens).")
 	hubAddress := fs.String("hub-address", "", "host:port at which imperatorctl reaches the hub.")
 	validity := fs.Duration("validity", query.DefaultClientCertValidity, fmt.Sprintf("Lifetime of the certificate, at most %s.", query.MaxClientCertValidity))
 	if err := fs.Parse(args); err != nil {
@@ -56,9 +56,9 @@ func runClientCert(args []string) error {
 	if msgs := validation.IsDNS1123Subdomain(*name); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--name %q: %v", *name, msgs))
 	}
-	organization := map[string]string{"viewer": query.ViewerOrganization, "admin": query.AdminOrganization}[*role]
+	organization := map[string]string{"viewer": query.ViewerOrganization, "holder": query.HolderOrganization, "admin": query.AdminOrganization}[*role]
 	if organization == "" {
-		errs = append(errs, fmt.Errorf("--role %q: want viewer or admin", *role))
+		errs = append(errs, fmt.Errorf("--role %q: want viewer, holder or admin", *role))
 	}
 	if *hubAddress == "" {
 		errs = append(errs, errors.New("--hub-address: required"))

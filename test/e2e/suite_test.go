@@ -148,4 +148,10 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 			Env: env, Spokes: spokes, Type: "compute-xlarge", Count: 2, WantCluster: spokeB,
 		})
 	}, SpecTimeout(5*time.Minute))
+
+	It("8: a fleet hold books 2 compute-xlarge on spoke-b, its guest claims one, release gives the rest back", func(ctx SpecContext) {
+		HoldSpec(ctx, HoldInput{
+			Env: env, Name: "journey-8", Type: "compute-xlarge", Count: 2, WantCluster: spokeB, Namespace: "team-hold",
+		})
+	}, SpecTimeout(4*time.Minute))
 })

@@ -39,6 +39,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/hub/internal/config"
+	"github.com/imperator-federation/imperator/hub/internal/holds"
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/join"
 	"github.com/imperator-federation/imperator/hub/internal/liveness"
@@ -209,6 +210,8 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if err != nil {
 		return err
 	}
+	// Fleet holds go out on the spokes' streams held by this replica.
+	queries.SetHolds(holds.New(holds.Options{Client: direct, Namespace: cfg.Namespace, Store: st, Spokes: srv, Deadline: cfg.HoldDeadline, Clock: clk}))
 	if err := errors.Join(
 		mgr.Add(srv),
 		mgr.Add(revocations),

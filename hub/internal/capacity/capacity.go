@@ -13,6 +13,9 @@
 // Queued guests (held at the agent's slot gate, in line for a unit) are part
 // of waiting, so a slot a queued guest is about to take is never free either;
 // queued is carried beside waiting for users to see the line.
+// Held units (reserved slots set aside for a capacity hold that no guest of
+// the hold claimed yet) are free for nobody else: free = max(0, min(reserved,
+// maximum − used − waiting) − held).
 // Offline and stale clusters never count as free capacity.
 //
 // Sums. Figures are int32 on the wire; sums over types and clusters are
@@ -82,7 +85,7 @@ func Free(t *federationv1.MachineType) int32 {
 		return 0
 	}
 	// In int64: maximum − used − waiting of int32 counts can leave int32.
-	return int32(max(0, min(int64(u.GetReserved()), int64(u.GetMaximum())-int64(u.GetUsed())-int64(u.GetWaiting()))))
+	return int32(max(0, min(int64(u.GetReserved()), int64(u.GetMaximum())-int64(u.GetUsed())-int64(u.GetWaiting()))-int64(u.GetHeld())))
 }
 
 // saturate is v in int32, clamped at its bounds.
@@ -220,8 +223,8 @@ func matchingTypes(c *store.Cluster, req *Request) []*queryv1.TypeUsage {
 
 // typeRow is the usage of one (group, type), summed in int64.
 type typeRow struct {
-	group, typ                                     string
-	maximum, reserved, used, waiting, queued, free int64
+	group, typ                                           string
+	maximum, reserved, used, waiting, queued, held, free int64
 }
 
 // rowOfType is the row of type t of a Machine of group.
@@ -230,7 +233,7 @@ func rowOfType(group string, t *federationv1.MachineType) typeRow {
 	return typeRow{
 		group: group, typ: t.GetName(),
 		maximum: int64(u.GetMaximum()), reserved: int64(u.GetReserved()), used: int64(u.GetUsed()),
-		waiting: int64(u.GetWaiting()), queued: int64(u.GetQueued()), free: int64(Free(t)),
+		waiting: int64(u.GetWaiting()), queued: int64(u.GetQueued()), held: int64(u.GetHeld()), free: int64(Free(t)),
 	}
 }
 
@@ -239,7 +242,7 @@ func rowOfUsage(u *queryv1.TypeUsage) typeRow {
 	return typeRow{
 		group: u.Group, typ: u.Type,
 		maximum: int64(u.Maximum), reserved: int64(u.Reserved), used: int64(u.Used),
-		waiting: int64(u.Waiting), queued: int64(u.Queued), free: int64(u.Free),
+		waiting: int64(u.Waiting), queued: int64(u.Queued), held: int64(u.Held), free: int64(u.Free),
 	}
 }
 
@@ -285,6 +288,7 @@ func sumRows(rows []typeRow) []*queryv1.TypeUsage {
 			sum.used += r.used
 			sum.waiting += r.waiting
 			sum.queued += r.queued
+			sum.held += r.held
 			sum.free += r.free
 		}
 		u := &backing[len(out)]
@@ -319,6 +323,7 @@ func mergeRows(a, b []typeRow) []typeRow {
 			sum.used += b[j].used
 			sum.waiting += b[j].waiting
 			sum.queued += b[j].queued
+			sum.held += b[j].held
 			sum.free += b[j].free
 			out = append(out, sum)
 			i++
@@ -355,7 +360,7 @@ func usageOfRows(rows []typeRow) []*queryv1.TypeUsage {
 func (r *typeRow) fill(u *queryv1.TypeUsage) {
 	u.Group, u.Type = r.group, r.typ
 	u.Maximum, u.Reserved, u.Used = saturate(r.maximum), saturate(r.reserved), saturate(r.used)
-	u.Waiting, u.Queued, u.Free = saturate(r.waiting), saturate(r.queued), saturate(r.free)
+	u.Waiting, u.Queued, u.Held, u.Free = saturate(r.waiting), saturate(r.queued), saturate(r.held), saturate(r.free)
 }
 
 // groupRanks numbers the distinct groups of rows in name order.

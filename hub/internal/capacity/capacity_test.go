@@ -70,6 +70,9 @@ func (w *typeWrapper) Reserved(n int32) *typeWrapper { w.MachineType.Usage.Reser
 // gate.
 func (w *typeWrapper) Queued(n int32) *typeWrapper { w.MachineType.Usage.Queued = n; return w }
 
+// Held sets the units set aside for capacity holds.
+func (w *typeWrapper) Held(n int32) *typeWrapper { w.MachineType.Usage.Held = n; return w }
+
 func (w *typeWrapper) Obj() *federationv1.MachineType { return w.MachineType }
 
 type candidate struct {
@@ -103,6 +106,11 @@ func TestFree(t *testing.T) {
 		"guests queued beyond available": {
 			typ: makeType("a").Usage(1, 1, 2).Queued(2).Obj(), want: 0,
 		},
+		// A capacity hold's units stay reserved but are nobody else's.
+		"hold of 2 of 4 free units":    {typ: makeType("a").Usage(4, 0, 0).Held(2).Obj(), want: 2},
+		"every free unit held":         {typ: makeType("a").Usage(4, 1, 0).Held(3).Obj(), want: 0},
+		"held during a handover":       {typ: makeType("a").Usage(4, 1, 1).Reserved(3).Held(1).Obj(), want: 1},
+		"held beyond free never below": {typ: makeType("a").Usage(4, 4, 0).Held(2).Obj(), want: 0},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

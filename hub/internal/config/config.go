@@ -15,6 +15,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/imperator-federation/imperator/hub/internal/holds"
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/join"
 	"github.com/imperator-federation/imperator/hub/internal/persist"
@@ -63,6 +64,9 @@ type Config struct {
 	// RevocationsRefresh is how often every replica rereads the list of
 	// revoked certificates.
 	RevocationsRefresh time.Duration
+	// HoldDeadline is how long a fleet hold waits for the chosen spokes'
+	// answers before it fails and releases what the others hold.
+	HoldDeadline time.Duration
 	// LeaderElect elects one replica, through a Lease in Namespace, for the
 	// work that needs a single writer: placement scores and marking Unknown
 	// the clusters whose replica went away. Every replica serves spokes and
@@ -97,6 +101,7 @@ func Default() Config {
 		Limits:              server.DefaultLimits(),
 		RenewalOverlap:      join.DefaultRenewalOverlap,
 		RevocationsRefresh:  registry.DefaultRevocationsRefresh,
+		HoldDeadline:        holds.DefaultDeadline,
 		LeaderElect:         true,
 	}
 }
@@ -139,6 +144,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Limits.MaxConcurrentJoins, "max-concurrent-joins", c.Limits.MaxConcurrentJoins, "Join calls answered at once; more wait within their deadline.")
 	fs.DurationVar(&c.RenewalOverlap, "renewal-overlap", c.RenewalOverlap, "How long a spoke certificate replaced by a renewal stays good.")
 	fs.DurationVar(&c.RevocationsRefresh, "revocations-refresh", c.RevocationsRefresh, "How often every replica rereads the list of revoked certificates.")
+	fs.DurationVar(&c.HoldDeadline, "hold-deadline", c.HoldDeadline, "How long a fleet hold waits for the chosen spokes' answers before it fails and releases the others' parts (1s to 1m).")
 	fs.DurationVar(&c.ClockOffset, "clock-offset", c.ClockOffset, "For tests only: run the hub's clock this much ahead (negative: behind) of the system clock, to test clock skew between replicas. Leave unset in production.")
 	fs.BoolVar(&c.LeaderElect, "leader-elect", c.LeaderElect, "Elect one replica for the single-writer work (placement scores, marking silent clusters Unknown); disable only when exactly one hub runs.")
 }
@@ -214,6 +220,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RevocationsRefresh <= 0 {
 		errs = append(errs, fmt.Errorf("--revocations-refresh %s: must be positive", c.RevocationsRefresh))
+	}
+	if c.HoldDeadline < time.Second || c.HoldDeadline > time.Minute {
+		errs = append(errs, fmt.Errorf("--hold-deadline %s: must be within 1s to 1m", c.HoldDeadline))
 	}
 	return errors.Join(errs...)
 }

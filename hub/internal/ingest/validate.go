@@ -318,6 +318,11 @@ func validateType(errs *errorList, path *field.Path, t *federationv1.MachineType
 		if u.GetQueued() > u.GetWaiting() && u.GetWaiting() >= 0 {
 			errs.add(field.Invalid(up.Child("queued"), u.GetQueued(), fmt.Sprintf("must not exceed usage.waiting (%d): queued guests are part of waiting", u.GetWaiting())))
 		}
+		// Held units are reserved slots set aside for capacity holds.
+		nonNegative(errs, up.Child("held"), u.GetHeld())
+		if u.GetHeld() > u.GetMaximum() && u.GetMaximum() >= 0 {
+			errs.add(field.Invalid(up.Child("held"), u.GetHeld(), fmt.Sprintf("must not exceed usage.maximum (%d): held units are units of the type", u.GetMaximum())))
+		}
 	}
 	if n := t.GetNodes(); n != nil {
 		np := path.Child("nodes")

@@ -57,7 +57,7 @@ func machinesToAPI(machines []*federationv1.Machine) []imperatorv1alpha1.Invento
 				},
 			}
 			if u := t.GetUsage(); u != nil {
-				it.Usage = &imperatorv1alpha1.Usage{Maximum: u.GetMaximum(), Reserved: u.GetReserved(), Used: u.GetUsed(), Waiting: u.GetWaiting(), Queued: u.GetQueued()}
+				it.Usage = &imperatorv1alpha1.Usage{Maximum: u.GetMaximum(), Reserved: u.GetReserved(), Used: u.GetUsed(), Waiting: u.GetWaiting(), Queued: u.GetQueued(), Held: u.GetHeld()}
 			}
 			if g := t.GetGpu(); g != nil {
 				it.GPU = &imperatorv1alpha1.GPUSpec{Type: g.GetType(), Num: g.GetNum(), Product: g.GetProduct(), Family: g.GetFamily(), Machine: g.GetMachine()}
@@ -83,7 +83,7 @@ func machinesFromAPI(machines []imperatorv1alpha1.InventoryMachine) []*federatio
 				Nodes: &federationv1.NodeCounts{Ready: it.Nodes.Ready, NotReady: it.Nodes.NotReady, Maintenance: it.Nodes.Maintenance, Missing: it.Nodes.Missing, Conflict: it.Nodes.Conflict},
 			}
 			if u := it.Usage; u != nil {
-				t.Usage = &federationv1.Usage{Maximum: u.Maximum, Reserved: u.Reserved, Used: u.Used, Waiting: u.Waiting, Queued: u.Queued}
+				t.Usage = &federationv1.Usage{Maximum: u.Maximum, Reserved: u.Reserved, Used: u.Used, Waiting: u.Waiting, Queued: u.Queued, Held: u.Held}
 			}
 			if g := it.GPU; g != nil {
 				t.Gpu = &federationv1.GPU{Type: g.Type, Num: g.Num, Product: g.Product, Family: g.Family, Machine: g.Machine}

@@ -38,6 +38,10 @@ var methodRoles = map[string]Role{
 	queryv1.Query_ListTokens_FullMethodName:   RoleAdmin,
 	queryv1.Query_RevokeToken_FullMethodName:  RoleAdmin,
 	queryv1.Query_GetVersion_FullMethodName:   RoleViewer,
+	queryv1.Query_CreateHold_FullMethodName:   RoleHolder,
+	queryv1.Query_GetHold_FullMethodName:      RoleViewer,
+	queryv1.Query_ListHolds_FullMethodName:    RoleViewer,
+	queryv1.Query_ReleaseHold_FullMethodName:  RoleHolder,
 }
 
 // Authorize decides a Query call by the verified client certificate in ctx,
@@ -75,6 +79,9 @@ const (
 	AdminOrganization = "imperator.tenzen-y.io:admins"
 	// ViewerOrganization grants the read-only calls.
 	ViewerOrganization = "imperator.tenzen-y.io:viewers"
+	// HolderOrganization grants the read-only calls and the fleet hold
+	// calls (CreateHold, ReleaseHold), not the token calls.
+	HolderOrganization = "imperator.tenzen-y.io:holders"
 )
 
 // Role is what a caller may do.
@@ -87,6 +94,8 @@ const (
 	// (identity.SpokeOrganization) are viewers: they can never administer
 	// tokens.
 	RoleViewer
+	// RoleHolder may also create and release fleet holds.
+	RoleHolder
 	// RoleAdmin may call everything.
 	RoleAdmin
 )
@@ -95,6 +104,8 @@ func (r Role) String() string {
 	switch r {
 	case RoleViewer:
 		return "viewer"
+	case RoleHolder:
+		return "holder"
 	case RoleAdmin:
 		return "admin"
 	default:
@@ -113,6 +124,8 @@ func RoleOf(cert *x509.Certificate) Role {
 		return RoleViewer
 	case slices.Contains(orgs, AdminOrganization):
 		return RoleAdmin
+	case slices.Contains(orgs, HolderOrganization):
+		return RoleHolder
 	case slices.Contains(orgs, ViewerOrganization):
 		return RoleViewer
 	default:
@@ -143,8 +156,11 @@ func authorize(ctx context.Context, want Role) (string, error) {
 }
 
 func organizationOf(r Role) string {
-	if r == RoleAdmin {
+	switch r {
+	case RoleAdmin:
 		return AdminOrganization
+	case RoleHolder:
+		return HolderOrganization + " or " + AdminOrganization
 	}
 	return ViewerOrganization
 }

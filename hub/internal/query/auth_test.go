@@ -87,6 +87,24 @@ func TestAuthorize(t *testing.T) {
 		"admin certificate of the maximum lifetime": {
 			cert: certificate(AdminOrganization, MaxClientCertValidity), method: queryv1.Query_ListTokens_FullMethodName,
 		},
+		"viewer may not create fleet holds": {
+			cert: certificate(ViewerOrganization, time.Hour), method: queryv1.Query_CreateHold_FullMethodName, wantCode: codes.PermissionDenied,
+		},
+		"viewer reads fleet holds": {
+			cert: certificate(ViewerOrganization, time.Hour), method: queryv1.Query_ListHolds_FullMethodName,
+		},
+		"holder creates and releases fleet holds": {
+			cert: certificate(HolderOrganization, time.Hour), method: queryv1.Query_ReleaseHold_FullMethodName,
+		},
+		"holder may not create tokens": {
+			cert: certificate(HolderOrganization, time.Hour), method: queryv1.Query_CreateToken_FullMethodName, wantCode: codes.PermissionDenied,
+		},
+		"admin creates fleet holds": {
+			cert: certificate(AdminOrganization, time.Hour), method: queryv1.Query_CreateHold_FullMethodName,
+		},
+		"spoke may not create fleet holds": {
+			cert: certificate(identity.SpokeOrganization, time.Hour), method: queryv1.Query_CreateHold_FullMethodName, wantCode: codes.PermissionDenied,
+		},
 		"certificate without a role": {
 			cert: certificate("someone-else", time.Hour), method: queryv1.Query_ListClusters_FullMethodName, wantCode: codes.PermissionDenied,
 		},

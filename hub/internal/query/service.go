@@ -24,6 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/imperator-federation/imperator/hub/internal/capacity"
+	"github.com/imperator-federation/imperator/hub/internal/holds"
 	"github.com/imperator-federation/imperator/hub/internal/join"
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	"github.com/imperator-federation/imperator/internal/version"
@@ -51,6 +52,9 @@ type Service struct {
 	// usage is computed once per cluster value and shared by every Watch
 	// stream and GetUsage call.
 	usage capacity.UsageCache
+	// holds runs fleet holds (SetHolds); nil: the hold calls answer
+	// Unimplemented.
+	holds *holds.Coordinator
 }
 
 // New returns the service over st; it registers a change listener on st, so

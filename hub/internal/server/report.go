@@ -29,6 +29,10 @@ type session struct {
 	reason error
 	// deregistered is set when the cluster's ManagedCluster was deleted.
 	deregistered bool
+	// holds is set when the spoke's Hello listed HoldCapability; outbox
+	// carries HoldRequests to the goroutine that sends on the stream.
+	holds  bool
+	outbox chan *federationv1.HubMessage
 }
 
 // Join delegates to the Joiner.
@@ -115,7 +119,7 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 		return invalidInventory(cluster, "Hello", err)
 	}
 
-	sess := s.openSession(cluster)
+	sess := s.openSession(cluster, supportsHolds(hello))
 	defer s.closeSession(cluster, sess)
 	s.store.Connect(cluster, hello)
 	log.Info("Spoke connected", "agentVersion", hello.GetAgentVersion(), "epoch", hello.GetEpoch())
@@ -134,6 +138,11 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 			return err
 		case msg := <-msgs:
 			if err := s.handle(ctx, stream, spoke, epoch, budget, msg); err != nil {
+				return err
+			}
+		case out := <-sess.outbox:
+			s.metrics.streamMessages.WithLabelValues("sent", "hold_request").Inc()
+			if err := stream.Send(out); err != nil {
 				return err
 			}
 		}
@@ -185,6 +194,9 @@ func (s *Server) handle(ctx context.Context, stream federationv1.Federation_Repo
 			return err
 		}
 		res = s.store.Heartbeat(cluster, epoch, m.Heartbeat)
+	case *federationv1.SpokeMessage_HoldResponse:
+		kind = "hold_response"
+		s.holdAnswered(cluster, m.HoldResponse)
 	case *federationv1.SpokeMessage_Hello:
 		s.metrics.rejectedConnections.WithLabelValues(rejectProtocol).Inc()
 		return status.Error(codes.InvalidArgument, "Hello may only be the first message of a Report stream")
@@ -311,11 +323,11 @@ func (s *Server) budgetOf(cluster string) *messageBudget {
 	return b
 }
 
-func (s *Server) openSession(cluster string) *session {
+func (s *Server) openSession(cluster string, holds bool) *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nextID++
-	sess := &session{id: s.nextID, ended: make(chan struct{})}
+	sess := &session{id: s.nextID, ended: make(chan struct{}), holds: holds, outbox: make(chan *federationv1.HubMessage, outboxSize)}
 	if old, ok := s.sessions[cluster]; ok {
 		old.reason = status.Error(codes.Aborted, "a newer Report stream of this cluster replaced this one")
 		close(old.ended)

@@ -115,6 +115,8 @@ type Server struct {
 	// budgetOf).
 	budgets map[string]*messageBudget
 	nextID  uint64
+	// holdWaiters are the RequestHold calls waiting for an answer.
+	holdWaiters holdWaiters
 }
 
 // New builds the server; Start serves it.

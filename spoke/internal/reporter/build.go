@@ -110,7 +110,7 @@ func toWire(m *imperatorv1alpha1.Machine, pool *imperatorv1alpha1.MachineNodePoo
 			t.Gpu = &federationv1.GPU{Type: g.Type, Num: g.Num, Product: g.Product, Family: g.Family, Machine: g.Machine}
 		}
 		if u, ok := usage[mt.Name]; ok {
-			t.Usage = &federationv1.Usage{Maximum: u.Maximum, Reserved: u.Reserved, Used: u.Used, Waiting: u.Waiting, Queued: u.Queued}
+			t.Usage = &federationv1.Usage{Maximum: u.Maximum, Reserved: u.Reserved, Used: u.Used, Waiting: u.Waiting, Queued: u.Queued, Held: u.Held}
 		}
 		out.Types = append(out.Types, t)
 	}

@@ -104,7 +104,7 @@ const (
 var clientKeepalive = keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}
 
 // capabilities are the protocol features this agent implements.
-var capabilities = []string{"snapshot", "delta", "heartbeat", "node-counts"}
+var capabilities = []string{"snapshot", "delta", "heartbeat", "node-counts", holdCapability}
 
 // The reporter reads Machines and MachineNodePools, and keeps its client
 // certificate in a Secret of the agent's namespace.
@@ -502,6 +502,10 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 	// answered is closed at the hub's first answer (Ack or Resync): the hub
 	// has taken this stream as the cluster's, replacing any older one.
 	answered := make(chan struct{})
+	// holdAnswers carries the answers to the hub's HoldRequests, each
+	// carried out in a goroutine of its own, to the loop that sends.
+	holdAnswers := make(chan *federationv1.HoldResponse, 16)
+	hs := holds{client: r.opts.Client, now: time.Now}
 	go func() {
 		first := true
 		for {
@@ -520,6 +524,15 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 				case resync <- rs.GetReason():
 				default:
 				}
+			}
+			if hr := msg.GetHoldRequest(); hr != nil {
+				go func() {
+					answer := hs.answer(ctx, hr)
+					select {
+					case holdAnswers <- answer:
+					case <-ctx.Done():
+					}
+				}()
 			}
 		}
 	}()
@@ -583,6 +596,11 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 			debounce = nil
 			if sent, err = r.sendDelta(ctx, stream, sent); err != nil {
 				return nil, streamError(err)
+			}
+		case answer := <-holdAnswers:
+			r.log.V(1).Info("Answered a hold request", "requestID", answer.GetRequestId(), "result", answer.GetResult().String(), "reason", answer.GetReason())
+			if err := stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_HoldResponse{HoldResponse: answer}}); err != nil {
+				return nil, fmt.Errorf("sending HoldResponse: %w", streamError(err))
 			}
 		case <-heartbeat.C:
 			if err := stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Heartbeat{Heartbeat: r.heartbeat(time.Now())}}); err != nil {

@@ -32,6 +32,9 @@ type simSpoke struct {
 	mu         sync.Mutex
 	stream     federationv1.Federation_ReportClient
 	generation uint64
+	// onHold, when set before start, answers the hub's HoldRequests (nil:
+	// none is sent back) and makes the Hello list the "holds" capability.
+	onHold func(*federationv1.HoldRequest) *federationv1.HoldResponse
 }
 
 func joinSpoke(ctx context.Context, name string) (*simSpoke, error) {
@@ -87,7 +90,11 @@ func (s *simSpoke) start(machines ...*federationv1.Machine) error {
 	}
 	s.conn, s.cancel, s.stream, s.done = conn, cancel, stream, make(chan struct{})
 	s.generation = 1
-	if err := s.send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{ClusterName: s.name, AgentVersion: "v0.1.0", Epoch: uint64(time.Now().UnixNano())}}}); err != nil {
+	var capabilities []string
+	if s.onHold != nil {
+		capabilities = []string{"holds"}
+	}
+	if err := s.send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{ClusterName: s.name, AgentVersion: "v0.1.0", Capabilities: capabilities, Epoch: uint64(time.Now().UnixNano())}}}); err != nil {
 		return err
 	}
 	if err := s.send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Snapshot{Snapshot: &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.Now(), Machines: machines}}}); err != nil {
@@ -95,8 +102,15 @@ func (s *simSpoke) start(machines ...*federationv1.Machine) error {
 	}
 	go func() {
 		for {
-			if _, err := stream.Recv(); err != nil {
+			msg, err := stream.Recv()
+			if err != nil {
 				return
+			}
+			if req := msg.GetHoldRequest(); req != nil && s.onHold != nil {
+				if resp := s.onHold(req); resp != nil {
+					resp.RequestId = req.GetRequestId()
+					_ = s.send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_HoldResponse{HoldResponse: resp}})
+				}
 			}
 		}
 	}()

@@ -31,6 +31,69 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// HoldResult is the outcome of a HoldRequest on the spoke.
+type HoldResult int32
+
+const (
+	HoldResult_HOLD_RESULT_UNSPECIFIED HoldResult = 0
+	// Every unit is held (the CapacityHold is Provisioned), or, for a release,
+	// the hold is gone.
+	HoldResult_HOLD_RESULT_HELD HoldResult = 1
+	// The spoke could not hold the units (Failed: too few free units, no such
+	// type, or the CapacityHold could not be written). Nothing is held.
+	HoldResult_HOLD_RESULT_REFUSED HoldResult = 2
+	// The deadline passed before the CapacityHold said Provisioned or Failed.
+	// The spoke deleted it again: nothing is held.
+	HoldResult_HOLD_RESULT_TIMED_OUT HoldResult = 3
+	// The hold was released (answer to release = true).
+	HoldResult_HOLD_RESULT_RELEASED HoldResult = 4
+)
+
+// Enum value maps for HoldResult.
+var (
+	HoldResult_name = map[int32]string{
+		0: "HOLD_RESULT_UNSPECIFIED",
+		1: "HOLD_RESULT_HELD",
+		2: "HOLD_RESULT_REFUSED",
+		3: "HOLD_RESULT_TIMED_OUT",
+		4: "HOLD_RESULT_RELEASED",
+	}
+	HoldResult_value = map[string]int32{
+		"HOLD_RESULT_UNSPECIFIED": 0,
+		"HOLD_RESULT_HELD":        1,
+		"HOLD_RESULT_REFUSED":     2,
+		"HOLD_RESULT_TIMED_OUT":   3,
+		"HOLD_RESULT_RELEASED":    4,
+	}
+)
+
+func (x HoldResult) Enum() *HoldResult {
+	p := new(HoldResult)
+	*p = x
+	return p
+}
+
+func (x HoldResult) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HoldResult) Descriptor() protoreflect.EnumDescriptor {
+	return file_imperator_federation_v1_federation_proto_enumTypes[0].Descriptor()
+}
+
+func (HoldResult) Type() protoreflect.EnumType {
+	return &file_imperator_federation_v1_federation_proto_enumTypes[0]
+}
+
+func (x HoldResult) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HoldResult.Descriptor instead.
+func (HoldResult) EnumDescriptor() ([]byte, []int) {
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{0}
+}
+
 type NodeCondition int32
 
 const (
@@ -74,11 +137,11 @@ func (x NodeCondition) String() string {
 }
 
 func (NodeCondition) Descriptor() protoreflect.EnumDescriptor {
-	return file_imperator_federation_v1_federation_proto_enumTypes[0].Descriptor()
+	return file_imperator_federation_v1_federation_proto_enumTypes[1].Descriptor()
 }
 
 func (NodeCondition) Type() protoreflect.EnumType {
-	return &file_imperator_federation_v1_federation_proto_enumTypes[0]
+	return &file_imperator_federation_v1_federation_proto_enumTypes[1]
 }
 
 func (x NodeCondition) Number() protoreflect.EnumNumber {
@@ -87,7 +150,7 @@ func (x NodeCondition) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeCondition.Descriptor instead.
 func (NodeCondition) EnumDescriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{0}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{1}
 }
 
 type ConditionStatus int32
@@ -126,11 +189,11 @@ func (x ConditionStatus) String() string {
 }
 
 func (ConditionStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_imperator_federation_v1_federation_proto_enumTypes[1].Descriptor()
+	return file_imperator_federation_v1_federation_proto_enumTypes[2].Descriptor()
 }
 
 func (ConditionStatus) Type() protoreflect.EnumType {
-	return &file_imperator_federation_v1_federation_proto_enumTypes[1]
+	return &file_imperator_federation_v1_federation_proto_enumTypes[2]
 }
 
 func (x ConditionStatus) Number() protoreflect.EnumNumber {
@@ -139,7 +202,7 @@ func (x ConditionStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConditionStatus.Descriptor instead.
 func (ConditionStatus) EnumDescriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{1}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{2}
 }
 
 type JoinRequest struct {
@@ -397,6 +460,7 @@ type SpokeMessage struct {
 	//	*SpokeMessage_Snapshot
 	//	*SpokeMessage_Delta
 	//	*SpokeMessage_Heartbeat
+	//	*SpokeMessage_HoldResponse
 	Kind          isSpokeMessage_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -475,6 +539,15 @@ func (x *SpokeMessage) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *SpokeMessage) GetHoldResponse() *HoldResponse {
+	if x != nil {
+		if x, ok := x.Kind.(*SpokeMessage_HoldResponse); ok {
+			return x.HoldResponse
+		}
+	}
+	return nil
+}
+
 type isSpokeMessage_Kind interface {
 	isSpokeMessage_Kind()
 }
@@ -495,6 +568,11 @@ type SpokeMessage_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,4,opt,name=heartbeat,proto3,oneof"`
 }
 
+type SpokeMessage_HoldResponse struct {
+	// hold_response answers a HoldRequest (protocol capability "holds").
+	HoldResponse *HoldResponse `protobuf:"bytes,5,opt,name=hold_response,json=holdResponse,proto3,oneof"`
+}
+
 func (*SpokeMessage_Hello) isSpokeMessage_Kind() {}
 
 func (*SpokeMessage_Snapshot) isSpokeMessage_Kind() {}
@@ -502,6 +580,8 @@ func (*SpokeMessage_Snapshot) isSpokeMessage_Kind() {}
 func (*SpokeMessage_Delta) isSpokeMessage_Kind() {}
 
 func (*SpokeMessage_Heartbeat) isSpokeMessage_Kind() {}
+
+func (*SpokeMessage_HoldResponse) isSpokeMessage_Kind() {}
 
 // Hello opens a Report stream; it must be the first message.
 type Hello struct {
@@ -798,6 +878,7 @@ type HubMessage struct {
 	//
 	//	*HubMessage_Ack
 	//	*HubMessage_Resync
+	//	*HubMessage_HoldRequest
 	Kind          isHubMessage_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -858,6 +939,15 @@ func (x *HubMessage) GetResync() *Resync {
 	return nil
 }
 
+func (x *HubMessage) GetHoldRequest() *HoldRequest {
+	if x != nil {
+		if x, ok := x.Kind.(*HubMessage_HoldRequest); ok {
+			return x.HoldRequest
+		}
+	}
+	return nil
+}
+
 type isHubMessage_Kind interface {
 	isHubMessage_Kind()
 }
@@ -870,9 +960,224 @@ type HubMessage_Resync struct {
 	Resync *Resync `protobuf:"bytes,2,opt,name=resync,proto3,oneof"`
 }
 
+type HubMessage_HoldRequest struct {
+	// hold_request asks the spoke to create or release a CapacityHold. The
+	// hub sends it only to spokes whose Hello listed the capability
+	// "holds"; a spoke that predates it would ignore the unknown kind, so
+	// the hub refuses to place a hold there instead of waiting for an
+	// answer that never comes.
+	HoldRequest *HoldRequest `protobuf:"bytes,3,opt,name=hold_request,json=holdRequest,proto3,oneof"`
+}
+
 func (*HubMessage_Ack) isHubMessage_Kind() {}
 
 func (*HubMessage_Resync) isHubMessage_Kind() {}
+
+func (*HubMessage_HoldRequest) isHubMessage_Kind() {}
+
+// HoldRequest asks the spoke to hold count units of one machine type for a
+// fleet hold (phase one of the hub's two-phase fleet hold), or to release
+// them (release = true: the abort of phase two, or the user's release).
+// The spoke answers every HoldRequest with one HoldResponse carrying the
+// same request_id, by deadline at the latest.
+type HoldRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// request_id is unique per request of one hub replica; the answer echoes it.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// name is the CapacityHold's name, the fleet hold's name: what guests
+	// quote in the label imperator.tenzen-y.io/hold.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// group and type name the machine type to hold.
+	Group string `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
+	Type  string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
+	// count is the number of units to hold, all or nothing.
+	Count int32 `protobuf:"varint,5,opt,name=count,proto3" json:"count,omitempty"`
+	// valid_until is when the unclaimed units go back (the CapacityHold's
+	// spec.validUntil).
+	ValidUntil *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
+	// deadline is when the hub stops waiting for the answer: the spoke answers
+	// with what it knows by then.
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// release asks the spoke to delete the CapacityHold instead.
+	Release bool `protobuf:"varint,8,opt,name=release,proto3" json:"release,omitempty"`
+	// fleet_hold names the hub's FleetHold (namespace/name), for the record.
+	FleetHold     string `protobuf:"bytes,9,opt,name=fleet_hold,json=fleetHold,proto3" json:"fleet_hold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldRequest) Reset() {
+	*x = HoldRequest{}
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldRequest) ProtoMessage() {}
+
+func (x *HoldRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldRequest.ProtoReflect.Descriptor instead.
+func (*HoldRequest) Descriptor() ([]byte, []int) {
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *HoldRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *HoldRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HoldRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *HoldRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *HoldRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *HoldRequest) GetValidUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ValidUntil
+	}
+	return nil
+}
+
+func (x *HoldRequest) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *HoldRequest) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
+}
+
+func (x *HoldRequest) GetFleetHold() string {
+	if x != nil {
+		return x.FleetHold
+	}
+	return ""
+}
+
+// HoldResponse answers a HoldRequest.
+type HoldResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Result    HoldResult             `protobuf:"varint,2,opt,name=result,proto3,enum=imperator.federation.v1.HoldResult" json:"result,omitempty"`
+	// held is the number of units the CapacityHold holds or its guests claimed.
+	Held int32 `protobuf:"varint,3,opt,name=held,proto3" json:"held,omitempty"`
+	// reason and message are the CapacityHold's Failed condition's, or say
+	// why the request could not be carried out.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldResponse) Reset() {
+	*x = HoldResponse{}
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldResponse) ProtoMessage() {}
+
+func (x *HoldResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldResponse.ProtoReflect.Descriptor instead.
+func (*HoldResponse) Descriptor() ([]byte, []int) {
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *HoldResponse) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *HoldResponse) GetResult() HoldResult {
+	if x != nil {
+		return x.Result
+	}
+	return HoldResult_HOLD_RESULT_UNSPECIFIED
+}
+
+func (x *HoldResponse) GetHeld() int32 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *HoldResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *HoldResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
 
 // Ack confirms that the hub holds the inventory at generation.
 type Ack struct {
@@ -884,7 +1189,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[10]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1201,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[10]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1214,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{10}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Ack) GetGeneration() uint64 {
@@ -930,7 +1235,7 @@ type Resync struct {
 
 func (x *Resync) Reset() {
 	*x = Resync{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[11]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1247,7 @@ func (x *Resync) String() string {
 func (*Resync) ProtoMessage() {}
 
 func (x *Resync) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[11]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1260,7 @@ func (x *Resync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resync.ProtoReflect.Descriptor instead.
 func (*Resync) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{11}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Resync) GetReason() string {
@@ -991,7 +1296,7 @@ type Machine struct {
 
 func (x *Machine) Reset() {
 	*x = Machine{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[12]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1308,7 @@ func (x *Machine) String() string {
 func (*Machine) ProtoMessage() {}
 
 func (x *Machine) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[12]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1321,7 @@ func (x *Machine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Machine.ProtoReflect.Descriptor instead.
 func (*Machine) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{12}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Machine) GetName() string {
@@ -1091,7 +1396,7 @@ type MachineType struct {
 
 func (x *MachineType) Reset() {
 	*x = MachineType{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[13]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1408,7 @@ func (x *MachineType) String() string {
 func (*MachineType) ProtoMessage() {}
 
 func (x *MachineType) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[13]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1421,7 @@ func (x *MachineType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineType.ProtoReflect.Descriptor instead.
 func (*MachineType) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{13}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MachineType) GetName() string {
@@ -1186,7 +1491,7 @@ type GPU struct {
 
 func (x *GPU) Reset() {
 	*x = GPU{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[14]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1503,7 @@ func (x *GPU) String() string {
 func (*GPU) ProtoMessage() {}
 
 func (x *GPU) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[14]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1516,7 @@ func (x *GPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPU.ProtoReflect.Descriptor instead.
 func (*GPU) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{14}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GPU) GetType() string {
@@ -1263,14 +1568,18 @@ type Usage struct {
 	// queued counts the guest pods of waiting that are still held at the
 	// agent's slot scheduling gate (imperator.tenzen-y.io/slot), in line for a
 	// unit in arrival order; never more than waiting.
-	Queued        int32 `protobuf:"varint,5,opt,name=queued,proto3" json:"queued,omitempty"`
+	Queued int32 `protobuf:"varint,5,opt,name=queued,proto3" json:"queued,omitempty"`
+	// held counts the units set aside for CapacityHolds that no guest of the
+	// hold holds yet: they are reserved but not free for other guests. Spokes
+	// that predate holds never set it.
+	Held          int32 `protobuf:"varint,6,opt,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[15]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1591,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[15]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,7 +1604,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{15}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Usage) GetMaximum() int32 {
@@ -1333,6 +1642,13 @@ func (x *Usage) GetQueued() int32 {
 	return 0
 }
 
+func (x *Usage) GetHeld() int32 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
 // NodeCounts counts nodes of the pool by condition.
 type NodeCounts struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -1349,7 +1665,7 @@ type NodeCounts struct {
 
 func (x *NodeCounts) Reset() {
 	*x = NodeCounts{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[16]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1677,7 @@ func (x *NodeCounts) String() string {
 func (*NodeCounts) ProtoMessage() {}
 
 func (x *NodeCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[16]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1690,7 @@ func (x *NodeCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCounts.ProtoReflect.Descriptor instead.
 func (*NodeCounts) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{16}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeCounts) GetReady() int32 {
@@ -1425,7 +1741,7 @@ type PoolNode struct {
 
 func (x *PoolNode) Reset() {
 	*x = PoolNode{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[17]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1753,7 @@ func (x *PoolNode) String() string {
 func (*PoolNode) ProtoMessage() {}
 
 func (x *PoolNode) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[17]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1766,7 @@ func (x *PoolNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolNode.ProtoReflect.Descriptor instead.
 func (*PoolNode) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{17}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PoolNode) GetName() string {
@@ -1493,12 +1809,13 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\rRenewResponse\x12 \n" +
 	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12\x0e\n" +
 	"\x02ca\x18\x02 \x01(\fR\x02ca\x127\n" +
-	"\tnot_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\"\x8b\x02\n" +
+	"\tnot_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\"\xd9\x02\n" +
 	"\fSpokeMessage\x126\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1e.imperator.federation.v1.HelloH\x00R\x05hello\x12?\n" +
 	"\bsnapshot\x18\x02 \x01(\v2!.imperator.federation.v1.SnapshotH\x00R\bsnapshot\x126\n" +
 	"\x05delta\x18\x03 \x01(\v2\x1e.imperator.federation.v1.DeltaH\x00R\x05delta\x12B\n" +
-	"\theartbeat\x18\x04 \x01(\v2\".imperator.federation.v1.HeartbeatH\x00R\theartbeatB\x06\n" +
+	"\theartbeat\x18\x04 \x01(\v2\".imperator.federation.v1.HeartbeatH\x00R\theartbeat\x12L\n" +
+	"\rhold_response\x18\x05 \x01(\v2%.imperator.federation.v1.HoldResponseH\x00R\fholdResponseB\x06\n" +
 	"\x04kind\"\x89\x01\n" +
 	"\x05Hello\x12!\n" +
 	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12#\n" +
@@ -1525,12 +1842,33 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x123\n" +
 	"\asent_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12[\n" +
-	"\x1capi_server_unreachable_since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x19apiServerUnreachableSince\"\x81\x01\n" +
+	"\x1capi_server_unreachable_since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x19apiServerUnreachableSince\"\xcc\x01\n" +
 	"\n" +
 	"HubMessage\x120\n" +
 	"\x03ack\x18\x01 \x01(\v2\x1c.imperator.federation.v1.AckH\x00R\x03ack\x129\n" +
-	"\x06resync\x18\x02 \x01(\v2\x1f.imperator.federation.v1.ResyncH\x00R\x06resyncB\x06\n" +
-	"\x04kind\"%\n" +
+	"\x06resync\x18\x02 \x01(\v2\x1f.imperator.federation.v1.ResyncH\x00R\x06resync\x12I\n" +
+	"\fhold_request\x18\x03 \x01(\v2$.imperator.federation.v1.HoldRequestH\x00R\vholdRequestB\x06\n" +
+	"\x04kind\"\xae\x02\n" +
+	"\vHoldRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\x12\x12\n" +
+	"\x04type\x18\x04 \x01(\tR\x04type\x12\x14\n" +
+	"\x05count\x18\x05 \x01(\x05R\x05count\x12;\n" +
+	"\vvalid_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"validUntil\x126\n" +
+	"\bdeadline\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x18\n" +
+	"\arelease\x18\b \x01(\bR\arelease\x12\x1d\n" +
+	"\n" +
+	"fleet_hold\x18\t \x01(\tR\tfleetHold\"\xb0\x01\n" +
+	"\fHoldResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12;\n" +
+	"\x06result\x18\x02 \x01(\x0e2#.imperator.federation.v1.HoldResultR\x06result\x12\x12\n" +
+	"\x04held\x18\x03 \x01(\x05R\x04held\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"%\n" +
 	"\x03Ack\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -1558,13 +1896,14 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\x03num\x18\x02 \x01(\x05R\x03num\x12\x18\n" +
 	"\aproduct\x18\x03 \x01(\tR\aproduct\x12\x16\n" +
 	"\x06family\x18\x04 \x01(\tR\x06family\x12\x18\n" +
-	"\amachine\x18\x05 \x01(\tR\amachine\"\x83\x01\n" +
+	"\amachine\x18\x05 \x01(\tR\amachine\"\x97\x01\n" +
 	"\x05Usage\x12\x18\n" +
 	"\amaximum\x18\x01 \x01(\x05R\amaximum\x12\x1a\n" +
 	"\breserved\x18\x02 \x01(\x05R\breserved\x12\x12\n" +
 	"\x04used\x18\x03 \x01(\x05R\x04used\x12\x18\n" +
 	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12\x16\n" +
-	"\x06queued\x18\x05 \x01(\x05R\x06queued\"\x97\x01\n" +
+	"\x06queued\x18\x05 \x01(\x05R\x06queued\x12\x12\n" +
+	"\x04held\x18\x06 \x01(\x05R\x04held\"\x97\x01\n" +
 	"\n" +
 	"NodeCounts\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\x05R\x05ready\x12\x1b\n" +
@@ -1575,7 +1914,14 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\bPoolNode\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fmachine_type\x18\x02 \x01(\tR\vmachineType\x12D\n" +
-	"\tcondition\x18\x03 \x01(\x0e2&.imperator.federation.v1.NodeConditionR\tcondition*\xc0\x01\n" +
+	"\tcondition\x18\x03 \x01(\x0e2&.imperator.federation.v1.NodeConditionR\tcondition*\x8d\x01\n" +
+	"\n" +
+	"HoldResult\x12\x1b\n" +
+	"\x17HOLD_RESULT_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10HOLD_RESULT_HELD\x10\x01\x12\x17\n" +
+	"\x13HOLD_RESULT_REFUSED\x10\x02\x12\x19\n" +
+	"\x15HOLD_RESULT_TIMED_OUT\x10\x03\x12\x18\n" +
+	"\x14HOLD_RESULT_RELEASED\x10\x04*\xc0\x01\n" +
 	"\rNodeCondition\x12\x1e\n" +
 	"\x1aNODE_CONDITION_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14NODE_CONDITION_READY\x10\x01\x12\x1c\n" +
@@ -1606,64 +1952,72 @@ func file_imperator_federation_v1_federation_proto_rawDescGZIP() []byte {
 	return file_imperator_federation_v1_federation_proto_rawDescData
 }
 
-var file_imperator_federation_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_imperator_federation_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_imperator_federation_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_imperator_federation_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_imperator_federation_v1_federation_proto_goTypes = []any{
-	(NodeCondition)(0),            // 0: imperator.federation.v1.NodeCondition
-	(ConditionStatus)(0),          // 1: imperator.federation.v1.ConditionStatus
-	(*JoinRequest)(nil),           // 2: imperator.federation.v1.JoinRequest
-	(*JoinResponse)(nil),          // 3: imperator.federation.v1.JoinResponse
-	(*RenewRequest)(nil),          // 4: imperator.federation.v1.RenewRequest
-	(*RenewResponse)(nil),         // 5: imperator.federation.v1.RenewResponse
-	(*SpokeMessage)(nil),          // 6: imperator.federation.v1.SpokeMessage
-	(*Hello)(nil),                 // 7: imperator.federation.v1.Hello
-	(*Snapshot)(nil),              // 8: imperator.federation.v1.Snapshot
-	(*Delta)(nil),                 // 9: imperator.federation.v1.Delta
-	(*Heartbeat)(nil),             // 10: imperator.federation.v1.Heartbeat
-	(*HubMessage)(nil),            // 11: imperator.federation.v1.HubMessage
-	(*Ack)(nil),                   // 12: imperator.federation.v1.Ack
-	(*Resync)(nil),                // 13: imperator.federation.v1.Resync
-	(*Machine)(nil),               // 14: imperator.federation.v1.Machine
-	(*MachineType)(nil),           // 15: imperator.federation.v1.MachineType
-	(*GPU)(nil),                   // 16: imperator.federation.v1.GPU
-	(*Usage)(nil),                 // 17: imperator.federation.v1.Usage
-	(*NodeCounts)(nil),            // 18: imperator.federation.v1.NodeCounts
-	(*PoolNode)(nil),              // 19: imperator.federation.v1.PoolNode
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(HoldResult)(0),               // 0: imperator.federation.v1.HoldResult
+	(NodeCondition)(0),            // 1: imperator.federation.v1.NodeCondition
+	(ConditionStatus)(0),          // 2: imperator.federation.v1.ConditionStatus
+	(*JoinRequest)(nil),           // 3: imperator.federation.v1.JoinRequest
+	(*JoinResponse)(nil),          // 4: imperator.federation.v1.JoinResponse
+	(*RenewRequest)(nil),          // 5: imperator.federation.v1.RenewRequest
+	(*RenewResponse)(nil),         // 6: imperator.federation.v1.RenewResponse
+	(*SpokeMessage)(nil),          // 7: imperator.federation.v1.SpokeMessage
+	(*Hello)(nil),                 // 8: imperator.federation.v1.Hello
+	(*Snapshot)(nil),              // 9: imperator.federation.v1.Snapshot
+	(*Delta)(nil),                 // 10: imperator.federation.v1.Delta
+	(*Heartbeat)(nil),             // 11: imperator.federation.v1.Heartbeat
+	(*HubMessage)(nil),            // 12: imperator.federation.v1.HubMessage
+	(*HoldRequest)(nil),           // 13: imperator.federation.v1.HoldRequest
+	(*HoldResponse)(nil),          // 14: imperator.federation.v1.HoldResponse
+	(*Ack)(nil),                   // 15: imperator.federation.v1.Ack
+	(*Resync)(nil),                // 16: imperator.federation.v1.Resync
+	(*Machine)(nil),               // 17: imperator.federation.v1.Machine
+	(*MachineType)(nil),           // 18: imperator.federation.v1.MachineType
+	(*GPU)(nil),                   // 19: imperator.federation.v1.GPU
+	(*Usage)(nil),                 // 20: imperator.federation.v1.Usage
+	(*NodeCounts)(nil),            // 21: imperator.federation.v1.NodeCounts
+	(*PoolNode)(nil),              // 22: imperator.federation.v1.PoolNode
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
 }
 var file_imperator_federation_v1_federation_proto_depIdxs = []int32{
-	20, // 0: imperator.federation.v1.JoinResponse.not_after:type_name -> google.protobuf.Timestamp
-	20, // 1: imperator.federation.v1.RenewResponse.not_after:type_name -> google.protobuf.Timestamp
-	7,  // 2: imperator.federation.v1.SpokeMessage.hello:type_name -> imperator.federation.v1.Hello
-	8,  // 3: imperator.federation.v1.SpokeMessage.snapshot:type_name -> imperator.federation.v1.Snapshot
-	9,  // 4: imperator.federation.v1.SpokeMessage.delta:type_name -> imperator.federation.v1.Delta
-	10, // 5: imperator.federation.v1.SpokeMessage.heartbeat:type_name -> imperator.federation.v1.Heartbeat
-	20, // 6: imperator.federation.v1.Snapshot.observed_at:type_name -> google.protobuf.Timestamp
-	14, // 7: imperator.federation.v1.Snapshot.machines:type_name -> imperator.federation.v1.Machine
-	20, // 8: imperator.federation.v1.Delta.observed_at:type_name -> google.protobuf.Timestamp
-	14, // 9: imperator.federation.v1.Delta.upserts:type_name -> imperator.federation.v1.Machine
-	20, // 10: imperator.federation.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	20, // 11: imperator.federation.v1.Heartbeat.api_server_unreachable_since:type_name -> google.protobuf.Timestamp
-	12, // 12: imperator.federation.v1.HubMessage.ack:type_name -> imperator.federation.v1.Ack
-	13, // 13: imperator.federation.v1.HubMessage.resync:type_name -> imperator.federation.v1.Resync
-	15, // 14: imperator.federation.v1.Machine.types:type_name -> imperator.federation.v1.MachineType
-	19, // 15: imperator.federation.v1.Machine.nodes:type_name -> imperator.federation.v1.PoolNode
-	1,  // 16: imperator.federation.v1.Machine.ready:type_name -> imperator.federation.v1.ConditionStatus
-	16, // 17: imperator.federation.v1.MachineType.gpu:type_name -> imperator.federation.v1.GPU
-	17, // 18: imperator.federation.v1.MachineType.usage:type_name -> imperator.federation.v1.Usage
-	18, // 19: imperator.federation.v1.MachineType.nodes:type_name -> imperator.federation.v1.NodeCounts
-	0,  // 20: imperator.federation.v1.PoolNode.condition:type_name -> imperator.federation.v1.NodeCondition
-	2,  // 21: imperator.federation.v1.Federation.Join:input_type -> imperator.federation.v1.JoinRequest
-	4,  // 22: imperator.federation.v1.Federation.Renew:input_type -> imperator.federation.v1.RenewRequest
-	6,  // 23: imperator.federation.v1.Federation.Report:input_type -> imperator.federation.v1.SpokeMessage
-	3,  // 24: imperator.federation.v1.Federation.Join:output_type -> imperator.federation.v1.JoinResponse
-	5,  // 25: imperator.federation.v1.Federation.Renew:output_type -> imperator.federation.v1.RenewResponse
-	11, // 26: imperator.federation.v1.Federation.Report:output_type -> imperator.federation.v1.HubMessage
-	24, // [24:27] is the sub-list for method output_type
-	21, // [21:24] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	23, // 0: imperator.federation.v1.JoinResponse.not_after:type_name -> google.protobuf.Timestamp
+	23, // 1: imperator.federation.v1.RenewResponse.not_after:type_name -> google.protobuf.Timestamp
+	8,  // 2: imperator.federation.v1.SpokeMessage.hello:type_name -> imperator.federation.v1.Hello
+	9,  // 3: imperator.federation.v1.SpokeMessage.snapshot:type_name -> imperator.federation.v1.Snapshot
+	10, // 4: imperator.federation.v1.SpokeMessage.delta:type_name -> imperator.federation.v1.Delta
+	11, // 5: imperator.federation.v1.SpokeMessage.heartbeat:type_name -> imperator.federation.v1.Heartbeat
+	14, // 6: imperator.federation.v1.SpokeMessage.hold_response:type_name -> imperator.federation.v1.HoldResponse
+	23, // 7: imperator.federation.v1.Snapshot.observed_at:type_name -> google.protobuf.Timestamp
+	17, // 8: imperator.federation.v1.Snapshot.machines:type_name -> imperator.federation.v1.Machine
+	23, // 9: imperator.federation.v1.Delta.observed_at:type_name -> google.protobuf.Timestamp
+	17, // 10: imperator.federation.v1.Delta.upserts:type_name -> imperator.federation.v1.Machine
+	23, // 11: imperator.federation.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	23, // 12: imperator.federation.v1.Heartbeat.api_server_unreachable_since:type_name -> google.protobuf.Timestamp
+	15, // 13: imperator.federation.v1.HubMessage.ack:type_name -> imperator.federation.v1.Ack
+	16, // 14: imperator.federation.v1.HubMessage.resync:type_name -> imperator.federation.v1.Resync
+	13, // 15: imperator.federation.v1.HubMessage.hold_request:type_name -> imperator.federation.v1.HoldRequest
+	23, // 16: imperator.federation.v1.HoldRequest.valid_until:type_name -> google.protobuf.Timestamp
+	23, // 17: imperator.federation.v1.HoldRequest.deadline:type_name -> google.protobuf.Timestamp
+	0,  // 18: imperator.federation.v1.HoldResponse.result:type_name -> imperator.federation.v1.HoldResult
+	18, // 19: imperator.federation.v1.Machine.types:type_name -> imperator.federation.v1.MachineType
+	22, // 20: imperator.federation.v1.Machine.nodes:type_name -> imperator.federation.v1.PoolNode
+	2,  // 21: imperator.federation.v1.Machine.ready:type_name -> imperator.federation.v1.ConditionStatus
+	19, // 22: imperator.federation.v1.MachineType.gpu:type_name -> imperator.federation.v1.GPU
+	20, // 23: imperator.federation.v1.MachineType.usage:type_name -> imperator.federation.v1.Usage
+	21, // 24: imperator.federation.v1.MachineType.nodes:type_name -> imperator.federation.v1.NodeCounts
+	1,  // 25: imperator.federation.v1.PoolNode.condition:type_name -> imperator.federation.v1.NodeCondition
+	3,  // 26: imperator.federation.v1.Federation.Join:input_type -> imperator.federation.v1.JoinRequest
+	5,  // 27: imperator.federation.v1.Federation.Renew:input_type -> imperator.federation.v1.RenewRequest
+	7,  // 28: imperator.federation.v1.Federation.Report:input_type -> imperator.federation.v1.SpokeMessage
+	4,  // 29: imperator.federation.v1.Federation.Join:output_type -> imperator.federation.v1.JoinResponse
+	6,  // 30: imperator.federation.v1.Federation.Renew:output_type -> imperator.federation.v1.RenewResponse
+	12, // 31: imperator.federation.v1.Federation.Report:output_type -> imperator.federation.v1.HubMessage
+	29, // [29:32] is the sub-list for method output_type
+	26, // [26:29] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_imperator_federation_v1_federation_proto_init() }
@@ -1676,18 +2030,20 @@ func file_imperator_federation_v1_federation_proto_init() {
 		(*SpokeMessage_Snapshot)(nil),
 		(*SpokeMessage_Delta)(nil),
 		(*SpokeMessage_Heartbeat)(nil),
+		(*SpokeMessage_HoldResponse)(nil),
 	}
 	file_imperator_federation_v1_federation_proto_msgTypes[9].OneofWrappers = []any{
 		(*HubMessage_Ack)(nil),
 		(*HubMessage_Resync)(nil),
+		(*HubMessage_HoldRequest)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_imperator_federation_v1_federation_proto_rawDesc), len(file_imperator_federation_v1_federation_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   18,
+			NumEnums:      3,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

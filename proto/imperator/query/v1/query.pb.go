@@ -13,8 +13,10 @@
 // certificate's organization decides the role:
 //   imperator.tenzen-y.io:admins  every call, including the token calls;
 //   imperator.tenzen-y.io:viewers the read-only calls;
+//   imperator.tenzen-y.io:holders the read-only calls and the hold calls;
 //   imperator.tenzen-y.io:spokes  (spoke agents) the read-only calls.
-// The token calls answer PermissionDenied to anyone but an admin.
+// The token calls answer PermissionDenied to anyone but an admin; the hold
+// calls to anyone but an admin or a holder.
 //
 // Evolution: fields are only ever added; a removed field's number and name go
 // into `reserved`. Every field is optional (proto3).
@@ -270,6 +272,70 @@ func (x ClusterEventType) Number() protoreflect.EnumNumber {
 // Deprecated: Use ClusterEventType.Descriptor instead.
 func (ClusterEventType) EnumDescriptor() ([]byte, []int) {
 	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{3}
+}
+
+// FleetHoldPhase is where a fleet hold is in its life.
+type FleetHoldPhase int32
+
+const (
+	FleetHoldPhase_FLEET_HOLD_PHASE_UNSPECIFIED FleetHoldPhase = 0
+	// The hub is asking the chosen spokes.
+	FleetHoldPhase_FLEET_HOLD_PHASE_PENDING FleetHoldPhase = 1
+	// Every chosen spoke holds its part.
+	FleetHoldPhase_FLEET_HOLD_PHASE_HELD FleetHoldPhase = 2
+	// A spoke refused or did not answer in time; nothing is held.
+	FleetHoldPhase_FLEET_HOLD_PHASE_FAILED FleetHoldPhase = 3
+	// Released by a user.
+	FleetHoldPhase_FLEET_HOLD_PHASE_RELEASED FleetHoldPhase = 4
+	// valid_until passed: the spokes gave the unclaimed units back.
+	FleetHoldPhase_FLEET_HOLD_PHASE_EXPIRED FleetHoldPhase = 5
+)
+
+// Enum value maps for FleetHoldPhase.
+var (
+	FleetHoldPhase_name = map[int32]string{
+		0: "FLEET_HOLD_PHASE_UNSPECIFIED",
+		1: "FLEET_HOLD_PHASE_PENDING",
+		2: "FLEET_HOLD_PHASE_HELD",
+		3: "FLEET_HOLD_PHASE_FAILED",
+		4: "FLEET_HOLD_PHASE_RELEASED",
+		5: "FLEET_HOLD_PHASE_EXPIRED",
+	}
+	FleetHoldPhase_value = map[string]int32{
+		"FLEET_HOLD_PHASE_UNSPECIFIED": 0,
+		"FLEET_HOLD_PHASE_PENDING":     1,
+		"FLEET_HOLD_PHASE_HELD":        2,
+		"FLEET_HOLD_PHASE_FAILED":      3,
+		"FLEET_HOLD_PHASE_RELEASED":    4,
+		"FLEET_HOLD_PHASE_EXPIRED":     5,
+	}
+)
+
+func (x FleetHoldPhase) Enum() *FleetHoldPhase {
+	p := new(FleetHoldPhase)
+	*p = x
+	return p
+}
+
+func (x FleetHoldPhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FleetHoldPhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_imperator_query_v1_query_proto_enumTypes[4].Descriptor()
+}
+
+func (FleetHoldPhase) Type() protoreflect.EnumType {
+	return &file_imperator_query_v1_query_proto_enumTypes[4]
+}
+
+func (x FleetHoldPhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FleetHoldPhase.Descriptor instead.
+func (FleetHoldPhase) EnumDescriptor() ([]byte, []int) {
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{4}
 }
 
 type ListClustersRequest struct {
@@ -956,7 +1022,10 @@ type TypeUsage struct {
 	Free int32 `protobuf:"varint,7,opt,name=free,proto3" json:"free,omitempty"`
 	// queued counts the guests of waiting held at the agent's slot gate, in
 	// line for a unit; free never counts the slots they are about to take.
-	Queued        int32 `protobuf:"varint,8,opt,name=queued,proto3" json:"queued,omitempty"`
+	Queued int32 `protobuf:"varint,8,opt,name=queued,proto3" json:"queued,omitempty"`
+	// held counts the units set aside for capacity holds that no guest of the
+	// hold claimed yet; free never counts them.
+	Held          int32 `protobuf:"varint,9,opt,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1043,6 +1112,13 @@ func (x *TypeUsage) GetFree() int32 {
 func (x *TypeUsage) GetQueued() int32 {
 	if x != nil {
 		return x.Queued
+	}
+	return 0
+}
+
+func (x *TypeUsage) GetHeld() int32 {
+	if x != nil {
+		return x.Held
 	}
 	return 0
 }
@@ -2187,6 +2263,557 @@ func (x *Version) GetPlatform() string {
 	return ""
 }
 
+type CreateHoldRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name of the fleet hold, and of the CapacityHold on each chosen cluster:
+	// guests quote it in the label imperator.tenzen-y.io/hold. A DNS-1123
+	// label.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Exactly one of machine_type and shape must be set (as FindCapacity).
+	//
+	// Types that are valid to be assigned to Target:
+	//
+	//	*CreateHoldRequest_MachineType
+	//	*CreateHoldRequest_Shape
+	Target isCreateHoldRequest_Target `protobuf_oneof:"target"`
+	// count is the number of units to hold: 1 to 10000.
+	Count int32 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// mode: SAME_CLUSTER (the default) or SPREAD.
+	Mode CapacityMode `protobuf:"varint,5,opt,name=mode,proto3,enum=imperator.query.v1.CapacityMode" json:"mode,omitempty"`
+	// ttl is how long unclaimed units stay held: 1m to 7d.
+	Ttl *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// namespaces, when set, are the only namespaces whose guests may claim
+	// the held units.
+	Namespaces    []string `protobuf:"bytes,7,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateHoldRequest) Reset() {
+	*x = CreateHoldRequest{}
+	mi := &file_imperator_query_v1_query_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateHoldRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateHoldRequest) ProtoMessage() {}
+
+func (x *CreateHoldRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_query_v1_query_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateHoldRequest.ProtoReflect.Descriptor instead.
+func (*CreateHoldRequest) Descriptor() ([]byte, []int) {
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CreateHoldRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateHoldRequest) GetTarget() isCreateHoldRequest_Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *CreateHoldRequest) GetMachineType() *MachineTypeRef {
+	if x != nil {
+		if x, ok := x.Target.(*CreateHoldRequest_MachineType); ok {
+			return x.MachineType
+		}
+	}
+	return nil
+}
+
+func (x *CreateHoldRequest) GetShape() *ResourceShape {
+	if x != nil {
+		if x, ok := x.Target.(*CreateHoldRequest_Shape); ok {
+			return x.Shape
+		}
+	}
+	return nil
+}
+
+func (x *CreateHoldRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *CreateHoldRequest) GetMode() CapacityMode {
+	if x != nil {
+		return x.Mode
+	}
+	return CapacityMode_CAPACITY_MODE_UNSPECIFIED
+}
+
+func (x *CreateHoldRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *CreateHoldRequest) GetNamespaces() []string {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+type isCreateHoldRequest_Target interface {
+	isCreateHoldRequest_Target()
+}
+
+type CreateHoldRequest_MachineType struct {
+	MachineType *MachineTypeRef `protobuf:"bytes,2,opt,name=machine_type,json=machineType,proto3,oneof"`
+}
+
+type CreateHoldRequest_Shape struct {
+	Shape *ResourceShape `protobuf:"bytes,3,opt,name=shape,proto3,oneof"`
+}
+
+func (*CreateHoldRequest_MachineType) isCreateHoldRequest_Target() {}
+
+func (*CreateHoldRequest_Shape) isCreateHoldRequest_Target() {}
+
+type GetHoldRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHoldRequest) Reset() {
+	*x = GetHoldRequest{}
+	mi := &file_imperator_query_v1_query_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHoldRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHoldRequest) ProtoMessage() {}
+
+func (x *GetHoldRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_query_v1_query_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHoldRequest.ProtoReflect.Descriptor instead.
+func (*GetHoldRequest) Descriptor() ([]byte, []int) {
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetHoldRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ListHoldsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHoldsRequest) Reset() {
+	*x = ListHoldsRequest{}
+	mi := &file_imperator_query_v1_query_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHoldsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHoldsRequest) ProtoMessage() {}
+
+func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_query_v1_query_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHoldsRequest.ProtoReflect.Descriptor instead.
+func (*ListHoldsRequest) Descriptor() ([]byte, []int) {
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{30}
+}
+
+type ListHoldsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Holds         []*FleetHold           `protobuf:"bytes,1,rep,name=holds,proto3" json:"holds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHoldsResponse) Reset() {
+	*x = ListHoldsResponse{}
+	mi := &file_imperator_query_v1_query_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHoldsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHoldsResponse) ProtoMessage() {}
+
+func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_query_v1_query_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHoldsResponse.ProtoReflect.Descriptor instead.
+func (*ListHoldsResponse) Descriptor() ([]byte, []int) {
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListHoldsResponse) GetHolds() []*FleetHold {
+	if x != nil {
+		return x.Holds
+	}
+	return nil
+}
+
+type ReleaseHoldRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseHoldRequest) Reset() {
+	*x = ReleaseHoldRequest{}
+	mi := &file_imperator_query_v1_query_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseHoldRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseHoldRequest) ProtoMessage() {}
+
+func (x *ReleaseHoldRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_query_v1_query_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseHoldRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseHoldRequest) Descriptor() ([]byte, []int) {
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ReleaseHoldRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// FleetHold is a booking of units across the fleet.
+type FleetHold struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Phase FleetHoldPhase         `protobuf:"varint,2,opt,name=phase,proto3,enum=imperator.query.v1.FleetHoldPhase" json:"phase,omitempty"`
+	// message says why the hold failed, for people.
+	Message string       `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Count   int32        `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	Mode    CapacityMode `protobuf:"varint,5,opt,name=mode,proto3,enum=imperator.query.v1.CapacityMode" json:"mode,omitempty"`
+	// machine_type or shape as requested.
+	MachineType *MachineTypeRef        `protobuf:"bytes,6,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
+	Shape       *ResourceShape         `protobuf:"bytes,7,opt,name=shape,proto3" json:"shape,omitempty"`
+	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	ValidUntil  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
+	// clusters are the parts of the hold, one per chosen cluster.
+	Clusters []*FleetHoldCluster `protobuf:"bytes,10,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// guest_labels are the labels a guest must carry to take a held unit
+	// (with its cluster's group and type, see clusters).
+	GuestLabels map[string]string `protobuf:"bytes,11,rep,name=guest_labels,json=guestLabels,proto3" json:"guest_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// creator is the common name of the certificate that created the hold.
+	Creator       string   `protobuf:"bytes,12,opt,name=creator,proto3" json:"creator,omitempty"`
+	Namespaces    []string `protobuf:"bytes,13,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetHold) Reset() {
+	*x = FleetHold{}
+	mi := &file_imperator_query_v1_query_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetHold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetHold) ProtoMessage() {}
+
+func (x *FleetHold) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_query_v1_query_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetHold.ProtoReflect.Descriptor instead.
+func (*FleetHold) Descriptor() ([]byte, []int) {
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *FleetHold) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FleetHold) GetPhase() FleetHoldPhase {
+	if x != nil {
+		return x.Phase
+	}
+	return FleetHoldPhase_FLEET_HOLD_PHASE_UNSPECIFIED
+}
+
+func (x *FleetHold) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *FleetHold) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *FleetHold) GetMode() CapacityMode {
+	if x != nil {
+		return x.Mode
+	}
+	return CapacityMode_CAPACITY_MODE_UNSPECIFIED
+}
+
+func (x *FleetHold) GetMachineType() *MachineTypeRef {
+	if x != nil {
+		return x.MachineType
+	}
+	return nil
+}
+
+func (x *FleetHold) GetShape() *ResourceShape {
+	if x != nil {
+		return x.Shape
+	}
+	return nil
+}
+
+func (x *FleetHold) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *FleetHold) GetValidUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ValidUntil
+	}
+	return nil
+}
+
+func (x *FleetHold) GetClusters() []*FleetHoldCluster {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+func (x *FleetHold) GetGuestLabels() map[string]string {
+	if x != nil {
+		return x.GuestLabels
+	}
+	return nil
+}
+
+func (x *FleetHold) GetCreator() string {
+	if x != nil {
+		return x.Creator
+	}
+	return ""
+}
+
+func (x *FleetHold) GetNamespaces() []string {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+// FleetHoldCluster is one cluster's part of a fleet hold.
+type FleetHoldCluster struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Group   string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	Type    string                 `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// count is the units asked of the cluster; held what it holds.
+	Count int32 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	Held  int32 `protobuf:"varint,5,opt,name=held,proto3" json:"held,omitempty"`
+	// result is the spoke's answer.
+	Result v1.HoldResult `protobuf:"varint,6,opt,name=result,proto3,enum=imperator.federation.v1.HoldResult" json:"result,omitempty"`
+	// reason and message say why the cluster refused, or did not answer.
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message       string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetHoldCluster) Reset() {
+	*x = FleetHoldCluster{}
+	mi := &file_imperator_query_v1_query_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetHoldCluster) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetHoldCluster) ProtoMessage() {}
+
+func (x *FleetHoldCluster) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_query_v1_query_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetHoldCluster.ProtoReflect.Descriptor instead.
+func (*FleetHoldCluster) Descriptor() ([]byte, []int) {
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *FleetHoldCluster) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *FleetHoldCluster) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *FleetHoldCluster) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *FleetHoldCluster) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *FleetHoldCluster) GetHeld() int32 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *FleetHoldCluster) GetResult() v1.HoldResult {
+	if x != nil {
+		return x.Result
+	}
+	return v1.HoldResult(0)
+}
+
+func (x *FleetHoldCluster) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FleetHoldCluster) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_imperator_query_v1_query_proto protoreflect.FileDescriptor
 
 const file_imperator_query_v1_query_proto_rawDesc = "" +
@@ -2247,7 +2874,7 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\x0e2 .imperator.query.v1.ClusterStateR\x05state\x12;\n" +
 	"\vobserved_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"observedAt\x123\n" +
-	"\x05types\x18\x04 \x03(\v2\x1d.imperator.query.v1.TypeUsageR\x05types\"\xc5\x01\n" +
+	"\x05types\x18\x04 \x03(\v2\x1d.imperator.query.v1.TypeUsageR\x05types\"\xd9\x01\n" +
 	"\tTypeUsage\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
@@ -2256,7 +2883,8 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\x04used\x18\x05 \x01(\x05R\x04used\x12\x18\n" +
 	"\awaiting\x18\x06 \x01(\x05R\awaiting\x12\x12\n" +
 	"\x04free\x18\a \x01(\x05R\x04free\x12\x16\n" +
-	"\x06queued\x18\b \x01(\x05R\x06queued\"\xef\x01\n" +
+	"\x06queued\x18\b \x01(\x05R\x06queued\x12\x12\n" +
+	"\x04held\x18\t \x01(\x05R\x04held\"\xef\x01\n" +
 	"\x13FindCapacityRequest\x12G\n" +
 	"\fmachine_type\x18\x01 \x01(\v2\".imperator.query.v1.MachineTypeRefH\x00R\vmachineType\x129\n" +
 	"\x05shape\x18\x02 \x01(\v2!.imperator.query.v1.ResourceShapeH\x00R\x05shape\x12\x14\n" +
@@ -2336,7 +2964,56 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"git_commit\x18\x02 \x01(\tR\tgitCommit\x12\x1d\n" +
 	"\n" +
 	"go_version\x18\x03 \x01(\tR\tgoVersion\x12\x1a\n" +
-	"\bplatform\x18\x04 \x01(\tR\bplatform*~\n" +
+	"\bplatform\x18\x04 \x01(\tR\bplatform\"\xce\x02\n" +
+	"\x11CreateHoldRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12G\n" +
+	"\fmachine_type\x18\x02 \x01(\v2\".imperator.query.v1.MachineTypeRefH\x00R\vmachineType\x129\n" +
+	"\x05shape\x18\x03 \x01(\v2!.imperator.query.v1.ResourceShapeH\x00R\x05shape\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x05R\x05count\x124\n" +
+	"\x04mode\x18\x05 \x01(\x0e2 .imperator.query.v1.CapacityModeR\x04mode\x12+\n" +
+	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\a \x03(\tR\n" +
+	"namespacesB\b\n" +
+	"\x06target\"$\n" +
+	"\x0eGetHoldRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x12\n" +
+	"\x10ListHoldsRequest\"H\n" +
+	"\x11ListHoldsResponse\x123\n" +
+	"\x05holds\x18\x01 \x03(\v2\x1d.imperator.query.v1.FleetHoldR\x05holds\"(\n" +
+	"\x12ReleaseHoldRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xc6\x05\n" +
+	"\tFleetHold\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
+	"\x05phase\x18\x02 \x01(\x0e2\".imperator.query.v1.FleetHoldPhaseR\x05phase\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x05R\x05count\x124\n" +
+	"\x04mode\x18\x05 \x01(\x0e2 .imperator.query.v1.CapacityModeR\x04mode\x12E\n" +
+	"\fmachine_type\x18\x06 \x01(\v2\".imperator.query.v1.MachineTypeRefR\vmachineType\x127\n" +
+	"\x05shape\x18\a \x01(\v2!.imperator.query.v1.ResourceShapeR\x05shape\x129\n" +
+	"\n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
+	"\vvalid_until\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"validUntil\x12@\n" +
+	"\bclusters\x18\n" +
+	" \x03(\v2$.imperator.query.v1.FleetHoldClusterR\bclusters\x12Q\n" +
+	"\fguest_labels\x18\v \x03(\v2..imperator.query.v1.FleetHold.GuestLabelsEntryR\vguestLabels\x12\x18\n" +
+	"\acreator\x18\f \x01(\tR\acreator\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\r \x03(\tR\n" +
+	"namespaces\x1a>\n" +
+	"\x10GuestLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xef\x01\n" +
+	"\x10FleetHoldCluster\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x05R\x05count\x12\x12\n" +
+	"\x04held\x18\x05 \x01(\x05R\x04held\x12;\n" +
+	"\x06result\x18\x06 \x01(\x0e2#.imperator.federation.v1.HoldResultR\x06result\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\b \x01(\tR\amessage*~\n" +
 	"\fClusterState\x12\x1d\n" +
 	"\x19CLUSTER_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17CLUSTER_STATE_AVAILABLE\x10\x01\x12\x17\n" +
@@ -2355,7 +3032,14 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\x10ClusterEventType\x12\"\n" +
 	"\x1eCLUSTER_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aCLUSTER_EVENT_TYPE_UPDATED\x10\x01\x12\x1e\n" +
-	"\x1aCLUSTER_EVENT_TYPE_REMOVED\x10\x022\xd0\x06\n" +
+	"\x1aCLUSTER_EVENT_TYPE_REMOVED\x10\x02*\xc5\x01\n" +
+	"\x0eFleetHoldPhase\x12 \n" +
+	"\x1cFLEET_HOLD_PHASE_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18FLEET_HOLD_PHASE_PENDING\x10\x01\x12\x19\n" +
+	"\x15FLEET_HOLD_PHASE_HELD\x10\x02\x12\x1b\n" +
+	"\x17FLEET_HOLD_PHASE_FAILED\x10\x03\x12\x1d\n" +
+	"\x19FLEET_HOLD_PHASE_RELEASED\x10\x04\x12\x1c\n" +
+	"\x18FLEET_HOLD_PHASE_EXPIRED\x10\x052\xa2\t\n" +
 	"\x05Query\x12a\n" +
 	"\fListClusters\x12'.imperator.query.v1.ListClustersRequest\x1a(.imperator.query.v1.ListClustersResponse\x12a\n" +
 	"\fListMachines\x12'.imperator.query.v1.ListMachinesRequest\x1a(.imperator.query.v1.ListMachinesResponse\x12U\n" +
@@ -2367,7 +3051,12 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"ListTokens\x12%.imperator.query.v1.ListTokensRequest\x1a&.imperator.query.v1.ListTokensResponse\x12^\n" +
 	"\vRevokeToken\x12&.imperator.query.v1.RevokeTokenRequest\x1a'.imperator.query.v1.RevokeTokenResponse\x12[\n" +
 	"\n" +
-	"GetVersion\x12%.imperator.query.v1.GetVersionRequest\x1a&.imperator.query.v1.GetVersionResponseBLZJgithub.com/imperator-federation/imperator/proto/imperator/query/v1;queryv1b\x06proto3"
+	"GetVersion\x12%.imperator.query.v1.GetVersionRequest\x1a&.imperator.query.v1.GetVersionResponse\x12R\n" +
+	"\n" +
+	"CreateHold\x12%.imperator.query.v1.CreateHoldRequest\x1a\x1d.imperator.query.v1.FleetHold\x12L\n" +
+	"\aGetHold\x12\".imperator.query.v1.GetHoldRequest\x1a\x1d.imperator.query.v1.FleetHold\x12X\n" +
+	"\tListHolds\x12$.imperator.query.v1.ListHoldsRequest\x1a%.imperator.query.v1.ListHoldsResponse\x12T\n" +
+	"\vReleaseHold\x12&.imperator.query.v1.ReleaseHoldRequest\x1a\x1d.imperator.query.v1.FleetHoldBLZJgithub.com/imperator-federation/imperator/proto/imperator/query/v1;queryv1b\x06proto3"
 
 var (
 	file_imperator_query_v1_query_proto_rawDescOnce sync.Once
@@ -2381,108 +3070,140 @@ func file_imperator_query_v1_query_proto_rawDescGZIP() []byte {
 	return file_imperator_query_v1_query_proto_rawDescData
 }
 
-var file_imperator_query_v1_query_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_imperator_query_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_imperator_query_v1_query_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_imperator_query_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_imperator_query_v1_query_proto_goTypes = []any{
 	(ClusterState)(0),             // 0: imperator.query.v1.ClusterState
 	(CapacityMode)(0),             // 1: imperator.query.v1.CapacityMode
 	(ExclusionReason)(0),          // 2: imperator.query.v1.ExclusionReason
 	(ClusterEventType)(0),         // 3: imperator.query.v1.ClusterEventType
-	(*ListClustersRequest)(nil),   // 4: imperator.query.v1.ListClustersRequest
-	(*ListClustersResponse)(nil),  // 5: imperator.query.v1.ListClustersResponse
-	(*Cluster)(nil),               // 6: imperator.query.v1.Cluster
-	(*ListMachinesRequest)(nil),   // 7: imperator.query.v1.ListMachinesRequest
-	(*ListMachinesResponse)(nil),  // 8: imperator.query.v1.ListMachinesResponse
-	(*MachineTypeInfo)(nil),       // 9: imperator.query.v1.MachineTypeInfo
-	(*GetUsageRequest)(nil),       // 10: imperator.query.v1.GetUsageRequest
-	(*GetUsageResponse)(nil),      // 11: imperator.query.v1.GetUsageResponse
-	(*ClusterUsage)(nil),          // 12: imperator.query.v1.ClusterUsage
-	(*TypeUsage)(nil),             // 13: imperator.query.v1.TypeUsage
-	(*FindCapacityRequest)(nil),   // 14: imperator.query.v1.FindCapacityRequest
-	(*MachineTypeRef)(nil),        // 15: imperator.query.v1.MachineTypeRef
-	(*ResourceShape)(nil),         // 16: imperator.query.v1.ResourceShape
-	(*FindCapacityResponse)(nil),  // 17: imperator.query.v1.FindCapacityResponse
-	(*CapacityCandidate)(nil),     // 18: imperator.query.v1.CapacityCandidate
-	(*Exclusion)(nil),             // 19: imperator.query.v1.Exclusion
-	(*WatchRequest)(nil),          // 20: imperator.query.v1.WatchRequest
-	(*ClusterEvent)(nil),          // 21: imperator.query.v1.ClusterEvent
-	(*CreateTokenRequest)(nil),    // 22: imperator.query.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),   // 23: imperator.query.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),     // 24: imperator.query.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),    // 25: imperator.query.v1.ListTokensResponse
-	(*Token)(nil),                 // 26: imperator.query.v1.Token
-	(*RevokeTokenRequest)(nil),    // 27: imperator.query.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),   // 28: imperator.query.v1.RevokeTokenResponse
-	(*GetVersionRequest)(nil),     // 29: imperator.query.v1.GetVersionRequest
-	(*GetVersionResponse)(nil),    // 30: imperator.query.v1.GetVersionResponse
-	(*Version)(nil),               // 31: imperator.query.v1.Version
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 33: google.protobuf.Duration
-	(*v1.GPU)(nil),                // 34: imperator.federation.v1.GPU
-	(*v1.Usage)(nil),              // 35: imperator.federation.v1.Usage
-	(*v1.NodeCounts)(nil),         // 36: imperator.federation.v1.NodeCounts
-	(v1.ConditionStatus)(0),       // 37: imperator.federation.v1.ConditionStatus
+	(FleetHoldPhase)(0),           // 4: imperator.query.v1.FleetHoldPhase
+	(*ListClustersRequest)(nil),   // 5: imperator.query.v1.ListClustersRequest
+	(*ListClustersResponse)(nil),  // 6: imperator.query.v1.ListClustersResponse
+	(*Cluster)(nil),               // 7: imperator.query.v1.Cluster
+	(*ListMachinesRequest)(nil),   // 8: imperator.query.v1.ListMachinesRequest
+	(*ListMachinesResponse)(nil),  // 9: imperator.query.v1.ListMachinesResponse
+	(*MachineTypeInfo)(nil),       // 10: imperator.query.v1.MachineTypeInfo
+	(*GetUsageRequest)(nil),       // 11: imperator.query.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),      // 12: imperator.query.v1.GetUsageResponse
+	(*ClusterUsage)(nil),          // 13: imperator.query.v1.ClusterUsage
+	(*TypeUsage)(nil),             // 14: imperator.query.v1.TypeUsage
+	(*FindCapacityRequest)(nil),   // 15: imperator.query.v1.FindCapacityRequest
+	(*MachineTypeRef)(nil),        // 16: imperator.query.v1.MachineTypeRef
+	(*ResourceShape)(nil),         // 17: imperator.query.v1.ResourceShape
+	(*FindCapacityResponse)(nil),  // 18: imperator.query.v1.FindCapacityResponse
+	(*CapacityCandidate)(nil),     // 19: imperator.query.v1.CapacityCandidate
+	(*Exclusion)(nil),             // 20: imperator.query.v1.Exclusion
+	(*WatchRequest)(nil),          // 21: imperator.query.v1.WatchRequest
+	(*ClusterEvent)(nil),          // 22: imperator.query.v1.ClusterEvent
+	(*CreateTokenRequest)(nil),    // 23: imperator.query.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),   // 24: imperator.query.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),     // 25: imperator.query.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),    // 26: imperator.query.v1.ListTokensResponse
+	(*Token)(nil),                 // 27: imperator.query.v1.Token
+	(*RevokeTokenRequest)(nil),    // 28: imperator.query.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),   // 29: imperator.query.v1.RevokeTokenResponse
+	(*GetVersionRequest)(nil),     // 30: imperator.query.v1.GetVersionRequest
+	(*GetVersionResponse)(nil),    // 31: imperator.query.v1.GetVersionResponse
+	(*Version)(nil),               // 32: imperator.query.v1.Version
+	(*CreateHoldRequest)(nil),     // 33: imperator.query.v1.CreateHoldRequest
+	(*GetHoldRequest)(nil),        // 34: imperator.query.v1.GetHoldRequest
+	(*ListHoldsRequest)(nil),      // 35: imperator.query.v1.ListHoldsRequest
+	(*ListHoldsResponse)(nil),     // 36: imperator.query.v1.ListHoldsResponse
+	(*ReleaseHoldRequest)(nil),    // 37: imperator.query.v1.ReleaseHoldRequest
+	(*FleetHold)(nil),             // 38: imperator.query.v1.FleetHold
+	(*FleetHoldCluster)(nil),      // 39: imperator.query.v1.FleetHoldCluster
+	nil,                           // 40: imperator.query.v1.FleetHold.GuestLabelsEntry
+	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 42: google.protobuf.Duration
+	(*v1.GPU)(nil),                // 43: imperator.federation.v1.GPU
+	(*v1.Usage)(nil),              // 44: imperator.federation.v1.Usage
+	(*v1.NodeCounts)(nil),         // 45: imperator.federation.v1.NodeCounts
+	(v1.ConditionStatus)(0),       // 46: imperator.federation.v1.ConditionStatus
+	(v1.HoldResult)(0),            // 47: imperator.federation.v1.HoldResult
 }
 var file_imperator_query_v1_query_proto_depIdxs = []int32{
-	6,  // 0: imperator.query.v1.ListClustersResponse.clusters:type_name -> imperator.query.v1.Cluster
+	7,  // 0: imperator.query.v1.ListClustersResponse.clusters:type_name -> imperator.query.v1.Cluster
 	0,  // 1: imperator.query.v1.Cluster.state:type_name -> imperator.query.v1.ClusterState
-	32, // 2: imperator.query.v1.Cluster.last_heartbeat:type_name -> google.protobuf.Timestamp
-	33, // 3: imperator.query.v1.Cluster.heartbeat_age:type_name -> google.protobuf.Duration
-	32, // 4: imperator.query.v1.Cluster.observed_at:type_name -> google.protobuf.Timestamp
-	9,  // 5: imperator.query.v1.ListMachinesResponse.machine_types:type_name -> imperator.query.v1.MachineTypeInfo
+	41, // 2: imperator.query.v1.Cluster.last_heartbeat:type_name -> google.protobuf.Timestamp
+	42, // 3: imperator.query.v1.Cluster.heartbeat_age:type_name -> google.protobuf.Duration
+	41, // 4: imperator.query.v1.Cluster.observed_at:type_name -> google.protobuf.Timestamp
+	10, // 5: imperator.query.v1.ListMachinesResponse.machine_types:type_name -> imperator.query.v1.MachineTypeInfo
 	0,  // 6: imperator.query.v1.MachineTypeInfo.cluster_state:type_name -> imperator.query.v1.ClusterState
-	34, // 7: imperator.query.v1.MachineTypeInfo.gpu:type_name -> imperator.federation.v1.GPU
-	35, // 8: imperator.query.v1.MachineTypeInfo.usage:type_name -> imperator.federation.v1.Usage
-	36, // 9: imperator.query.v1.MachineTypeInfo.nodes:type_name -> imperator.federation.v1.NodeCounts
-	37, // 10: imperator.query.v1.MachineTypeInfo.machine_ready:type_name -> imperator.federation.v1.ConditionStatus
-	32, // 11: imperator.query.v1.MachineTypeInfo.observed_at:type_name -> google.protobuf.Timestamp
-	12, // 12: imperator.query.v1.GetUsageResponse.clusters:type_name -> imperator.query.v1.ClusterUsage
-	13, // 13: imperator.query.v1.GetUsageResponse.fleet:type_name -> imperator.query.v1.TypeUsage
+	43, // 7: imperator.query.v1.MachineTypeInfo.gpu:type_name -> imperator.federation.v1.GPU
+	44, // 8: imperator.query.v1.MachineTypeInfo.usage:type_name -> imperator.federation.v1.Usage
+	45, // 9: imperator.query.v1.MachineTypeInfo.nodes:type_name -> imperator.federation.v1.NodeCounts
+	46, // 10: imperator.query.v1.MachineTypeInfo.machine_ready:type_name -> imperator.federation.v1.ConditionStatus
+	41, // 11: imperator.query.v1.MachineTypeInfo.observed_at:type_name -> google.protobuf.Timestamp
+	13, // 12: imperator.query.v1.GetUsageResponse.clusters:type_name -> imperator.query.v1.ClusterUsage
+	14, // 13: imperator.query.v1.GetUsageResponse.fleet:type_name -> imperator.query.v1.TypeUsage
 	0,  // 14: imperator.query.v1.ClusterUsage.state:type_name -> imperator.query.v1.ClusterState
-	32, // 15: imperator.query.v1.ClusterUsage.observed_at:type_name -> google.protobuf.Timestamp
-	13, // 16: imperator.query.v1.ClusterUsage.types:type_name -> imperator.query.v1.TypeUsage
-	15, // 17: imperator.query.v1.FindCapacityRequest.machine_type:type_name -> imperator.query.v1.MachineTypeRef
-	16, // 18: imperator.query.v1.FindCapacityRequest.shape:type_name -> imperator.query.v1.ResourceShape
+	41, // 15: imperator.query.v1.ClusterUsage.observed_at:type_name -> google.protobuf.Timestamp
+	14, // 16: imperator.query.v1.ClusterUsage.types:type_name -> imperator.query.v1.TypeUsage
+	16, // 17: imperator.query.v1.FindCapacityRequest.machine_type:type_name -> imperator.query.v1.MachineTypeRef
+	17, // 18: imperator.query.v1.FindCapacityRequest.shape:type_name -> imperator.query.v1.ResourceShape
 	1,  // 19: imperator.query.v1.FindCapacityRequest.mode:type_name -> imperator.query.v1.CapacityMode
-	18, // 20: imperator.query.v1.FindCapacityResponse.candidates:type_name -> imperator.query.v1.CapacityCandidate
-	19, // 21: imperator.query.v1.FindCapacityResponse.excluded:type_name -> imperator.query.v1.Exclusion
-	13, // 22: imperator.query.v1.CapacityCandidate.types:type_name -> imperator.query.v1.TypeUsage
-	32, // 23: imperator.query.v1.CapacityCandidate.observed_at:type_name -> google.protobuf.Timestamp
+	19, // 20: imperator.query.v1.FindCapacityResponse.candidates:type_name -> imperator.query.v1.CapacityCandidate
+	20, // 21: imperator.query.v1.FindCapacityResponse.excluded:type_name -> imperator.query.v1.Exclusion
+	14, // 22: imperator.query.v1.CapacityCandidate.types:type_name -> imperator.query.v1.TypeUsage
+	41, // 23: imperator.query.v1.CapacityCandidate.observed_at:type_name -> google.protobuf.Timestamp
 	2,  // 24: imperator.query.v1.Exclusion.reason:type_name -> imperator.query.v1.ExclusionReason
-	32, // 25: imperator.query.v1.Exclusion.observed_at:type_name -> google.protobuf.Timestamp
-	32, // 26: imperator.query.v1.Exclusion.last_heartbeat:type_name -> google.protobuf.Timestamp
+	41, // 25: imperator.query.v1.Exclusion.observed_at:type_name -> google.protobuf.Timestamp
+	41, // 26: imperator.query.v1.Exclusion.last_heartbeat:type_name -> google.protobuf.Timestamp
 	3,  // 27: imperator.query.v1.ClusterEvent.type:type_name -> imperator.query.v1.ClusterEventType
-	6,  // 28: imperator.query.v1.ClusterEvent.cluster:type_name -> imperator.query.v1.Cluster
-	12, // 29: imperator.query.v1.ClusterEvent.usage:type_name -> imperator.query.v1.ClusterUsage
-	33, // 30: imperator.query.v1.CreateTokenRequest.ttl:type_name -> google.protobuf.Duration
-	26, // 31: imperator.query.v1.CreateTokenResponse.info:type_name -> imperator.query.v1.Token
-	26, // 32: imperator.query.v1.ListTokensResponse.tokens:type_name -> imperator.query.v1.Token
-	32, // 33: imperator.query.v1.Token.expiration:type_name -> google.protobuf.Timestamp
-	32, // 34: imperator.query.v1.Token.used_at:type_name -> google.protobuf.Timestamp
-	31, // 35: imperator.query.v1.GetVersionResponse.hub:type_name -> imperator.query.v1.Version
-	4,  // 36: imperator.query.v1.Query.ListClusters:input_type -> imperator.query.v1.ListClustersRequest
-	7,  // 37: imperator.query.v1.Query.ListMachines:input_type -> imperator.query.v1.ListMachinesRequest
-	10, // 38: imperator.query.v1.Query.GetUsage:input_type -> imperator.query.v1.GetUsageRequest
-	14, // 39: imperator.query.v1.Query.FindCapacity:input_type -> imperator.query.v1.FindCapacityRequest
-	20, // 40: imperator.query.v1.Query.Watch:input_type -> imperator.query.v1.WatchRequest
-	22, // 41: imperator.query.v1.Query.CreateToken:input_type -> imperator.query.v1.CreateTokenRequest
-	24, // 42: imperator.query.v1.Query.ListTokens:input_type -> imperator.query.v1.ListTokensRequest
-	27, // 43: imperator.query.v1.Query.RevokeToken:input_type -> imperator.query.v1.RevokeTokenRequest
-	29, // 44: imperator.query.v1.Query.GetVersion:input_type -> imperator.query.v1.GetVersionRequest
-	5,  // 45: imperator.query.v1.Query.ListClusters:output_type -> imperator.query.v1.ListClustersResponse
-	8,  // 46: imperator.query.v1.Query.ListMachines:output_type -> imperator.query.v1.ListMachinesResponse
-	11, // 47: imperator.query.v1.Query.GetUsage:output_type -> imperator.query.v1.GetUsageResponse
-	17, // 48: imperator.query.v1.Query.FindCapacity:output_type -> imperator.query.v1.FindCapacityResponse
-	21, // 49: imperator.query.v1.Query.Watch:output_type -> imperator.query.v1.ClusterEvent
-	23, // 50: imperator.query.v1.Query.CreateToken:output_type -> imperator.query.v1.CreateTokenResponse
-	25, // 51: imperator.query.v1.Query.ListTokens:output_type -> imperator.query.v1.ListTokensResponse
-	28, // 52: imperator.query.v1.Query.RevokeToken:output_type -> imperator.query.v1.RevokeTokenResponse
-	30, // 53: imperator.query.v1.Query.GetVersion:output_type -> imperator.query.v1.GetVersionResponse
-	45, // [45:54] is the sub-list for method output_type
-	36, // [36:45] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	7,  // 28: imperator.query.v1.ClusterEvent.cluster:type_name -> imperator.query.v1.Cluster
+	13, // 29: imperator.query.v1.ClusterEvent.usage:type_name -> imperator.query.v1.ClusterUsage
+	42, // 30: imperator.query.v1.CreateTokenRequest.ttl:type_name -> google.protobuf.Duration
+	27, // 31: imperator.query.v1.CreateTokenResponse.info:type_name -> imperator.query.v1.Token
+	27, // 32: imperator.query.v1.ListTokensResponse.tokens:type_name -> imperator.query.v1.Token
+	41, // 33: imperator.query.v1.Token.expiration:type_name -> google.protobuf.Timestamp
+	41, // 34: imperator.query.v1.Token.used_at:type_name -> google.protobuf.Timestamp
+	32, // 35: imperator.query.v1.GetVersionResponse.hub:type_name -> imperator.query.v1.Version
+	16, // 36: imperator.query.v1.CreateHoldRequest.machine_type:type_name -> imperator.query.v1.MachineTypeRef
+	17, // 37: imperator.query.v1.CreateHoldRequest.shape:type_name -> imperator.query.v1.ResourceShape
+	1,  // 38: imperator.query.v1.CreateHoldRequest.mode:type_name -> imperator.query.v1.CapacityMode
+	42, // 39: imperator.query.v1.CreateHoldRequest.ttl:type_name -> google.protobuf.Duration
+	38, // 40: imperator.query.v1.ListHoldsResponse.holds:type_name -> imperator.query.v1.FleetHold
+	4,  // 41: imperator.query.v1.FleetHold.phase:type_name -> imperator.query.v1.FleetHoldPhase
+	1,  // 42: imperator.query.v1.FleetHold.mode:type_name -> imperator.query.v1.CapacityMode
+	16, // 43: imperator.query.v1.FleetHold.machine_type:type_name -> imperator.query.v1.MachineTypeRef
+	17, // 44: imperator.query.v1.FleetHold.shape:type_name -> imperator.query.v1.ResourceShape
+	41, // 45: imperator.query.v1.FleetHold.created_at:type_name -> google.protobuf.Timestamp
+	41, // 46: imperator.query.v1.FleetHold.valid_until:type_name -> google.protobuf.Timestamp
+	39, // 47: imperator.query.v1.FleetHold.clusters:type_name -> imperator.query.v1.FleetHoldCluster
+	40, // 48: imperator.query.v1.FleetHold.guest_labels:type_name -> imperator.query.v1.FleetHold.GuestLabelsEntry
+	47, // 49: imperator.query.v1.FleetHoldCluster.result:type_name -> imperator.federation.v1.HoldResult
+	5,  // 50: imperator.query.v1.Query.ListClusters:input_type -> imperator.query.v1.ListClustersRequest
+	8,  // 51: imperator.query.v1.Query.ListMachines:input_type -> imperator.query.v1.ListMachinesRequest
+	11, // 52: imperator.query.v1.Query.GetUsage:input_type -> imperator.query.v1.GetUsageRequest
+	15, // 53: imperator.query.v1.Query.FindCapacity:input_type -> imperator.query.v1.FindCapacityRequest
+	21, // 54: imperator.query.v1.Query.Watch:input_type -> imperator.query.v1.WatchRequest
+	23, // 55: imperator.query.v1.Query.CreateToken:input_type -> imperator.query.v1.CreateTokenRequest
+	25, // 56: imperator.query.v1.Query.ListTokens:input_type -> imperator.query.v1.ListTokensRequest
+	28, // 57: imperator.query.v1.Query.RevokeToken:input_type -> imperator.query.v1.RevokeTokenRequest
+	30, // 58: imperator.query.v1.Query.GetVersion:input_type -> imperator.query.v1.GetVersionRequest
+	33, // 59: imperator.query.v1.Query.CreateHold:input_type -> imperator.query.v1.CreateHoldRequest
+	34, // 60: imperator.query.v1.Query.GetHold:input_type -> imperator.query.v1.GetHoldRequest
+	35, // 61: imperator.query.v1.Query.ListHolds:input_type -> imperator.query.v1.ListHoldsRequest
+	37, // 62: imperator.query.v1.Query.ReleaseHold:input_type -> imperator.query.v1.ReleaseHoldRequest
+	6,  // 63: imperator.query.v1.Query.ListClusters:output_type -> imperator.query.v1.ListClustersResponse
+	9,  // 64: imperator.query.v1.Query.ListMachines:output_type -> imperator.query.v1.ListMachinesResponse
+	12, // 65: imperator.query.v1.Query.GetUsage:output_type -> imperator.query.v1.GetUsageResponse
+	18, // 66: imperator.query.v1.Query.FindCapacity:output_type -> imperator.query.v1.FindCapacityResponse
+	22, // 67: imperator.query.v1.Query.Watch:output_type -> imperator.query.v1.ClusterEvent
+	24, // 68: imperator.query.v1.Query.CreateToken:output_type -> imperator.query.v1.CreateTokenResponse
+	26, // 69: imperator.query.v1.Query.ListTokens:output_type -> imperator.query.v1.ListTokensResponse
+	29, // 70: imperator.query.v1.Query.RevokeToken:output_type -> imperator.query.v1.RevokeTokenResponse
+	31, // 71: imperator.query.v1.Query.GetVersion:output_type -> imperator.query.v1.GetVersionResponse
+	38, // 72: imperator.query.v1.Query.CreateHold:output_type -> imperator.query.v1.FleetHold
+	38, // 73: imperator.query.v1.Query.GetHold:output_type -> imperator.query.v1.FleetHold
+	36, // 74: imperator.query.v1.Query.ListHolds:output_type -> imperator.query.v1.ListHoldsResponse
+	38, // 75: imperator.query.v1.Query.ReleaseHold:output_type -> imperator.query.v1.FleetHold
+	63, // [63:76] is the sub-list for method output_type
+	50, // [50:63] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_imperator_query_v1_query_proto_init() }
@@ -2494,13 +3215,17 @@ func file_imperator_query_v1_query_proto_init() {
 		(*FindCapacityRequest_MachineType)(nil),
 		(*FindCapacityRequest_Shape)(nil),
 	}
+	file_imperator_query_v1_query_proto_msgTypes[28].OneofWrappers = []any{
+		(*CreateHoldRequest_MachineType)(nil),
+		(*CreateHoldRequest_Shape)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_imperator_query_v1_query_proto_rawDesc), len(file_imperator_query_v1_query_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   28,
+			NumEnums:      5,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

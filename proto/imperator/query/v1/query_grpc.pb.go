@@ -13,8 +13,10 @@
 // certificate's organization decides the role:
 //   imperator.tenzen-y.io:admins  every call, including the token calls;
 //   imperator.tenzen-y.io:viewers the read-only calls;
+//   imperator.tenzen-y.io:holders the read-only calls and the hold calls;
 //   imperator.tenzen-y.io:spokes  (spoke agents) the read-only calls.
-// The token calls answer PermissionDenied to anyone but an admin.
+// The token calls answer PermissionDenied to anyone but an admin; the hold
+// calls to anyone but an admin or a holder.
 //
 // Evolution: fields are only ever added; a removed field's number and name go
 // into `reserved`. Every field is optional (proto3).
@@ -49,6 +51,10 @@ const (
 	Query_ListTokens_FullMethodName   = "/imperator.query.v1.Query/ListTokens"
 	Query_RevokeToken_FullMethodName  = "/imperator.query.v1.Query/RevokeToken"
 	Query_GetVersion_FullMethodName   = "/imperator.query.v1.Query/GetVersion"
+	Query_CreateHold_FullMethodName   = "/imperator.query.v1.Query/CreateHold"
+	Query_GetHold_FullMethodName      = "/imperator.query.v1.Query/GetHold"
+	Query_ListHolds_FullMethodName    = "/imperator.query.v1.Query/ListHolds"
+	Query_ReleaseHold_FullMethodName  = "/imperator.query.v1.Query/ReleaseHold"
 )
 
 // QueryClient is the client API for Query service.
@@ -84,6 +90,22 @@ type QueryClient interface {
 	RevokeToken(ctx context.Context, in *RevokeTokenRequest, opts ...grpc.CallOption) (*RevokeTokenResponse, error)
 	// GetVersion returns the hub's build (imperatorctl version). Viewers and up.
 	GetVersion(ctx context.Context, in *GetVersionRequest, opts ...grpc.CallOption) (*GetVersionResponse, error)
+	// CreateHold books count units of a machine type (or shape) across the
+	// fleet for ttl: the hub picks clusters with FindCapacity's ranking and
+	// asks each chosen spoke to hold its part (a CapacityHold named like the
+	// fleet hold); when any refuses or does not answer in time, it releases
+	// the others and the hold is FAILED with each cluster's reason. The answer
+	// is the FleetHold as it ended (HELD or FAILED). AlreadyExists when a
+	// fleet hold of that name exists; Unavailable when a chosen spoke's
+	// stream is open on another hub replica. Admins and holders.
+	CreateHold(ctx context.Context, in *CreateHoldRequest, opts ...grpc.CallOption) (*FleetHold, error)
+	// GetHold returns one fleet hold; NotFound when there is none. Viewers and up.
+	GetHold(ctx context.Context, in *GetHoldRequest, opts ...grpc.CallOption) (*FleetHold, error)
+	// ListHolds returns every fleet hold, sorted by name. Viewers and up.
+	ListHolds(ctx context.Context, in *ListHoldsRequest, opts ...grpc.CallOption) (*ListHoldsResponse, error)
+	// ReleaseHold releases a fleet hold's units on every cluster (each spoke
+	// deletes its CapacityHold) and marks it RELEASED. Admins and holders.
+	ReleaseHold(ctx context.Context, in *ReleaseHoldRequest, opts ...grpc.CallOption) (*FleetHold, error)
 }
 
 type queryClient struct {
@@ -193,6 +215,46 @@ func (c *queryClient) GetVersion(ctx context.Context, in *GetVersionRequest, opt
 	return out, nil
 }
 
+func (c *queryClient) CreateHold(ctx context.Context, in *CreateHoldRequest, opts ...grpc.CallOption) (*FleetHold, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FleetHold)
+	err := c.cc.Invoke(ctx, Query_CreateHold_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queryClient) GetHold(ctx context.Context, in *GetHoldRequest, opts ...grpc.CallOption) (*FleetHold, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FleetHold)
+	err := c.cc.Invoke(ctx, Query_GetHold_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queryClient) ListHolds(ctx context.Context, in *ListHoldsRequest, opts ...grpc.CallOption) (*ListHoldsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListHoldsResponse)
+	err := c.cc.Invoke(ctx, Query_ListHolds_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queryClient) ReleaseHold(ctx context.Context, in *ReleaseHoldRequest, opts ...grpc.CallOption) (*FleetHold, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FleetHold)
+	err := c.cc.Invoke(ctx, Query_ReleaseHold_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // QueryServer is the server API for Query service.
 // All implementations must embed UnimplementedQueryServer
 // for forward compatibility.
@@ -226,6 +288,22 @@ type QueryServer interface {
 	RevokeToken(context.Context, *RevokeTokenRequest) (*RevokeTokenResponse, error)
 	// GetVersion returns the hub's build (imperatorctl version). Viewers and up.
 	GetVersion(context.Context, *GetVersionRequest) (*GetVersionResponse, error)
+	// CreateHold books count units of a machine type (or shape) across the
+	// fleet for ttl: the hub picks clusters with FindCapacity's ranking and
+	// asks each chosen spoke to hold its part (a CapacityHold named like the
+	// fleet hold); when any refuses or does not answer in time, it releases
+	// the others and the hold is FAILED with each cluster's reason. The answer
+	// is the FleetHold as it ended (HELD or FAILED). AlreadyExists when a
+	// fleet hold of that name exists; Unavailable when a chosen spoke's
+	// stream is open on another hub replica. Admins and holders.
+	CreateHold(context.Context, *CreateHoldRequest) (*FleetHold, error)
+	// GetHold returns one fleet hold; NotFound when there is none. Viewers and up.
+	GetHold(context.Context, *GetHoldRequest) (*FleetHold, error)
+	// ListHolds returns every fleet hold, sorted by name. Viewers and up.
+	ListHolds(context.Context, *ListHoldsRequest) (*ListHoldsResponse, error)
+	// ReleaseHold releases a fleet hold's units on every cluster (each spoke
+	// deletes its CapacityHold) and marks it RELEASED. Admins and holders.
+	ReleaseHold(context.Context, *ReleaseHoldRequest) (*FleetHold, error)
 	mustEmbedUnimplementedQueryServer()
 }
 
@@ -262,6 +340,18 @@ func (UnimplementedQueryServer) RevokeToken(context.Context, *RevokeTokenRequest
 }
 func (UnimplementedQueryServer) GetVersion(context.Context, *GetVersionRequest) (*GetVersionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetVersion not implemented")
+}
+func (UnimplementedQueryServer) CreateHold(context.Context, *CreateHoldRequest) (*FleetHold, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateHold not implemented")
+}
+func (UnimplementedQueryServer) GetHold(context.Context, *GetHoldRequest) (*FleetHold, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetHold not implemented")
+}
+func (UnimplementedQueryServer) ListHolds(context.Context, *ListHoldsRequest) (*ListHoldsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListHolds not implemented")
+}
+func (UnimplementedQueryServer) ReleaseHold(context.Context, *ReleaseHoldRequest) (*FleetHold, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseHold not implemented")
 }
 func (UnimplementedQueryServer) mustEmbedUnimplementedQueryServer() {}
 func (UnimplementedQueryServer) testEmbeddedByValue()               {}
@@ -439,6 +529,78 @@ func _Query_GetVersion_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Query_CreateHold_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateHoldRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServer).CreateHold(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Query_CreateHold_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServer).CreateHold(ctx, req.(*CreateHoldRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Query_GetHold_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetHoldRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServer).GetHold(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Query_GetHold_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServer).GetHold(ctx, req.(*GetHoldRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Query_ListHolds_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListHoldsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServer).ListHolds(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Query_ListHolds_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServer).ListHolds(ctx, req.(*ListHoldsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Query_ReleaseHold_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseHoldRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServer).ReleaseHold(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Query_ReleaseHold_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServer).ReleaseHold(ctx, req.(*ReleaseHoldRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Query_ServiceDesc is the grpc.ServiceDesc for Query service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -477,6 +639,22 @@ var Query_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetVersion",
 			Handler:    _Query_GetVersion_Handler,
+		},
+		{
+			MethodName: "CreateHold",
+			Handler:    _Query_CreateHold_Handler,
+		},
+		{
+			MethodName: "GetHold",
+			Handler:    _Query_GetHold_Handler,
+		},
+		{
+			MethodName: "ListHolds",
+			Handler:    _Query_ListHolds_Handler,
+		},
+		{
+			MethodName: "ReleaseHold",
+			Handler:    _Query_ReleaseHold_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,298 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
+)
+
+const (
+	phasePrefix  = "FLEET_HOLD_PHASE_"
+	resultPrefix = "HOLD_RESULT_"
+	// holdCallTimeout is the least deadline of create and release, which
+	// wait for every chosen spoke (the hub's --hold-deadline, 10 s).
+	holdCallTimeout = 40 * time.Second
+)
+
+var holdColumns = []column{
+	{name: "NAME"}, {name: "PHASE"}, {name: "COUNT"}, {name: "CLUSTERS"}, {name: "VALID-UNTIL"},
+	{name: "TARGET", wide: true}, {name: "CREATOR", wide: true}, {name: "MESSAGE", wide: true},
+}
+
+func (p *printer) holdRow(t *table, h *queryv1.FleetHold) {
+	var parts []string
+	for _, cl := range h.GetClusters() {
+		parts = append(parts, fmt.Sprintf("%s:%d", cl.GetCluster(), cl.GetCount()))
+	}
+	target := describeShape(h.GetShape())
+	if ref := h.GetMachineType(); ref != nil {
+		target = ref.GetType()
+		if ref.GetGroup() != "" {
+			target = ref.GetGroup() + "/" + target
+		}
+	}
+	t.add(h.GetName(), enumName(h.GetPhase().String(), phasePrefix), itoa(h.GetCount()), strings.Join(parts, ","),
+		h.GetValidUntil().AsTime().UTC().Format(time.RFC3339), target, h.GetCreator(), h.GetMessage())
+}
+
+// holdDetail prints one hold: its parts and the labels its guests carry.
+func (p *printer) holdDetail(h *queryv1.FleetHold) error {
+	t := &table{columns: holdColumns}
+	p.holdRow(t, h)
+	if err := p.table(t, true); err != nil {
+		return err
+	}
+	if h.GetMessage() != "" {
+		fmt.Fprintf(p.out, "\n%s\n", h.GetMessage())
+	}
+	if len(h.GetClusters()) == 0 {
+		return nil
+	}
+	fmt.Fprintln(p.out)
+	parts := &table{columns: []column{{name: "CLUSTER"}, {name: "GROUP"}, {name: "TYPE"}, {name: "UNITS"}, {name: "HELD"}, {name: "RESULT"}, {name: "REASON"}, {name: "MESSAGE"}}}
+	for _, cl := range h.GetClusters() {
+		parts.add(cl.GetCluster(), cl.GetGroup(), cl.GetType(), itoa(cl.GetCount()), itoa(cl.GetHeld()),
+			enumName(cl.GetResult().String(), resultPrefix), cl.GetReason(), cl.GetMessage())
+	}
+	if err := p.table(parts, true); err != nil {
+		return err
+	}
+	if h.GetPhase() != queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_HELD {
+		return nil
+	}
+	fmt.Fprintln(p.out)
+	keys := make([]string, 0, len(h.GetGuestLabels()))
+	for k := range h.GetGuestLabels() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, cl := range h.GetClusters() {
+		fmt.Fprintf(p.out, "Guests on cluster %s carry the labels:\n", cl.GetCluster())
+		labels := map[string]string{imperatorv1alpha1.MachineGroupKey: cl.GetGroup(), imperatorv1alpha1.MachineTypeKey: cl.GetType()}
+		for _, k := range keys {
+			labels[k] = h.GetGuestLabels()[k]
+		}
+		all := make([]string, 0, len(labels))
+		for k := range labels {
+			all = append(all, k)
+		}
+		sort.Strings(all)
+		for _, k := range all {
+			fmt.Fprintf(p.out, "  %s: %s\n", k, labels[k])
+		}
+	}
+	return nil
+}
+
+// holdCall returns a context with the deadline of a call that waits for
+// the spokes: --timeout, at least holdCallTimeout.
+func (c *command) holdCall() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.ctx, max(c.g.timeout, holdCallTimeout))
+}
+
+func (p *program) holdCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "hold",
+		Short: "Book units across the fleet for a while (fleet holds): create, list, get, release",
+		Long: `A fleet hold books --count units of a machine type (or of a shape) for --ttl.
+The hub picks clusters as capacity does and asks each chosen spoke to hold
+its part; when one cannot, none holds anything and the hold is Failed with
+each cluster's reason. Guests carrying the label imperator.tenzen-y.io/hold
+with the hold's name (and the usual three labels) take the held units ahead
+of everyone else's queue. Units nobody claimed go back at the end of --ttl.`,
+		RunE: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fail(ExitUsage, "unknown hold command %q: want create, list, get or release", args[0])
+			}
+			return fail(ExitUsage, "usage: imperatorctl hold create|list|get|release")
+		},
+	}
+	cmd.AddCommand(p.holdCreateCommand(), p.holdListCommand(), p.holdGetCommand(), p.holdReleaseCommand())
+	return cmd
+}
+
+func (p *program) holdCreateCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "create NAME (TYPE | GROUP/TYPE | --gpu N [--gpu-product P] [--gpu-family F] [--cpu Q] [--memory Q]) --count N [--same-cluster] --ttl D",
+		Short: "Hold units across the fleet; prints the clusters, the units and the labels guests must carry",
+		Example: `  imperatorctl hold create train-42 compute-xlarge --count 4 --same-cluster --ttl 15m
+  imperatorctl hold create h100-run --gpu 8 --gpu-product NVIDIA-H100-80GB-HBM3 --count 2 --ttl 1h`,
+	}
+	fs := cmd.Flags()
+	var (
+		count       int
+		sameCluster bool
+		ttl         time.Duration
+		shape       queryv1.ResourceShape
+		gpus        int
+		namespaces  []string
+	)
+	fs.IntVar(&count, "count", 1, "Number of units to hold (1 to 10000).")
+	fs.BoolVar(&sameCluster, "same-cluster", false, "All units in one cluster (default: spread over the fewest clusters).")
+	fs.DurationVar(&ttl, "ttl", 15*time.Minute, "How long unclaimed units stay held (1m to 168h).")
+	fs.IntVar(&gpus, "gpu", 0, "Shape: GPUs per unit.")
+	fs.StringVar(&shape.GpuProduct, "gpu-product", "", "Shape: GPU product (nvidia.com/gpu.product).")
+	fs.StringVar(&shape.GpuFamily, "gpu-family", "", "Shape: GPU family (nvidia.com/gpu.family).")
+	fs.StringVar(&shape.Cpu, "cpu", "", "Shape: CPU per unit, a quantity (8, 500m).")
+	fs.StringVar(&shape.Memory, "memory", "", "Shape: memory per unit, a quantity (32Gi).")
+	fs.StringSliceVar(&namespaces, "namespace", nil, "Only guests of these namespaces may claim the units (repeatable).")
+	req := &queryv1.CreateHoldRequest{}
+	return p.leaf(cmd, subcommand{
+		validate: func(c *command) error {
+			hasShape := gpus != 0 || shape.GpuProduct != "" || shape.GpuFamily != "" || shape.Cpu != "" || shape.Memory != ""
+			switch {
+			case len(c.args) == 0:
+				return fail(ExitUsage, "hold create: give the hold's name, then a machine type or a shape")
+			case len(c.args) > 2:
+				return fail(ExitUsage, "hold create takes a name and one machine type, got %q", c.args)
+			case len(c.args) == 2 && hasShape:
+				return fail(ExitUsage, "hold create: give a machine type or a shape (--gpu, --cpu, ...), not both")
+			case len(c.args) == 1 && !hasShape:
+				return fail(ExitUsage, "hold create: give a machine type (TYPE or GROUP/TYPE) or a shape (--gpu N, --gpu-product P, --cpu Q, --memory Q)")
+			case count < 1 || count > 10000:
+				return fail(ExitUsage, "--count %d: want 1 to 10000", count)
+			case ttl < time.Minute || ttl > 7*24*time.Hour:
+				return fail(ExitUsage, "--ttl %s: want 1m to 168h", ttl)
+			case gpus < 0 || gpus > 1024:
+				return fail(ExitUsage, "--gpu %d: want 0 to 1024", gpus)
+			}
+			if msgs := validation.IsDNS1123Label(c.args[0]); len(msgs) > 0 {
+				return fail(ExitUsage, "hold name %q: %s", c.args[0], strings.Join(msgs, "; "))
+			}
+			req.Name, req.Count, req.Ttl, req.Namespaces = c.args[0], int32(count), durationpb.New(ttl), namespaces
+			req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SPREAD
+			if sameCluster {
+				req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SAME_CLUSTER
+			}
+			if len(c.args) == 2 {
+				ref := &queryv1.MachineTypeRef{Type: c.args[1]}
+				if group, typ, ok := strings.Cut(c.args[1], "/"); ok {
+					ref.Group, ref.Type = group, typ
+				}
+				if msgs := validation.IsDNS1123Label(ref.Type); len(msgs) > 0 {
+					return fail(ExitUsage, "machine type %q: %s", ref.Type, strings.Join(msgs, "; "))
+				}
+				req.Target = &queryv1.CreateHoldRequest_MachineType{MachineType: ref}
+				return nil
+			}
+			for flagName, q := range map[string]string{"--cpu": shape.Cpu, "--memory": shape.Memory} {
+				if _, err := resource.ParseQuantity(q); q != "" && err != nil {
+					return fail(ExitUsage, "%s %q: not a quantity (e.g. 8, 500m, 32Gi)", flagName, q)
+				}
+			}
+			shape.GpuCount = int32(gpus)
+			req.Target = &queryv1.CreateHoldRequest_Shape{Shape: &shape}
+			return nil
+		},
+		run: func(c *command) error {
+			ctx, cancel := c.holdCall()
+			defer cancel()
+			h, err := c.client.CreateHold(ctx, req)
+			if status.Code(err) == codes.FailedPrecondition {
+				return fail(ExitFailure, "hold %s does not fit: %s", req.GetName(), status.Convert(err).Message())
+			}
+			if err != nil {
+				return c.callError(err)
+			}
+			if c.printer.structured() {
+				if err := c.printer.message(h); err != nil {
+					return err
+				}
+			} else if err := c.printer.holdDetail(h); err != nil {
+				return err
+			}
+			if h.GetPhase() != queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_HELD {
+				return fail(ExitFailure, "hold %s failed: %s", h.GetName(), h.GetMessage())
+			}
+			return nil
+		},
+	})
+}
+
+func (p *program) holdListCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "list", Short: "List the fleet holds", Args: cobra.NoArgs}
+	return p.leaf(cmd, subcommand{
+		run: func(c *command) error {
+			ctx, cancel := c.unary()
+			defer cancel()
+			resp, err := c.client.ListHolds(ctx, &queryv1.ListHoldsRequest{})
+			if err != nil {
+				return c.callError(err)
+			}
+			if c.printer.structured() {
+				return c.printer.message(resp)
+			}
+			t := &table{columns: holdColumns}
+			for _, h := range resp.GetHolds() {
+				c.printer.holdRow(t, h)
+			}
+			return c.printer.table(t, true)
+		},
+	})
+}
+
+func oneHoldName(c *command) error {
+	if len(c.args) != 1 {
+		return fail(ExitUsage, "usage: %s NAME", c.name)
+	}
+	if msgs := validation.IsDNS1123Label(c.args[0]); len(msgs) > 0 {
+		return fail(ExitUsage, "hold name %q: %s", c.args[0], strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+func (p *program) holdGetCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "get NAME", Short: "Show one fleet hold: its clusters, units and the labels guests carry"}
+	return p.leaf(cmd, subcommand{
+		validate: oneHoldName,
+		run: func(c *command) error {
+			ctx, cancel := c.unary()
+			defer cancel()
+			h, err := c.client.GetHold(ctx, &queryv1.GetHoldRequest{Name: c.args[0]})
+			if status.Code(err) == codes.NotFound {
+				return fail(ExitFailure, "%s", status.Convert(err).Message())
+			}
+			if err != nil {
+				return c.callError(err)
+			}
+			if c.printer.structured() {
+				return c.printer.message(h)
+			}
+			return c.printer.holdDetail(h)
+		},
+	})
+}
+
+func (p *program) holdReleaseCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "release NAME", Short: "Release a fleet hold: every cluster gives its units back now"}
+	return p.leaf(cmd, subcommand{
+		validate: oneHoldName,
+		run: func(c *command) error {
+			ctx, cancel := c.holdCall()
+			defer cancel()
+			h, err := c.client.ReleaseHold(ctx, &queryv1.ReleaseHoldRequest{Name: c.args[0]})
+			if status.Code(err) == codes.NotFound {
+				return fail(ExitFailure, "%s", status.Convert(err).Message())
+			}
+			if err != nil {
+				return c.callError(err)
+			}
+			if c.printer.structured() {
+				return c.printer.message(h)
+			}
+			return c.printer.holdDetail(h)
+		},
+	})
+}

@@ -1,0 +1,185 @@
+package reporter
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+)
+
+// The hub's fleet holds: on a HoldRequest the reporter creates (or deletes)
+// the CapacityHold named after the fleet hold and answers once the Machine
+// controller said Provisioned or Failed, by the request's deadline.
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=capacityholds,verbs=get;create;delete
+
+// holdCapability is the Hello capability that tells the hub this agent
+// answers HoldRequests (the hub's server.HoldCapability).
+const holdCapability = "holds"
+
+// Bounds of a HoldRequest's handling.
+const (
+	// holdPoll is how often the CapacityHold's status is read while waiting.
+	holdPoll = 100 * time.Millisecond
+	// holdAnswerMargin is taken off the hub's deadline so that the answer
+	// reaches the hub before it stops waiting.
+	holdAnswerMargin = 500 * time.Millisecond
+	// defaultHoldWait bounds the wait when the request has no deadline, and
+	// maxHoldWait whatever it says.
+	defaultHoldWait = 10 * time.Second
+	maxHoldWait     = time.Minute
+	// maxHoldCount is the CapacityHold CRD's bound of spec.count.
+	maxHoldCount = 10000
+)
+
+// Reasons of refusals decided by the reporter rather than the CapacityHold.
+const (
+	holdReasonInvalidRequest = "InvalidRequest"
+	holdReasonNameTaken      = "NameTaken"
+	holdReasonAPIError       = "APIError"
+	holdReasonNotProvisioned = "NotProvisionedInTime"
+)
+
+// holds carries out HoldRequests against the cluster's API server.
+type holds struct {
+	client client.Client
+	now    func() time.Time
+}
+
+// answer carries out req and says how it went; it never takes longer than
+// the request's deadline (less holdAnswerMargin).
+func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *federationv1.HoldResponse {
+	resp := &federationv1.HoldResponse{RequestId: req.GetRequestId()}
+	refuse := func(reason, format string, args ...any) *federationv1.HoldResponse {
+		resp.Result, resp.Reason, resp.Message = federationv1.HoldResult_HOLD_RESULT_REFUSED, reason, fmt.Sprintf(format, args...)
+		return resp
+	}
+	if err := validateHoldRequest(req, h.now()); err != nil {
+		return refuse(holdReasonInvalidRequest, "%v", err)
+	}
+	wait := defaultHoldWait
+	if d := req.GetDeadline(); d != nil {
+		wait = d.AsTime().Sub(h.now()) - holdAnswerMargin
+	}
+	wait = min(wait, maxHoldWait)
+	ctx, cancel := context.WithTimeout(ctx, max(wait, 0))
+	defer cancel()
+
+	if req.GetRelease() {
+		return h.release(ctx, req, resp)
+	}
+	hold := &imperatorv1alpha1.CapacityHold{}
+	err := h.client.Get(ctx, client.ObjectKey{Name: req.GetName()}, hold)
+	switch {
+	case apierrors.IsNotFound(err):
+		hold = &imperatorv1alpha1.CapacityHold{
+			ObjectMeta: metav1.ObjectMeta{Name: req.GetName()},
+			Spec: imperatorv1alpha1.CapacityHoldSpec{
+				MachineGroup: req.GetGroup(), MachineType: req.GetType(), Count: req.GetCount(),
+				ValidUntil: metav1.NewTime(req.GetValidUntil().AsTime()), FleetHold: req.GetFleetHold(),
+			},
+		}
+		if err := h.client.Create(ctx, hold); err != nil {
+			return refuse(holdReasonAPIError, "creating CapacityHold %q: %v", req.GetName(), err)
+		}
+	case err != nil:
+		return refuse(holdReasonAPIError, "reading CapacityHold %q: %v", req.GetName(), err)
+	case hold.Spec.FleetHold != req.GetFleetHold() || hold.Spec.MachineGroup != req.GetGroup() || hold.Spec.MachineType != req.GetType() || hold.Spec.Count != req.GetCount():
+		return refuse(holdReasonNameTaken, "a CapacityHold %q of another booking exists in the cluster (fleet hold %q, %d of %s/%s)",
+			hold.Name, hold.Spec.FleetHold, hold.Spec.Count, hold.Spec.MachineGroup, hold.Spec.MachineType)
+	}
+	// Wait for the Machine controller's verdict.
+	ticker := time.NewTicker(holdPoll)
+	defer ticker.Stop()
+	for {
+		if err := h.client.Get(ctx, client.ObjectKeyFromObject(hold), hold); err == nil {
+			if c := meta.FindStatusCondition(hold.Status.Conditions, imperatorv1alpha1.HoldConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
+				h.remove(hold)
+				return refuse(c.Reason, "%s", c.Message)
+			}
+			if meta.IsStatusConditionTrue(hold.Status.Conditions, imperatorv1alpha1.HoldConditionProvisioned) {
+				resp.Result, resp.Held = federationv1.HoldResult_HOLD_RESULT_HELD, hold.Status.Held+hold.Status.Claimed
+				return resp
+			}
+		}
+		select {
+		case <-ctx.Done():
+			// Not held in time: give the units back, so that nothing is
+			// left held of a fleet hold the hub fails.
+			h.remove(hold)
+			resp.Result, resp.Reason = federationv1.HoldResult_HOLD_RESULT_TIMED_OUT, holdReasonNotProvisioned
+			resp.Message = fmt.Sprintf("CapacityHold %q was not Provisioned within %s; deleted it", hold.Name, wait.Round(time.Millisecond))
+			if c := meta.FindStatusCondition(hold.Status.Conditions, imperatorv1alpha1.HoldConditionProvisioned); c != nil && c.Message != "" {
+				resp.Message += ": " + c.Message
+			}
+			return resp
+		case <-ticker.C:
+		}
+	}
+}
+
+// release deletes the fleet hold's CapacityHold; one of another booking is
+// left alone.
+func (h holds) release(ctx context.Context, req *federationv1.HoldRequest, resp *federationv1.HoldResponse) *federationv1.HoldResponse {
+	hold := &imperatorv1alpha1.CapacityHold{}
+	err := h.client.Get(ctx, client.ObjectKey{Name: req.GetName()}, hold)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		resp.Result, resp.Reason, resp.Message = federationv1.HoldResult_HOLD_RESULT_REFUSED, holdReasonAPIError, fmt.Sprintf("reading CapacityHold %q: %v", req.GetName(), err)
+		return resp
+	case hold.Spec.FleetHold != req.GetFleetHold():
+		resp.Result, resp.Reason = federationv1.HoldResult_HOLD_RESULT_REFUSED, holdReasonNameTaken
+		resp.Message = fmt.Sprintf("CapacityHold %q belongs to another booking (fleet hold %q); left alone", hold.Name, hold.Spec.FleetHold)
+		return resp
+	default:
+		if err := h.client.Delete(ctx, hold, client.Preconditions{UID: &hold.UID}); err != nil && !apierrors.IsNotFound(err) {
+			resp.Result, resp.Reason, resp.Message = federationv1.HoldResult_HOLD_RESULT_REFUSED, holdReasonAPIError, fmt.Sprintf("deleting CapacityHold %q: %v", hold.Name, err)
+			return resp
+		}
+	}
+	resp.Result = federationv1.HoldResult_HOLD_RESULT_RELEASED
+	return resp
+}
+
+// remove deletes a hold that failed or came too late, with a short
+// deadline of its own (the request's may be over).
+func (h holds) remove(hold *imperatorv1alpha1.CapacityHold) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = h.client.Delete(ctx, hold, client.Preconditions{UID: &hold.UID})
+}
+
+// validateHoldRequest checks a HoldRequest against the CapacityHold's
+// bounds; the error names the field.
+func validateHoldRequest(req *federationv1.HoldRequest, now time.Time) error {
+	if msgs := validation.IsDNS1123Label(req.GetName()); len(msgs) > 0 {
+		return fmt.Errorf("name %q: %s", req.GetName(), strings.Join(msgs, "; "))
+	}
+	if req.GetRelease() {
+		return nil
+	}
+	for _, f := range []struct{ field, value string }{{"group", req.GetGroup()}, {"type", req.GetType()}} {
+		if msgs := validation.IsDNS1123Label(f.value); len(msgs) > 0 {
+			return fmt.Errorf("%s %q: %s", f.field, f.value, strings.Join(msgs, "; "))
+		}
+	}
+	if req.GetCount() < 1 || req.GetCount() > maxHoldCount {
+		return fmt.Errorf("count %d: want 1 to %d", req.GetCount(), maxHoldCount)
+	}
+	if req.GetValidUntil() == nil || !req.GetValidUntil().AsTime().After(now) {
+		return fmt.Errorf("valid_until %v: must be in the future", req.GetValidUntil().AsTime())
+	}
+	if len(req.GetFleetHold()) > 253 {
+		return fmt.Errorf("fleet_hold: longer than 253 characters")
+	}
+	return nil
+}

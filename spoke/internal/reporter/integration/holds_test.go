@@ -1,0 +1,146 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/types/known/durationpb"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/hub/hubtest"
+	"github.com/imperator-federation/imperator/internal/identity"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
+)
+
+// setFree writes status.availableMachines of general-machine so that
+// compute-medium has free units, as the Machine controller would.
+func setFree(ctx context.Context, s *spoke, free int32) {
+	GinkgoHelper()
+	var m imperatorv1alpha1.Machine
+	Expect(s.client.Get(ctx, client.ObjectKey{Name: machineName}, &m)).To(Succeed())
+	patch := client.MergeFrom(m.DeepCopy())
+	m.Status.AvailableMachines = []imperatorv1alpha1.AvailableMachine{{
+		Name: "compute-medium", Usage: imperatorv1alpha1.Usage{Maximum: 4, Reserved: free},
+	}}
+	Expect(s.client.Status().Patch(ctx, &m, patch)).To(Succeed())
+}
+
+// decide plays the spoke's Machine controller for the CapacityHold name:
+// once it exists, its status says Provisioned (or Failed with reason).
+func decide(ctx context.Context, s *spoke, name, failReason string) {
+	defer GinkgoRecover()
+	var hold imperatorv1alpha1.CapacityHold
+	Eventually(func() error { return s.client.Get(ctx, client.ObjectKey{Name: name}, &hold) }, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+	patch := client.MergeFrom(hold.DeepCopy())
+	cond := metav1.Condition{Type: imperatorv1alpha1.HoldConditionProvisioned, Status: metav1.ConditionTrue, Reason: imperatorv1alpha1.HoldReasonUnitsHeld, Message: "all units held"}
+	hold.Status.Held = hold.Spec.Count
+	if failReason != "" {
+		cond = metav1.Condition{Type: imperatorv1alpha1.HoldConditionFailed, Status: metav1.ConditionTrue, Reason: failReason, Message: "4 free, 5 wanted"}
+		hold.Status.Held = 0
+	}
+	meta.SetStatusCondition(&hold.Status.Conditions, cond)
+	Expect(s.client.Status().Patch(ctx, &hold, patch)).To(Succeed())
+}
+
+var _ = Describe("Fleet holds through the reporters", Ordered, func() {
+	var holder queryv1.QueryClient
+
+	BeforeAll(func(ctx context.Context) {
+		cert, err := hubtest.ClientCertificate(ctx, hubServer.client, agentNamespace, "trainer", "holder")
+		Expect(err).NotTo(HaveOccurred())
+		caPEM, err := os.ReadFile(spokes["alpha"].caFile)
+		Expect(err).NotTo(HaveOccurred())
+		cfg, err := identity.ClientTLS(caPEM, &cert, "127.0.0.1")
+		Expect(err).NotTo(HaveOccurred())
+		conn, err := grpc.NewClient(hubAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(conn.Close)
+		holder = queryv1.NewQueryClient(conn)
+
+		setFree(ctx, spokes["alpha"], 4)
+		setFree(ctx, spokes["beta"], 1)
+		DeferCleanup(func(ctx context.Context) {
+			for _, s := range spokes {
+				var m imperatorv1alpha1.Machine
+				Expect(s.client.Get(ctx, client.ObjectKey{Name: machineName}, &m)).To(Succeed())
+				patch := client.MergeFrom(m.DeepCopy())
+				m.Status.AvailableMachines = nil
+				Expect(s.client.Status().Patch(ctx, &m, patch)).To(Succeed())
+			}
+		})
+		Eventually(func(g Gomega) {
+			resp, err := holder.FindCapacity(ctx, &queryv1.FindCapacityRequest{
+				Target: &queryv1.FindCapacityRequest_MachineType{MachineType: &queryv1.MachineTypeRef{Type: "compute-medium"}},
+				Count:  5, Mode: queryv1.CapacityMode_CAPACITY_MODE_SPREAD,
+			})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(resp.GetSatisfiable()).To(BeTrue())
+		}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	})
+
+	hold := func(name string, count int32) *queryv1.CreateHoldRequest {
+		return &queryv1.CreateHoldRequest{
+			Name:   name,
+			Target: &queryv1.CreateHoldRequest_MachineType{MachineType: &queryv1.MachineTypeRef{Type: "compute-medium"}},
+			Count:  count, Mode: queryv1.CapacityMode_CAPACITY_MODE_SPREAD, Ttl: durationpb.New(10 * time.Minute),
+		}
+	}
+
+	It("creates a CapacityHold on each chosen spoke and answers Held once they are Provisioned", func(ctx context.Context) {
+		go decide(ctx, spokes["alpha"], "train-5", "")
+		go decide(ctx, spokes["beta"], "train-5", "")
+		fh, err := holder.CreateHold(ctx, hold("train-5", 5))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(fh.GetPhase()).To(Equal(queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_HELD), fh.GetMessage())
+		got := map[string]int32{}
+		for _, cl := range fh.GetClusters() {
+			got[cl.GetCluster()] = cl.GetHeld()
+			Expect(cl.GetResult()).To(Equal(federationv1.HoldResult_HOLD_RESULT_HELD))
+		}
+		Expect(got).To(Equal(map[string]int32{"alpha": 4, "beta": 1}))
+
+		var onAlpha imperatorv1alpha1.CapacityHold
+		Expect(spokes["alpha"].client.Get(ctx, client.ObjectKey{Name: "train-5"}, &onAlpha)).To(Succeed())
+		Expect(onAlpha.Spec.MachineGroup).To(Equal("general-machine"))
+		Expect(onAlpha.Spec.MachineType).To(Equal("compute-medium"))
+		Expect(onAlpha.Spec.Count).To(BeEquivalentTo(4))
+		Expect(onAlpha.Spec.FleetHold).To(Equal(agentNamespace + "/train-5"))
+		Expect(onAlpha.Spec.ValidUntil.Time).To(BeTemporally("~", time.Now().Add(10*time.Minute), time.Minute))
+
+		released, err := holder.ReleaseHold(ctx, &queryv1.ReleaseHoldRequest{Name: "train-5"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(released.GetPhase()).To(Equal(queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_RELEASED))
+		for _, name := range []string{"alpha", "beta"} {
+			err := spokes[name].client.Get(ctx, client.ObjectKey{Name: "train-5"}, &imperatorv1alpha1.CapacityHold{})
+			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the release deleted the CapacityHold on %s: %v", name, err)
+		}
+	})
+
+	It("fails with the spoke's reason when its CapacityHold fails, and leaves no CapacityHold behind", func(ctx context.Context) {
+		go decide(ctx, spokes["alpha"], "train-4", imperatorv1alpha1.HoldReasonNotEnoughFreeUnits)
+		fh, err := holder.CreateHold(ctx, &queryv1.CreateHoldRequest{
+			Name:   "train-4",
+			Target: &queryv1.CreateHoldRequest_MachineType{MachineType: &queryv1.MachineTypeRef{Type: "compute-medium"}},
+			Count:  4, Mode: queryv1.CapacityMode_CAPACITY_MODE_SAME_CLUSTER, Ttl: durationpb.New(10 * time.Minute),
+		})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(fh.GetPhase()).To(Equal(queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_FAILED))
+		Expect(fh.GetClusters()).To(HaveLen(1))
+		Expect(fh.GetClusters()[0].GetReason()).To(Equal(imperatorv1alpha1.HoldReasonNotEnoughFreeUnits))
+		Expect(fh.GetMessage()).To(ContainSubstring("4 free, 5 wanted"))
+		Eventually(func() bool {
+			err := spokes["alpha"].client.Get(ctx, client.ObjectKey{Name: "train-4"}, &imperatorv1alpha1.CapacityHold{})
+			return apierrors.IsNotFound(err)
+		}, 5*time.Second, 50*time.Millisecond).Should(BeTrue(), "a failed CapacityHold is deleted")
+	})
+})
