@@ -104,7 +104,6 @@ var _ = Describe("Fleet holds", Ordered, func() {
 		h              *hubtest.Hub
 		gamma, delta   *holdingSpoke
 		holder, viewer queryv1.QueryClient
-		holderCert     tls.Certificate
 	)
 
 	BeforeAll(func(ctx context.Context) {
@@ -127,8 +126,7 @@ var _ = Describe("Fleet holds", Ordered, func() {
 			Expect(err).NotTo(HaveOccurred())
 			return cert
 		}
-		holderCert = issue("trainer", query.HolderOrganization)
-		holder = queryClient(h.Address(), holderCert)
+		holder = queryClient(h.Address(), issue("trainer", query.HolderOrganization))
 		viewer = queryClient(h.Address(), issue("watcher", query.ViewerOrganization))
 
 		// gamma: 4 free units of hold-xlarge; delta: 3.
@@ -243,14 +241,16 @@ var _ = Describe("Fleet holds", Ordered, func() {
 		Expect(gamma.start(holdMachine("team-g", 4, 4))).To(Succeed())
 		Expect(delta.stop()).To(Succeed())
 		Expect(delta.start(holdMachine("team-d", 3, 2))).To(Succeed())
-		again := queryClient(addr, holderCert)
-		list, err := again.ListHolds(ctx, &queryv1.ListHoldsRequest{})
-		Expect(err).NotTo(HaveOccurred())
+		// The suite's clients reconnect to the same address.
+		var list *queryv1.ListHoldsResponse
+		Eventually(func() error {
+			var err error
+			list, err = holder.ListHolds(ctx, &queryv1.ListHoldsRequest{})
+			return err
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 		Expect(list.GetHolds()).To(HaveLen(1))
 		Expect(list.GetHolds()[0].GetName()).To(Equal("train-6"))
 		Expect(list.GetHolds()[0].GetPhase()).To(Equal(queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_HELD))
-		holder = again
-		viewer = again
 		// The spokes reconnect to the restarted hub.
 		Eventually(func(g Gomega) {
 			for _, name := range []string{"gamma", "delta"} {
