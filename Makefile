@@ -111,9 +111,10 @@ vet: ## Run go vet on every package.
 	$(GO) vet ./...
 
 .PHONY: test
-test: k8s-bin vet ## Vet, unit tests with -race, integration suites against real control planes.
+test: k8s-bin vet ## Vet, unit tests with -race, integration suites against real control planes, the alerting rules and dashboard.
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 	$(GO) test -count=1 -timeout 30m $(INTEGRATION_PKGS)
+	cd deploy/monitoring && $(GO) test -count=1 ./... # alerts and dashboard: a module of its own (prometheus/prometheus)
 
 .PHONY: fresh-cache-check
 fresh-cache-check: ## Run TARGETS (default: test) with an empty tool cache, as on a new machine (control plane linked in).
