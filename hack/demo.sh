@@ -56,6 +56,17 @@ step "imperatorctl capacity compute-xlarge --count 2 --same-cluster"
 step "imperatorctl token list (the tokens the spokes joined with; hub token list shows the same)"
 "$ctl" token list
 
+# name and metricsURL of the hub and each spoke, from .fleet/fleet.json.
+metrics_urls() {
+  grep -o '"\(name\|metricsURL\)": *"[^"]*"' "$dir/fleet.json" | sed 's/.*: *"\(.*\)"$/\1/' | paste -d' ' - -
+}
+step "Metrics endpoints (Prometheus text format; alerts and dashboard: deploy/monitoring, README \"Observe the fleet\")"
+metrics_urls | while read -r name url; do printf '  %-8s %s\n' "$name" "$url"; done
+if command -v curl >/dev/null; then
+  hub_metrics=$(metrics_urls | awk 'NR==1 {print $2}')
+  curl -fsS "$hub_metrics" | grep -E '^imperator_hub_cluster_(state|units)\{' | grep -E 'state="(Available|used|free)"' || true
+fi
+
 cat <<MSG
 
 The fleet keeps running. Explore it:
@@ -66,5 +77,6 @@ The fleet keeps running. Explore it:
   bin/imperatorctl capacity --gpu 8 --gpu-product NVIDIA-H100-80GB-HBM3 --count 1
   $kubectl --kubeconfig $dir/spoke-a/kubeconfig scale deployment/guest-deployment -n team-a --replicas=3
   $kubectl --kubeconfig $dir/hub/kubeconfig get managedclusters,clusterinventories,addonplacementscores -A
+  curl -s $(metrics_urls | awk 'NR==1 {print $2}') | grep ^imperator_hub_     # the hub's metrics
 Stop it with: make down
 MSG

@@ -181,16 +181,20 @@ type ClusterDescription struct {
 	Name       string `json:"name"`
 	Kubeconfig string `json:"kubeconfig"`
 	APIServer  string `json:"apiServer"`
+	// MetricsURL is the Prometheus endpoint of the cluster's hub or agent.
+	MetricsURL string `json:"metricsURL,omitempty"`
 }
 
 // Describe returns the fleet's Description.
 func (f *Fleet) Describe() Description {
 	d := Description{Hub: describe(f.Hub)}
+	d.Hub.MetricsURL = f.HubMetricsURL()
 	if addr := f.HubAddress(); addr != "" {
 		d.HubAddress, d.HubCAFile, d.ImperatorctlConfig = addr, f.HubCAFile(), f.ImperatorctlConfig()
 	}
 	for _, name := range f.names {
 		d.Spokes = append(d.Spokes, describe(f.Spokes[name]))
+		d.Spokes[len(d.Spokes)-1].MetricsURL = f.AgentMetricsURL(name)
 	}
 	return d
 }

@@ -30,9 +30,10 @@ const startTimeout = 2 * time.Minute
 
 // hubProcess is the running hub and where it listens.
 type hubProcess struct {
-	proc       *harness.Process
-	grpcPort   int
-	healthPort int
+	proc        *harness.Process
+	grpcPort    int
+	healthPort  int
+	metricsPort int
 }
 
 // agentProcess is a running spoke agent and where it listens.
@@ -40,6 +41,7 @@ type agentProcess struct {
 	proc        *harness.Process
 	webhookPort int
 	healthPort  int
+	metricsPort int
 }
 
 // installImperator installs the CRDs of each side, the agents' namespace and
@@ -170,7 +172,7 @@ func (f *Fleet) StartHub(ctx context.Context) error {
 		return err
 	}
 	h.healthPort = ports[0]
-	metricsPort := ports[1]
+	h.metricsPort = ports[1]
 	if h.grpcPort == 0 {
 		// A restarted hub keeps its address: the agents dial it.
 		h.grpcPort = ports[2]
@@ -181,7 +183,7 @@ func (f *Fleet) StartHub(ctx context.Context) error {
 		"--listen-address", "127.0.0.1:" + strconv.Itoa(h.grpcPort),
 		"--serving-hosts", "127.0.0.1,localhost",
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(h.healthPort),
-		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metricsPort),
+		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(h.metricsPort),
 		"--grace-period", f.opts.GracePeriod.String(),
 	}
 	args = append(args, f.opts.HubArgs...)
@@ -196,6 +198,29 @@ func (f *Fleet) StartHub(ctx context.Context) error {
 	f.hub = h
 	return nil
 }
+
+// HubMetricsURL is the hub's Prometheus endpoint; empty before it started.
+func (f *Fleet) HubMetricsURL() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hub == nil {
+		return ""
+	}
+	return metricsURL(f.hub.metricsPort)
+}
+
+// AgentMetricsURL is the Prometheus endpoint of spoke's agent; empty before
+// it started.
+func (f *Fleet) AgentMetricsURL(spoke string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if a := f.agents[spoke]; a != nil {
+		return metricsURL(a.metricsPort)
+	}
+	return ""
+}
+
+func metricsURL(port int) string { return "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics" }
 
 // StopHub stops the hub process; the clusters keep running.
 func (f *Fleet) StopHub() error {
@@ -228,7 +253,7 @@ func (f *Fleet) StartAgent(ctx context.Context, spoke string) error {
 	if err != nil {
 		return err
 	}
-	a := &agentProcess{webhookPort: ports[0], healthPort: ports[1]}
+	a := &agentProcess{webhookPort: ports[0], healthPort: ports[1], metricsPort: ports[2]}
 	if old := f.agents[spoke]; old != nil {
 		// The webhook configuration points at this port: keep it.
 		a.webhookPort = old.webhookPort
@@ -239,7 +264,7 @@ func (f *Fleet) StartAgent(ctx context.Context, spoke string) error {
 		"--webhook-port", strconv.Itoa(a.webhookPort),
 		"--webhook-url", "https://127.0.0.1:" + strconv.Itoa(a.webhookPort),
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(a.healthPort),
-		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(ports[2]),
+		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(a.metricsPort),
 		"--hub-address", hubAddress,
 		"--cluster-name", spoke,
 		"--hub-ca-file", f.hubCAPath(),
