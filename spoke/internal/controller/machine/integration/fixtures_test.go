@@ -56,10 +56,12 @@ func placementTerm(machineType string) corev1.NodeSelectorTerm {
 
 // guest is a guest pod of machineType as the injector would have admitted
 // it: labels, requests = limits, tolerations and node affinity of the type,
-// held at the slot scheduling gate. It stops at once when deleted.
+// held at the slot scheduling gate and stamped with the time of its
+// admission. It stops at once when deleted.
 func guest(namespace, name, machineType string) *corev1.Pod {
 	pod := ungatedGuest(namespace, name, machineType)
 	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: imperatorv1alpha1.SlotSchedulingGate}}
+	pod.Annotations = map[string]string{imperatorv1alpha1.AdmittedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)}
 	return pod
 }
 

@@ -246,7 +246,7 @@ var _ = Describe("Machine controller", func() {
 		reservationsUntouched(Default)
 	})
 
-	It("counts guests of injection-enabled namespaces only, under either label", func(ctx context.Context) {
+	It("counts every guest holding a unit whatever its namespace's label, and tells a gated guest of a namespace not opted in that it is not let through", func(ctx context.Context) {
 		createMachine(ctx, wrappers.GeneralMachine().Obj())
 		Eventually(usage(ctx, machineName)).WithTimeout(60 * time.Second).Should(HaveKeyWithValue("compute-medium", u(4, 4, 0, 0)))
 		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-medium")).To(Equal(4)) }).WithTimeout(30 * time.Second).Should(Succeed())
@@ -254,17 +254,28 @@ var _ = Describe("Machine controller", func() {
 		legacy := createGuestNamespace(ctx, map[string]string{imperatorv1alpha1.LegacyInjectResourceKey: imperatorv1alpha1.InjectResourceEnabled})
 		plain := createGuestNamespace(ctx, nil)
 		Expect(k8s.Create(ctx, guest(legacy, "counted", "compute-medium"))).To(Succeed())
-		// Not injected (its namespace is not enabled): no gate.
-		Expect(k8s.Create(ctx, ungatedGuest(plain, "ignored", "compute-medium"))).To(Succeed())
 		Eventually(usage(ctx, machineName)).WithTimeout(30 * time.Second).Should(HaveKeyWithValue("compute-medium", u(4, 3, 1, 0)))
-		Consistently(usage(ctx, machineName)).WithTimeout(3 * time.Second).Should(HaveKeyWithValue("compute-medium", u(4, 3, 1, 0)))
 
-		By("enabling injection in the plain namespace")
+		By("a guest that runs in a namespace not opted in (opted out since) still holds its unit")
+		Expect(k8s.Create(ctx, ungatedGuest(plain, "opted-out", "compute-medium"))).To(Succeed())
+		Eventually(usage(ctx, machineName)).WithTimeout(30 * time.Second).Should(HaveKeyWithValue("compute-medium", u(4, 2, 2, 0)))
+
+		By("a guest at the gate in that namespace waits, told why, counted nowhere")
+		Expect(k8s.Create(ctx, guest(plain, "stranded", "compute-medium"))).To(Succeed())
+		Eventually(queueNote(ctx, plain, "stranded")).WithTimeout(30 * time.Second).Should(Equal(
+			"not let through to compute-medium: namespace " + plain + " is not opted in to Imperator (label imperator.tenzen-y.io/inject-resource=enabled); label it again or delete the pod"))
+		Consistently(usage(ctx, machineName)).WithTimeout(3 * time.Second).Should(HaveKeyWithValue("compute-medium", u(4, 2, 2, 0)))
+		Expect(podEventNotes(ctx, Default, plain, "stranded", "NotLetThrough")).To(HaveLen(1))
+
+		By("opting the namespace in: the gated guest joins the line and runs")
 		ns := &corev1.Namespace{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Name: plain}, ns)).To(Succeed())
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
 		ns.Labels[imperatorv1alpha1.InjectResourceKey] = imperatorv1alpha1.InjectResourceEnabled
 		Expect(k8s.Update(ctx, ns)).To(Succeed())
-		Eventually(usage(ctx, machineName)).WithTimeout(30 * time.Second).Should(HaveKeyWithValue("compute-medium", u(4, 2, 2, 0)))
+		Eventually(usage(ctx, machineName)).WithTimeout(30 * time.Second).Should(HaveKeyWithValue("compute-medium", u(4, 1, 3, 0)))
 	})
 
 	It("leaves guests beyond available waiting without evicting anyone", func(ctx context.Context) {
@@ -276,13 +287,11 @@ var _ = Describe("Machine controller", func() {
 			Expect(k8s.Create(ctx, guest(guests, name, "compute-xlarge"))).To(Succeed())
 		}
 		Eventually(usage(ctx, machineName)).WithTimeout(30 * time.Second).Should(HaveKeyWithValue("compute-xlarge", uq(2, 0, 2, 1, 1)))
-		Eventually(condition(ctx, machineName, imperatorv1alpha1.ConditionOverSubscribed)).Should(And(
-			HaveField("Status", metav1.ConditionTrue),
-			HaveField("Reason", imperatorv1alpha1.ReasonGuestsExceedAvailable),
-			HaveField("Message", "compute-xlarge: 3 guests for 2 available, 1 waiting")))
-		Eventually(func(g Gomega) []string {
-			return eventsAbout(ctx, g, machineName, imperatorv1alpha1.ReasonGuestsExceedAvailable)
-		}).WithTimeout(10 * time.Second).Should(ContainElement("compute-xlarge: 3 guests for 2 available, 1 waiting"))
+		By("showing the waiting guest as queued, not the Machine as OverSubscribed: it holds no unit")
+		Consistently(condition(ctx, machineName, imperatorv1alpha1.ConditionOverSubscribed)).WithTimeout(3 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", imperatorv1alpha1.ReasonWithinAvailable)))
+		Expect(eventsAbout(ctx, Default, machineName, imperatorv1alpha1.ReasonGuestsExceedAvailable)).To(BeEmpty())
 
 		By("keeping the two running guests running and the third waiting")
 		runningGuests := func(g Gomega) []string {

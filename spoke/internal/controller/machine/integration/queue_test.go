@@ -2,6 +2,7 @@ package machine_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -10,7 +11,9 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
@@ -54,8 +57,8 @@ var _ = Describe("Guest queue", func() {
 		Eventually(usage(ctx, machineName)).WithTimeout(60 * time.Second).Should(HaveKeyWithValue("compute-small", u(1, 1, 0, 0)))
 		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-small")).To(Equal(1)) }).WithTimeout(30 * time.Second).Should(Succeed())
 
-		// One after the other. Creation timestamps have a one-second
-		// resolution; within a second the names decide, in the same order.
+		// One after the other: the admitted-at stamps (nanoseconds) keep
+		// their order, also within one second.
 		for _, name := range []string{"first", "second", "third"} {
 			Expect(k8s.Create(ctx, guest(guests, name, "compute-small"))).To(Succeed())
 		}
@@ -66,9 +69,9 @@ var _ = Describe("Guest queue", func() {
 		Consistently(guestStates(ctx)).WithTimeout(3 * time.Second).Should(Equal(map[string]string{
 			"first": "Running", "second": "SchedulingGated", "third": "SchedulingGated",
 		}))
-		Eventually(condition(ctx, machineName, imperatorv1alpha1.ConditionOverSubscribed)).Should(And(
-			HaveField("Status", metav1.ConditionTrue),
-			HaveField("Message", "compute-small: 3 guests for 1 available, 2 waiting")))
+		By("showing a queue, not an oversubscription: the waiting guests hold no unit")
+		Consistently(condition(ctx, machineName, imperatorv1alpha1.ConditionOverSubscribed)).WithTimeout(2 * time.Second).
+			Should(HaveField("Status", metav1.ConditionFalse))
 
 		By("telling each waiting guest its place in an annotation kubectl describe pod shows, and once in an event")
 		Eventually(queueNote(ctx, guests, "second")).WithTimeout(10 * time.Second).
@@ -138,7 +141,7 @@ var _ = Describe("Guest queue", func() {
 		setAvailable(ctx, "compute-small", 1)
 		Eventually(condition(ctx, machineName, imperatorv1alpha1.ConditionOverSubscribed)).WithTimeout(30 * time.Second).Should(And(
 			HaveField("Status", metav1.ConditionTrue),
-			HaveField("Message", ContainSubstring("compute-small: 3 guests for 1 available, 0 waiting"))))
+			HaveField("Message", "compute-small: guests hold 3 units of 1 available (3 bound, 0 being placed, 0 leaving), 0 queued")))
 		Expect(k8s.Create(ctx, guest(guests, "late", "compute-small"))).To(Succeed())
 		Eventually(usage(ctx, machineName)).WithTimeout(30 * time.Second).Should(HaveKeyWithValue("compute-small", uq(1, 0, 3, 1, 1)))
 		withLate := map[string]string{"old": "Running", "a": "Running", "b": "Running", "late": "SchedulingGated"}
@@ -153,6 +156,99 @@ var _ = Describe("Guest queue", func() {
 		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(map[string]string{"late": "Running"}))
 		Eventually(condition(ctx, machineName, imperatorv1alpha1.ConditionOverSubscribed)).WithTimeout(30 * time.Second).
 			Should(HaveField("Status", metav1.ConditionFalse))
+	})
+
+	It("goes by admission time, not by namespace or name, for guests created in the same second", func(ctx context.Context) {
+		createMachine(ctx, smallMachine(1))
+		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-small")).To(Equal(1)) }).WithTimeout(60 * time.Second).Should(Succeed())
+		Expect(k8s.Create(ctx, guest(guests, "holder", "compute-small"))).To(Succeed())
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(map[string]string{"holder": "Running"}))
+
+		// a is created first but was admitted after z (two injector
+		// replicas, the first one slower): z is first in line.
+		admittedAt := time.Now().UTC()
+		late := guest(guests, "a", "compute-small")
+		late.Annotations[imperatorv1alpha1.AdmittedAtAnnotation] = admittedAt.Add(time.Millisecond).Format(time.RFC3339Nano)
+		early := guest(guests, "z", "compute-small")
+		early.Annotations[imperatorv1alpha1.AdmittedAtAnnotation] = admittedAt.Format(time.RFC3339Nano)
+		Expect(k8s.Create(ctx, late)).To(Succeed())
+		Expect(k8s.Create(ctx, early)).To(Succeed())
+		Eventually(queueNote(ctx, guests, "z")).WithTimeout(10 * time.Second).Should(Equal("waiting for compute-small: 1st in line, 1 of 1 in use"))
+		Eventually(queueNote(ctx, guests, "a")).WithTimeout(10 * time.Second).Should(Equal("waiting for compute-small: 2nd in line, 1 of 1 in use"))
+
+		Expect(k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: guests, Name: "holder"}})).To(Succeed())
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(map[string]string{"z": "Running", "a": "SchedulingGated"}))
+	})
+
+	It("lets through only a guest a ready node can take: one whose nodeSelector no node matches waits, told so, and the next one runs", func(ctx context.Context) {
+		createMachine(ctx, smallMachine(1))
+		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-small")).To(Equal(1)) }).WithTimeout(60 * time.Second).Should(Succeed())
+
+		picky := guest(guests, "picky", "compute-small")
+		picky.Spec.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "nowhere"}
+		Expect(k8s.Create(ctx, picky)).To(Succeed())
+		Eventually(queueNote(ctx, guests, "picky")).WithTimeout(30 * time.Second).Should(Equal(
+			"waiting for compute-small: 1st in line, 0 of 1 in use; no imperator.tenzen-y.io/node-pool=ready node of the type can take it now"))
+		Expect(k8s.Create(ctx, guest(guests, "plain", "compute-small"))).To(Succeed())
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(map[string]string{"picky": "SchedulingGated", "plain": "Running"}))
+		Consistently(guestStates(ctx)).WithTimeout(3 * time.Second).Should(Equal(map[string]string{"picky": "SchedulingGated", "plain": "Running"}))
+		Expect(podEventNotes(ctx, Default, guests, "picky", "FailedScheduling")).To(BeEmpty())
+		Eventually(usage(ctx, machineName)).WithTimeout(10 * time.Second).Should(HaveKeyWithValue("compute-small", uq(1, 0, 1, 1, 1)))
+	})
+
+	It("does not freeze the line behind a reservation pod stuck terminating: after the threshold the guest runs and the Machine gets a Warning", func(ctx context.Context) {
+		createMachine(ctx, smallMachine(1))
+		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-small")).To(Equal(1)) }).WithTimeout(60 * time.Second).Should(Succeed())
+		// A finalizer nobody removes keeps the reservation pod terminating.
+		pods := reservationPods(ctx, Default, "compute-small")
+		Expect(pods).To(HaveLen(1))
+		stuck := pods[0].DeepCopy()
+		Expect(k8s.Patch(ctx, stuck, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":["example.com/stuck"]}}`)))).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			Expect(client.IgnoreNotFound(k8s.Patch(ctx, stuck, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))).To(Succeed())
+		})
+
+		Expect(k8s.Create(ctx, guest(guests, "g", "compute-small"))).To(Succeed())
+		Eventually(queueNote(ctx, guests, "g")).WithTimeout(10 * time.Second).Should(Equal(
+			"waiting for compute-small: 1st in line, 0 of 1 in use; a reservation pod is making room"))
+		Expect(guestStates(ctx)(Default)).To(Equal(map[string]string{"g": "SchedulingGated"}))
+		Eventually(guestStates(ctx)).WithTimeout(60 * time.Second).Should(Equal(map[string]string{"g": "Running"}))
+		Eventually(func(g Gomega) []string {
+			return eventsAbout(ctx, g, machineName, "ReservationPodStuck")
+		}).WithTimeout(10 * time.Second).Should(ConsistOf(HavePrefix("reservation pod " + agentNamespace + "/" + stuck.Name + " is still terminating")))
+		current := &corev1.Pod{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(stuck), current)).To(Succeed())
+		Expect(current.DeletionTimestamp).NotTo(BeNil(), "the reservation pod is still there, terminating")
+	})
+
+	It("has the API server refuse a slot grant carrying the UID of a guest deleted and created again under its name", func(ctx context.Context) {
+		// What the controller's grant patch relies on (grantPatch in
+		// grant.go): a strategic merge patch carrying metadata.uid is
+		// refused when the pod of that name has another UID.
+		old := guest(guests, "reused", "compute-small")
+		old.Spec.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "nowhere"} // never let through
+		Expect(k8s.Create(ctx, old)).To(Succeed())
+		oldUID := old.UID
+		Expect(k8s.Delete(ctx, old, client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(func() bool { return isNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(old), &corev1.Pod{})) }).WithTimeout(10 * time.Second).Should(BeTrue())
+		again := guest(guests, "reused", "compute-small")
+		again.Spec.NodeSelector = old.Spec.NodeSelector
+		Expect(k8s.Create(ctx, again)).To(Succeed())
+
+		grant := client.RawPatch(types.StrategicMergePatchType, fmt.Appendf(nil,
+			`{"metadata":{"uid":%q,"annotations":{%q:null}},"spec":{"schedulingGates":[{"$patch":"delete","name":%q}]}}`,
+			oldUID, imperatorv1alpha1.QueueAnnotation, imperatorv1alpha1.SlotSchedulingGate))
+		err := k8s.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: guests, Name: "reused"}}, grant)
+		Expect(apierrors.IsInvalid(err) || apierrors.IsConflict(err)).To(BeTrue(), "patch error: %v", err)
+		now := &corev1.Pod{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(again), now)).To(Succeed())
+		Expect(now.Spec.SchedulingGates).To(ContainElement(HaveField("Name", imperatorv1alpha1.SlotSchedulingGate)))
+
+		By("and accepts it with the pod's own UID")
+		own := client.RawPatch(types.StrategicMergePatchType, fmt.Appendf(nil,
+			`{"metadata":{"uid":%q},"spec":{"schedulingGates":[{"$patch":"delete","name":%q}]}}`, now.UID, imperatorv1alpha1.SlotSchedulingGate))
+		Expect(k8s.Patch(ctx, now, own)).To(Succeed())
+		Expect(now.Spec.SchedulingGates).To(BeEmpty())
 	})
 
 	It("never runs more guests than available while guests come and go for 50 cycles", func(ctx context.Context) {
