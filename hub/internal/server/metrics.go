@@ -72,7 +72,7 @@ func joinOutcome(err error) string {
 }
 
 // The states of clusterUnits: a machine type's usage and its free units.
-var unitStates = []string{"maximum", "reserved", "used", "waiting", "queued", "free"}
+var unitStates = []string{"maximum", "reserved", "used", "waiting", "queued", "held", "free"}
 
 // clusterStates are the values of imperator_hub_cluster_state's state label:
 // the query API's cluster states as imperatorctl prints them.
@@ -208,7 +208,7 @@ var (
 	clusterUnitsDesc = prometheus.NewDesc(
 		"imperator_hub_cluster_units",
 		"Units of each machine type of each cluster (summed over the cluster's Machines of the group) by state: "+
-			"maximum, reserved, used, waiting, queued (of waiting, held at the slot gate) and free (what a query offers when the cluster is Available). "+
+			"maximum, reserved, used, waiting, queued (of waiting, held at the slot gate), held (set aside for capacity holds) and free (what a query offers when the cluster is Available). "+
 			"The figures last reported, also while the cluster is Stale or Offline.",
 		[]string{"cluster", "group", "type", "state"}, nil,
 	)
@@ -218,7 +218,7 @@ var (
 // state, heartbeat age and units. Series of a deregistered cluster go with
 // it.
 //
-// Cardinality of imperator_hub_cluster_units: 6 series per distinct
+// Cardinality of imperator_hub_cluster_units: 7 series per distinct
 // (group, type) of each cluster; the hub's ingest limits cap a cluster at
 // MaxTypes (50,000) types, a fleet is typically a few dozen per cluster.
 type clusterCollector struct{ store *store.Store }
@@ -260,7 +260,7 @@ func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 					maximum = int64(t.GetAvailable())
 				}
 				for i, v := range []int64{maximum, int64(u.GetReserved()), int64(u.GetUsed()), int64(u.GetWaiting()),
-					int64(u.GetQueued()), int64(capacity.Free(t))} {
+					int64(u.GetQueued()), int64(u.GetHeld()), int64(capacity.Free(t))} {
 					sums[i] += v
 				}
 			}

@@ -76,7 +76,7 @@ imperator_hub_leader 0
 	// free = min(reserved, maximum-used-waiting) per Machine: min(2,2)+min(2,2).
 	wantUnits := map[string]float64{
 		"east/training/a100/maximum": 6, "east/training/a100/reserved": 4, "east/training/a100/used": 1,
-		"east/training/a100/waiting": 1, "east/training/a100/queued": 1, "east/training/a100/free": 4,
+		"east/training/a100/waiting": 1, "east/training/a100/queued": 1, "east/training/a100/held": 0, "east/training/a100/free": 4,
 	}
 	for k, v := range wantUnits {
 		if units[k] != v {

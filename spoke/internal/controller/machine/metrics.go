@@ -25,6 +25,7 @@ const (
 	stateUsed     = "used"
 	stateWaiting  = "waiting"
 	stateQueued   = "queued"
+	stateHeld     = "held"
 )
 
 var (
@@ -34,7 +35,7 @@ var (
 		Subsystem: "machine",
 		Name:      "type_units",
 		Help: "Units of a machine type by state: maximum (available), reserved (bound reservation pods), " +
-			"used (bound guest pods), waiting (guest pods not yet bound) and queued (those of waiting held at the slot gate).",
+			"used (bound guest pods), waiting (guest pods not yet bound), queued (those of waiting held at the slot gate) and held (set aside for capacity holds).",
 	}, []string{labelCluster, labelMachineGroup, labelMachineType, labelState})
 
 	// guestHandoverSeconds is the time from a guest pod's creation until the
@@ -101,7 +102,7 @@ func (s *usageSeries) set(machineKey string, cluster, group string, usage []impe
 		current[key] = struct{}{}
 		for state, value := range map[string]int32{
 			stateMaximum: m.Usage.Maximum, stateReserved: m.Usage.Reserved,
-			stateUsed: m.Usage.Used, stateWaiting: m.Usage.Waiting, stateQueued: m.Usage.Queued,
+			stateUsed: m.Usage.Used, stateWaiting: m.Usage.Waiting, stateQueued: m.Usage.Queued, stateHeld: m.Usage.Held,
 		} {
 			machineTypeUnits.WithLabelValues(cluster, group, m.Name, state).Set(float64(value))
 		}

@@ -19,7 +19,7 @@ func TestUsageSeries(t *testing.T) {
 		}
 		return out
 	}
-	const states = 5
+	const states = 6 // maximum, reserved, used, waiting, queued, held
 	steps := []struct {
 		name       string
 		usage      []imperatorv1alpha1.AvailableMachine
