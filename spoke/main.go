@@ -40,6 +40,7 @@ import (
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/internal/leader"
 	"github.com/imperator-federation/imperator/spoke/internal/config"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
 	"github.com/imperator-federation/imperator/spoke/internal/reporter"
@@ -171,6 +172,7 @@ func run() error {
 		}
 		return errors.Join(
 			nodepool.SetupWithManager(mc),
+			capacityhold.SetupWithManager(mc),
 			machine.SetupWithManager(mc, machine.Options{
 				Namespace:         cfg.Namespace,
 				Image:             cfg.Reservation.Image,

@@ -97,6 +97,7 @@ func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder e
 			stuck:       u.stuck,
 			gated:       u.gated,
 			placeable:   placeableOn(nodes),
+			holds:       u.holds,
 		})
 		for _, pod := range plan.grant {
 			// The pod comes from the cache: patch a copy of its key only.
@@ -244,6 +245,7 @@ func (e *grantExpectations) observe(key string, usage map[string]*typeUsage) {
 			stillGated[pod.UID] = true
 			u.Queued--
 			u.granted++
+			u.addHolding(pod)
 			return true
 		})
 	}

@@ -30,6 +30,7 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
 )
 
 const (
@@ -133,6 +134,9 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 	if err := SetupIndexer(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	if err := capacityhold.SetupIndexer(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	r := &Reconciler{mgr: mgr, opts: opts}
 	ctrlOpts := controller.TypedOptions[mcreconcile.Request]{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}
 	// The multi-cluster builder takes only some of the manager's controller
@@ -147,6 +151,9 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 		Owns(&corev1.Service{}).
 		Watches(&corev1.Pod{}, r.podHandler).
 		Watches(&corev1.Namespace{}, r.namespaceHandler).
+		// Holds are decided and accounted by the Machine of their group
+		// (holds.go); their status writes change no generation.
+		Watches(&imperatorv1alpha1.CapacityHold{}, r.holdHandler, mcbuilder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// Reservation pods count as reserved only on node-pool=ready nodes:
 		// only a change of what the node pool puts on a node matters.
 		Watches(&corev1.Node{}, r.nodeHandler, mcbuilder.WithPredicates(nodePoolChanged())).
@@ -227,6 +234,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	state.usage = usage
 	state.served = servedTypes(machine)
 	r.warnStuckReservations(seriesKey, recorder, machine, usage)
+	// Holds are decided, and their statuses written, before any
+	// reservation pod or guest moves (holds.go).
+	untilExpiry, unsettled, err := r.planHolds(ctx, c, recorder, machine, group, usage, state.served, time.Now())
+	if err != nil || unsettled {
+		return ctrl.Result{RequeueAfter: holdConflictRetry}, err
+	}
 
 	// The PriorityClass is checked for every Machine, also one that serves
 	// nothing yet, so that each one the agent manages tells of a missing or
@@ -269,7 +282,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	// open only once the reservation pods are gone.
 	errs = append(errs, r.grantSlots(ctx, c, recorder, machine, group, usage, seriesKey))
 	errs = append(errs, r.tellStranded(ctx, c, recorder, machine, usage, typeGone))
-	return ctrl.Result{RequeueAfter: untilNextStuck(usage, time.Now())}, errors.Join(errs...)
+	requeue := untilNextStuck(usage, time.Now())
+	if untilExpiry > 0 && (requeue == 0 || untilExpiry < requeue) {
+		requeue = untilExpiry
+	}
+	return ctrl.Result{RequeueAfter: requeue}, errors.Join(errs...)
 }
 
 // untilNextStuck is how long until a terminating reservation pod of usage

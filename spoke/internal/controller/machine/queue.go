@@ -3,12 +3,14 @@ package machine
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -122,12 +124,31 @@ type line struct {
 	// placeable tells whether a node-pool=ready node of the type can take
 	// the guest (placeableOn); nil means no such node exists.
 	placeable func(*corev1.Pod) bool
+	// holds is set when the type has an active CapacityHold (holds.go).
+	holds *holdLine
+}
+
+// holdLine is what the line of a machine type with an active CapacityHold
+// depends on besides: capacityhold.PlanType's figures.
+type holdLine struct {
+	// claims maps each gated guest that may take a held unit to its hold.
+	claims map[types.UID]string
+	// holdFree is, by hold, how many held units its guests may take.
+	holdFree map[string]int32
+	// ordinaryFree is how many units the other guests may take: held units
+	// are not theirs.
+	ordinaryFree int32
+	// held is the units held for holds, for the notes.
+	held int32
 }
 
 // queuedGuest is a guest that stays at the gate, with what it is told.
 type queuedGuest struct {
 	pod  *corev1.Pod
 	note string
+	// hold is the CapacityHold whose held unit the guest waits for, "" in
+	// the ordinary line.
+	hold string
 }
 
 // slotPlan is what to do with one machine type's line.
@@ -142,14 +163,34 @@ type slotPlan struct {
 // are told. A guest no ready node can take keeps its place in line and is
 // passed over, so that it holds nobody behind it back; it gets the next
 // unit once a node can take it.
+//
+// With an active CapacityHold (l.holds), a guest that may claim a held unit
+// of its hold takes one ahead of the line, while its hold has one; the
+// others take only the units no hold holds (ordinaryFree), in order.
 func planSlots(l line) slotPlan {
 	order := slices.Clone(l.gated)
 	slices.SortFunc(order, arrivalOrder)
 	free := l.available - l.held
+	var holdFree map[string]int32
+	if l.holds != nil {
+		free, holdFree = l.holds.ordinaryFree, maps.Clone(l.holds.holdFree)
+	}
 	var plan slotPlan
 	var unplaceable []bool
 	for _, pod := range order {
 		placeable := l.placeable != nil && l.placeable(pod)
+		if hold := l.holds.claimOf(pod); hold != "" && holdFree[hold] > 0 {
+			// The held unit is this guest's: now, or once the reservation
+			// pod scaled away for it is gone.
+			holdFree[hold]--
+			if !l.releasing && placeable {
+				plan.grant = append(plan.grant, pod)
+				continue
+			}
+			plan.queued = append(plan.queued, queuedGuest{pod: pod, hold: hold})
+			unplaceable = append(unplaceable, !placeable)
+			continue
+		}
 		if free > 0 && !l.releasing && placeable {
 			plan.grant = append(plan.grant, pod)
 			free--
@@ -159,18 +200,28 @@ func planSlots(l line) slotPlan {
 		unplaceable = append(unplaceable, !placeable)
 	}
 	inUse := l.held + int32(len(plan.grant))
+	position := 0
 	for i := range plan.queued {
-		note := fmt.Sprintf("waiting for %s: %s in line, %d of %d in use", l.machineType, ordinal(i+1), inUse, l.available)
-		if i >= exactPlaces {
+		var note string
+		switch {
+		case plan.queued[i].hold != "":
+			note = fmt.Sprintf("waiting for a unit of %s held by CapacityHold %s", l.machineType, plan.queued[i].hold)
+		case position >= exactPlaces:
 			// The same text until the guest moves up into the first
 			// exactPlaces: a grant rewrites exactPlaces annotations, not
 			// one per guest in line.
 			note = fmt.Sprintf("waiting for %s: %d+ in line", l.machineType, exactPlaces)
+		default:
+			position++
+			note = fmt.Sprintf("waiting for %s: %s in line, %d of %d in use", l.machineType, ordinal(position), inUse, l.available)
+			if l.holds != nil && l.holds.held > 0 {
+				note += fmt.Sprintf(", %d held for capacity holds", l.holds.held)
+			}
 		}
 		switch {
 		case unplaceable[i]:
 			note += "; no " + imperatorv1alpha1.NodePoolKey + "=ready node of the type can take it now"
-		case inUse < l.available && l.releasing:
+		case l.releasing && (plan.queued[i].hold != "" || inUse < l.available):
 			note += "; a reservation pod is making room"
 		}
 		if len(l.stuck) > 0 {
@@ -184,6 +235,15 @@ func planSlots(l line) slotPlan {
 // exactPlaces is how many guests of a line are told their exact place and
 // the type's units in use; those behind them are told "100+ in line".
 const exactPlaces = 100
+
+// claimOf is the hold whose held unit a gated guest may take, "" when none
+// or when the type has no active hold.
+func (h *holdLine) claimOf(pod *corev1.Pod) string {
+	if h == nil {
+		return ""
+	}
+	return h.claims[pod.UID]
+}
 
 // ordinal spells a line position: 1st, 2nd, 3rd, 4th, 11th, 21st.
 func ordinal(n int) string {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
 )
 
 // typeUsage is what the agent observed of one machine type of a group.
@@ -54,9 +55,23 @@ type typeUsage struct {
 	nextStuck time.Time
 	// gated are the guests held at the slot gate, in no order.
 	gated []*corev1.Pod
+	// holding are the guests holding a unit (bound, granted or leaving)
+	// that quote a CapacityHold: its claimed units.
+	holding []*corev1.Pod
+	// holds is set when the type has an active CapacityHold, from
+	// capacityhold.PlanType (holds.go).
+	holds *holdLine
 	// stranded are gated guests of a namespace that is not opted in (any
 	// more): they are not let through and count nowhere.
 	stranded []*corev1.Pod
+}
+
+// addHolding records a guest that holds a unit if it quotes a
+// CapacityHold.
+func (u *typeUsage) addHolding(pod *corev1.Pod) {
+	if capacityhold.ClaimOf(pod) != "" {
+		u.holding = append(u.holding, pod)
+	}
 }
 
 // held is the units of the type that guests hold or were promised.
@@ -127,6 +142,7 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 				u.terminating++
 				if role == imperatorv1alpha1.PodRoleGuest {
 					u.leaving++
+					u.addHolding(pod)
 				}
 			}
 			if role == imperatorv1alpha1.PodRoleReservation && !finished(pod) {
@@ -166,6 +182,7 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 			switch {
 			case bound(pod):
 				u.Used++
+				u.addHolding(pod)
 			case gated(pod):
 				u.Waiting++
 				u.Queued++
@@ -173,6 +190,7 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 			default:
 				u.Waiting++
 				u.granted++
+				u.addHolding(pod)
 			}
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
 	"github.com/imperator-federation/imperator/test/util/fleet"
 	"github.com/imperator-federation/imperator/test/util/harness"
@@ -153,6 +154,9 @@ func (e *environment) startController(scheme *runtime.Scheme, cfg *rest.Config) 
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 	if err := machine.SetupWithManager(mgr, machine.Options{Namespace: agentNamespace}); err != nil {
+		return err
+	}
+	if err := capacityhold.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
