@@ -96,6 +96,12 @@ var _ = Describe("Machine validator", func() {
 		expectRejected(k8s.Create(ctx, duplicate), `machine group "label-group" is already used by Machine label`)
 	})
 
+	It("refuses a machine type named slot, whose node key would be the guest queue's scheduling gate", func(ctx context.Context) {
+		slot := wrappers.MakeMachine("slot-machine", "slot-group").Type("slot", "6", "48Gi", 1).Obj()
+		expectRejected(k8s.Create(ctx, slot),
+			`spec.machineTypes[0].name: Invalid value: "slot": is reserved: imperator.tenzen-y.io/slot is one of Imperator's own keys`)
+	})
+
 	It("refuses non-positive quantities and machine types that do not exist", func(ctx context.Context) {
 		zero := wrappers.MakeMachine("shape", "shape").Type("compute-medium", "6", "48Gi", 1).Obj()
 		zero.Spec.MachineTypes[0].Spec.CPU = resource.MustParse("0")

@@ -300,10 +300,38 @@ var _ = Describe("Pod Resource Injector", func() {
 			},
 			"spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]: "+
 				"expression on imperator.tenzen-y.io/node-pool (NotIn [ready]) contradicts machine type \"compute-xlarge\""),
+		Entry("guest naming its node", "team-a", podinjector.WebhookName,
+			func(p *corev1.Pod) { p.Spec.NodeName = "michiru" },
+			`spec.nodeName "michiru": a guest does not name its node; it waits for a unit of machine type "compute-xlarge" `+
+				"at the scheduling gate imperator.tenzen-y.io/slot"),
 		Entry("unknown machine group in a legacy-labelled namespace", legacyNamespace, podinjector.LegacyWebhookName,
 			func(p *corev1.Pod) { p.Labels[imperatorv1alpha1.MachineGroupKey] = "no-such-group" },
 			`unknown machine group "no-such-group"`),
 	)
+
+	It("stamps when it admitted each guest, overwriting a value the guest brought, so that the queue goes in arrival order", func(ctx SpecContext) {
+		before := time.Now()
+		first := guestPod("team-a")
+		first.Annotations = map[string]string{imperatorv1alpha1.AdmittedAtAnnotation: "2000-01-01T00:00:00Z"}
+		Expect(k8s.Create(ctx, first)).To(Succeed())
+		second := guestPod("team-a")
+		Expect(k8s.Create(ctx, second)).To(Succeed())
+
+		admitted := func(pod *corev1.Pod) time.Time {
+			GinkgoHelper()
+			got := &corev1.Pod{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(pod), got)).To(Succeed())
+			Expect(got.Annotations).To(HaveKey(imperatorv1alpha1.AdmittedAtAnnotation))
+			at, err := time.Parse(time.RFC3339Nano, got.Annotations[imperatorv1alpha1.AdmittedAtAnnotation])
+			Expect(err).NotTo(HaveOccurred())
+			Expect(got.Annotations[imperatorv1alpha1.AdmittedAtAnnotation]).To(HaveSuffix("Z"), "in UTC")
+			return at
+		}
+		firstAt, secondAt := admitted(first), admitted(second)
+		Expect(firstAt).To(BeTemporally(">=", before.Add(-time.Second)), "the user's value was kept")
+		Expect(firstAt).To(BeTemporally("<=", time.Now()))
+		Expect(secondAt).To(BeTemporally(">", firstAt), "two guests created within a second still have an order")
+	})
 
 	It("allows updates of an existing guest pod without re-injecting it", func(ctx SpecContext) {
 		pod := guestPod("team-a")
