@@ -54,6 +54,7 @@ var runs = []run{
 	{pkg: "./hub/internal/server/", bench: "^BenchmarkFleet$", times: "20x",
 		env: []string{"IMPERATOR_BENCH_SPOKES=100,1000"}, fullEnv: []string{"IMPERATOR_BENCH_SPOKES=1000,5000,10000"}},
 	{pkg: "./hub/internal/query/integration/", bench: "^BenchmarkReplicaPropagation$", times: "5x", smoke: "^BenchmarkReplicaPropagation$/spokes=10/"},
+	{pkg: "./hub/internal/query/integration/", bench: "^BenchmarkFleetHold$", times: "50x"},
 	{pkg: "./spoke/internal/webhook/podinjector/", bench: "^BenchmarkHandle$", times: "2000x"},
 	{pkg: "./spoke/internal/webhook/podinjector/integration/", bench: "^BenchmarkPodCreate$", times: "300x"},
 	{pkg: "./spoke/internal/webhook/machinevalidator/integration/", bench: "^Benchmark", times: "300x"},

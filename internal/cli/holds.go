@@ -36,7 +36,10 @@ func (p *printer) holdRow(t *table, h *queryv1.FleetHold) {
 	for _, cl := range h.GetClusters() {
 		parts = append(parts, fmt.Sprintf("%s:%d", cl.GetCluster(), cl.GetCount()))
 	}
-	target := describeShape(h.GetShape())
+	target := "-"
+	if s := h.GetShape(); s != nil {
+		target = describeShape(s)
+	}
 	if ref := h.GetMachineType(); ref != nil {
 		target = ref.GetType()
 		if ref.GetGroup() != "" {

@@ -10,6 +10,8 @@ import (
 	"github.com/imperator-federation/imperator/hub/hubtest"
 	"github.com/imperator-federation/imperator/hub/internal/config"
 	"github.com/imperator-federation/imperator/hub/internal/persist"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 )
 
 // BenchmarkReplicaPropagation measures how long a usage change a spoke
@@ -121,4 +123,86 @@ func waitFor(done func() bool, timeout time.Duration) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
+}
+
+// BenchmarkFleetHold measures CreateHold end to end at the hub: placement,
+// the FleetHold written (create, Pending, Held), and the two phases over
+// the Report streams of two simulated spokes that answer at once (their
+// CapacityHold's own time to Provisioned, one Machine reconcile on a real
+// spoke, is not in it). Each round releases the hold again (not timed).
+//
+//	go test -run '^$' -bench FleetHold -benchtime 50x ./hub/internal/query/integration/
+func BenchmarkFleetHold(b *testing.B) {
+	ctx := context.Background()
+	stop, err := startHubCluster(ctx)
+	b.Cleanup(func() { _ = stop() })
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := hubtest.Start(hubClientConfig, hubtest.Options{Namespace: hubNamespace})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = h.Stop() })
+	for _, name := range []string{"bench-a", "bench-b"} {
+		s, err := joinSpokeVia(ctx, h.Address(), name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.onHold = func(req *federationv1.HoldRequest) *federationv1.HoldResponse {
+			if req.GetRelease() {
+				return &federationv1.HoldResponse{Result: federationv1.HoldResult_HOLD_RESULT_RELEASED}
+			}
+			return &federationv1.HoldResponse{Result: federationv1.HoldResult_HOLD_RESULT_HELD, Held: req.GetCount()}
+		}
+		if err := s.start(holdMachine("g-"+name, 8, 0)); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.stop() })
+	}
+	cert, err := hubtest.ClientCertificate(ctx, hubClient, hubNamespace, "bench", "holder")
+	if err != nil {
+		b.Fatal(err)
+	}
+	conn, err := dial(h.Address(), &cert)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close() })
+	holder := queryv1.NewQueryClient(conn)
+	if err := waitFor(func() bool {
+		for _, name := range []string{"bench-a", "bench-b"} {
+			if c, ok := h.Cluster(name); !ok || c.Stale() {
+				return false
+			}
+		}
+		return true
+	}, time.Minute); err != nil {
+		b.Fatal("the spokes never reported:", err)
+	}
+
+	var latencies []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		// 12 units: 8 on one spoke, 4 on the other, so both are asked.
+		began := time.Now()
+		fh, err := holder.CreateHold(ctx, holdRequest("bench-hold", 12, queryv1.CapacityMode_CAPACITY_MODE_SPREAD))
+		latencies = append(latencies, time.Since(began))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if fh.GetPhase() != queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_HELD || len(fh.GetClusters()) != 2 {
+			b.Fatalf("round %d: hold %s on %d clusters: %s", i, fh.GetPhase(), len(fh.GetClusters()), fh.GetMessage())
+		}
+		b.StopTimer()
+		if _, err := holder.ReleaseHold(ctx, &queryv1.ReleaseHoldRequest{Name: "bench-hold"}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	slices.Sort(latencies)
+	b.ReportMetric(float64(latencies[len(latencies)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(latencies[len(latencies)*99/100].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(0, "ns/op")
 }

@@ -319,4 +319,37 @@ var _ = Describe("Fleet holds", Ordered, func() {
 		Expect(fh.GetClusters()[0].GetReason()).To(Equal("HoldsUnsupported"))
 		Expect(fh.GetMessage()).To(ContainSubstring("upgrade"))
 	})
+
+	It("answers Unavailable naming the cluster when its spoke reports to another replica, asking nobody", func(ctx context.Context) {
+		// zeta reports to the suite's hub, another replica than h.
+		sim, err := joinSpokeVia(ctx, hub.Address(), "zeta")
+		Expect(err).NotTo(HaveOccurred())
+		zeta := &holdingSpoke{simSpoke: sim, free: 5, held: map[string]int32{}}
+		sim.onHold = zeta.answer
+		m := holdMachine("team-z", 5, 0)
+		m.Types[0].Name = "zeta-xlarge"
+		Expect(sim.start(m)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			Expect(sim.stop()).To(Succeed())
+			Expect(client.IgnoreNotFound(hubClient.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "zeta"}}))).To(Succeed())
+			Eventually(func() bool { _, ok := hub.Cluster("zeta"); return ok }, 30*time.Second, 100*time.Millisecond).Should(BeFalse())
+		})
+		Eventually(func(g Gomega) {
+			c, ok := h.Cluster("zeta")
+			g.Expect(ok).To(BeTrue())
+			g.Expect(c.Stale()).To(BeFalse(), "h follows zeta through its inventory")
+		}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+
+		req := holdRequest("on-zeta", 2, queryv1.CapacityMode_CAPACITY_MODE_SAME_CLUSTER)
+		req.Target = &queryv1.CreateHoldRequest_MachineType{MachineType: &queryv1.MachineTypeRef{Type: "zeta-xlarge"}}
+		_, err = holder.CreateHold(ctx, req)
+		Expect(status.Code(err)).To(Equal(codes.Unavailable))
+		Expect(status.Convert(err).Message()).To(ContainSubstring(`cluster "zeta" reports to`))
+		zeta.mu.Lock()
+		asked := len(zeta.asked)
+		zeta.mu.Unlock()
+		Expect(asked).To(BeZero(), "nobody was asked")
+		_, err = holder.GetHold(ctx, &queryv1.GetHoldRequest{Name: "on-zeta"})
+		Expect(status.Code(err)).To(Equal(codes.NotFound), "nothing was written")
+	})
 })
