@@ -84,6 +84,7 @@ func priorityClassEvent(was, now *metav1.Condition, priorityClass string) (trans
 // setStatus writes the usage and the conditions into status. Usage is kept as
 // it was when it could not be counted.
 func setStatus(status *imperatorv1alpha1.MachineStatus, machine *imperatorv1alpha1.Machine, state *reconcileState, reconcileErr error) {
+	defer summarize(status, machine)
 	status.ObservedGeneration = machine.Generation
 	meta.SetStatusCondition(&status.Conditions, readyCondition(machine, state, reconcileErr))
 	if state.readyReason == imperatorv1alpha1.ReasonMachineGroupMissing {
