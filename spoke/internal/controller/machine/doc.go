@@ -41,6 +41,11 @@
 // gate (from before an upgrade) count as used and are never evicted. Usage
 // counts the gated guests as queued, a part of waiting.
 //
+// It also decides and accounts the CapacityHolds of its group (holds.go,
+// with the rules of package capacityhold): while a hold is active, its held
+// units stay reservation pods that other guests cannot take, its guests take
+// them ahead of the line, and the Machine's usage shows them as held.
+//
 // It is a multicluster-runtime reconciler: SetupWithManager registers it with
 // a multi-cluster manager, which runs it against every cluster it engages.
 package machine
