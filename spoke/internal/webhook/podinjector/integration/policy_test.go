@@ -230,6 +230,10 @@ var _ = Describe("Pool policy (deploy/spoke/policy/pool-guests-only.yaml)", Orde
 			"annotation " + imperatorv1alpha1.QueueAnnotation: func(p *corev1.Pod) {
 				p.Annotations[imperatorv1alpha1.QueueAnnotation] = "waiting for compute-xlarge: 1st in line"
 			},
+			"annotation " + imperatorv1alpha1.ConsumeProvisioningRequestAnnotation: func(p *corev1.Pod) {
+				p.Annotations[imperatorv1alpha1.ConsumeProvisioningRequestAnnotation] = "team-a-hold"
+				p.Annotations[imperatorv1alpha1.ProvisioningClassNameAnnotation] = "imperator.tenzen-y.io/capacity-hold"
+			},
 		} {
 			Expect(refused(patchAs(ctx, k8s, pod, edit))).To(ContainSubstring("only the Imperator agent changes the "+key+" of a pod"), key)
 			Expect(patchAs(ctx, clientAs(agentUser), pod, edit)).To(Succeed(), "the agent changing the %s", key)
