@@ -144,6 +144,8 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Only the spokes' heartbeat Leases, not every Lease of the cluster.
 			&coordinationv1.Lease{}: {Field: fields.OneTermEqualSelector("metadata.name", persist.LeaseName)},
+			// Fleet holds live in the hub's namespace, where its Role reads them.
+			&imperatorv1alpha1.FleetHold{}: {Namespaces: map[string]cache.Config{cfg.Namespace: {}}},
 		}},
 		// No leader election here: losing the lead would end the manager,
 		// and with it every spoke stream and query. The leader's work runs
@@ -211,13 +213,15 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		return err
 	}
 	// Fleet holds go out on the spokes' streams held by this replica.
-	queries.SetHolds(holds.New(holds.Options{Client: direct, Namespace: cfg.Namespace, Store: st, Spokes: srv, Deadline: cfg.HoldDeadline, Clock: clk}))
+	coordinator := holds.New(holds.Options{Client: direct, Namespace: cfg.Namespace, Store: st, Spokes: srv, Deadline: cfg.HoldDeadline, Clock: clk})
+	queries.SetHolds(coordinator)
 	if err := errors.Join(
 		mgr.Add(srv),
 		mgr.Add(revocations),
 		persister.SetupWithManager(mgr),
 		mgr.Add(queries),
 		(&liveness.Reconciler{Store: st}).SetupWithManager(mgr),
+		(&holds.Expiry{Coordinator: coordinator}).SetupWithManager(mgr),
 		(&registry.Deregistrations{Reader: mgr.GetClient(), Forget: func(cluster string) {
 			log.Info("Cluster deregistered", "cluster", cluster)
 			srv.EndSession(cluster)

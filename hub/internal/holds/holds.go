@@ -42,7 +42,7 @@ import (
 )
 
 // FleetHolds in the hub's namespace.
-// +kubebuilder:rbac:groups=imperator.tenzen-y.io,namespace=imperator-system,resources=fleetholds,verbs=get;list;create;delete
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,namespace=imperator-system,resources=fleetholds,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,namespace=imperator-system,resources=fleetholds/status,verbs=get;patch
 
 // DefaultDeadline is how long the hub waits for the spokes' answers.
@@ -307,7 +307,7 @@ func (c *Coordinator) Get(ctx context.Context, name string) (*imperatorv1alpha1.
 		}
 		return nil, fmt.Errorf("reading fleet hold %q: %w", name, err)
 	}
-	c.settle(ctx, fh)
+	_ = c.settle(ctx, fh) // the answer has the phase; the Expiry controller retries the write
 	return fh, nil
 }
 
@@ -319,7 +319,7 @@ func (c *Coordinator) List(ctx context.Context) ([]imperatorv1alpha1.FleetHold, 
 	}
 	slices.SortFunc(list.Items, func(a, b imperatorv1alpha1.FleetHold) int { return strings.Compare(a.Name, b.Name) })
 	for i := range list.Items {
-		c.settle(ctx, &list.Items[i])
+		_ = c.settle(ctx, &list.Items[i]) // as in Get
 	}
 	return list.Items, nil
 }
@@ -368,8 +368,10 @@ func (c *Coordinator) Release(ctx context.Context, name string) (*imperatorv1alp
 // past validUntil is Expired (the spokes gave the unclaimed units back by
 // themselves); a Pending hold far past the deadline was being coordinated
 // by a replica that stopped, and is Failed (each part ends at validUntil).
-// The new phase is written back when it can be; the answer has it anyway.
-func (c *Coordinator) settle(ctx context.Context, fh *imperatorv1alpha1.FleetHold) {
+// The new phase is written back when it can be; the answer has it anyway,
+// and the error of the write is returned (Get and List only log it: the
+// Expiry controller retries).
+func (c *Coordinator) settle(ctx context.Context, fh *imperatorv1alpha1.FleetHold) error {
 	now := c.opts.Clock.Now()
 	before := fh.DeepCopy()
 	switch {
@@ -377,16 +379,23 @@ func (c *Coordinator) settle(ctx context.Context, fh *imperatorv1alpha1.FleetHol
 		fh.Status.Phase = imperatorv1alpha1.FleetHoldExpired
 		fh.Status.Message = "validUntil passed: the clusters gave the unclaimed units back"
 	case (fh.Status.Phase == "" || fh.Status.Phase == imperatorv1alpha1.FleetHoldPending) && !c.isRunning(fh.Name) &&
-		now.Sub(fh.CreationTimestamp.Time) > 3*c.opts.Deadline+30*time.Second:
+		now.Sub(fh.CreationTimestamp.Time) > c.orphanAfter():
 		fh.Status.Phase = imperatorv1alpha1.FleetHoldFailed
 		fh.Status.Message = "the hub replica coordinating the hold stopped before it ended; any part a cluster holds ends at validUntil"
 	default:
-		return
+		return nil
 	}
 	if err := c.opts.Client.Status().Patch(ctx, fh, client.MergeFrom(before)); err != nil {
 		ctrl.LoggerFrom(ctx).V(1).Info("Could not record a fleet hold's new phase", "fleetHold", fh.Name, "phase", fh.Status.Phase, "err", err.Error())
+		return fmt.Errorf("recording fleet hold %q as %s: %w", fh.Name, fh.Status.Phase, err)
 	}
+	return nil
 }
+
+// orphanAfter is how long after its creation a Pending hold that no
+// replica coordinates any more is Failed: well past the two deadlines of a
+// hold and its release.
+func (c *Coordinator) orphanAfter() time.Duration { return 3*c.opts.Deadline + 30*time.Second }
 
 func (c *Coordinator) start(name string) bool {
 	c.mu.Lock()

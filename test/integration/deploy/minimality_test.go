@@ -94,12 +94,15 @@ var ruleNeeds = []ruleNeed{
 	{side: "spoke", kind: "Role", resource: "statefulsets", group: "spoke-informer-statefulsets",
 		scenario:  "reservation StatefulSets are not kept: nothing is reserved",
 		forbidden: forbiddenFor("spoke", "list|watch", "statefulsets")},
+	{side: "spoke", kind: "ClusterRole", resource: "capacityholds", group: "spoke-informer-capacityholds",
+		scenario:  "capacity holds are not decided, and the hub's fleet holds cannot be placed on the cluster",
+		forbidden: forbiddenFor("spoke", "list|watch", "capacityholds")},
 	// The controllers' writes for a new Machine. Events follow successful
 	// writes only, so they are a group of their own.
 	{side: "spoke", kind: "ClusterRole", resource: "events", group: "spoke-events",
 		scenario:  "a Machine's reservations and node pool changes leave no events",
 		forbidden: forbiddenFor("spoke", "create|patch", "events") + ` in API group "events.k8s.io"`},
-	{side: "spoke", kind: "ClusterRole", resource: "machinenodepools/status", group: "spoke-writes",
+	{side: "spoke", kind: "ClusterRole", resource: "capacityholds/status", group: "spoke-writes",
 		scenario:  "a Machine's status (usage, Ready) is never written",
 		forbidden: forbiddenFor("spoke", "patch", "machines/status")},
 	// Only under OwnerReferencesPermissionEnforcement, which the suite's API
@@ -130,6 +133,14 @@ var ruleNeeds = []ruleNeed{
 	{side: "hub", kind: "Role", resource: "leases", group: "hub-leader",
 		scenario:  "no hub replica becomes leader: no scores, no Unknown marking",
 		forbidden: forbiddenFor("hub", "get|create", "leases") + ` in API group "coordination.k8s.io" in the namespace "imperator-system"`},
+	// Fleet holds: the expiry controller follows them from the start; a
+	// Held one past validUntil, created by the admin, is recorded Expired.
+	{side: "hub", kind: "Role", resource: "fleetholds", group: "hub-fleetholds",
+		scenario:  "fleet holds cannot be created, listed or released, and never turn Expired",
+		forbidden: forbiddenFor("hub", "list|watch", "fleetholds")},
+	{side: "hub", kind: "Role", resource: "fleetholds/status", group: "hub-fleethold-status",
+		scenario:  "a fleet hold's phase is never recorded: it stays Held past validUntil",
+		forbidden: forbiddenFor("hub", "patch", "fleetholds/status")},
 	// A new spoke joining and reporting. The persister writes the
 	// ManagedCluster's status before the inventory's: one group each.
 	{side: "hub", kind: "ClusterRole", resource: "namespaces", group: "hub-join",
@@ -312,10 +323,13 @@ spec:
 func hubScenario(ctx context.Context, env *rbacEnv, name string) (*harness.Process, func(context.Context)) {
 	GinkgoHelper()
 	hub := start("hub-minimality-"+name, "hub", env.hubArgs()...)
-	joined := false
+	joined, heldPastValidUntil := false, false
 	clusterName := "minimal-" + strings.TrimPrefix(name, "hub-")
 	return hub, func(ctx context.Context) {
-		if joined || !hub.Running() || slices.Contains([]string{"hub-ca", "hub-revocations", "hub-inventories", "hub-registry"}, name) {
+		if name == "hub-fleethold-status" && !heldPastValidUntil {
+			heldPastValidUntil = expiredFleetHold(ctx)
+		}
+		if joined || !hub.Running() || slices.Contains([]string{"hub-ca", "hub-revocations", "hub-inventories", "hub-registry", "hub-fleetholds", "hub-fleethold-status"}, name) {
 			return
 		}
 		// A token issued with the admin's rights.
@@ -361,4 +375,32 @@ func forbiddenLines(log string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// expiredFleetHold has the admin create a FleetHold recorded Held whose
+// validUntil has passed, for the hub's expiry controller to record Expired;
+// true once it is there. The spec deletes it when it ends.
+func expiredFleetHold(ctx context.Context) bool {
+	manifest := filepath.Join(GinkgoT().TempDir(), "fleethold.yaml")
+	Expect(os.WriteFile(manifest, []byte(`apiVersion: imperator.tenzen-y.io/v1alpha1
+kind: FleetHold
+metadata:
+  name: minimal-expired
+  namespace: imperator-system
+spec:
+  machineType:
+    type: compute-small
+  count: 1
+  validUntil: "2026-01-01T00:00:00Z"
+`), 0o600)).To(Succeed())
+	if _, err := cluster.Kubectl(ctx, "apply", "-f", manifest); err != nil {
+		return false
+	}
+	DeferCleanup(func(ctx context.Context) {
+		_, err := cluster.Kubectl(ctx, "delete", "fleetholds.imperator.tenzen-y.io", "minimal-expired", "-n", "imperator-system", "--ignore-not-found")
+		Expect(err).NotTo(HaveOccurred())
+	})
+	_, err := cluster.Kubectl(ctx, "patch", "fleetholds.imperator.tenzen-y.io", "minimal-expired", "-n", "imperator-system",
+		"--subresource=status", "--type=merge", "-p", `{"status":{"phase":"Held"}}`)
+	return err == nil
 }
