@@ -9,8 +9,12 @@ const (
 	// machine type cannot be held: unschedulable, on nodes that are not
 	// node-pool=ready, or no node serves the type.
 	ConditionInsufficientCapacity = "InsufficientCapacity"
-	// ConditionOverSubscribed is True when guest pods ask for more units of a
-	// machine type than it makes available: the extra guests wait.
+	// ConditionOverSubscribed is True when guests hold more units of a
+	// machine type than it makes available (bound, let through the slot gate
+	// and not bound yet, or leaving): after available was lowered, or guests
+	// that ran before the agent's upgrade. Nobody is evicted; it turns False
+	// as they leave. Guests waiting at the slot gate are a queue, not
+	// oversubscription.
 	ConditionOverSubscribed = "OverSubscribed"
 	// ConditionNodePoolConflict is True while a MachineNodePool with the
 	// Machine's pool name (<machine>-node-pool) exists that the Machine does
