@@ -48,6 +48,15 @@ func TestPlanSlotsWithHolds(t *testing.T) {
 				"waiting for a unit of compute-small held by CapacityHold train; a reservation pod is making room",
 			},
 		},
+		"available lowered under a hold: its guests wait too, guests never hold more than available": {
+			line: line{machineType: "compute-small", available: 2, held: 2, gated: []*corev1.Pod{t1, t2}, placeable: anyNode,
+				holds: &holdLine{claims: claims, holdFree: map[string]int32{"train": 2}, ordinaryFree: 0, held: 2}},
+			wantQueued: []string{"team-a/t1", "team-a/t2"},
+			wantNotes: []string{
+				"waiting for a unit of compute-small held by CapacityHold train",
+				"waiting for a unit of compute-small held by CapacityHold train",
+			},
+		},
 		"other guests cannot take held units": {
 			line: line{machineType: "compute-small", available: 4, held: 2, gated: []*corev1.Pod{old1}, placeable: anyNode,
 				holds: &holdLine{claims: map[types.UID]string{}, holdFree: map[string]int32{"train": 2}, ordinaryFree: 0, held: 2}},

@@ -175,6 +175,10 @@ func planSlots(l line) slotPlan {
 	if l.holds != nil {
 		free, holdFree = l.holds.ordinaryFree, maps.Clone(l.holds.holdFree)
 	}
+	// room is the cap itself: guests never hold more than available units,
+	// whatever the holds' accounting says (available lowered below what a
+	// hold and the guests already running need, say).
+	room := l.available - l.held
 	var plan slotPlan
 	var unplaceable []bool
 	for _, pod := range order {
@@ -183,17 +187,19 @@ func planSlots(l line) slotPlan {
 			// The held unit is this guest's: now, or once the reservation
 			// pod scaled away for it is gone.
 			holdFree[hold]--
-			if !l.releasing && placeable {
+			if !l.releasing && placeable && room > 0 {
 				plan.grant = append(plan.grant, pod)
+				room--
 				continue
 			}
 			plan.queued = append(plan.queued, queuedGuest{pod: pod, hold: hold})
 			unplaceable = append(unplaceable, !placeable)
 			continue
 		}
-		if free > 0 && !l.releasing && placeable {
+		if free > 0 && room > 0 && !l.releasing && placeable {
 			plan.grant = append(plan.grant, pod)
 			free--
+			room--
 			continue
 		}
 		plan.queued = append(plan.queued, queuedGuest{pod: pod})
