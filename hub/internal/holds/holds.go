@@ -261,7 +261,7 @@ func (c *Coordinator) askOne(ctx context.Context, fh *imperatorv1alpha1.FleetHol
 	req := &federationv1.HoldRequest{
 		Name: fh.Name, Group: cl.Group, Type: cl.Type, Count: cl.Count,
 		ValidUntil: timestamppb.New(fh.Spec.ValidUntil.Time), Deadline: timestamppb.New(deadline),
-		Release: release, FleetHold: fh.Namespace + "/" + fh.Name,
+		Release: release, FleetHold: fh.Namespace + "/" + fh.Name, Namespaces: fh.Spec.Namespaces,
 	}
 	resp, err := c.opts.Spokes.RequestHold(ctx, cl.Cluster, req)
 	switch {

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -85,6 +86,7 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 			Spec: imperatorv1alpha1.CapacityHoldSpec{
 				MachineGroup: req.GetGroup(), MachineType: req.GetType(), Count: req.GetCount(),
 				ValidUntil: metav1.NewTime(req.GetValidUntil().AsTime()), FleetHold: req.GetFleetHold(),
+				Namespaces: req.GetNamespaces(),
 			},
 		}
 		if err := h.client.Create(ctx, hold); err != nil {
@@ -92,7 +94,7 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 		}
 	case err != nil:
 		return refuse(holdReasonAPIError, "reading CapacityHold %q: %v", req.GetName(), err)
-	case hold.Spec.FleetHold != req.GetFleetHold() || hold.Spec.MachineGroup != req.GetGroup() || hold.Spec.MachineType != req.GetType() || hold.Spec.Count != req.GetCount():
+	case !sameBooking(hold, req):
 		return refuse(holdReasonNameTaken, "a CapacityHold %q of another booking exists in the cluster (fleet hold %q, %d of %s/%s)",
 			hold.Name, hold.Spec.FleetHold, hold.Spec.Count, hold.Spec.MachineGroup, hold.Spec.MachineType)
 	}
@@ -160,6 +162,17 @@ func (h holds) remove(hold *imperatorv1alpha1.CapacityHold) {
 
 // validateHoldRequest checks a HoldRequest against the CapacityHold's
 // bounds; the error names the field.
+// sameBooking reports whether the existing CapacityHold is the one req asks
+// for: a retried request, not an earlier booking of the same name (a fleet
+// hold recreated under its name while the spoke kept the old one, whose
+// validUntil or namespaces differ).
+func sameBooking(hold *imperatorv1alpha1.CapacityHold, req *federationv1.HoldRequest) bool {
+	return hold.Spec.FleetHold == req.GetFleetHold() && hold.Spec.MachineGroup == req.GetGroup() &&
+		hold.Spec.MachineType == req.GetType() && hold.Spec.Count == req.GetCount() &&
+		hold.Spec.ValidUntil.Time.Equal(req.GetValidUntil().AsTime().Truncate(time.Second)) &&
+		sets.New(hold.Spec.Namespaces...).Equal(sets.New(req.GetNamespaces()...))
+}
+
 func validateHoldRequest(req *federationv1.HoldRequest, now time.Time) error {
 	if msgs := validation.IsDNS1123Label(req.GetName()); len(msgs) > 0 {
 		return fmt.Errorf("name %q: %s", req.GetName(), strings.Join(msgs, "; "))
@@ -181,5 +194,16 @@ func validateHoldRequest(req *federationv1.HoldRequest, now time.Time) error {
 	if len(req.GetFleetHold()) > 253 {
 		return fmt.Errorf("fleet_hold: longer than 253 characters")
 	}
+	if len(req.GetNamespaces()) > maxHoldNamespaces {
+		return fmt.Errorf("namespaces: %d, at most %d", len(req.GetNamespaces()), maxHoldNamespaces)
+	}
+	for i, ns := range req.GetNamespaces() {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			return fmt.Errorf("namespaces[%d] %q: %s", i, ns, strings.Join(msgs, "; "))
+		}
+	}
 	return nil
 }
+
+// maxHoldNamespaces is the CapacityHold's bound on spec.namespaces.
+const maxHoldNamespaces = 64

@@ -1001,7 +1001,11 @@ type HoldRequest struct {
 	// release asks the spoke to delete the CapacityHold instead.
 	Release bool `protobuf:"varint,8,opt,name=release,proto3" json:"release,omitempty"`
 	// fleet_hold names the hub's FleetHold (namespace/name), for the record.
-	FleetHold     string `protobuf:"bytes,9,opt,name=fleet_hold,json=fleetHold,proto3" json:"fleet_hold,omitempty"`
+	FleetHold string `protobuf:"bytes,9,opt,name=fleet_hold,json=fleetHold,proto3" json:"fleet_hold,omitempty"`
+	// namespaces, when set, are the only namespaces whose guests may claim the
+	// hold (the CapacityHold's spec.namespaces); empty: any namespace the pod
+	// injector serves.
+	Namespaces    []string `protobuf:"bytes,10,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1097,6 +1101,13 @@ func (x *HoldRequest) GetFleetHold() string {
 		return x.FleetHold
 	}
 	return ""
+}
+
+func (x *HoldRequest) GetNamespaces() []string {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
 }
 
 // HoldResponse answers a HoldRequest.
@@ -1848,7 +1859,7 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\x03ack\x18\x01 \x01(\v2\x1c.imperator.federation.v1.AckH\x00R\x03ack\x129\n" +
 	"\x06resync\x18\x02 \x01(\v2\x1f.imperator.federation.v1.ResyncH\x00R\x06resync\x12I\n" +
 	"\fhold_request\x18\x03 \x01(\v2$.imperator.federation.v1.HoldRequestH\x00R\vholdRequestB\x06\n" +
-	"\x04kind\"\xae\x02\n" +
+	"\x04kind\"\xce\x02\n" +
 	"\vHoldRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
@@ -1861,7 +1872,11 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\bdeadline\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x18\n" +
 	"\arelease\x18\b \x01(\bR\arelease\x12\x1d\n" +
 	"\n" +
-	"fleet_hold\x18\t \x01(\tR\tfleetHold\"\xb0\x01\n" +
+	"fleet_hold\x18\t \x01(\tR\tfleetHold\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\n" +
+	" \x03(\tR\n" +
+	"namespaces\"\xb0\x01\n" +
 	"\fHoldResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12;\n" +

@@ -93,6 +93,7 @@ var _ = Describe("Fleet holds through the reporters", Ordered, func() {
 			Name:   name,
 			Target: &queryv1.CreateHoldRequest_MachineType{MachineType: &queryv1.MachineTypeRef{Type: "compute-medium"}},
 			Count:  count, Mode: queryv1.CapacityMode_CAPACITY_MODE_SPREAD, Ttl: durationpb.New(10 * time.Minute),
+			Namespaces: []string{"team-a"},
 		}
 	}
 
@@ -115,6 +116,7 @@ var _ = Describe("Fleet holds through the reporters", Ordered, func() {
 		Expect(onAlpha.Spec.MachineType).To(Equal("compute-medium"))
 		Expect(onAlpha.Spec.Count).To(BeEquivalentTo(4))
 		Expect(onAlpha.Spec.FleetHold).To(Equal(agentNamespace + "/train-5"))
+		Expect(onAlpha.Spec.Namespaces).To(Equal([]string{"team-a"}), "only the fleet hold's namespaces may claim it on the spoke")
 		Expect(onAlpha.Spec.ValidUntil.Time).To(BeTemporally("~", time.Now().Add(10*time.Minute), time.Minute))
 
 		released, err := holder.ReleaseHold(ctx, &queryv1.ReleaseHoldRequest{Name: "train-5"})
