@@ -162,6 +162,17 @@ func (s *Service) ReleaseHold(ctx context.Context, req *queryv1.ReleaseHoldReque
 	}
 	ctx, cancel := context.WithTimeout(ctx, holdsCallLimit)
 	defer cancel()
+	// A holder releases its own holds; an admin any.
+	if _, role, err := callerOf(ctx); err == nil && role < RoleAdmin {
+		existing, err := s.holds.Get(ctx, req.GetName())
+		if err != nil {
+			return nil, holdsError(err)
+		}
+		if existing.Spec.Creator != caller {
+			return nil, status.Errorf(codes.PermissionDenied, "fleet hold %q was created by %q: only its creator or an admin (organization %s) may release it",
+				req.GetName(), existing.Spec.Creator, AdminOrganization)
+		}
+	}
 	fh, err := s.holds.Release(ctx, req.GetName())
 	if err != nil {
 		return nil, holdsError(err)

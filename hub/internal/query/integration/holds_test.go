@@ -103,7 +103,7 @@ var _ = Describe("Fleet holds", Ordered, func() {
 	var (
 		h              *hubtest.Hub
 		gamma, delta   *holdingSpoke
-		holder, viewer queryv1.QueryClient
+		holder, rival, viewer queryv1.QueryClient
 	)
 
 	BeforeAll(func(ctx context.Context) {
@@ -127,6 +127,7 @@ var _ = Describe("Fleet holds", Ordered, func() {
 			return cert
 		}
 		holder = queryClient(h.Address(), issue("trainer", query.HolderOrganization))
+		rival = queryClient(h.Address(), issue("rival", query.HolderOrganization))
 		viewer = queryClient(h.Address(), issue("watcher", query.ViewerOrganization))
 
 		// gamma: 4 free units of hold-xlarge; delta: 3.
@@ -261,7 +262,10 @@ var _ = Describe("Fleet holds", Ordered, func() {
 		}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 	})
 
-	It("releases a fleet hold on every spoke", func(ctx context.Context) {
+	It("releases a fleet hold on every spoke, for its creator only", func(ctx context.Context) {
+		_, err := rival.ReleaseHold(ctx, &queryv1.ReleaseHoldRequest{Name: "train-6"})
+		Expect(status.Code(err)).To(Equal(codes.PermissionDenied), "another holder may not release it: %v", err)
+		Expect(gamma.heldNow() + delta.heldNow()).NotTo(BeZero())
 		fh, err := holder.ReleaseHold(ctx, &queryv1.ReleaseHoldRequest{Name: "train-6"})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(fh.GetPhase()).To(Equal(queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_RELEASED))
