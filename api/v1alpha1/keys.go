@@ -50,6 +50,12 @@ const (
 	// overwrites any value a user sets, and only the agent may change it
 	// afterwards.
 	AdmittedAtAnnotation = Prefix + "admitted-at"
+	// NodeAgentsKey, with the value NodeAgentsAllowed, labels a namespace
+	// whose DaemonSets may tolerate every taint and so run on pool nodes too
+	// (GPU operator, monitoring agents); only an administrator can label a
+	// namespace. See deploy/spoke/policy/pool-guests-only.yaml.
+	NodeAgentsKey     = Prefix + "node-agents"
+	NodeAgentsAllowed = "allowed"
 	// HoldKey labels a guest that claims a unit of a CapacityHold: its value
 	// is the hold's name.
 	HoldKey = Prefix + "hold"
@@ -80,7 +86,7 @@ const (
 var ReservedMachineTypeNames = []string{
 	"machine-group", "machine-type", "pod-role", "node-pool",
 	"injecting-container", "inject-resource", "injected",
-	"slot", "queue", "admitted-at", "hold",
+	"slot", "queue", "admitted-at", "hold", "node-agents",
 }
 
 // MachineTypeKeyFor returns the per-type node label and taint key

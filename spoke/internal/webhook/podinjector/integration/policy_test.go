@@ -193,9 +193,15 @@ var _ = Describe("Pool policy (deploy/spoke/policy/pool-guests-only.yaml)", Orde
 		Expect(k8s.Create(ctx, tolerateAll(disabledNamespace, "tolerate-noexecute", corev1.TaintEffectNoExecute), client.DryRunAll)).To(Succeed())
 	})
 
-	It("admits tolerate-everything pods of DaemonSets, kubelets' mirror pods and kube-system", func(ctx context.Context) {
+	It("admits tolerate-everything pods of DaemonSets in node-agent namespaces, kubelets' mirror pods and kube-system", func(ctx context.Context) {
+		agents := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpu-operator",
+			Labels: map[string]string{imperatorv1alpha1.NodeAgentsKey: imperatorv1alpha1.NodeAgentsAllowed}}}
+		Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, agents))).To(Succeed())
 		for _, user := range []string{"system:serviceaccount:kube-system:daemon-set-controller", "system:kube-controller-manager"} {
-			Expect(clientAs(user).Create(ctx, tolerateAll(disabledNamespace, "node-exporter-x", ""), client.DryRunAll)).To(Succeed(), user)
+			Expect(clientAs(user).Create(ctx, tolerateAll(agents.Name, "node-exporter-x", ""), client.DryRunAll)).To(Succeed(), user)
+			By("refusing the same pod in a namespace no administrator marked for node agents: a namespace editor may create DaemonSets")
+			Expect(refused(clientAs(user).Create(ctx, tolerateAll(disabledNamespace, "node-exporter-x", ""), client.DryRunAll))).
+				To(ContainSubstring("tolerates every taint"), user)
 		}
 		mirror := tolerateAll(disabledNamespace, "static-web-node-a", "")
 		mirror.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "mirror"}
@@ -247,6 +253,14 @@ var _ = Describe("Pool policy (deploy/spoke/policy/pool-guests-only.yaml)", Orde
 			p.Labels = map[string]string{imperatorv1alpha1.PodRoleKey: "guest"}
 		}))).
 			To(ContainSubstring("label " + imperatorv1alpha1.PodRoleKey))
+
+		By("leaving other tools' ProvisioningRequest annotations on pods that are no guests alone")
+		Expect(patchAs(ctx, k8s, plain, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{
+				imperatorv1alpha1.ConsumeProvisioningRequestAnnotation: "batch-job-1",
+				imperatorv1alpha1.ProvisioningClassNameAnnotation:      "check-capacity.autoscaling.x-k8s.io",
+			}
+		})).To(Succeed())
 
 		By("admitting other labels and annotations")
 		Expect(patchAs(ctx, k8s, pod, func(p *corev1.Pod) {
