@@ -55,18 +55,25 @@ type FleetHoldMachineType struct {
 
 // FleetHoldShape is what one unit must offer at least.
 type FleetHoldShape struct {
+	// cpu is the least CPU of one unit, a quantity, e.g. 8.
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	CPU string `json:"cpu,omitempty"`
+	// memory is the least memory of one unit, a quantity, e.g. 64Gi.
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	Memory string `json:"memory,omitempty"`
+	// gpuCount is the least number of GPUs of one unit.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	GPUCount int32 `json:"gpuCount,omitempty"`
+	// gpuProduct, when set, is the GPU product the unit must have
+	// (nvidia.com/gpu.product), e.g. NVIDIA-H100-80GB-HBM3.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	GPUProduct string `json:"gpuProduct,omitempty"`
+	// gpuFamily, when set, is the GPU family the unit must have
+	// (nvidia.com/gpu.family), e.g. hopper.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	GPUFamily string `json:"gpuFamily,omitempty"`
@@ -112,9 +119,10 @@ type FleetHoldStatus struct {
 type FleetHoldCluster struct {
 	// cluster is the spoke cluster's name.
 	Cluster string `json:"cluster"`
-	// group and type name the machine type held there.
+	// group is the machine group of the machine type held there.
 	// +optional
 	Group string `json:"group,omitempty"`
+	// type is the machine type held there.
 	// +optional
 	Type string `json:"type,omitempty"`
 	// count is the units asked of the cluster.
@@ -126,9 +134,10 @@ type FleetHoldCluster struct {
 	// result is the spoke's answer: Held, Refused, TimedOut, Released.
 	// +optional
 	Result string `json:"result,omitempty"`
-	// reason and message say why the cluster refused or did not answer.
+	// reason says, in one word, why the cluster refused or did not answer.
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// message says it in words.
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Message string `json:"message,omitempty"`
