@@ -136,7 +136,9 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 	defer c.finish(spec.Name)
 	log := ctrl.LoggerFrom(ctx).WithValues("fleetHold", spec.Name)
 
+	var ended *imperatorv1alpha1.FleetHold
 	if old, err := c.Get(ctx, spec.Name); err == nil {
+		ended = old
 		if !final(old.Status.Phase) {
 			return nil, fmt.Errorf("%w: fleet hold %q is %s; release it first", ErrAlreadyExists, spec.Name, old.Status.Phase)
 		}
@@ -159,10 +161,16 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 		}
 	}
 
-	// Replace a final hold of the same name.
-	old := &imperatorv1alpha1.FleetHold{ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: c.opts.Namespace}}
-	if err := c.opts.Client.Delete(ctx, old); err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("deleting the ended fleet hold %q: %w", spec.Name, err)
+	// Replace the ended hold of the same name, only as read: another
+	// replica may have replaced it meanwhile with one it is coordinating.
+	if ended != nil {
+		err := c.opts.Client.Delete(ctx, ended, client.Preconditions{UID: &ended.UID, ResourceVersion: &ended.ResourceVersion})
+		switch {
+		case apierrors.IsConflict(err):
+			return nil, fmt.Errorf("%w: fleet hold %q changed while it was being replaced; retry", ErrAlreadyExists, spec.Name)
+		case err != nil && !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("deleting the ended fleet hold %q: %w", spec.Name, err)
+		}
 	}
 	validUntil := metav1.NewTime(now.Add(spec.TTL).Truncate(time.Second))
 	fh := &imperatorv1alpha1.FleetHold{
