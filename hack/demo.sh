@@ -2,8 +2,8 @@
 # The main job of `make demo`, run after `make up`: applies seed 000's
 # general-machine to spoke-a and an H100 machine to spoke-b, starts a team's
 # guest Deployment on spoke-a, and shows through imperatorctl what the hub
-# now knows: the clusters, their usage, and where two more compute-xlarge
-# units fit in one cluster.
+# now knows: the clusters, their usage, where two more compute-xlarge units
+# fit in one cluster, and a fleet hold booking two of them ahead of a job.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -53,6 +53,12 @@ step "imperatorctl usage"
 "$ctl" usage
 step "imperatorctl capacity compute-xlarge --count 2 --same-cluster"
 "$ctl" capacity compute-xlarge --count 2 --same-cluster
+step "imperatorctl hold create train-demo compute-xlarge --count 2 --same-cluster --ttl 15m (book the units ahead of a job)"
+"$ctl" hold create train-demo compute-xlarge --count 2 --same-cluster --ttl 15m
+step "imperatorctl usage (HELD: the booked units, out of FREE for everyone else)"
+"$ctl" usage
+step "imperatorctl hold release train-demo"
+"$ctl" hold release train-demo
 step "imperatorctl token list (the tokens the spokes joined with; hub token list shows the same)"
 "$ctl" token list
 

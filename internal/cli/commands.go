@@ -136,26 +136,27 @@ func (p *program) machinesCommand() *cobra.Command {
 
 var usageColumns = []column{
 	{name: "CLUSTER"}, {name: "STATE"}, {name: "GROUP"}, {name: "TYPE"},
-	{name: "MAXIMUM"}, {name: "RESERVED"}, {name: "USED"}, {name: "WAITING"}, {name: "QUEUED"}, {name: "FREE"},
+	{name: "MAXIMUM"}, {name: "RESERVED"}, {name: "USED"}, {name: "WAITING"}, {name: "QUEUED"}, {name: "HELD"}, {name: "FREE"},
 	{name: "OBSERVED", wide: true},
 }
 
 func (p *printer) usageRows(t *table, cu *queryv1.ClusterUsage) {
 	for _, u := range cu.GetTypes() {
 		t.add(cu.GetCluster(), enumName(cu.GetState().String(), statePrefix), u.GetGroup(), u.GetType(),
-			itoa(u.GetMaximum()), itoa(u.GetReserved()), itoa(u.GetUsed()), itoa(u.GetWaiting()), itoa(u.GetQueued()), itoa(u.GetFree()), p.age(cu.GetObservedAt()))
+			itoa(u.GetMaximum()), itoa(u.GetReserved()), itoa(u.GetUsed()), itoa(u.GetWaiting()), itoa(u.GetQueued()), itoa(u.GetHeld()), itoa(u.GetFree()), p.age(cu.GetObservedAt()))
 	}
 }
 
 func (p *program) usageCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "usage",
-		Short: "Maximum, reserved, used, waiting, queued and free units per type, with fleet totals",
+		Short: "Maximum, reserved, used, waiting, queued, held and free units per type, with fleet totals",
 		Long: `Usage shows, per cluster and machine type, the units the Machine offers
 (MAXIMUM), held by reservation pods (RESERVED), taken by running guests (USED),
 guests not yet running (WAITING), those of them held in line at the agent's
-slot gate (QUEUED), and the units a new guest can get now (FREE). FREE never
-counts a slot that a waiting or queued guest is about to take. The fleet rows
+slot gate (QUEUED), the units booked by capacity holds that no guest of the
+hold took yet (HELD), and the units a new guest can get now (FREE). FREE never
+counts a slot that a waiting or queued guest is about to take, nor a held one. The fleet rows
 sum the clusters that are neither offline nor stale.`,
 		Example: `  imperatorctl usage
   imperatorctl usage --cluster spoke-a --watch`,
@@ -191,7 +192,7 @@ sum the clusters that are neither offline nor stale.`,
 			}
 			if req.Cluster == "" {
 				for _, u := range resp.GetFleet() {
-					t.add("(fleet)", "", u.GetGroup(), u.GetType(), itoa(u.GetMaximum()), itoa(u.GetReserved()), itoa(u.GetUsed()), itoa(u.GetWaiting()), itoa(u.GetQueued()), itoa(u.GetFree()))
+					t.add("(fleet)", "", u.GetGroup(), u.GetType(), itoa(u.GetMaximum()), itoa(u.GetReserved()), itoa(u.GetUsed()), itoa(u.GetWaiting()), itoa(u.GetQueued()), itoa(u.GetHeld()), itoa(u.GetFree()))
 				}
 			}
 			return c.printer.table(t, true)

@@ -148,13 +148,13 @@ func TestUsageShowsQueuedGuests(t *testing.T) {
 		args []string
 		want string
 	}{
-		"usage table": {args: []string{"usage"}, want: `CLUSTER  STATE  GROUP  TYPE  MAXIMUM  RESERVED  USED  WAITING  QUEUED  FREE
-spoke-a  Available  team-a  compute-xlarge  1  0  1  2  2  0
-(fleet)  -  team-a  compute-xlarge  1  0  1  2  2  0
+		"usage table": {args: []string{"usage"}, want: `CLUSTER  STATE  GROUP  TYPE  MAXIMUM  RESERVED  USED  WAITING  QUEUED  HELD  FREE
+spoke-a  Available  team-a  compute-xlarge  1  0  1  2  2  0  0
+(fleet)  -  team-a  compute-xlarge  1  0  1  2  2  0  0
 `},
-		"usage wide": {args: []string{"usage", "-o", "wide"}, want: `CLUSTER  STATE  GROUP  TYPE  MAXIMUM  RESERVED  USED  WAITING  QUEUED  FREE  OBSERVED
-spoke-a  Available  team-a  compute-xlarge  1  0  1  2  2  0  3s
-(fleet)  -  team-a  compute-xlarge  1  0  1  2  2  0  -
+		"usage wide": {args: []string{"usage", "-o", "wide"}, want: `CLUSTER  STATE  GROUP  TYPE  MAXIMUM  RESERVED  USED  WAITING  QUEUED  HELD  FREE  OBSERVED
+spoke-a  Available  team-a  compute-xlarge  1  0  1  2  2  0  0  3s
+(fleet)  -  team-a  compute-xlarge  1  0  1  2  2  0  0  -
 `},
 		"machines wide": {args: []string{"machines", "-o", "wide"}, want: `CLUSTER  GROUP  TYPE  CPU  MEMORY  GPU  FREE  USED  WAITING  MAXIMUM  MACHINE  RESERVED  QUEUED  STATE  NODES(R/NR/M)  OBSERVED
 spoke-a  team-a  compute-xlarge  40  128Gi  -  0  1  2  1  general  0  2  Available  0/0/0  3s
