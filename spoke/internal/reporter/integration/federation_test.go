@@ -283,7 +283,16 @@ var _ = Describe("Federation", Ordered, func() {
 			g.Expect(hubServer.client.Get(ctx, client.ObjectKey{Name: "alpha"}, &mc)).To(Succeed())
 			return []string{inv.ResourceVersion, mc.ResourceVersion}
 		}
-		before := resourceVersions(Default)
+		// An earlier spec's change may still be on its way (the hub coalesces
+		// writes per persist interval): start once nothing was written for
+		// two intervals.
+		var before []string
+		Eventually(func(g Gomega) {
+			first := resourceVersions(g)
+			time.Sleep(2 * persistInterval)
+			g.Expect(resourceVersions(g)).To(Equal(first))
+			before = first
+		}).WithTimeout(10 * persistInterval).Should(Succeed())
 		// Heartbeats keep arriving every 300ms all along.
 		Consistently(resourceVersions).WithTimeout(5 * persistInterval).Should(Equal(before))
 	})
