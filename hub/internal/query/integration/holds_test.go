@@ -101,8 +101,8 @@ func holdRequest(name string, count int32, mode queryv1.CapacityMode) *queryv1.C
 var _ = Describe("Fleet holds", Ordered, func() {
 	const holdDeadline = 2 * time.Second
 	var (
-		h              *hubtest.Hub
-		gamma, delta   *holdingSpoke
+		h                     *hubtest.Hub
+		gamma, delta          *holdingSpoke
 		holder, rival, viewer queryv1.QueryClient
 	)
 
