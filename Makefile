@@ -45,9 +45,12 @@ generate: tools ## Generate deepcopy, CRDs, RBAC, webhook manifests and protobuf
 	@TOOLS_DIR=$(TOOLS_DIR) hack/generate.sh
 	@deploy/charts/sync.sh
 
-.PHONY: verify
-verify: generate ## Fail when `make generate` or gofmt would change a tracked file.
+.PHONY: fmt-check
+fmt-check: ## Fail when gofmt would change a tracked Go file (seconds; CI runs it first).
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+
+.PHONY: verify
+verify: fmt-check generate ## Fail when `make generate` or gofmt would change a tracked file.
 	@git diff --exit-code --stat -- . || { echo "make generate left a diff: run it and commit the result"; exit 1; }
 	@test -z "$$(git status --porcelain --untracked-files=all)" || { git status --porcelain; echo "make generate created untracked files"; exit 1; }
 
