@@ -258,34 +258,29 @@ func oneHoldName(c *command) error {
 
 func (p *program) holdGetCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "get NAME", Short: "Show one fleet hold: its clusters, units and the labels guests carry"}
-	return p.leaf(cmd, subcommand{
-		validate: oneHoldName,
-		run: func(c *command) error {
-			ctx, cancel := c.unary()
-			defer cancel()
-			h, err := c.client.GetHold(ctx, &queryv1.GetHoldRequest{Name: c.args[0]})
-			if status.Code(err) == codes.NotFound {
-				return fail(ExitFailure, "%s", status.Convert(err).Message())
-			}
-			if err != nil {
-				return c.callError(err)
-			}
-			if c.printer.structured() {
-				return c.printer.message(h)
-			}
-			return c.printer.holdDetail(h)
-		},
+	return p.holdByName(cmd, (*command).unary, func(ctx context.Context, c *command) (*queryv1.FleetHold, error) {
+		return c.client.GetHold(ctx, &queryv1.GetHoldRequest{Name: c.args[0]})
 	})
 }
 
 func (p *program) holdReleaseCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "release NAME", Short: "Release a fleet hold: every cluster gives its units back now"}
+	return p.holdByName(cmd, (*command).holdCall, func(ctx context.Context, c *command) (*queryv1.FleetHold, error) {
+		return c.client.ReleaseHold(ctx, &queryv1.ReleaseHoldRequest{Name: c.args[0]})
+	})
+}
+
+// holdByName is a subcommand that names one hold, calls the hub within the
+// deadline deadline gives, and prints the hold the hub answers; a hold the hub
+// does not know is a plain failure, not a call error.
+func (p *program) holdByName(cmd *cobra.Command, deadline func(*command) (context.Context, context.CancelFunc),
+	call func(context.Context, *command) (*queryv1.FleetHold, error)) *cobra.Command {
 	return p.leaf(cmd, subcommand{
 		validate: oneHoldName,
 		run: func(c *command) error {
-			ctx, cancel := c.holdCall()
+			ctx, cancel := deadline(c)
 			defer cancel()
-			h, err := c.client.ReleaseHold(ctx, &queryv1.ReleaseHoldRequest{Name: c.args[0]})
+			h, err := call(ctx, c)
 			if status.Code(err) == codes.NotFound {
 				return fail(ExitFailure, "%s", status.Convert(err).Message())
 			}
