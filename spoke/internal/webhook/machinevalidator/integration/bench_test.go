@@ -10,6 +10,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/machinevalidator"
+	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -20,7 +21,8 @@ import (
 // with `go test -run '^$' -bench ValidateCreate`.
 func BenchmarkValidateCreate(b *testing.B) {
 	const machines, nodesPerMachine = 100, 100
-	e, err := startEnvironment()
+	ctx := context.Background()
+	e, err := framework.Start(ctx, environment())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -29,7 +31,6 @@ func BenchmarkValidateCreate(b *testing.B) {
 			b.Error(err)
 		}
 	})
-	ctx := context.Background()
 	for m := range machines {
 		w := wrappers.MakeMachine(fmt.Sprintf("m%d", m), fmt.Sprintf("g%d", m)).Type("small", "1", "1Gi", 1)
 		for n := range nodesPerMachine {
@@ -56,7 +57,7 @@ func BenchmarkValidateCreate(b *testing.B) {
 	machine := w.Obj()
 
 	b.Run("cache", func(b *testing.B) {
-		v := &machinevalidator.Validator{Reader: e.Cache}
+		v := &machinevalidator.Validator{Reader: e.Manager.Cache}
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := v.ValidateCreate(ctx, machine); err != nil {

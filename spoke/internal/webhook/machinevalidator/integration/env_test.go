@@ -4,18 +4,19 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/machinevalidator"
-	"github.com/imperator-federation/imperator/test/util/webhookenv"
+	"github.com/imperator-federation/imperator/test/util/framework"
 )
 
 // webhookConfigurationName names the registration built by
 // machinevalidator.ValidatingWebhookConfiguration.
 const webhookConfigurationName = "imperator-machine-validator"
 
-// startEnvironment starts a real API server whose Machine admission calls the
+// environment is a real API server whose Machine admission calls the
 // validator, registered as the agent registers it and served by a manager as
 // the agent serves it.
-func startEnvironment() (*webhookenv.Environment, error) {
-	return webhookenv.Start(webhookenv.Options{
+func environment() framework.Options {
+	return framework.Options{
+		CRDs: framework.SpokeCRDs,
 		Validating: func(baseURL string) []*admissionregistrationv1.ValidatingWebhookConfiguration {
 			url := baseURL + machinevalidator.WebhookPath
 			return []*admissionregistrationv1.ValidatingWebhookConfiguration{
@@ -23,6 +24,6 @@ func startEnvironment() (*webhookenv.Environment, error) {
 					admissionregistrationv1.WebhookClientConfig{URL: &url}),
 			}
 		},
-		Setup: machinevalidator.SetupWebhookWithManager,
-	})
+		Manager: &framework.ManagerOptions{Setup: machinevalidator.SetupWebhookWithManager},
+	}
 }

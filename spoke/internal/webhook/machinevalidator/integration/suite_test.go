@@ -14,7 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/imperator-federation/imperator/test/util/webhookenv"
+	"github.com/imperator-federation/imperator/test/util/framework"
 )
 
 func TestMachineValidator(t *testing.T) {
@@ -23,14 +23,11 @@ func TestMachineValidator(t *testing.T) {
 }
 
 var (
-	env *webhookenv.Environment
+	env *framework.Environment
 	k8s client.Client
 )
 
 var _ = BeforeSuite(func(ctx context.Context) {
-	var err error
-	env, err = startEnvironment()
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() { Expect(env.Stop()).To(Succeed()) })
+	env = framework.StartSuite(ctx, environment())
 	k8s = env.Client
 }, NodeTimeout(2*time.Minute))

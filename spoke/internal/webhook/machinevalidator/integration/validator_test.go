@@ -25,7 +25,7 @@ func createMachine(ctx context.Context, machine *imperatorv1alpha1.Machine) {
 		Expect(client.IgnoreNotFound(k8s.Delete(ctx, machine))).To(Succeed())
 	})
 	Eventually(func() error {
-		return env.Cache.Get(ctx, client.ObjectKeyFromObject(machine), &imperatorv1alpha1.Machine{})
+		return env.Manager.Cache.Get(ctx, client.ObjectKeyFromObject(machine), &imperatorv1alpha1.Machine{})
 	}).WithTimeout(timeout).Should(Succeed())
 }
 
