@@ -37,7 +37,28 @@ type Config struct {
 	Webhook     Webhook
 	Reservation Reservation
 	Hub         Hub
+	Hosted      Hosted
 }
+
+// ClustersFromKubeconfigSecrets is the hosted mode's --clusters-from value.
+const ClustersFromKubeconfigSecrets = "kubeconfig-secrets"
+
+// Hosted configures hosted mode: one agent, running in a management cluster,
+// serves member clusters it reaches through kubeconfigs (package hosted).
+type Hosted struct {
+	// ClustersFrom is "" for the in-cluster agent (its own cluster, the
+	// default) or ClustersFromKubeconfigSecrets.
+	ClustersFrom string
+	// KubeconfigNamespace is the management cluster's namespace holding the
+	// members' kubeconfig Secrets. Default: Namespace.
+	KubeconfigNamespace string
+	// RequestTimeout bounds every request to a member's API server, so that
+	// a slow member holds a controller worker for at most this long.
+	RequestTimeout time.Duration
+}
+
+// IsHosted reports whether the agent serves member clusters (hosted mode).
+func (c *Config) IsHosted() bool { return c.Hosted.ClustersFrom != "" }
 
 // Webhook configures the admission webhooks the agent serves.
 type Webhook struct {
@@ -143,6 +164,7 @@ func Default() Config {
 			ReportDebounce:      500 * time.Millisecond,
 			APIServerStaleAfter: 30 * time.Second,
 		},
+		Hosted: Hosted{RequestTimeout: 15 * time.Second},
 	}
 }
 
@@ -177,10 +199,16 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Hub.CredentialsSecret, "hub-credentials-secret", c.Hub.CredentialsSecret, "Secret that stores the hub client certificate.")
 	fs.DurationVar(&c.Hub.ReportDebounce, "report-debounce", c.Hub.ReportDebounce, "How long Machine changes are batched before they are sent to the hub.")
 	fs.DurationVar(&c.Hub.APIServerStaleAfter, "api-server-stale-after", c.Hub.APIServerStaleAfter, "How long the agent may go without reaching its API server before its heartbeats tell the hub that its figures are stale.")
+	fs.StringVar(&c.Hosted.ClustersFrom, "clusters-from", c.Hosted.ClustersFrom, "Where the member clusters come from: empty serves the agent's own cluster (in-cluster mode); \""+ClustersFromKubeconfigSecrets+"\" serves every cluster whose kubeconfig is in a labelled Secret of --kubeconfig-namespace (hosted mode).")
+	fs.StringVar(&c.Hosted.KubeconfigNamespace, "kubeconfig-namespace", c.Hosted.KubeconfigNamespace, "Namespace of the management cluster holding the members' kubeconfig Secrets in hosted mode (default: --namespace).")
+	fs.DurationVar(&c.Hosted.RequestTimeout, "member-request-timeout", c.Hosted.RequestTimeout, "In hosted mode, the longest a request to a member's API server may take.")
 }
 
 // Complete fills the settings that derive from others.
 func (c *Config) Complete() {
+	if c.IsHosted() && c.Hosted.KubeconfigNamespace == "" {
+		c.Hosted.KubeconfigNamespace = c.Namespace
+	}
 	if len(c.Webhook.Hosts) > 0 {
 		return
 	}
@@ -230,11 +258,33 @@ func (c *Config) Validate() error {
 	if msgs := validation.IsDNS1123Subdomain(c.Reservation.PriorityClassName); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--reservation-priority-class %q: %s", c.Reservation.PriorityClassName, strings.Join(msgs, "; ")))
 	}
+	switch c.Hosted.ClustersFrom {
+	case "":
+		if c.Hosted.KubeconfigNamespace != "" {
+			errs = append(errs, errors.New("--kubeconfig-namespace: only with --clusters-from="+ClustersFromKubeconfigSecrets))
+		}
+	case ClustersFromKubeconfigSecrets:
+		if msgs := validation.IsDNS1123Label(c.Hosted.KubeconfigNamespace); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--kubeconfig-namespace %q: %s", c.Hosted.KubeconfigNamespace, strings.Join(msgs, "; ")))
+		}
+		if c.Hosted.RequestTimeout <= 0 {
+			errs = append(errs, fmt.Errorf("--member-request-timeout %s: must be positive", c.Hosted.RequestTimeout))
+		}
+		if c.Webhook.CertManagerCertificate != "" {
+			errs = append(errs, errors.New("--webhook-cert-manager-certificate: not supported with --clusters-from (the agent puts its own CA bundle into every member's webhook configurations)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--clusters-from %q: must be empty (in-cluster) or %q", c.Hosted.ClustersFrom, ClustersFromKubeconfigSecrets))
+	}
 	if c.Hub.Address != "" {
 		if _, _, err := net.SplitHostPort(c.Hub.Address); err != nil {
 			errs = append(errs, fmt.Errorf("--hub-address %q: %w", c.Hub.Address, err))
 		}
-		if msgs := validation.IsDNS1123Label(c.Hub.ClusterName); len(msgs) > 0 {
+		if c.IsHosted() {
+			if c.Hub.ClusterName != "" {
+				errs = append(errs, errors.New("--cluster-name: not used with --clusters-from, each member's name at the hub comes from its kubeconfig Secret"))
+			}
+		} else if msgs := validation.IsDNS1123Label(c.Hub.ClusterName); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("--cluster-name %q: required with --hub-address, and %s", c.Hub.ClusterName, strings.Join(msgs, "; ")))
 		}
 		if c.Hub.CAFile == "" {

@@ -29,6 +29,24 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		"valid hub settings": {
 			args: []string{"--hub-address=hub.example.com:8443", "--cluster-name=spoke-a", "--hub-ca-file=/ca.crt"},
 		},
+		"hosted mode with a hub": {
+			args: []string{"--clusters-from=kubeconfig-secrets", "--kubeconfig-namespace=members", "--hub-address=hub:1", "--hub-ca-file=/ca.crt"},
+		},
+		"unknown cluster source": {args: []string{"--clusters-from=cluster-profiles"}, wantErrs: []string{"--clusters-from"}},
+		"kubeconfig namespace without hosted mode": {
+			args: []string{"--kubeconfig-namespace=members"}, wantErrs: []string{"--kubeconfig-namespace"},
+		},
+		"bad kubeconfig namespace": {
+			args: []string{"--clusters-from=kubeconfig-secrets", "--kubeconfig-namespace=Members"}, wantErrs: []string{"--kubeconfig-namespace"},
+		},
+		"one cluster name for many members": {
+			args:     []string{"--clusters-from=kubeconfig-secrets", "--hub-address=hub:1", "--hub-ca-file=/ca.crt", "--cluster-name=a"},
+			wantErrs: []string{"--cluster-name"},
+		},
+		"hosted mode with cert-manager": {
+			args:     []string{"--clusters-from=kubeconfig-secrets", "--webhook-cert-manager-certificate=imperator-webhook"},
+			wantErrs: []string{"--webhook-cert-manager-certificate"},
+		},
 		"bad namespace":        {args: []string{"--namespace=Not_Valid"}, wantErrs: []string{"--namespace"}},
 		"bad port":             {args: []string{"--webhook-port=70000"}, wantErrs: []string{"--webhook-port"}},
 		"hub without port":     {args: []string{"--hub-address=hub", "--cluster-name=a", "--hub-ca-file=x"}, wantErrs: []string{"--hub-address"}},
