@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -24,16 +25,16 @@ const benchNodes = 100
 // MachineNodePool, as the garbage collector would) until every label is gone.
 // Run with `go test -run '^$' -bench ConfigurePool -benchtime 5x`.
 func BenchmarkConfigurePool(b *testing.B) {
-	e, err := startEnvironment()
+	ctx := context.Background()
+	e, err := framework.Start(ctx, environment("nodepool-bench", false))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
-		if err := e.stop(); err != nil {
+		if err := e.Stop(); err != nil {
 			b.Error(err)
 		}
 	})
-	ctx := context.Background()
 	machine := wrappers.MakeMachine("bench", "bench").Type(medium, "6", "48Gi", 1)
 	for i := range benchNodes {
 		name := fmt.Sprintf("bench-%03d", i)

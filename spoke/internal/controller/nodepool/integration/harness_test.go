@@ -2,7 +2,6 @@ package nodepool_test
 
 import (
 	"context"
-	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -13,8 +12,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
-	"github.com/imperator-federation/imperator/test/util/harness"
-	"github.com/imperator-federation/imperator/test/util/repo"
+	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -26,20 +24,9 @@ var _ = Describe("Node-pool controller in a cluster with a controller-manager", 
 	var c client.Client
 
 	BeforeAll(func(ctx context.Context) {
-		cluster, err := harness.Start(ctx, harness.Options{Name: "nodepool"})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { Expect(cluster.Stop()).To(Succeed()) })
-		root, err := repo.Root()
-		Expect(err).NotTo(HaveOccurred())
-		Expect(cluster.InstallCRDs(ctx, filepath.Join(root, "deploy", "spoke", "crd"))).To(Succeed())
-
-		scheme, err := newScheme()
-		Expect(err).NotTo(HaveOccurred())
-		c, err = client.New(cluster.Config, client.Options{Scheme: scheme})
-		Expect(err).NotTo(HaveOccurred())
-		mgr, err := startManager(cluster.Config, scheme)
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { Expect(mgr.stop()).To(Succeed()) })
+		env := framework.StartSuite(ctx, environment("nodepool", true))
+		c = env.Client
+		cluster := env.Cluster
 
 		for _, name := range []string{"gc-a", "gc-b"} {
 			Expect(cluster.AddNode(ctx, wrappers.MakeNode(name).Label(foreignLabel, "ml").Obj())).To(Succeed())

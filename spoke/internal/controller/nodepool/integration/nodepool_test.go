@@ -463,7 +463,7 @@ var _ = Describe("Machine API", func() {
 		var out string
 		Eventually(func() error {
 			var err error
-			out, err = env.kubectl("explain", "machines.spec.machineTypes")
+			out, err = kubectl(env, "explain", "machines.spec.machineTypes")
 			return err
 		}).WithTimeout(30 * time.Second).WithPolling(time.Second).Should(Succeed())
 		Expect(out).To(ContainSubstring("machineTypes are the named shapes"))

@@ -13,6 +13,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imperator-federation/imperator/test/util/framework"
 )
 
 func TestNodePool(t *testing.T) {
@@ -21,14 +23,11 @@ func TestNodePool(t *testing.T) {
 }
 
 var (
-	env *environment
+	env *framework.Environment
 	k8s client.Client
 )
 
 var _ = BeforeSuite(func(ctx context.Context) {
-	var err error
-	env, err = startEnvironment()
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() { Expect(env.stop()).To(Succeed()) })
+	env = framework.StartSuite(ctx, environment("nodepool", false))
 	k8s = env.Client
 }, NodeTimeout(2*time.Minute))
