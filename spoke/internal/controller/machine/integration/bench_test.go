@@ -176,7 +176,7 @@ func startBenchEnvironment(b *testing.B, name string) *environment {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
-		if err := e.stop(); err != nil {
+		if err := e.Stop(); err != nil {
 			b.Error(err)
 		}
 	})

@@ -3,29 +3,16 @@ package machine_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"path/filepath"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
 	"github.com/imperator-federation/imperator/test/util/fleet"
-	"github.com/imperator-federation/imperator/test/util/harness"
-	"github.com/imperator-federation/imperator/test/util/repo"
+	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -37,23 +24,10 @@ const (
 
 // environment is a harness cluster (API server, controller-manager with its
 // garbage collector, scheduler, kwok) with seed 000's nodes as the node-pool
-// controller would leave them, and the Machine controller running against it
-// in a multi-cluster manager, as the agent runs it.
+// controller would leave them, and the Machine and CapacityHold controllers
+// running against it in a multi-cluster manager, as the agent runs them.
 type environment struct {
-	Cluster *harness.Cluster
-	// Client talks to the API server directly.
-	Client client.Client
-
-	cancel  context.CancelFunc
-	stopped chan error
-}
-
-func newScheme() (*runtime.Scheme, error) {
-	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), imperatorv1alpha1.AddToScheme(scheme)); err != nil {
-		return nil, fmt.Errorf("building the scheme: %w", err)
-	}
-	return scheme, nil
+	*framework.Environment
 }
 
 // poolNodes are wrappers.SeedNodes labelled and tainted for GeneralMachine
@@ -91,97 +65,52 @@ func poolNodes() []*corev1.Node {
 	return nodes
 }
 
-// startEnvironment starts the cluster, installs the CRDs, adds the pool
+// controllers are the agent's Machine and CapacityHold controllers, without
+// a provider (the local cluster only), as spoke/main.go runs them, with the
+// cache restricted by machine.CacheOptions.
+var controllers = framework.ManagerOptions{
+	Cache: cache.Options{ByObject: machine.CacheOptions(agentNamespace)},
+	SetupMulticluster: func(mgr mcmanager.Manager) error {
+		return errors.Join(machine.SetupWithManager(mgr, machine.Options{Namespace: agentNamespace}), capacityhold.SetupWithManager(mgr))
+	},
+}
+
+// startEnvironment starts the cluster with the spoke CRDs, adds the pool
 // nodes, the agent's namespace and the reservation PriorityClass of
-// deploy/spoke, and starts the controller. stop undoes
-// everything, also after a failure half-way.
+// deploy/spoke, then starts the controllers. Stop undoes everything, also
+// after a failure half-way.
 func startEnvironment(ctx context.Context, name string) (_ *environment, err error) {
-	scheme, err := newScheme()
-	if err != nil {
-		return nil, err
-	}
-	root, err := repo.Root()
-	if err != nil {
-		return nil, err
-	}
-	e := &environment{}
-	e.Cluster, err = harness.Start(ctx, harness.Options{Name: name})
+	env, err := framework.Start(ctx, framework.Options{Name: name, Harness: true, CRDs: framework.SpokeCRDs, Namespaces: []string{agentNamespace}})
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, e.stop())
+			err = errors.Join(err, env.Stop())
 		}
 	}()
-	if err := e.Cluster.InstallCRDs(ctx, filepath.Join(root, "deploy", "spoke", "crd")); err != nil {
-		return nil, err
-	}
-	if e.Client, err = client.New(e.Cluster.Config, client.Options{Scheme: scheme}); err != nil {
-		return nil, fmt.Errorf("creating the client: %w", err)
-	}
 	for _, node := range poolNodes() {
-		if err := e.Cluster.AddNode(ctx, node); err != nil {
+		if err := env.Cluster.AddNode(ctx, node); err != nil {
 			return nil, err
 		}
 	}
-	if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}); err != nil {
-		return nil, fmt.Errorf("creating namespace %s: %w", agentNamespace, err)
-	}
 	// deploy/spoke ships it; the controller only reads it.
-	if err := fleet.InstallReservationPriorityClass(ctx, e.Cluster); err != nil {
+	if err := fleet.InstallReservationPriorityClass(ctx, env.Cluster); err != nil {
 		return nil, err
 	}
-	if err := e.startController(scheme, e.Cluster.Config); err != nil {
+	if env.Manager, err = env.StartManager(ctx, controllers); err != nil {
 		return nil, err
 	}
-	return e, nil
+	return &environment{env}, nil
 }
 
-// startController runs the Machine controller in a multi-cluster manager
-// without a provider (the local cluster only), as spoke/main.go does, with
-// the cache restricted by machine.CacheOptions.
-func (e *environment) startController(scheme *runtime.Scheme, cfg *rest.Config) error {
-	mgr, err := mcmanager.New(cfg, nil, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{ByObject: machine.CacheOptions(agentNamespace)},
-		// The suite and the benchmarks each start a manager in one process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
-	}
-	if err := machine.SetupWithManager(mgr, machine.Options{Namespace: agentNamespace}); err != nil {
+// restartController stops the controllers, as an agent that exits, and
+// starts new ones with fresh caches and no memory, as the agent that
+// replaces it.
+func (e *environment) restartController(ctx context.Context) (err error) {
+	if err := e.Manager.Stop(); err != nil {
 		return err
 	}
-	if err := capacityhold.SetupWithManager(mgr); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	e.cancel = cancel
-	e.stopped = make(chan error, 1)
-	go func() { e.stopped <- mgr.Start(ctx) }()
-	return nil
-}
-
-// stop stops the controller, then the cluster.
-func (e *environment) stop() error {
-	var errs []error
-	if e.cancel != nil {
-		e.cancel()
-		select {
-		case err := <-e.stopped:
-			if err != nil {
-				errs = append(errs, fmt.Errorf("manager: %w", err))
-			}
-		case <-time.After(30 * time.Second):
-			errs = append(errs, errors.New("manager did not stop within 30s"))
-		}
-	}
-	if e.Cluster != nil {
-		errs = append(errs, e.Cluster.Stop())
-	}
-	return errors.Join(errs...)
+	e.Manager, err = e.StartManager(ctx, controllers)
+	return err
 }

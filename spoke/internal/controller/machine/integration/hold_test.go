@@ -2,7 +2,6 @@ package machine_test
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -248,7 +247,7 @@ var _ = Describe("Capacity holds", func() {
 		provisioned := holdCondition(ctx, "train", imperatorv1alpha1.HoldConditionProvisioned)(Default)
 
 		By("stopping the controller and starting a new one")
-		Expect(env.restartController()).To(Succeed())
+		Expect(env.restartController(ctx)).To(Succeed())
 
 		for _, name := range []string{"b1", "b2", "b3"} {
 			Expect(k8s.Create(ctx, guest(teamB, name, "compute-small"))).To(Succeed())
@@ -262,23 +261,3 @@ var _ = Describe("Capacity holds", func() {
 		Eventually(podStates(ctx, teamA)).WithTimeout(30 * time.Second).Should(Equal(map[string]string{"t1": "Running"}))
 	})
 })
-
-// restartController stops the controllers, as an agent that exits, and
-// starts new ones with fresh caches and no memory, as the agent that
-// replaces it.
-func (e *environment) restartController() error {
-	e.cancel()
-	select {
-	case err := <-e.stopped:
-		if err != nil {
-			return err
-		}
-	case <-time.After(30 * time.Second):
-		return errors.New("manager did not stop within 30s")
-	}
-	scheme, err := newScheme()
-	if err != nil {
-		return err
-	}
-	return e.startController(scheme, e.Cluster.Config)
-}

@@ -15,9 +15,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	ctrl "sigs.k8s.io/controller-runtime"
+	"github.com/imperator-federation/imperator/test/util/framework"
 )
 
 func TestMachineController(t *testing.T) {
@@ -31,11 +30,11 @@ var (
 )
 
 var _ = BeforeSuite(func(ctx context.Context) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true), zap.Level(zapLevel(1))))
+	framework.SetLogger(1)
 	var err error
 	env, err = startEnvironment(ctx, "machine")
 	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() { Expect(env.stop()).To(Succeed()) })
+	DeferCleanup(func() { Expect(env.Stop()).To(Succeed()) })
 	k8s = env.Client
 }, NodeTimeout(3*time.Minute))
 
