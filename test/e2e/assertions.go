@@ -20,27 +20,6 @@ import (
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 )
 
-// stateOfMode is the node-pool label a healthy node of mode carries.
-func stateOfMode(mode imperatorv1alpha1.NodePoolMode) imperatorv1alpha1.NodePoolState {
-	if mode == imperatorv1alpha1.NodePoolModeMaintenance {
-		return imperatorv1alpha1.NodePoolMaintenance
-	}
-	return imperatorv1alpha1.NodePoolReady
-}
-
-// conditionOfState is the MachineNodePool status condition of a node whose
-// node-pool label is state.
-func conditionOfState(state imperatorv1alpha1.NodePoolState) imperatorv1alpha1.NodeCondition {
-	switch state {
-	case imperatorv1alpha1.NodePoolMaintenance:
-		return imperatorv1alpha1.NodeConditionMaintenance
-	case imperatorv1alpha1.NodePoolNotReady:
-		return imperatorv1alpha1.NodeConditionNotReady
-	default:
-		return imperatorv1alpha1.NodeConditionReady
-	}
-}
-
 // poolEntry returns the spec.nodePool entry of node in m, or nil.
 func poolEntry(m *imperatorv1alpha1.Machine, node string) *imperatorv1alpha1.NodePool {
 	for i := range m.Spec.NodePool {

@@ -119,6 +119,17 @@ type MachineInput struct {
 	// WantReserved is the number of reservation pods each machine type of
 	// the Machine must get: what its ready nodes can hold of available.
 	WantReserved map[string]int32
+	// WantPool is what each node of the Machine's pool must show once the
+	// agent configured it; every node of the pool must be named.
+	WantPool map[string]PoolNode
+}
+
+// PoolNode is what a user sees of one node of a Machine's pool: its
+// imperator.tenzen-y.io/node-pool label (and taint, when the pool taints)
+// and its condition in the MachineNodePool status.
+type PoolNode struct {
+	State     imperatorv1alpha1.NodePoolState
+	Condition imperatorv1alpha1.NodeCondition
 }
 
 // MachineSpec is journey 2 (and the first half of 5): a platform engineer
@@ -146,9 +157,10 @@ func MachineSpec(ctx context.Context, in MachineInput) {
 	By("every node of the pool carries the labels, annotation and taints of its mode")
 	Eventually(ctx, func(g Gomega) {
 		for _, entry := range want.Spec.NodePool {
-			state := stateOfMode(entry.Mode)
-			expectPoolNode(g, ctx, spoke.Client, group, entry, state)
-			expectPoolCondition(g, ctx, spoke.Client, want.Name, entry.Name, conditionOfState(state))
+			node, ok := in.WantPool[entry.Name]
+			g.Expect(ok).To(BeTrue(), "WantPool names node %s of the pool", entry.Name)
+			expectPoolNode(g, ctx, spoke.Client, group, entry, node.State)
+			expectPoolCondition(g, ctx, spoke.Client, want.Name, entry.Name, node.Condition)
 		}
 	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
 
@@ -160,7 +172,7 @@ func MachineSpec(ctx context.Context, in MachineInput) {
 			g.Expect(ok).To(BeTrue(), "WantReserved names machine type %s", mt.Name)
 			pods := boundPods(reservationPods(g, ctx, spoke.Client, in.Env.Namespace, group, mt.Name))
 			g.Expect(pods).To(HaveLen(int(wantReserved)), "bound reservation pods of %s: %v", mt.Name, describePods(pods))
-			nodes := readyNodesServing(want, mt.Name)
+			nodes := readyNodesServing(want, in.WantPool, mt.Name)
 			for _, p := range pods {
 				g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "reservation pod %s", p.Name)
 				g.Expect(nodes).To(ContainElement(p.Spec.NodeName), "reservation pod %s of %s runs on a ready node serving it", p.Name, mt.Name)
@@ -177,11 +189,12 @@ func MachineSpec(ctx context.Context, in MachineInput) {
 	}).WithTimeout(joinTimeout).WithPolling(poll).Should(Succeed())
 }
 
-// readyNodesServing are the nodes of m's pool in mode ready that serve typ.
-func readyNodesServing(m *imperatorv1alpha1.Machine, typ string) []string {
+// readyNodesServing are the nodes of m's pool that serve typ and that pool
+// says must be ready.
+func readyNodesServing(m *imperatorv1alpha1.Machine, pool map[string]PoolNode, typ string) []string {
 	var nodes []string
 	for _, entry := range m.Spec.NodePool {
-		if stateOfMode(entry.Mode) == imperatorv1alpha1.NodePoolReady && slices.ContainsFunc(entry.MachineType, func(r imperatorv1alpha1.MachineTypeRef) bool { return r.Name == typ }) {
+		if pool[entry.Name].State == imperatorv1alpha1.NodePoolReady && slices.ContainsFunc(entry.MachineType, func(r imperatorv1alpha1.MachineTypeRef) bool { return r.Name == typ }) {
 			nodes = append(nodes, entry.Name)
 		}
 	}
@@ -317,7 +330,7 @@ func NodePoolSpec(ctx context.Context, in NodePoolInput) {
 	Expect(maintenance.Mode).To(Equal(imperatorv1alpha1.NodePoolModeMaintenance))
 	unhealthy := poolEntry(m, in.UnhealthyNode)
 	Expect(unhealthy).NotTo(BeNil(), "%s is in the pool of %s", in.UnhealthyNode, m.Name)
-	Expect(stateOfMode(unhealthy.Mode)).To(Equal(imperatorv1alpha1.NodePoolReady))
+	Expect(unhealthy.Mode).To(Equal(imperatorv1alpha1.NodePoolModeReady))
 
 	counts := func(typ string) string {
 		var out string

@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 	"github.com/imperator-federation/imperator/test/util/fleet"
 	"github.com/imperator-federation/imperator/test/util/repo"
@@ -100,6 +101,11 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 			Env: env, Spoke: spokeA, MachineFile: env.Sample("general-machine.yaml"),
 			// compute-large is served by no node of the pool.
 			WantReserved: map[string]int32{"compute-medium": 4, "compute-xlarge": 1, "compute-large": 0},
+			WantPool: map[string]PoolNode{
+				"michiru": {imperatorv1alpha1.NodePoolReady, imperatorv1alpha1.NodeConditionReady},
+				"utaha":   {imperatorv1alpha1.NodePoolMaintenance, imperatorv1alpha1.NodeConditionMaintenance},
+				"eriri":   {imperatorv1alpha1.NodePoolReady, imperatorv1alpha1.NodeConditionReady},
+			},
 		})
 	}, SpecTimeout(4*time.Minute))
 
@@ -128,6 +134,10 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 		MachineSpec(ctx, MachineInput{
 			Env: env, Spoke: spokeB, MachineFile: env.Sample("hopper-machine.yaml"),
 			WantReserved: map[string]int32{"compute-xlarge": 4, "compute-h100x8": 1},
+			WantPool: map[string]PoolNode{
+				"kasumi": {imperatorv1alpha1.NodePoolReady, imperatorv1alpha1.NodeConditionReady},
+				"megumi": {imperatorv1alpha1.NodePoolReady, imperatorv1alpha1.NodeConditionReady},
+			},
 		})
 		CapacitySpec(ctx, CapacityInput{
 			Env: env, Type: "compute-xlarge", Count: 2, WantCluster: spokeB, TooMany: 100,
