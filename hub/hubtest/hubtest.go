@@ -23,6 +23,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/join"
 	"github.com/imperator-federation/imperator/hub/internal/store"
+	"github.com/imperator-federation/imperator/test/util/framework"
 )
 
 // Options of a test hub.
@@ -173,3 +174,15 @@ func WriteCAFile(ctx context.Context, c client.Client, namespace, dir string) (s
 
 // Scheme is the hub's scheme (core, Imperator, OCM cluster kinds).
 var Scheme = app.Scheme
+
+// ClusterOptions describe a hub cluster for test/util/framework: an API
+// server with the hub's CRDs (its inventory kinds and OCM's), the hub's
+// scheme and framework.AgentNamespace, where the hub keeps its CA and tokens
+// unless Options.Namespace says otherwise.
+func ClusterOptions() (framework.Options, error) {
+	scheme, err := Scheme()
+	if err != nil {
+		return framework.Options{}, err
+	}
+	return framework.Options{Scheme: scheme, CRDs: framework.HubCRDs, Namespaces: []string{framework.AgentNamespace}}, nil
+}

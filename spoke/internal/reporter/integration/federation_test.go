@@ -30,23 +30,25 @@ import (
 
 const machineName = "general-machine"
 
-// usedAtHub returns the used units of a machine type of cluster's
-// general-machine in the hub's index, -1 when unknown.
-func usedAtHub(cluster, machineType string) int32 {
-	c, ok := hub.Cluster(cluster)
-	if !ok {
-		return -1
-	}
-	m, ok := c.Machine(machineName)
-	if !ok {
-		return -1
-	}
-	for _, t := range m.GetTypes() {
-		if t.GetName() == machineType && t.GetUsage() != nil {
-			return t.GetUsage().GetUsed()
+// usedAtHub reads the used units of a machine type of cluster's
+// general-machine in the hub's index, for Eventually and Consistently. It
+// fails while the hub does not know the cluster, its general-machine or the
+// type, so that a cluster missing at the hub never reads as a figure; a type
+// whose spoke reported no usage yet reads 0.
+func usedAtHub(cluster, machineType string) func(g Gomega) int32 {
+	return func(g Gomega) int32 {
+		c, ok := hub.Cluster(cluster)
+		g.Expect(ok).To(BeTrue(), "cluster %s in the hub's index", cluster)
+		m, ok := c.Machine(machineName)
+		g.Expect(ok).To(BeTrue(), "machine %s of cluster %s in the hub's index", machineName, cluster)
+		for _, t := range m.GetTypes() {
+			if t.GetName() == machineType {
+				return t.GetUsage().GetUsed()
+			}
 		}
+		g.Expect(m.GetTypes()).To(ContainElement(HaveField("GetName()", machineType)), "machine type %s of cluster %s", machineType, cluster)
+		return 0
 	}
-	return -1
 }
 
 // setUsed writes status.availableMachines of general-machine on a spoke, as
@@ -54,17 +56,17 @@ func usedAtHub(cluster, machineType string) int32 {
 func setUsed(ctx context.Context, s *spoke, machineType string, used int32) {
 	GinkgoHelper()
 	var m imperatorv1alpha1.Machine
-	Expect(s.client.Get(ctx, client.ObjectKey{Name: machineName}, &m)).To(Succeed())
+	Expect(s.Client.Get(ctx, client.ObjectKey{Name: machineName}, &m)).To(Succeed())
 	patch := client.MergeFrom(m.DeepCopy())
 	m.Status.AvailableMachines = []imperatorv1alpha1.AvailableMachine{{
 		Name: machineType, Usage: imperatorv1alpha1.Usage{Maximum: 1, Reserved: max(0, 1-used), Used: used},
 	}}
-	Expect(s.client.Status().Patch(ctx, &m, patch)).To(Succeed())
+	Expect(s.Client.Status().Patch(ctx, &m, patch)).To(Succeed())
 }
 
 func managedClusterAvailable(ctx context.Context, name string) metav1.ConditionStatus {
 	var mc clusterv1.ManagedCluster
-	if err := hubServer.client.Get(ctx, client.ObjectKey{Name: name}, &mc); err != nil {
+	if err := hubServer.Client.Get(ctx, client.ObjectKey{Name: name}, &mc); err != nil {
 		return ""
 	}
 	if c := meta.FindStatusCondition(mc.Status.Conditions, clusterv1.ManagedClusterConditionAvailable); c != nil {
@@ -76,7 +78,7 @@ func managedClusterAvailable(ctx context.Context, name string) metav1.ConditionS
 func hubCA() []byte {
 	GinkgoHelper()
 	var secret corev1.Secret
-	Expect(hubServer.client.Get(context.Background(), client.ObjectKey{Namespace: agentNamespace, Name: "imperator-hub-ca"}, &secret)).To(Succeed())
+	Expect(hubServer.Client.Get(context.Background(), client.ObjectKey{Namespace: agentNamespace, Name: "imperator-hub-ca"}, &secret)).To(Succeed())
 	return secret.Data[corev1.TLSCertKey]
 }
 
@@ -105,7 +107,7 @@ func connectToHub(cert *tls.Certificate) *grpc.ClientConn {
 func spokeCertificate(ctx context.Context, s *spoke) *tls.Certificate {
 	GinkgoHelper()
 	var secret corev1.Secret
-	Expect(s.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: credentialsSecret}, &secret)).To(Succeed())
+	Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: credentialsSecret}, &secret)).To(Succeed())
 	cert, err := tls.X509KeyPair(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey])
 	Expect(err).NotTo(HaveOccurred())
 	return &cert
@@ -136,7 +138,7 @@ func clusterAtHub(g Gomega, cluster string) *hubtest.ClusterView {
 func registrationOf(ctx context.Context, cluster string) string {
 	GinkgoHelper()
 	var mc clusterv1.ManagedCluster
-	Eventually(func() error { return hubServer.client.Get(ctx, client.ObjectKey{Name: cluster}, &mc) }).
+	Eventually(func() error { return hubServer.Client.Get(ctx, client.ObjectKey{Name: cluster}, &mc) }).
 		WithTimeout(30 * time.Second).Should(Succeed())
 	return string(mc.UID)
 }
@@ -188,9 +190,9 @@ func reportWith(ctx context.Context, cert *tls.Certificate, cluster string) erro
 // deregister deletes cluster's ManagedCluster and waits until it is gone.
 func deregister(ctx context.Context, cluster string) {
 	GinkgoHelper()
-	Expect(client.IgnoreNotFound(hubServer.client.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}}))).To(Succeed())
+	Expect(client.IgnoreNotFound(hubServer.Client.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}}))).To(Succeed())
 	Eventually(func() bool {
-		return apierrors.IsNotFound(hubServer.client.Get(ctx, client.ObjectKey{Name: cluster}, &clusterv1.ManagedCluster{}))
+		return apierrors.IsNotFound(hubServer.Client.Get(ctx, client.ObjectKey{Name: cluster}, &clusterv1.ManagedCluster{}))
 	}).WithTimeout(10 * time.Second).Should(BeTrue())
 }
 
@@ -208,7 +210,7 @@ func refusedFor(cluster string) OmegaMatcher {
 // (PEM), failing g when the Secret is missing.
 func storedCertificate(ctx context.Context, g Gomega, s *spoke) []byte {
 	var secret corev1.Secret
-	g.Expect(s.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: credentialsSecret}, &secret)).To(Succeed())
+	g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: credentialsSecret}, &secret)).To(Succeed())
 	return secret.Data[corev1.TLSCertKey]
 }
 
@@ -216,7 +218,7 @@ func storedCertificate(ctx context.Context, g Gomega, s *spoke) []byte {
 // is unused.
 func tokenUsedBy(ctx context.Context, g Gomega, token string) string {
 	var secret corev1.Secret
-	g.Expect(hubServer.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: "imperator-bootstrap-token-" + token[:6]}, &secret)).To(Succeed())
+	g.Expect(hubServer.Client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: "imperator-bootstrap-token-" + token[:6]}, &secret)).To(Succeed())
 	return string(secret.Data["used-by"])
 }
 
@@ -224,10 +226,10 @@ func tokenUsedBy(ctx context.Context, g Gomega, token string) string {
 func setHubAcceptsClient(ctx context.Context, cluster string, accept bool) {
 	GinkgoHelper()
 	var mc clusterv1.ManagedCluster
-	Expect(hubServer.client.Get(ctx, client.ObjectKey{Name: cluster}, &mc)).To(Succeed())
+	Expect(hubServer.Client.Get(ctx, client.ObjectKey{Name: cluster}, &mc)).To(Succeed())
 	patch := client.MergeFrom(mc.DeepCopy())
 	mc.Spec.HubAcceptsClient = accept
-	Expect(hubServer.client.Patch(ctx, &mc, patch)).To(Succeed())
+	Expect(hubServer.Client.Patch(ctx, &mc, patch)).To(Succeed())
 }
 
 // reportsAgainUnder checks that cluster reports to the hub with a
@@ -246,7 +248,20 @@ func reportsAgainUnder(ctx context.Context, g Gomega, s *spoke, registration str
 	g.Expect(cert.URIs).To(ConsistOf(identity.RegistrationURI(s.name, registration)))
 }
 
-var _ = Describe("Federation", Ordered, func() {
+// Specs of Federation are independent: each starts once every spoke reports
+// to the hub, so that one failure does not take the specs after it along;
+// a spec that changes the hub or a spoke puts it back with DeferCleanup.
+var _ = Describe("Federation", func() {
+	BeforeEach(func(ctx SpecContext) {
+		Eventually(func(g Gomega) {
+			for name := range spokes {
+				c := clusterAtHub(g, name)
+				g.Expect(c.Connected).To(BeTrue(), "%s connected", name)
+				g.Expect(string(c.State)).To(Equal("Available"), "%s available", name)
+			}
+		}).WithTimeout(30*time.Second).Should(Succeed(), "every spoke reports to the hub before the spec")
+	})
+
 	It("registers joined spokes: ManagedCluster, ClusterInventory and the hub's index", func(ctx SpecContext) {
 		for name := range spokes {
 			Eventually(func(g Gomega) {
@@ -262,12 +277,12 @@ var _ = Describe("Federation", Ordered, func() {
 
 			Eventually(func(g Gomega) {
 				var mc clusterv1.ManagedCluster
-				g.Expect(hubServer.client.Get(ctx, client.ObjectKey{Name: name}, &mc)).To(Succeed())
+				g.Expect(hubServer.Client.Get(ctx, client.ObjectKey{Name: name}, &mc)).To(Succeed())
 				g.Expect(mc.Spec.HubAcceptsClient).To(BeTrue())
 				g.Expect(managedClusterAvailable(ctx, name)).To(Equal(metav1.ConditionTrue))
 
 				var inv imperatorv1alpha1.ClusterInventory
-				g.Expect(hubServer.client.Get(ctx, client.ObjectKey{Namespace: name, Name: name}, &inv)).To(Succeed())
+				g.Expect(hubServer.Client.Get(ctx, client.ObjectKey{Namespace: name, Name: name}, &inv)).To(Succeed())
 				g.Expect(inv.Spec.ClusterName).To(Equal(name))
 				g.Expect(inv.Status.ObservedAt).NotTo(BeNil())
 				g.Expect(inv.Status.Machines).To(ConsistOf(HaveField("Name", machineName)))
@@ -278,9 +293,9 @@ var _ = Describe("Federation", Ordered, func() {
 	It("does not write to the hub cluster while nothing changes", func(ctx SpecContext) {
 		resourceVersions := func(g Gomega) []string {
 			var inv imperatorv1alpha1.ClusterInventory
-			g.Expect(hubServer.client.Get(ctx, client.ObjectKey{Namespace: "alpha", Name: "alpha"}, &inv)).To(Succeed())
+			g.Expect(hubServer.Client.Get(ctx, client.ObjectKey{Namespace: "alpha", Name: "alpha"}, &inv)).To(Succeed())
 			var mc clusterv1.ManagedCluster
-			g.Expect(hubServer.client.Get(ctx, client.ObjectKey{Name: "alpha"}, &mc)).To(Succeed())
+			g.Expect(hubServer.Client.Get(ctx, client.ObjectKey{Name: "alpha"}, &mc)).To(Succeed())
 			return []string{inv.ResourceVersion, mc.ResourceVersion}
 		}
 		// An earlier spec's change may still be on its way (the hub coalesces
@@ -293,17 +308,27 @@ var _ = Describe("Federation", Ordered, func() {
 			g.Expect(resourceVersions(g)).To(Equal(first))
 			before = first
 		}).WithTimeout(10 * persistInterval).Should(Succeed())
-		// Heartbeats keep arriving every 300ms all along.
-		Consistently(resourceVersions).WithTimeout(5 * persistInterval).Should(Equal(before))
+		// A dead reporter writes nothing either: the hub must keep hearing
+		// alpha's heartbeats (every 300ms) all along the window.
+		windowStart := time.Now()
+		Consistently(func(g Gomega) []string {
+			c := clusterAtHub(g, "alpha")
+			g.Expect(c.Connected).To(BeTrue(), "alpha's reporter is connected")
+			g.Expect(c.LastHeartbeat).To(BeTemporally(">", time.Now().Add(-2*time.Second)), "alpha's reporter heartbeats")
+			return resourceVersions(g)
+		}).WithTimeout(5 * persistInterval).Should(Equal(before))
+		Expect(clusterAtHub(Default, "alpha").LastHeartbeat).To(BeTemporally(">", windowStart),
+			"alpha's reporter heartbeated during the window: the quiet came from no change, not from a silent reporter")
 	})
 
 	It("shows a Machine status change on a spoke at the hub within 2 seconds", func(ctx SpecContext) {
+		betaUsed := usedAtHub("beta", "compute-xlarge")(Default)
 		setUsed(ctx, spokes["alpha"], "compute-xlarge", 1)
-		Eventually(func() int32 { return usedAtHub("alpha", "compute-xlarge") }).
+		Eventually(usedAtHub("alpha", "compute-xlarge")).
 			WithTimeout(2 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal(int32(1)))
-		// The other cluster's figures are untouched.
-		Consistently(func() int32 { return usedAtHub("beta", "compute-xlarge") }).
-			WithTimeout(500 * time.Millisecond).Should(Equal(int32(-1)))
+		// The other cluster is still at the hub, its figures untouched.
+		Consistently(usedAtHub("beta", "compute-xlarge")).
+			WithTimeout(500 * time.Millisecond).Should(Equal(betaUsed))
 	})
 
 	It("shows a spoke's new Machine and its node-pool health at the hub, and drops the Machine once it is deleted", func(ctx SpecContext) {
@@ -314,11 +339,11 @@ var _ = Describe("Federation", Ordered, func() {
 			ObjectMeta: metav1.ObjectMeta{Name: imperatorv1alpha1.NodePoolName(name)},
 			Spec:       imperatorv1alpha1.MachineNodePoolSpec{MachineGroup: group},
 		}
-		Expect(s.client.Create(ctx, machine)).To(Succeed())
-		Expect(s.client.Create(ctx, pool)).To(Succeed())
+		Expect(s.Client.Create(ctx, machine)).To(Succeed())
+		Expect(s.Client.Create(ctx, pool)).To(Succeed())
 		DeferCleanup(func(ctx context.Context) {
-			Expect(client.IgnoreNotFound(s.client.Delete(ctx, pool))).To(Succeed())
-			Expect(client.IgnoreNotFound(s.client.Delete(ctx, machine))).To(Succeed())
+			Expect(client.IgnoreNotFound(s.Client.Delete(ctx, pool))).To(Succeed())
+			Expect(client.IgnoreNotFound(s.Client.Delete(ctx, machine))).To(Succeed())
 		})
 		nodesAtHub := func(g Gomega) *federationv1.NodeCounts {
 			m, ok := clusterAtHub(g, "alpha").Machine(name)
@@ -333,12 +358,12 @@ var _ = Describe("Federation", Ordered, func() {
 		pool.Status.NodePool = []imperatorv1alpha1.NodePoolStatus{
 			{Name: "extra-node", MachineType: "compute-medium", Condition: imperatorv1alpha1.NodeConditionNotReady},
 		}
-		Expect(s.client.Status().Patch(ctx, pool, patch)).To(Succeed())
+		Expect(s.Client.Status().Patch(ctx, pool, patch)).To(Succeed())
 		Eventually(nodesAtHub).WithTimeout(2 * time.Second).WithPolling(20 * time.Millisecond).
 			Should(HaveField("NotReady", int32(1)))
 
 		By("deleting the Machine on the spoke")
-		Expect(s.client.Delete(ctx, machine)).To(Succeed())
+		Expect(s.Client.Delete(ctx, machine)).To(Succeed())
 		Eventually(func(g Gomega) bool {
 			_, ok := clusterAtHub(g, "alpha").Machine(name)
 			return ok
@@ -383,7 +408,7 @@ var _ = Describe("Federation", Ordered, func() {
 	})
 
 	It("lets only a token bound to its name re-join a registered cluster", func(ctx SpecContext) {
-		unbound, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
+		unbound, err := hubtest.CreateToken(ctx, hubServer.Client, agentNamespace, time.Hour, "")
 		Expect(err).NotTo(HaveOccurred())
 		_, err = dialHub(nil).Join(ctx, joinRequest("alpha", unbound))
 		Expect(status.Code(err)).To(Equal(codes.PermissionDenied), "error: %v", err)
@@ -391,7 +416,7 @@ var _ = Describe("Federation", Ordered, func() {
 
 		alpha := spokes["alpha"]
 		before := storedCertificate(ctx, Default, alpha)
-		bound, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "alpha")
+		bound, err := hubtest.CreateToken(ctx, hubServer.Client, agentNamespace, time.Hour, "alpha")
 		Expect(err).NotTo(HaveOccurred())
 		resp, err := dialHub(nil).Join(ctx, joinRequest("alpha", bound))
 		Expect(err).NotTo(HaveOccurred())
@@ -402,7 +427,7 @@ var _ = Describe("Federation", Ordered, func() {
 		// The re-join retired the certificates issued before it, the agent's
 		// among them: given a new token bound to its name, the agent joins
 		// again by itself.
-		again, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "alpha")
+		again, err := hubtest.CreateToken(ctx, hubServer.Client, agentNamespace, time.Hour, "alpha")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(alpha.writeToken(again)).To(Succeed())
 		registration := registrationOf(ctx, "alpha")
@@ -414,13 +439,13 @@ var _ = Describe("Federation", Ordered, func() {
 	})
 
 	It("refuses an expired token", func(ctx SpecContext) {
-		token, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
+		token, err := hubtest.CreateToken(ctx, hubServer.Client, agentNamespace, time.Hour, "")
 		Expect(err).NotTo(HaveOccurred())
 		var secret corev1.Secret
-		Expect(hubServer.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: "imperator-bootstrap-token-" + token[:6]}, &secret)).To(Succeed())
+		Expect(hubServer.Client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: "imperator-bootstrap-token-" + token[:6]}, &secret)).To(Succeed())
 		patch := client.MergeFrom(secret.DeepCopy())
 		secret.Data["expiration"] = []byte(time.Now().Add(-time.Minute).UTC().Format(time.RFC3339))
-		Expect(hubServer.client.Patch(ctx, &secret, patch)).To(Succeed())
+		Expect(hubServer.Client.Patch(ctx, &secret, patch)).To(Succeed())
 
 		_, err = dialHub(nil).Join(ctx, joinRequest("gamma", token))
 		Expect(status.Code(err)).To(Equal(codes.Unauthenticated), "error: %v", err)
@@ -430,10 +455,10 @@ var _ = Describe("Federation", Ordered, func() {
 	It("refuses reports while the ManagedCluster does not accept the client", func(ctx SpecContext) {
 		setAccepts := func(accept bool) {
 			var mc clusterv1.ManagedCluster
-			Expect(hubServer.client.Get(ctx, client.ObjectKey{Name: "beta"}, &mc)).To(Succeed())
+			Expect(hubServer.Client.Get(ctx, client.ObjectKey{Name: "beta"}, &mc)).To(Succeed())
 			patch := client.MergeFrom(mc.DeepCopy())
 			mc.Spec.HubAcceptsClient = accept
-			Expect(hubServer.client.Patch(ctx, &mc, patch)).To(Succeed())
+			Expect(hubServer.Client.Patch(ctx, &mc, patch)).To(Succeed())
 		}
 		setAccepts(false)
 		Eventually(func() bool { return connected("beta") }).
@@ -482,15 +507,15 @@ var _ = Describe("Federation", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		restartHub(hubtest.Options{})
 		var secret corev1.Secret
-		Expect(beta.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: credentialsSecret}, &secret)).To(Succeed())
+		Expect(beta.Client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: credentialsSecret}, &secret)).To(Succeed())
 		secret.Data[corev1.TLSCertKey] = resp.GetCertificate()
 		secret.Data[corev1.TLSPrivateKeyKey] = keyPEM
-		Expect(beta.client.Update(ctx, &secret)).To(Succeed())
+		Expect(beta.Client.Update(ctx, &secret)).To(Succeed())
 
 		beta.token = ""
 		Expect(beta.startReporter(hubAddr)).To(Succeed())
 		Eventually(func(g Gomega) {
-			g.Expect(beta.client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: credentialsSecret}, &secret)).To(Succeed())
+			g.Expect(beta.Client.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: credentialsSecret}, &secret)).To(Succeed())
 			cert, err := pki.ParseCertificate(secret.Data[corev1.TLSCertKey])
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(cert.Subject.CommonName).To(Equal("beta"))
@@ -511,16 +536,16 @@ var _ = Describe("Federation", Ordered, func() {
 		// only its flush on shutdown can persist the figure below.
 		Expect(hub.Stop()).To(Succeed())
 		var err error
-		hub, err = hubtest.Start(hubServer.config, hubtest.Options{Address: hubAddr, Namespace: agentNamespace, GracePeriod: gracePeriod, PersistInterval: time.Hour})
+		hub, err = hubtest.Start(hubServer.Config, hubtest.Options{Address: hubAddr, Namespace: agentNamespace, GracePeriod: gracePeriod, PersistInterval: time.Hour})
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(bothCurrent).WithTimeout(15 * time.Second).Should(Succeed())
 		// A figure no earlier spec used, so that only this hub can have written it.
 		setUsed(ctx, spokes["alpha"], "compute-xlarge", 3)
-		Eventually(func() int32 { return usedAtHub("alpha", "compute-xlarge") }).
+		Eventually(usedAtHub("alpha", "compute-xlarge")).
 			WithTimeout(2 * time.Second).WithPolling(10 * time.Millisecond).Should(Equal(int32(3)))
 
 		Expect(hub.Stop()).To(Succeed())
-		hub, err = hubtest.Start(hubServer.config, hubtest.Options{Address: hubAddr, Namespace: agentNamespace, GracePeriod: gracePeriod, PersistInterval: persistInterval})
+		hub, err = hubtest.Start(hubServer.Config, hubtest.Options{Address: hubAddr, Namespace: agentNamespace, GracePeriod: gracePeriod, PersistInterval: persistInterval})
 		Expect(err).NotTo(HaveOccurred())
 
 		// Figures are served before any spoke reconnected, marked stale.
@@ -528,37 +553,61 @@ var _ = Describe("Federation", Ordered, func() {
 		Expect(ok).To(BeTrue())
 		Expect(c.Restored).To(BeTrue())
 		Expect(c.Stale()).To(BeTrue())
-		Expect(usedAtHub("alpha", "compute-xlarge")).To(Equal(int32(3)))
+		Expect(usedAtHub("alpha", "compute-xlarge")(Default)).To(Equal(int32(3)))
 
 		Eventually(bothCurrent).WithTimeout(15 * time.Second).Should(Succeed())
 
 		setUsed(ctx, spokes["alpha"], "compute-xlarge", 2)
-		Eventually(func() int32 { return usedAtHub("alpha", "compute-xlarge") }).
+		Eventually(usedAtHub("alpha", "compute-xlarge")).
 			WithTimeout(2 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal(int32(2)))
 	})
 
-	It("forgets a deregistered cluster and ends its stream", func(ctx SpecContext) {
+	// beta's deregistration and its return are one story, in one spec: it
+	// ends with beta reporting again, as the specs after it expect.
+	It("forgets a deregistered cluster and ends its stream, and the spoke joins again by itself with a token bound to its name once someone else created its ManagedCluster again", func(ctx SpecContext) {
 		var inv imperatorv1alpha1.ClusterInventory
-		Expect(hubServer.client.Get(ctx, client.ObjectKey{Namespace: "beta", Name: "beta"}, &inv)).To(Succeed())
+		Expect(hubServer.Client.Get(ctx, client.ObjectKey{Namespace: "beta", Name: "beta"}, &inv)).To(Succeed())
 		Expect(inv.OwnerReferences).To(ConsistOf(And(HaveField("Kind", "ManagedCluster"), HaveField("Name", "beta"))),
 			"the garbage collector deletes the inventory with its ManagedCluster")
 
-		Expect(hubServer.client.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "beta"}})).To(Succeed())
+		Expect(hubServer.Client.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "beta"}})).To(Succeed())
 		Eventually(func() bool { _, ok := hub.Cluster("beta"); return ok }).WithTimeout(10 * time.Second).Should(BeFalse())
 		// The spoke keeps trying and is refused.
 		Consistently(func() bool { _, ok := hub.Cluster("beta"); return ok }).WithTimeout(2 * time.Second).Should(BeFalse())
 		Expect(connected("alpha")).To(BeTrue())
+
+		By("someone creates beta's ManagedCluster again; beta joins with a token bound to its name")
+		// The token file holds none or a used one: beta cannot join by itself.
+		beta := spokes["beta"]
+		before := storedCertificate(ctx, Default, beta)
+		Expect(hubServer.Client.Create(ctx, &clusterv1.ManagedCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: "beta"},
+			Spec:       clusterv1.ManagedClusterSpec{HubAcceptsClient: true},
+		})).To(Succeed())
+		current := registrationOf(ctx, "beta")
+		Consistently(func(g Gomega) {
+			g.Expect(connected("beta")).To(BeFalse())
+			g.Expect(storedCertificate(ctx, g, beta)).To(Equal(before))
+		}).WithTimeout(2 * time.Second).Should(Succeed())
+
+		token, err := hubtest.CreateToken(ctx, hubServer.Client, agentNamespace, time.Hour, "beta")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(beta.writeToken(token)).To(Succeed())
+		Eventually(func(g Gomega) { reportsAgainUnder(ctx, g, beta, current) }).
+			WithTimeout(15 * time.Second).Should(Succeed())
+		Expect(registrationOf(ctx, "beta")).To(Equal(current), "the join adopted the ManagedCluster")
 	})
+
 	It("refuses the certificates of an earlier registration once the cluster is deregistered and joined again", func(ctx SpecContext) {
 		const cluster = "delta"
 		DeferCleanup(deregister, cluster)
-		token, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
+		token, err := hubtest.CreateToken(ctx, hubServer.Client, agentNamespace, time.Hour, "")
 		Expect(err).NotTo(HaveOccurred())
 		earlier := joinForCertificate(ctx, cluster, token)
 		Expect(reportWith(ctx, earlier, cluster)).To(Succeed())
 
 		deregister(ctx, cluster)
-		token, err = hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
+		token, err = hubtest.CreateToken(ctx, hubServer.Client, agentNamespace, time.Hour, "")
 		Expect(err).NotTo(HaveOccurred())
 		current := joinForCertificate(ctx, cluster, token)
 
@@ -579,13 +628,13 @@ var _ = Describe("Federation", Ordered, func() {
 	It("refuses a certificate once its cluster's ManagedCluster is deleted and created again by someone else", func(ctx SpecContext) {
 		const cluster = "epsilon"
 		DeferCleanup(deregister, cluster)
-		token, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
+		token, err := hubtest.CreateToken(ctx, hubServer.Client, agentNamespace, time.Hour, "")
 		Expect(err).NotTo(HaveOccurred())
 		cert := joinForCertificate(ctx, cluster, token)
 		Expect(reportWith(ctx, cert, cluster)).To(Succeed())
 
 		deregister(ctx, cluster)
-		Expect(hubServer.client.Create(ctx, &clusterv1.ManagedCluster{
+		Expect(hubServer.Client.Create(ctx, &clusterv1.ManagedCluster{
 			ObjectMeta: metav1.ObjectMeta{Name: cluster},
 			Spec:       clusterv1.ManagedClusterSpec{HubAcceptsClient: true},
 		})).To(Succeed())
@@ -594,7 +643,7 @@ var _ = Describe("Federation", Ordered, func() {
 
 		// A token bound to the name adopts the new ManagedCluster: its
 		// certificate works, the earlier one still does not.
-		token, err = hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, cluster)
+		token, err = hubtest.CreateToken(ctx, hubServer.Client, agentNamespace, time.Hour, cluster)
 		Expect(err).NotTo(HaveOccurred())
 		adopted := joinForCertificate(ctx, cluster, token)
 		Expect(reportWith(ctx, adopted, cluster)).To(Succeed())
@@ -606,7 +655,7 @@ var _ = Describe("Federation", Ordered, func() {
 		before := storedCertificate(ctx, Default, alpha)
 		// A token the agent could join with: a wrong re-join would use it and
 		// replace the certificate.
-		bound, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "alpha")
+		bound, err := hubtest.CreateToken(ctx, hubServer.Client, agentNamespace, time.Hour, "alpha")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(alpha.writeToken(bound)).To(Succeed())
 		DeferCleanup(alpha.writeToken, alpha.token)
@@ -638,17 +687,17 @@ var _ = Describe("Federation", Ordered, func() {
 		// nothing: it waits with its credentials as they are.
 		Consistently(func(g Gomega) {
 			g.Expect(connected("alpha")).To(BeFalse())
-			g.Expect(apierrors.IsNotFound(hubServer.client.Get(ctx, client.ObjectKey{Name: "alpha"}, &clusterv1.ManagedCluster{}))).To(BeTrue(), "no new registration")
+			g.Expect(apierrors.IsNotFound(hubServer.Client.Get(ctx, client.ObjectKey{Name: "alpha"}, &clusterv1.ManagedCluster{}))).To(BeTrue(), "no new registration")
 			g.Expect(storedCertificate(ctx, g, alpha)).To(Equal(before))
 		}).WithTimeout(3 * time.Second).Should(Succeed())
 
-		token, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
+		token, err := hubtest.CreateToken(ctx, hubServer.Client, agentNamespace, time.Hour, "")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(alpha.writeToken(token)).To(Succeed())
 		var current string
 		Eventually(func(g Gomega) {
 			var mc clusterv1.ManagedCluster
-			g.Expect(hubServer.client.Get(ctx, client.ObjectKey{Name: "alpha"}, &mc)).To(Succeed())
+			g.Expect(hubServer.Client.Get(ctx, client.ObjectKey{Name: "alpha"}, &mc)).To(Succeed())
 			current = string(mc.UID)
 		}).WithTimeout(15 * time.Second).Should(Succeed())
 		Expect(current).NotTo(Equal(earlier))
@@ -657,26 +706,4 @@ var _ = Describe("Federation", Ordered, func() {
 		Expect(tokenUsedBy(ctx, Default, token)).To(Equal("alpha"))
 	})
 
-	It("joins again by itself with a token bound to its name once someone else created its ManagedCluster again", func(ctx SpecContext) {
-		// beta was deregistered above; its agent has no token since it was
-		// restarted without one.
-		beta := spokes["beta"]
-		before := storedCertificate(ctx, Default, beta)
-		Expect(hubServer.client.Create(ctx, &clusterv1.ManagedCluster{
-			ObjectMeta: metav1.ObjectMeta{Name: "beta"},
-			Spec:       clusterv1.ManagedClusterSpec{HubAcceptsClient: true},
-		})).To(Succeed())
-		current := registrationOf(ctx, "beta")
-		Consistently(func(g Gomega) {
-			g.Expect(connected("beta")).To(BeFalse())
-			g.Expect(storedCertificate(ctx, g, beta)).To(Equal(before))
-		}).WithTimeout(2 * time.Second).Should(Succeed())
-
-		token, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "beta")
-		Expect(err).NotTo(HaveOccurred())
-		Expect(beta.writeToken(token)).To(Succeed())
-		Eventually(func(g Gomega) { reportsAgainUnder(ctx, g, beta, current) }).
-			WithTimeout(15 * time.Second).Should(Succeed())
-		Expect(registrationOf(ctx, "beta")).To(Equal(current), "the join adopted the ManagedCluster")
-	})
 })

@@ -27,12 +27,12 @@ import (
 func setFree(ctx context.Context, s *spoke, free int32) {
 	GinkgoHelper()
 	var m imperatorv1alpha1.Machine
-	Expect(s.client.Get(ctx, client.ObjectKey{Name: machineName}, &m)).To(Succeed())
+	Expect(s.Client.Get(ctx, client.ObjectKey{Name: machineName}, &m)).To(Succeed())
 	patch := client.MergeFrom(m.DeepCopy())
 	m.Status.AvailableMachines = []imperatorv1alpha1.AvailableMachine{{
 		Name: "compute-medium", Usage: imperatorv1alpha1.Usage{Maximum: 4, Reserved: free},
 	}}
-	Expect(s.client.Status().Patch(ctx, &m, patch)).To(Succeed())
+	Expect(s.Client.Status().Patch(ctx, &m, patch)).To(Succeed())
 }
 
 // decide plays the spoke's Machine controller for the CapacityHold name:
@@ -40,7 +40,7 @@ func setFree(ctx context.Context, s *spoke, free int32) {
 func decide(ctx context.Context, s *spoke, name, failReason string) {
 	defer GinkgoRecover()
 	var hold imperatorv1alpha1.CapacityHold
-	Eventually(func() error { return s.client.Get(ctx, client.ObjectKey{Name: name}, &hold) }, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+	Eventually(func() error { return s.Client.Get(ctx, client.ObjectKey{Name: name}, &hold) }, 10*time.Second, 50*time.Millisecond).Should(Succeed())
 	patch := client.MergeFrom(hold.DeepCopy())
 	cond := metav1.Condition{Type: imperatorv1alpha1.HoldConditionProvisioned, Status: metav1.ConditionTrue, Reason: imperatorv1alpha1.HoldReasonUnitsHeld, Message: "all units held"}
 	hold.Status.Held = hold.Spec.Count
@@ -49,14 +49,14 @@ func decide(ctx context.Context, s *spoke, name, failReason string) {
 		hold.Status.Held = 0
 	}
 	meta.SetStatusCondition(&hold.Status.Conditions, cond)
-	Expect(s.client.Status().Patch(ctx, &hold, patch)).To(Succeed())
+	Expect(s.Client.Status().Patch(ctx, &hold, patch)).To(Succeed())
 }
 
 var _ = Describe("Fleet holds through the reporters", Ordered, func() {
 	var holder queryv1.QueryClient
 
 	BeforeAll(func(ctx context.Context) {
-		cert, err := hubtest.ClientCertificate(ctx, hubServer.client, agentNamespace, "trainer", "holder")
+		cert, err := hubtest.ClientCertificate(ctx, hubServer.Client, agentNamespace, "trainer", "holder")
 		Expect(err).NotTo(HaveOccurred())
 		caPEM, err := os.ReadFile(spokes["alpha"].caFile)
 		Expect(err).NotTo(HaveOccurred())
@@ -72,10 +72,10 @@ var _ = Describe("Fleet holds through the reporters", Ordered, func() {
 		DeferCleanup(func(ctx context.Context) {
 			for _, s := range spokes {
 				var m imperatorv1alpha1.Machine
-				Expect(s.client.Get(ctx, client.ObjectKey{Name: machineName}, &m)).To(Succeed())
+				Expect(s.Client.Get(ctx, client.ObjectKey{Name: machineName}, &m)).To(Succeed())
 				patch := client.MergeFrom(m.DeepCopy())
 				m.Status.AvailableMachines = nil
-				Expect(s.client.Status().Patch(ctx, &m, patch)).To(Succeed())
+				Expect(s.Client.Status().Patch(ctx, &m, patch)).To(Succeed())
 			}
 		})
 		Eventually(func(g Gomega) {
@@ -111,7 +111,7 @@ var _ = Describe("Fleet holds through the reporters", Ordered, func() {
 		Expect(got).To(Equal(map[string]int32{"alpha": 4, "beta": 1}))
 
 		var onAlpha imperatorv1alpha1.CapacityHold
-		Expect(spokes["alpha"].client.Get(ctx, client.ObjectKey{Name: "train-5"}, &onAlpha)).To(Succeed())
+		Expect(spokes["alpha"].Client.Get(ctx, client.ObjectKey{Name: "train-5"}, &onAlpha)).To(Succeed())
 		Expect(onAlpha.Spec.MachineGroup).To(Equal("general-machine"))
 		Expect(onAlpha.Spec.MachineType).To(Equal("compute-medium"))
 		Expect(onAlpha.Spec.Count).To(BeEquivalentTo(4))
@@ -123,7 +123,7 @@ var _ = Describe("Fleet holds through the reporters", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(released.GetPhase()).To(Equal(queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_RELEASED))
 		for _, name := range []string{"alpha", "beta"} {
-			err := spokes[name].client.Get(ctx, client.ObjectKey{Name: "train-5"}, &imperatorv1alpha1.CapacityHold{})
+			err := spokes[name].Client.Get(ctx, client.ObjectKey{Name: "train-5"}, &imperatorv1alpha1.CapacityHold{})
 			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the release deleted the CapacityHold on %s: %v", name, err)
 		}
 	})
@@ -141,7 +141,7 @@ var _ = Describe("Fleet holds through the reporters", Ordered, func() {
 		Expect(fh.GetClusters()[0].GetReason()).To(Equal(imperatorv1alpha1.HoldReasonNotEnoughFreeUnits))
 		Expect(fh.GetMessage()).To(ContainSubstring("4 free, 5 wanted"))
 		Eventually(func() bool {
-			err := spokes["alpha"].client.Get(ctx, client.ObjectKey{Name: "train-4"}, &imperatorv1alpha1.CapacityHold{})
+			err := spokes["alpha"].Client.Get(ctx, client.ObjectKey{Name: "train-4"}, &imperatorv1alpha1.CapacityHold{})
 			return apierrors.IsNotFound(err)
 		}, 5*time.Second, 50*time.Millisecond).Should(BeTrue(), "a failed CapacityHold is deleted")
 	})

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/imperator-federation/imperator/hub/hubtest"
 	"github.com/imperator-federation/imperator/internal/pki"
-	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
 // hellosReceived is the number of Report streams the hub has opened (the
@@ -43,7 +41,7 @@ func restartHub(opts hubtest.Options) {
 	Expect(hub.Stop()).To(Succeed())
 	opts.Address, opts.Namespace, opts.GracePeriod, opts.PersistInterval = hubAddr, agentNamespace, gracePeriod, persistInterval
 	var err error
-	hub, err = hubtest.Start(hubServer.config, opts)
+	hub, err = hubtest.Start(hubServer.Config, opts)
 	Expect(err).NotTo(HaveOccurred())
 }
 
@@ -55,16 +53,7 @@ var _ = Describe("Stream hand-over", Ordered, func() {
 		DeferCleanup(restartHub, hubtest.Options{})
 
 		// A spoke that joins this hub, so that its certificates are short-lived.
-		scheme, err := spokeScheme()
-		Expect(err).NotTo(HaveOccurred())
-		server, err := startAPIServer(scheme, "deploy/spoke/crd")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(server.stop)
-		token, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
-		Expect(err).NotTo(HaveOccurred())
-		gamma := &spoke{name: "gamma", apiServer: server, scheme: scheme, caFile: spokes["alpha"].caFile, token: token,
-			tokenFile: filepath.Join(GinkgoT().TempDir(), "token")}
-		Expect(gamma.client.Create(ctx, wrappers.GeneralMachine().Obj())).To(Succeed())
+		gamma := startSpoke(ctx, "gamma", spokes["alpha"].caFile)
 		DeferCleanup(deregister, "gamma")
 		Expect(gamma.startReporter(hubAddr)).To(Succeed())
 		DeferCleanup(gamma.stopReporter)
@@ -112,7 +101,7 @@ var _ = Describe("Stream hand-over", Ordered, func() {
 		// The joined certificate has long expired; the stream is live.
 		Expect(time.Now()).To(BeTemporally(">", first.NotAfter))
 		setUsed(ctx, gamma, "compute-xlarge", 1)
-		Eventually(func() int32 { return usedAtHub("gamma", "compute-xlarge") }).
+		Eventually(usedAtHub("gamma", "compute-xlarge")).
 			WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal(int32(1)))
 	})
 

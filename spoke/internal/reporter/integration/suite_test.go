@@ -7,17 +7,14 @@ package integration
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/imperator-federation/imperator/hub/hubtest"
-	"github.com/imperator-federation/imperator/test/util/wrappers"
+	"github.com/imperator-federation/imperator/test/util/framework"
 )
 
 func TestFederation(t *testing.T) {
@@ -32,23 +29,21 @@ const (
 )
 
 var (
-	hubServer *apiServer
+	hubServer *framework.Environment
 	hub       *hubtest.Hub
 	hubAddr   string
 	spokes    map[string]*spoke
 )
 
 var _ = BeforeSuite(func(ctx context.Context) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	hubScheme, err := hubtest.Scheme()
+	framework.SetLogger(0)
+	hubCluster, err := hubtest.ClusterOptions()
 	Expect(err).NotTo(HaveOccurred())
-	hubServer, err = startAPIServer(hubScheme, "deploy/hub/crd", "deploy/hub/crd/ocm")
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(hubServer.stop)
+	hubServer = framework.StartSuite(ctx, hubCluster)
 
-	caFile, err := hubtest.WriteCAFile(ctx, hubServer.client, agentNamespace, GinkgoT().TempDir())
+	caFile, err := hubtest.WriteCAFile(ctx, hubServer.Client, agentNamespace, GinkgoT().TempDir())
 	Expect(err).NotTo(HaveOccurred())
-	hub, err = hubtest.Start(hubServer.config, hubtest.Options{Namespace: agentNamespace, GracePeriod: gracePeriod, PersistInterval: persistInterval})
+	hub, err = hubtest.Start(hubServer.Config, hubtest.Options{Namespace: agentNamespace, GracePeriod: gracePeriod, PersistInterval: persistInterval})
 	Expect(err).NotTo(HaveOccurred())
 	hubAddr = hub.Address()
 	// The restart spec replaces hub: stop whichever runs at the end.
@@ -59,19 +54,10 @@ var _ = BeforeSuite(func(ctx context.Context) {
 		return hub.Stop()
 	})
 
-	spokeSch, err := spokeScheme()
-	Expect(err).NotTo(HaveOccurred())
 	spokes = map[string]*spoke{}
 	for _, name := range []string{"alpha", "beta"} {
-		server, err := startAPIServer(spokeSch, "deploy/spoke/crd")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(server.stop)
-		token, err := hubtest.CreateToken(ctx, hubServer.client, agentNamespace, time.Hour, "")
-		Expect(err).NotTo(HaveOccurred())
-		s := &spoke{name: name, apiServer: server, scheme: spokeSch, caFile: caFile, token: token,
-			tokenFile: filepath.Join(GinkgoT().TempDir(), "token")}
+		s := startSpoke(ctx, name, caFile)
 		spokes[name] = s
-		Expect(s.client.Create(ctx, wrappers.GeneralMachine().Obj())).To(Succeed())
 		Expect(s.startReporter(hubAddr)).To(Succeed())
 		DeferCleanup(s.stopReporter)
 	}
