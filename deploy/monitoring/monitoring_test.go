@@ -241,7 +241,7 @@ func TestDashboardQueriesParseAndUseOnlyExportedMetrics(t *testing.T) {
 	for _, p := range d.Panels {
 		titles = append(titles, p.Title)
 	}
-	for _, want := range []string{"Fleet units by state", "Used and free units per cluster", "Units per machine type", "Cluster states", "Guest handover latency"} {
+	for _, want := range []string{"Fleet units by state", "Fleet GPUs by state", "Used and free units per cluster", "Units per machine type", "Cluster states", "Guest handover latency"} {
 		if !slices.Contains(titles, want) {
 			t.Errorf("panel %q is missing", want)
 		}

@@ -148,13 +148,14 @@ func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 	}
 	log := s.loggerFor(ctx, info.FullMethod)
 	log.V(2).Info("Stream opened")
+	streamClosed := s.metrics.streamOpened(info.FullMethod, start)
 	ctx, stop := s.endOnRevocation(ctx, info.FullMethod)
 	err = handler(srv, authenticatedStream{ServerStream: ss, ctx: ctrl.LoggerInto(ctx, log)})
 	if revokedErr := stop(); revokedErr != nil {
 		err = revokedErr
 	}
 	code := status.Code(err)
-	s.metrics.requests.WithLabelValues(info.FullMethod, code.String()).Inc()
+	streamClosed(err)
 	log.V(1).Info("Stream closed", "code", code.String(), "duration", time.Since(start))
 	return err
 }

@@ -104,6 +104,8 @@ type Metrics struct {
 	ingestLatency       *prometheus.HistogramVec
 	requests            *prometheus.CounterVec
 	requestDuration     *prometheus.HistogramVec
+	openStreams         *prometheus.GaugeVec
+	streamDuration      *prometheus.HistogramVec
 	joins               *prometheus.CounterVec
 }
 
@@ -139,6 +141,17 @@ func NewMetrics(reg prometheus.Registerer, st *store.Store, leading func() bool)
 			Help:    "Time to answer a unary gRPC call (queries, Join, Renew), by method, from its authentication to its answer.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"method"}),
+		openStreams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imperator_hub_grpc_open_streams",
+			Help: "gRPC streams open on this hub replica after their authentication, by method (spokes' Report, clients' Watch).",
+		}, []string{"method"}),
+		streamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "imperator_hub_grpc_stream_duration_seconds",
+			Help: "How long a gRPC stream was open, from its authentication to its end, by method: Report streams that end after seconds mean spokes reconnecting over and over (their end codes: imperator_hub_grpc_requests_total).",
+			// 1 s to 3 days: a healthy Report stream lasts as long as the
+			// hub replica or the agent runs.
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+		}, []string{"method"}),
 		joins: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "imperator_hub_joins_total",
 			Help: "Join calls by outcome: joined, bad_token, denied, invalid_request, throttled, error.",
@@ -155,13 +168,17 @@ func NewMetrics(reg prometheus.Registerer, st *store.Store, leading func() bool)
 		m.ingestLatency.WithLabelValues(kind)
 	}
 	for _, dm := range [][2]string{{"received", "hello"}, {"received", "snapshot"}, {"received", "delta"}, {"received", "heartbeat"},
-		{"sent", "ack"}, {"sent", "resync"}, {"dropped", "heartbeat"}} {
+		{"received", "hold_response"}, {"sent", "ack"}, {"sent", "resync"}, {"sent", "hold_request"}, {"dropped", "heartbeat"}} {
 		m.streamMessages.WithLabelValues(dm[0], dm[1])
 	}
 	for _, desc := range []grpc.ServiceDesc{federationv1.Federation_ServiceDesc, queryv1.Query_ServiceDesc} {
 		for _, method := range desc.Methods {
 			m.requestDuration.WithLabelValues("/" + desc.ServiceName + "/" + method.MethodName)
 			m.requests.WithLabelValues("/"+desc.ServiceName+"/"+method.MethodName, codes.OK.String())
+		}
+		for _, stream := range desc.Streams {
+			m.openStreams.WithLabelValues("/" + desc.ServiceName + "/" + stream.StreamName)
+			m.streamDuration.WithLabelValues("/" + desc.ServiceName + "/" + stream.StreamName)
 		}
 	}
 	if leading == nil {
@@ -177,7 +194,7 @@ func NewMetrics(reg prometheus.Registerer, st *store.Store, leading func() bool)
 		return 0
 	})
 	for _, c := range []prometheus.Collector{m.connectedSpokes, m.streamMessages, m.rejectedConnections, m.ingestLatency,
-		m.requests, m.requestDuration, m.joins, leader, clusterCollector{st}} {
+		m.requests, m.requestDuration, m.openStreams, m.streamDuration, m.joins, leader, clusterCollector{st}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -191,6 +208,17 @@ func (m *Metrics) observeCall(method string, start time.Time, err error) {
 	m.requestDuration.WithLabelValues(method).Observe(time.Since(start).Seconds())
 	if method == federationv1.Federation_Join_FullMethodName {
 		m.joins.WithLabelValues(joinOutcome(err)).Inc()
+	}
+}
+
+// streamOpened counts an authenticated stream of method as open; the
+// returned func records its end: its status code and how long it was open.
+func (m *Metrics) streamOpened(method string, start time.Time) (closed func(err error)) {
+	m.openStreams.WithLabelValues(method).Inc()
+	return func(err error) {
+		m.openStreams.WithLabelValues(method).Dec()
+		m.requests.WithLabelValues(method, status.Code(err).String()).Inc()
+		m.streamDuration.WithLabelValues(method).Observe(time.Since(start).Seconds())
 	}
 }
 
@@ -212,21 +240,31 @@ var (
 			"The figures last reported, also while the cluster is Stale or Offline.",
 		[]string{"cluster", "group", "type", "state"}, nil,
 	)
+	typeGPUsDesc = prometheus.NewDesc(
+		"imperator_hub_type_gpus",
+		"GPUs in one unit of each machine type of each cluster (the type's gpu.num; 0 for a CPU-only type). "+
+			"GPUs by state: imperator_hub_cluster_units * on (cluster, group, type) group_left imperator_hub_type_gpus.",
+		[]string{"cluster", "group", "type"}, nil,
+	)
 )
 
 // clusterCollector reports, at scrape time from the store, every cluster's
-// state, heartbeat age and units. Series of a deregistered cluster go with
-// it.
+// state, heartbeat age, units and GPUs per unit. Series of a deregistered
+// cluster go with it.
 //
 // Cardinality of imperator_hub_cluster_units: 7 series per distinct
-// (group, type) of each cluster; the hub's ingest limits cap a cluster at
-// MaxTypes (50,000) types, a fleet is typically a few dozen per cluster.
+// (group, type) of each cluster, and one of imperator_hub_type_gpus; the
+// hub's ingest limits cap a cluster at MaxTypes (50,000) types, a fleet is
+// typically a few dozen per cluster. The GPUs per unit are a gauge of their
+// own rather than a state of units so that GPU figures cost one series per
+// type, not seven.
 type clusterCollector struct{ store *store.Store }
 
 func (c clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- heartbeatAgeDesc
 	ch <- clusterStateDesc
 	ch <- clusterUnitsDesc
+	ch <- typeGPUsDesc
 }
 
 // typeKey names the units series of one machine type of a cluster.
@@ -246,9 +284,14 @@ func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(clusterStateDesc, prometheus.GaugeValue, value, cl.Name, clusterStateName(s))
 		}
 		units := map[typeKey][]int64{}
+		// GPUs per unit; Machines of one group define a type once (the
+		// validator refuses a second Machine of a group), the largest
+		// count if a spoke reported two anyway.
+		gpus := map[typeKey]int32{}
 		for _, m := range cl.Machines {
 			for _, t := range m.GetTypes() {
 				key := typeKey{m.GetGroup(), t.GetName()}
+				gpus[key] = max(gpus[key], t.GetGpu().GetNum())
 				sums, ok := units[key]
 				if !ok {
 					sums = make([]int64, len(unitStates))
@@ -269,6 +312,7 @@ func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 			for i, state := range unitStates {
 				ch <- prometheus.MustNewConstMetric(clusterUnitsDesc, prometheus.GaugeValue, float64(sums[i]), cl.Name, key.group, key.name, state)
 			}
+			ch <- prometheus.MustNewConstMetric(typeGPUsDesc, prometheus.GaugeValue, float64(gpus[key]), cl.Name, key.group, key.name)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -24,9 +25,15 @@ func TestClusterMetricsShowStateAndUnitsAsQueriesDo(t *testing.T) {
 		return &federationv1.Usage{Maximum: maximum, Reserved: reserved, Used: used, Waiting: waiting, Queued: queued}
 	}
 	res := st.ApplySnapshot("east", 1, &federationv1.Snapshot{Generation: 1, Machines: []*federationv1.Machine{
-		{Name: "m1", Group: "training", Types: []*federationv1.MachineType{{Name: "a100", Cpu: "96", Memory: "1Ti", Available: 4, Usage: usage(4, 2, 1, 1, 1)}}},
+		{Name: "m1", Group: "training", Types: []*federationv1.MachineType{
+			{Name: "a100", Cpu: "96", Memory: "1Ti", Gpu: &federationv1.GPU{Type: "nvidia.com/gpu", Num: 8}, Available: 4, Usage: usage(4, 2, 1, 1, 1)},
+		}},
 		// A second Machine of the group with the type: summed.
-		{Name: "m2", Group: "training", Types: []*federationv1.MachineType{{Name: "a100", Cpu: "96", Memory: "1Ti", Available: 2, Usage: usage(2, 2, 0, 0, 0)}}},
+		{Name: "m2", Group: "training", Types: []*federationv1.MachineType{
+			{Name: "a100", Cpu: "96", Memory: "1Ti", Gpu: &federationv1.GPU{Type: "nvidia.com/gpu", Num: 8}, Available: 2, Usage: usage(2, 2, 0, 0, 0)},
+		}},
+		// A CPU-only type.
+		{Name: "cpu", Group: "batch", Types: []*federationv1.MachineType{{Name: "cpu-small", Cpu: "4", Memory: "8Gi", Available: 1}}},
 	}})
 	if res.Refused != nil {
 		t.Fatalf("snapshot refused: %v", res.Refused)
@@ -56,6 +63,16 @@ imperator_hub_leader 0
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "imperator_hub_cluster_state", "imperator_hub_leader"); err != nil {
 		t.Error(err)
 	}
+	// GPUs per unit, for GPU figures by state (units times GPUs).
+	wantGPUs := `
+# HELP imperator_hub_type_gpus GPUs in one unit of each machine type of each cluster (the type's gpu.num; 0 for a CPU-only type). GPUs by state: imperator_hub_cluster_units * on (cluster, group, type) group_left imperator_hub_type_gpus.
+# TYPE imperator_hub_type_gpus gauge
+imperator_hub_type_gpus{cluster="east",group="batch",type="cpu-small"} 0
+imperator_hub_type_gpus{cluster="east",group="training",type="a100"} 8
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(wantGPUs), "imperator_hub_type_gpus"); err != nil {
+		t.Error(err)
+	}
 	units := map[string]float64{}
 	families, err := reg.Gather()
 	if err != nil {
@@ -77,6 +94,8 @@ imperator_hub_leader 0
 	wantUnits := map[string]float64{
 		"east/training/a100/maximum": 6, "east/training/a100/reserved": 4, "east/training/a100/used": 1,
 		"east/training/a100/waiting": 1, "east/training/a100/queued": 1, "east/training/a100/held": 0, "east/training/a100/free": 4,
+		"east/batch/cpu-small/maximum": 1, "east/batch/cpu-small/reserved": 0, "east/batch/cpu-small/used": 0,
+		"east/batch/cpu-small/waiting": 0, "east/batch/cpu-small/queued": 0, "east/batch/cpu-small/held": 0, "east/batch/cpu-small/free": 0,
 	}
 	for k, v := range wantUnits {
 		if units[k] != v {
@@ -107,5 +126,37 @@ func TestJoinsAreCountedByOutcome(t *testing.T) {
 	}
 	if got := testutil.CollectAndCount(m.requestDuration, "imperator_hub_grpc_request_duration_seconds"); got == 0 {
 		t.Error("no request duration series")
+	}
+}
+
+// An operator sees how many Report streams are open and how long they
+// lasted: a spoke that reconnects over and over shows as many short streams.
+func TestReportStreamsAreCountedWhileOpenAndTimedWhenTheyEnd(t *testing.T) {
+	h := startTestHub(t)
+	report := federationv1.Federation_Report_FullMethodName
+	stream := h.openReport(t, "a", validMachine("gpu", 3))
+	if got := testutil.ToFloat64(h.server.metrics.openStreams.WithLabelValues(report)); got != 1 {
+		t.Errorf("imperator_hub_grpc_open_streams{method=Report} = %v with one stream open, want 1", got)
+	}
+	// A second Hello ends the stream with InvalidArgument; its status
+	// reaches the client once the interceptor has recorded the end.
+	if err := streamEnd(t, stream, hello("a", 1)); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("stream ended with %v, want InvalidArgument", err)
+	}
+	if got := testutil.ToFloat64(h.server.metrics.openStreams.WithLabelValues(report)); got != 0 {
+		t.Errorf("imperator_hub_grpc_open_streams{method=Report} = %v after the stream ended, want 0", got)
+	}
+	var duration dto.Metric
+	if err := h.server.metrics.streamDuration.WithLabelValues(report).(prometheus.Histogram).Write(&duration); err != nil {
+		t.Fatal(err)
+	}
+	if got := duration.GetHistogram().GetSampleCount(); got != 1 {
+		t.Errorf("imperator_hub_grpc_stream_duration_seconds{method=Report} counted %d streams, want 1", got)
+	}
+	if got := duration.GetHistogram().GetSampleSum(); got <= 0 || got > 60 {
+		t.Errorf("imperator_hub_grpc_stream_duration_seconds{method=Report} sum = %vs, want the stream's few seconds at most", got)
+	}
+	if got := testutil.ToFloat64(h.server.metrics.requests.WithLabelValues(report, codes.InvalidArgument.String())); got != 1 {
+		t.Errorf("imperator_hub_grpc_requests_total{method=Report,code=InvalidArgument} = %v, want 1", got)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 	"github.com/imperator-federation/imperator/test/e2e"
 	"github.com/imperator-federation/imperator/test/util/fleet"
 	"github.com/imperator-federation/imperator/test/util/metricnames"
@@ -133,6 +134,10 @@ func TestRunningHubAndAgentsServeTheMetricsTheAlertsAndDashboardUse(t *testing.T
 	}
 	group := machine.Labels["imperator.tenzen-y.io/machine-group"]
 	firstType := machine.Spec.MachineTypes[0].Name
+	var firstTypeGPUs float64
+	if gpu := machine.Spec.MachineTypes[0].Spec.GPU; gpu != nil {
+		firstTypeGPUs = float64(gpu.Num)
+	}
 
 	hubURL, agentURL := f.HubMetricsURL(), f.AgentMetricsURL("spoke-a")
 	var hub, agent map[string]*dto.MetricFamily
@@ -154,6 +159,10 @@ func TestRunningHubAndAgentsServeTheMetricsTheAlertsAndDashboardUse(t *testing.T
 			{"spoke-b Available on the hub", hub, "imperator_hub_cluster_state", map[string]string{"cluster": "spoke-b", "state": "Available"}, func(v float64) bool { return v == 1 }},
 			{"the sample's first type's maximum on the hub", hub, "imperator_hub_cluster_units",
 				map[string]string{"cluster": "spoke-a", "group": group, "type": firstType, "state": "maximum"}, func(v float64) bool { return v == float64(machine.Spec.MachineTypes[0].Available) }},
+			{"the GPUs of one unit of the sample's first type on the hub", hub, "imperator_hub_type_gpus",
+				map[string]string{"cluster": "spoke-a", "group": group, "type": firstType}, func(v float64) bool { return v == firstTypeGPUs }},
+			{"both spokes' Report streams open on the hub", hub, "imperator_hub_grpc_open_streams",
+				map[string]string{"method": federationv1.Federation_Report_FullMethodName}, func(v float64) bool { return v == 2 }},
 			{"the hub leads", hub, "imperator_hub_leader", nil, func(v float64) bool { return v == 1 }},
 			{"a join counted", hub, "imperator_hub_joins_total", map[string]string{"outcome": "joined"}, func(v float64) bool { return v >= 1 }},
 			{"the agent reporting", agent, "imperator_spoke_reporter_state", map[string]string{"state": "reporting"}, func(v float64) bool { return v == 1 }},
