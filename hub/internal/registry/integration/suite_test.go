@@ -10,7 +10,6 @@ package integration
 import (
 	"context"
 	"crypto/tls"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,20 +17,14 @@ import (
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/imperator-federation/imperator/hub/hubtest"
 	"github.com/imperator-federation/imperator/hub/internal/config"
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
-	"github.com/imperator-federation/imperator/test/util/harness"
-	"github.com/imperator-federation/imperator/test/util/repo"
+	"github.com/imperator-federation/imperator/test/util/framework"
 )
 
 func TestRegistry(t *testing.T) {
@@ -40,7 +33,7 @@ func TestRegistry(t *testing.T) {
 }
 
 const (
-	hubNamespace = "imperator-system"
+	hubNamespace = framework.AgentNamespace
 	// gracePeriod is the hub's --grace-period here: the hub looks at the
 	// Available condition of every cluster it serves each gracePeriod/8.
 	gracePeriod = 8 * time.Second
@@ -49,32 +42,21 @@ const (
 )
 
 var (
-	env       *envtest.Environment
+	env       *framework.Environment
 	hubClient client.Client
 	hub       *hubtest.Hub
 	ca        *pki.CA
 )
 
 var _ = BeforeSuite(func(ctx context.Context) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	root, err := repo.Root()
+	framework.SetLogger(0)
+	hubCluster, err := hubtest.ClusterOptions()
 	Expect(err).NotTo(HaveOccurred())
-	env = &envtest.Environment{
-		BinaryAssetsDirectory: harness.BinDir(),
-		CRDDirectoryPaths:     []string{filepath.Join(root, "deploy/hub/crd"), filepath.Join(root, "deploy/hub/crd/ocm")},
-		ErrorIfCRDPathMissing: true,
-	}
-	restConfig, err := env.Start()
-	DeferCleanup(env.Stop)
-	Expect(err).NotTo(HaveOccurred())
-	scheme, err := hubtest.Scheme()
-	Expect(err).NotTo(HaveOccurred())
-	hubClient, err = client.New(restConfig, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(hubClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hubNamespace}})).To(Succeed())
+	env = framework.StartSuite(ctx, hubCluster)
+	hubClient = env.Client
 	ca, err = hubca.LoadOrCreate(ctx, hubClient, hubNamespace, config.Default().CASecret)
 	Expect(err).NotTo(HaveOccurred())
-	hub, err = hubtest.Start(restConfig, hubtest.Options{Namespace: hubNamespace, GracePeriod: gracePeriod, PersistInterval: 200 * time.Millisecond})
+	hub, err = hubtest.Start(env.Config, hubtest.Options{Namespace: hubNamespace, GracePeriod: gracePeriod, PersistInterval: 200 * time.Millisecond})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() error { return hub.Stop() })
 }, NodeTimeout(2*time.Minute))

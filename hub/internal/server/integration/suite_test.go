@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"sync/atomic"
 	"testing"
@@ -21,21 +20,15 @@ import (
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/imperator-federation/imperator/hub/hubtest"
 	"github.com/imperator-federation/imperator/hub/internal/config"
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
-	"github.com/imperator-federation/imperator/test/util/harness"
-	"github.com/imperator-federation/imperator/test/util/repo"
+	"github.com/imperator-federation/imperator/test/util/framework"
 )
 
 func TestAbuse(t *testing.T) {
@@ -44,7 +37,7 @@ func TestAbuse(t *testing.T) {
 }
 
 const (
-	hubNamespace = "imperator-system"
+	hubNamespace = framework.AgentNamespace
 	// anonymousIdle is the hub's --anonymous-connection-idle here, short so
 	// that the suite sees idle connections closed.
 	anonymousIdle = 2 * time.Second
@@ -59,7 +52,7 @@ const (
 )
 
 var (
-	env        *envtest.Environment
+	env        *framework.Environment
 	hubClient  client.Client
 	hub        *hubtest.Hub
 	ca         *pki.CA
@@ -84,26 +77,15 @@ func (c countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 }
 
 var _ = BeforeSuite(func(ctx context.Context) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	root, err := repo.Root()
+	framework.SetLogger(0)
+	hubCluster, err := hubtest.ClusterOptions()
 	Expect(err).NotTo(HaveOccurred())
-	env = &envtest.Environment{
-		BinaryAssetsDirectory: harness.BinDir(),
-		CRDDirectoryPaths:     []string{filepath.Join(root, "deploy/hub/crd"), filepath.Join(root, "deploy/hub/crd/ocm")},
-		ErrorIfCRDPathMissing: true,
-	}
-	restConfig, err := env.Start()
-	DeferCleanup(env.Stop)
-	Expect(err).NotTo(HaveOccurred())
-	scheme, err := hubtest.Scheme()
-	Expect(err).NotTo(HaveOccurred())
-	hubClient, err = client.New(restConfig, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(hubClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hubNamespace}})).To(Succeed())
+	env = framework.StartSuite(ctx, hubCluster)
+	hubClient = env.Client
 	ca, err = hubca.LoadOrCreate(ctx, hubClient, hubNamespace, config.Default().CASecret)
 	Expect(err).NotTo(HaveOccurred())
 
-	hubConfig := rest.CopyConfig(restConfig)
+	hubConfig := rest.CopyConfig(env.Config)
 	hubConfig.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt} })
 	hub, err = hubtest.Start(hubConfig, hubtest.Options{
 		Namespace:   hubNamespace,
