@@ -1,7 +1,8 @@
 package v1alpha1
 
-// The canonical keys of ARCHITECTURE §2. Seed 000 is inconsistent about some of
-// them (nodePool vs node-pool); these are the ones every component uses.
+// The canonical keys, as docs/contract.md lists them; the original v1alpha1
+// design was inconsistent about some of them (nodePool vs node-pool): these
+// are the ones every component uses.
 const (
 	// Prefix is the prefix of every key the system writes.
 	Prefix = "imperator.tenzen-y.io/"
@@ -22,8 +23,8 @@ const (
 	InjectingContainerKey = Prefix + "injecting-container"
 	// InjectResourceKey labels a Namespace in which guest pods are injected.
 	InjectResourceKey = Prefix + "inject-resource"
-	// LegacyInjectResourceKey is seed 000's spelling of InjectResourceKey; it is
-	// honoured too.
+	// LegacyInjectResourceKey is the original v1alpha1 design's spelling of
+	// InjectResourceKey; it is honoured too (docs/contract.md).
 	LegacyInjectResourceKey = "imperator.tenzen.io/inject-resource"
 	// InjectResourceEnabled is the value of InjectResourceKey that enables injection.
 	InjectResourceEnabled = "enabled"
@@ -94,7 +95,7 @@ var ReservedMachineTypeNames = []string{
 func MachineTypeKeyFor(machineType string) string { return Prefix + machineType }
 
 // ReservationName is the name of the reservation StatefulSet and Service of a
-// machine type in a group: <machine-type>-<machine-group> (seed 000).
+// machine type in a group: <machine-type>-<machine-group> (docs/contract.md).
 func ReservationName(machineType, machineGroup string) string {
 	return machineType + "-" + machineGroup
 }

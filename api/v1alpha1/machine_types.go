@@ -188,7 +188,7 @@ type AvailableMachine struct {
 	Usage Usage `json:"usage"`
 }
 
-// Usage counts the units of a machine type (seed 000).
+// Usage counts the units of a machine type (docs/contract.md, Counting).
 type Usage struct {
 	// maximum is spec.machineTypes[].available.
 	Maximum int32 `json:"maximum"`

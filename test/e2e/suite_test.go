@@ -96,7 +96,7 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 		JoinSpec(ctx, JoinInput{Env: env, Spokes: spokes, NewTokenCluster: "spoke-c"})
 	}, SpecTimeout(2*time.Minute))
 
-	It("2: seed 000's Machine on spoke-a labels its nodes, runs reservations, and the hub shows them", func(ctx SpecContext) {
+	It("2: the sample general-machine on spoke-a labels its nodes, runs reservations, and the hub shows them", func(ctx SpecContext) {
 		MachineSpec(ctx, MachineInput{
 			Env: env, Spoke: spokeA, MachineFile: env.Sample("general-machine.yaml"),
 			// compute-large is served by no node of the pool.

@@ -167,7 +167,7 @@ var _ = Describe("The binaries under exactly the RBAC of deploy/", Ordered, func
 		Expect(err).NotTo(HaveOccurred())
 		Expect(list).To(ContainSubstring(clusterName))
 
-		By("joining a spoke agent that runs as its ServiceAccount, and reconciling seed 000's Machine")
+		By("joining a spoke agent that runs as its ServiceAccount, and reconciling the sample general-machine")
 		spoke := start("spoke", "spoke", spokeArgs(
 			fmt.Sprintf("--hub-address=127.0.0.1:%d", hubGRPC),
 			"--cluster-name="+clusterName,

@@ -15,7 +15,7 @@ type SpokeSpec struct {
 	Nodes []*corev1.Node
 }
 
-// DefaultSpokes are the two spokes of `make up`: spoke-a with seed 000's
+// DefaultSpokes are the two spokes of `make up`: spoke-a with the sample's
 // RTX-3090/DGX-1 nodes (michiru, utaha, eriri) and spoke-b with two H100
 // (hopper) nodes.
 func DefaultSpokes() []SpokeSpec {

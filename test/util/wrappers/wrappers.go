@@ -100,7 +100,8 @@ func (w *MachineWrapper) GPUMachine(machine string) *MachineWrapper {
 	return w
 }
 
-// GeneralMachine is seed 000's example Machine, exactly: group
+// GeneralMachine is the contract's example Machine (docs/contract.md,
+// deploy/spoke/samples/general-machine.yaml), exactly: group
 // general-machine; compute-xlarge (40 CPU, 128Gi, 2 × RTX-3090, 1 available)
 // on michiru; compute-medium (6 CPU, 48Gi, 1 GPU of a DGX-1, 4 available) on
 // utaha (maintenance, untainted) and eriri; compute-large (20 CPU, 64Gi, 1

@@ -36,7 +36,7 @@ const (
 )
 
 // reservationLabels are the labels of a reservation StatefulSet, its pods and
-// its Service (seed 000).
+// its Service (docs/contract.md, Names).
 func reservationLabels(group, machineType string) map[string]string {
 	return map[string]string{
 		imperatorv1alpha1.MachineGroupKey: group,

@@ -240,7 +240,7 @@ func finished(pod *corev1.Pod) bool {
 }
 
 // bound is a pod the scheduler placed on a node (Running or ContainerCreating
-// in seed 000's words).
+// in the original design's words; docs/contract.md, Counting).
 func bound(pod *corev1.Pod) bool { return pod.Spec.NodeName != "" }
 
 // unschedulable is a pod the scheduler tried and failed to place.

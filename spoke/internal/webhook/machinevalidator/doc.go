@@ -2,7 +2,7 @@
 // for Machines. It checks what the CRD's OpenAPI schema and CEL rules cannot:
 // the machine-group label (required, a DNS-1123 label, immutable — CRD rules
 // cannot see metadata.labels), that no other Machine uses the same group,
-// that a node is in at most one Machine (seed 000's v1alpha1 rule), that cpu
+// that a node is in at most one Machine (docs/contract.md, Names), that cpu
 // and memory are positive, and that the names built from a machine type and
 // the group are valid object names. It re-checks that every nodePool entry
 // names exactly one existing machine type, consistently with the CRD's rule.

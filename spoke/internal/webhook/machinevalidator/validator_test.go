@@ -32,7 +32,7 @@ func TestValidateMachine(t *testing.T) {
 		machine  *imperatorv1alpha1.Machine
 		wantErrs field.ErrorList
 	}{
-		"seed 000's Machine": {
+		"the sample general-machine Machine": {
 			machine: wrappers.GeneralMachine().Obj(),
 		},
 		"missing group label": {

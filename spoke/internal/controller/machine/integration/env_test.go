@@ -23,7 +23,7 @@ const (
 )
 
 // environment is a harness cluster (API server, controller-manager with its
-// garbage collector, scheduler, kwok) with seed 000's nodes as the node-pool
+// garbage collector, scheduler, kwok) with the sample's nodes as the node-pool
 // controller would leave them, and the Machine and CapacityHold controllers
 // running against it in a multi-cluster manager, as the agent runs them.
 type environment struct {

@@ -39,7 +39,7 @@ var shapes = map[string]shape{
 }
 
 // placementTerm is the required node selector term of a machine type:
-// the type's own key, the node pool, then the GPU selector (seed 000).
+// the type's own key, the node pool, then the GPU selector (docs/contract.md).
 func placementTerm(machineType string) corev1.NodeSelectorTerm {
 	term := corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
 		{Key: imperatorv1alpha1.MachineTypeKeyFor(machineType), Operator: corev1.NodeSelectorOpIn, Values: []string{group}},

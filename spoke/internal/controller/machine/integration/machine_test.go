@@ -41,7 +41,7 @@ var _ = Describe("Machine controller", func() {
 		guests = createGuestNamespace(ctx, injectionEnabled)
 	})
 
-	It("reserves seed 000's general-machine exactly as the seed describes it", func(ctx context.Context) {
+	It("reserves the sample general-machine exactly as docs/contract.md describes it", func(ctx context.Context) {
 		createMachine(ctx, wrappers.GeneralMachine().Obj())
 
 		By("reporting every machine type's usage; compute-large has no node")
@@ -65,7 +65,7 @@ var _ = Describe("Machine controller", func() {
 		Expect(pc.Value).To(BeZero())
 		Expect(pc.PreemptionPolicy).To(HaveValue(Equal(corev1.PreemptNever)))
 
-		By("naming, labelling and shaping the StatefulSets and Services as seed 000")
+		By("naming, labelling and shaping the StatefulSets and Services as docs/contract.md says")
 		statefulSets := &appsv1.StatefulSetList{}
 		Expect(k8s.List(ctx, statefulSets, client.InNamespace(agentNamespace))).To(Succeed())
 		Expect(statefulSets.Items).To(ConsistOf(

@@ -2,8 +2,8 @@
 // cluster (test/util/harness): the real scheduler places reservation and
 // guest pods by resources, taints and affinity and preempts reservations for
 // guests, the controller-manager runs the StatefulSets and garbage-collects
-// what a deleted Machine owned, and kwok runs the pods on seed 000's fake GPU
-// nodes. Every expectation is read back from the API server as a user would
+// what a deleted Machine owned, and kwok runs the pods on the fake GPU nodes of
+// wrappers.SeedNodes. Every expectation is read back from the API server as a user would
 // see it.
 package machine_test
 

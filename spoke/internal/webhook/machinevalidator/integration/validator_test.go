@@ -41,7 +41,7 @@ func expectRejected(err error, parts ...string) {
 }
 
 var _ = Describe("Machine validator", func() {
-	It("admits seed 000's Machine, whose nodes need not exist yet", func(ctx context.Context) {
+	It("admits the sample general-machine Machine, whose nodes need not exist yet", func(ctx context.Context) {
 		createMachine(ctx, wrappers.GeneralMachine().Obj())
 	})
 
