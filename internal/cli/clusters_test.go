@@ -40,3 +40,43 @@ func TestClustersWideShowsWhyAClusterIsStale(t *testing.T) {
 		})
 	}
 }
+
+func TestClustersWideShowsAgentModeAndUnreachableWebhooks(t *testing.T) {
+	const why = "the API server could not call the webhook at https://10.0.0.5:9443: connection refused"
+	cases := map[string]struct {
+		cluster      *queryv1.Cluster
+		wantContains []string
+	}{
+		"hosted member whose API server cannot reach the agent": {
+			cluster:      &queryv1.Cluster{Name: "edge-1", State: queryv1.ClusterState_CLUSTER_STATE_AVAILABLE, AgentMode: "hosted", InjectionUnavailable: why},
+			wantContains: []string{"MODE", "hosted", "injection unavailable: " + why},
+		},
+		"in-cluster agent": {
+			cluster:      &queryv1.Cluster{Name: "a", State: queryv1.ClusterState_CLUSTER_STATE_AVAILABLE, AgentMode: "in-cluster"},
+			wantContains: []string{"MODE", "in-cluster"},
+		},
+		"agent that predates agent modes": {
+			cluster:      &queryv1.Cluster{Name: "old", State: queryv1.ClusterState_CLUSTER_STATE_AVAILABLE},
+			wantContains: []string{"MODE", " -"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			p, err := newPrinter(formatWide, Env{Stdout: &out, Now: time.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tbl := &table{columns: clusterColumns}
+			p.clusterRow(tbl, tc.cluster)
+			if err := p.table(tbl, true); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tc.wantContains {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
+	}
+}

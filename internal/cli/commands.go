@@ -26,13 +26,30 @@ const (
 var clusterColumns = []column{
 	{name: "NAME"}, {name: "STATE"}, {name: "AGENT"}, {name: "HEARTBEAT"}, {name: "MACHINES"}, {name: "TYPES"},
 	{name: "OBSERVED", wide: true}, {name: "CONNECTED", wide: true}, {name: "GENERATION", wide: true},
-	{name: "MESSAGE", wide: true},
+	{name: "MODE", wide: true}, {name: "MESSAGE", wide: true},
 }
 
 func (p *printer) clusterRow(t *table, c *queryv1.Cluster) {
+	mode := c.GetAgentMode()
+	if mode == "" {
+		mode = "-" // an agent that predates agent modes
+	}
 	t.add(c.GetName(), enumName(c.GetState().String(), statePrefix), c.GetAgentVersion(), p.age(c.GetLastHeartbeat()),
 		itoa(c.GetMachineCount()), itoa(c.GetMachineTypeCount()), p.age(c.GetObservedAt()), fmt.Sprint(c.GetConnected()), fmt.Sprint(c.GetGeneration()),
-		c.GetStateMessage())
+		mode, clusterMessage(c))
+}
+
+// clusterMessage is why the cluster is not Available and, when its API server
+// cannot reach the agent's webhooks, that guests cannot be injected.
+func clusterMessage(c *queryv1.Cluster) string {
+	var parts []string
+	if m := c.GetStateMessage(); m != "" {
+		parts = append(parts, m)
+	}
+	if m := c.GetInjectionUnavailable(); m != "" {
+		parts = append(parts, "injection unavailable: "+m)
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (p *program) clustersCommand() *cobra.Command {

@@ -15,15 +15,17 @@ import (
 // ClusterInfo summarises c at now.
 func ClusterInfo(c *store.Cluster, now time.Time) *queryv1.Cluster {
 	out := &queryv1.Cluster{
-		Name:          c.Name,
-		State:         StateOf(c),
-		StateMessage:  StateMessage(c, now),
-		AgentVersion:  c.AgentVersion,
-		LastHeartbeat: timestamp(c.LastHeartbeat),
-		ObservedAt:    timestamp(c.ObservedAt),
-		MachineCount:  saturate(int64(len(c.Machines))),
-		Connected:     c.Connected,
-		Generation:    c.Generation,
+		Name:                 c.Name,
+		State:                StateOf(c),
+		StateMessage:         StateMessage(c, now),
+		AgentVersion:         c.AgentVersion,
+		AgentMode:            c.AgentMode,
+		InjectionUnavailable: c.InjectionUnavailable,
+		LastHeartbeat:        timestamp(c.LastHeartbeat),
+		ObservedAt:           timestamp(c.ObservedAt),
+		MachineCount:         saturate(int64(len(c.Machines))),
+		Connected:            c.Connected,
+		Generation:           c.Generation,
 	}
 	if !c.LastHeartbeat.IsZero() {
 		out.HeartbeatAge = durationpb.New(now.Sub(c.LastHeartbeat).Truncate(time.Second))

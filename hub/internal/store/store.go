@@ -62,6 +62,13 @@ const (
 type Cluster struct {
 	Name         string
 	AgentVersion string
+	// AgentMode is how the cluster's agent runs, from its Hello: "in-cluster"
+	// or "hosted"; empty for an agent that predates the field.
+	AgentMode string
+	// InjectionUnavailable says why the cluster's API server cannot reach
+	// the agent's webhooks, as the spoke's last heartbeat said; empty when it
+	// can. Only the replica holding the stream knows it.
+	InjectionUnavailable string
 
 	// Epoch and Generation identify the inventory held: Generation is only
 	// meaningful within Epoch (one run of the spoke agent).
@@ -337,6 +344,7 @@ func (s *Store) Connect(name string, hello *federationv1.Hello) {
 	now := s.clock.Now()
 	s.update(name, true, func(c *Cluster, _ bool) (Result, bool) {
 		c.AgentVersion = hello.GetAgentVersion()
+		c.AgentMode = AgentModeName(hello.GetAgentMode())
 		c.Replica = s.replica
 		c.LastHeartbeat = now
 		c.State = StateAvailable
@@ -567,12 +575,40 @@ func (s *Store) Heartbeat(name string, epoch uint64, hb *federationv1.Heartbeat)
 			c.APIServerUnreachableSince = since
 			changed = true
 		}
+		if msg := truncate(hb.GetInjectionUnavailable(), maxInjectionMessage); msg != c.InjectionUnavailable {
+			c.InjectionUnavailable = msg
+			changed = true
+		}
 		if c.synced && c.Phase != PhaseResyncing && c.Epoch == epoch && hb.GetGeneration() > c.Generation {
 			c.fire(EventResync)
 			return Result{Resync: "hub is behind the spoke's generation"}, changed
 		}
 		return Result{}, changed
 	})
+}
+
+// maxInjectionMessage bounds the injection_unavailable text kept per
+// cluster (bytes; a longer one is cut, not refused: it is for people).
+const maxInjectionMessage = 1024
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
+
+// AgentModeName is the name of an agent mode shown to people: "in-cluster",
+// "hosted", or "" when the agent did not say (or said something this hub
+// does not know).
+func AgentModeName(mode federationv1.AgentMode) string {
+	switch mode {
+	case federationv1.AgentMode_AGENT_MODE_IN_CLUSTER:
+		return "in-cluster"
+	case federationv1.AgentMode_AGENT_MODE_HOSTED:
+		return "hosted"
+	}
+	return ""
 }
 
 // unreachableSince is the time from which a cluster whose agent sent hb

@@ -74,5 +74,8 @@ func (r *Reporter) heartbeat(now time.Time) *federationv1.Heartbeat {
 	if since := r.unreachableSince(now); !since.IsZero() {
 		hb.ApiServerUnreachableSince = timestamp(since)
 	}
+	if r.opts.InjectionUnavailable != nil {
+		hb.InjectionUnavailable = r.opts.InjectionUnavailable()
+	}
 	return hb
 }

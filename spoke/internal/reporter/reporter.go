@@ -132,6 +132,11 @@ type Options struct {
 	// (config.Config.JoinToken).
 	Token        func() (string, error)
 	AgentVersion string
+	// AgentMode is told to the hub in Hello; unspecified means in-cluster.
+	AgentMode federationv1.AgentMode
+	// InjectionUnavailable, when set, says why the cluster's API server
+	// cannot reach the agent's webhooks ("" when it can); heartbeats carry it.
+	InjectionUnavailable func() string
 	// HeartbeatInterval, InitialBackoff, MaxBackoff and APIServerStaleAfter
 	// default to the Default* constants.
 	HeartbeatInterval time.Duration
@@ -200,6 +205,9 @@ func New(opts Options) (*Reporter, error) {
 	caPEM, err := os.ReadFile(opts.Hub.CAFile)
 	if err != nil {
 		return nil, fmt.Errorf("creating hub reporter: reading hub CA file: %w", err)
+	}
+	if opts.AgentMode == federationv1.AgentMode_AGENT_MODE_UNSPECIFIED {
+		opts.AgentMode = federationv1.AgentMode_AGENT_MODE_IN_CLUSTER
 	}
 	if opts.HeartbeatInterval <= 0 {
 		opts.HeartbeatInterval = DefaultHeartbeatInterval
@@ -488,6 +496,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 		AgentVersion: r.opts.AgentVersion,
 		Capabilities: capabilities,
 		Epoch:        r.epoch,
+		AgentMode:    r.opts.AgentMode,
 	}}})
 	if err != nil {
 		// Send reports io.EOF; the stream's status comes from Recv.

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imperator-federation/imperator/hub/internal/scores"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 	"github.com/imperator-federation/imperator/test/util/repo"
 )
@@ -118,10 +119,12 @@ var _ = Describe("Query API", Ordered, func() {
 		// alpha: 4 units, 3 used (1 free); beta: 4 units, none used.
 		alpha, err = joinSpoke(ctx, "alpha")
 		Expect(err).NotTo(HaveOccurred())
+		alpha.mode = federationv1.AgentMode_AGENT_MODE_IN_CLUSTER
 		Expect(alpha.start(gpuMachine("team-a", 4, 3))).To(Succeed())
 		DeferCleanup(alpha.stop)
 		beta, err = joinSpoke(ctx, "beta")
 		Expect(err).NotTo(HaveOccurred())
+		beta.mode = federationv1.AgentMode_AGENT_MODE_HOSTED
 		Expect(beta.start(gpuMachine("team-b", 4, 0))).To(Succeed())
 		DeferCleanup(beta.stop)
 		Eventually(func(g Gomega) {
@@ -141,6 +144,9 @@ var _ = Describe("Query API", Ordered, func() {
 		res = ctl(viewerConf, "clusters", "-o", "json")
 		Expect(res.code).To(Equal(0), res.stderr)
 		expectGolden("clusters-json", res.stdout)
+		res = ctl(viewerConf, "clusters", "-o", "wide")
+		Expect(res.code).To(Equal(0), res.stderr)
+		expectGolden("clusters-wide", res.stdout)
 
 		res = ctl(viewerConf, "machines", "--gpu-product", "nvidia-geforce-rtx-3090", "-o", "wide")
 		Expect(res.code).To(Equal(0), res.stderr)

@@ -35,6 +35,8 @@ type simSpoke struct {
 	// onHold, when set before start, answers the hub's HoldRequests (nil:
 	// none is sent back) and makes the Hello list the "holds" capability.
 	onHold func(*federationv1.HoldRequest) *federationv1.HoldResponse
+	// mode, when set before start, is the agent mode the Hello announces.
+	mode federationv1.AgentMode
 }
 
 func joinSpoke(ctx context.Context, name string) (*simSpoke, error) {
@@ -94,7 +96,7 @@ func (s *simSpoke) start(machines ...*federationv1.Machine) error {
 	if s.onHold != nil {
 		capabilities = []string{"holds"}
 	}
-	if err := s.send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{ClusterName: s.name, AgentVersion: "v0.1.0", Capabilities: capabilities, Epoch: uint64(time.Now().UnixNano())}}}); err != nil {
+	if err := s.send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{ClusterName: s.name, AgentVersion: "v0.1.0", Capabilities: capabilities, Epoch: uint64(time.Now().UnixNano()), AgentMode: s.mode}}}); err != nil {
 		return err
 	}
 	if err := s.send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Snapshot{Snapshot: &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.Now(), Machines: machines}}}); err != nil {

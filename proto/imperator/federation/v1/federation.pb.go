@@ -31,6 +31,59 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// AgentMode is where the spoke agent runs relative to its cluster.
+type AgentMode int32
+
+const (
+	AgentMode_AGENT_MODE_UNSPECIFIED AgentMode = 0
+	// AGENT_MODE_IN_CLUSTER: the agent runs inside the cluster it reports.
+	AgentMode_AGENT_MODE_IN_CLUSTER AgentMode = 1
+	// AGENT_MODE_HOSTED: the agent runs in a management cluster and reaches
+	// this member cluster through a kubeconfig; one agent serves many members.
+	AgentMode_AGENT_MODE_HOSTED AgentMode = 2
+)
+
+// Enum value maps for AgentMode.
+var (
+	AgentMode_name = map[int32]string{
+		0: "AGENT_MODE_UNSPECIFIED",
+		1: "AGENT_MODE_IN_CLUSTER",
+		2: "AGENT_MODE_HOSTED",
+	}
+	AgentMode_value = map[string]int32{
+		"AGENT_MODE_UNSPECIFIED": 0,
+		"AGENT_MODE_IN_CLUSTER":  1,
+		"AGENT_MODE_HOSTED":      2,
+	}
+)
+
+func (x AgentMode) Enum() *AgentMode {
+	p := new(AgentMode)
+	*p = x
+	return p
+}
+
+func (x AgentMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AgentMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_imperator_federation_v1_federation_proto_enumTypes[0].Descriptor()
+}
+
+func (AgentMode) Type() protoreflect.EnumType {
+	return &file_imperator_federation_v1_federation_proto_enumTypes[0]
+}
+
+func (x AgentMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AgentMode.Descriptor instead.
+func (AgentMode) EnumDescriptor() ([]byte, []int) {
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{0}
+}
+
 // HoldResult is the outcome of a HoldRequest on the spoke.
 type HoldResult int32
 
@@ -78,11 +131,11 @@ func (x HoldResult) String() string {
 }
 
 func (HoldResult) Descriptor() protoreflect.EnumDescriptor {
-	return file_imperator_federation_v1_federation_proto_enumTypes[0].Descriptor()
+	return file_imperator_federation_v1_federation_proto_enumTypes[1].Descriptor()
 }
 
 func (HoldResult) Type() protoreflect.EnumType {
-	return &file_imperator_federation_v1_federation_proto_enumTypes[0]
+	return &file_imperator_federation_v1_federation_proto_enumTypes[1]
 }
 
 func (x HoldResult) Number() protoreflect.EnumNumber {
@@ -91,7 +144,7 @@ func (x HoldResult) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HoldResult.Descriptor instead.
 func (HoldResult) EnumDescriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{0}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{1}
 }
 
 type NodeCondition int32
@@ -137,11 +190,11 @@ func (x NodeCondition) String() string {
 }
 
 func (NodeCondition) Descriptor() protoreflect.EnumDescriptor {
-	return file_imperator_federation_v1_federation_proto_enumTypes[1].Descriptor()
+	return file_imperator_federation_v1_federation_proto_enumTypes[2].Descriptor()
 }
 
 func (NodeCondition) Type() protoreflect.EnumType {
-	return &file_imperator_federation_v1_federation_proto_enumTypes[1]
+	return &file_imperator_federation_v1_federation_proto_enumTypes[2]
 }
 
 func (x NodeCondition) Number() protoreflect.EnumNumber {
@@ -150,7 +203,7 @@ func (x NodeCondition) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeCondition.Descriptor instead.
 func (NodeCondition) EnumDescriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{1}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{2}
 }
 
 type ConditionStatus int32
@@ -189,11 +242,11 @@ func (x ConditionStatus) String() string {
 }
 
 func (ConditionStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_imperator_federation_v1_federation_proto_enumTypes[2].Descriptor()
+	return file_imperator_federation_v1_federation_proto_enumTypes[3].Descriptor()
 }
 
 func (ConditionStatus) Type() protoreflect.EnumType {
-	return &file_imperator_federation_v1_federation_proto_enumTypes[2]
+	return &file_imperator_federation_v1_federation_proto_enumTypes[3]
 }
 
 func (x ConditionStatus) Number() protoreflect.EnumNumber {
@@ -202,7 +255,7 @@ func (x ConditionStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConditionStatus.Descriptor instead.
 func (ConditionStatus) EnumDescriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{2}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{3}
 }
 
 type JoinRequest struct {
@@ -596,7 +649,11 @@ type Hello struct {
 	// epoch identifies one run of the agent (e.g. its start time in unix
 	// nanoseconds). Generations are only comparable within one epoch: a new
 	// epoch always starts with a Snapshot.
-	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// agent_mode says how the agent reaches the cluster. A hub shows it and
+	// treats both modes alike; an agent that predates the field leaves it
+	// unspecified.
+	AgentMode     AgentMode `protobuf:"varint,5,opt,name=agent_mode,json=agentMode,proto3,enum=imperator.federation.v1.AgentMode" json:"agent_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -657,6 +714,13 @@ func (x *Hello) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *Hello) GetAgentMode() AgentMode {
+	if x != nil {
+		return x.AgentMode
+	}
+	return AgentMode_AGENT_MODE_UNSPECIFIED
 }
 
 // Snapshot is the whole inventory of the cluster; it replaces everything the
@@ -816,8 +880,13 @@ type Heartbeat struct {
 	// of Available while it is set. Unset when the API server answers; a spoke
 	// that predates the field never sets it.
 	ApiServerUnreachableSince *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=api_server_unreachable_since,json=apiServerUnreachableSince,proto3" json:"api_server_unreachable_since,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// injection_unavailable is set while the agent knows that the cluster's API
+	// server cannot call its admission webhooks (a hosted agent probes this):
+	// why, for people. Guests then cannot be created in injection-enabled
+	// namespaces. Empty when the webhooks are reachable or not probed.
+	InjectionUnavailable string `protobuf:"bytes,4,opt,name=injection_unavailable,json=injectionUnavailable,proto3" json:"injection_unavailable,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
@@ -869,6 +938,13 @@ func (x *Heartbeat) GetApiServerUnreachableSince() *timestamppb.Timestamp {
 		return x.ApiServerUnreachableSince
 	}
 	return nil
+}
+
+func (x *Heartbeat) GetInjectionUnavailable() string {
+	if x != nil {
+		return x.InjectionUnavailable
+	}
+	return ""
 }
 
 // HubMessage is one message of the hub side of Report.
@@ -1827,12 +1903,14 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\x05delta\x18\x03 \x01(\v2\x1e.imperator.federation.v1.DeltaH\x00R\x05delta\x12B\n" +
 	"\theartbeat\x18\x04 \x01(\v2\".imperator.federation.v1.HeartbeatH\x00R\theartbeat\x12L\n" +
 	"\rhold_response\x18\x05 \x01(\v2%.imperator.federation.v1.HoldResponseH\x00R\fholdResponseB\x06\n" +
-	"\x04kind\"\x89\x01\n" +
+	"\x04kind\"\xcc\x01\n" +
 	"\x05Hello\x12!\n" +
 	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12#\n" +
 	"\ragent_version\x18\x02 \x01(\tR\fagentVersion\x12\"\n" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xa5\x01\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12A\n" +
+	"\n" +
+	"agent_mode\x18\x05 \x01(\x0e2\".imperator.federation.v1.AgentModeR\tagentMode\"\xa5\x01\n" +
 	"\bSnapshot\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -1847,13 +1925,14 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\vobserved_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"observedAt\x12:\n" +
 	"\aupserts\x18\x03 \x03(\v2 .imperator.federation.v1.MachineR\aupserts\x12\x1a\n" +
-	"\bremovals\x18\x04 \x03(\tR\bremovals\"\xbd\x01\n" +
+	"\bremovals\x18\x04 \x03(\tR\bremovals\"\xf2\x01\n" +
 	"\tHeartbeat\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x123\n" +
 	"\asent_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12[\n" +
-	"\x1capi_server_unreachable_since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x19apiServerUnreachableSince\"\xcc\x01\n" +
+	"\x1capi_server_unreachable_since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x19apiServerUnreachableSince\x123\n" +
+	"\x15injection_unavailable\x18\x04 \x01(\tR\x14injectionUnavailable\"\xcc\x01\n" +
 	"\n" +
 	"HubMessage\x120\n" +
 	"\x03ack\x18\x01 \x01(\v2\x1c.imperator.federation.v1.AckH\x00R\x03ack\x129\n" +
@@ -1929,7 +2008,11 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\bPoolNode\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fmachine_type\x18\x02 \x01(\tR\vmachineType\x12D\n" +
-	"\tcondition\x18\x03 \x01(\x0e2&.imperator.federation.v1.NodeConditionR\tcondition*\x8d\x01\n" +
+	"\tcondition\x18\x03 \x01(\x0e2&.imperator.federation.v1.NodeConditionR\tcondition*Y\n" +
+	"\tAgentMode\x12\x1a\n" +
+	"\x16AGENT_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15AGENT_MODE_IN_CLUSTER\x10\x01\x12\x15\n" +
+	"\x11AGENT_MODE_HOSTED\x10\x02*\x8d\x01\n" +
 	"\n" +
 	"HoldResult\x12\x1b\n" +
 	"\x17HOLD_RESULT_UNSPECIFIED\x10\x00\x12\x14\n" +
@@ -1967,72 +2050,74 @@ func file_imperator_federation_v1_federation_proto_rawDescGZIP() []byte {
 	return file_imperator_federation_v1_federation_proto_rawDescData
 }
 
-var file_imperator_federation_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_imperator_federation_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_imperator_federation_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_imperator_federation_v1_federation_proto_goTypes = []any{
-	(HoldResult)(0),               // 0: imperator.federation.v1.HoldResult
-	(NodeCondition)(0),            // 1: imperator.federation.v1.NodeCondition
-	(ConditionStatus)(0),          // 2: imperator.federation.v1.ConditionStatus
-	(*JoinRequest)(nil),           // 3: imperator.federation.v1.JoinRequest
-	(*JoinResponse)(nil),          // 4: imperator.federation.v1.JoinResponse
-	(*RenewRequest)(nil),          // 5: imperator.federation.v1.RenewRequest
-	(*RenewResponse)(nil),         // 6: imperator.federation.v1.RenewResponse
-	(*SpokeMessage)(nil),          // 7: imperator.federation.v1.SpokeMessage
-	(*Hello)(nil),                 // 8: imperator.federation.v1.Hello
-	(*Snapshot)(nil),              // 9: imperator.federation.v1.Snapshot
-	(*Delta)(nil),                 // 10: imperator.federation.v1.Delta
-	(*Heartbeat)(nil),             // 11: imperator.federation.v1.Heartbeat
-	(*HubMessage)(nil),            // 12: imperator.federation.v1.HubMessage
-	(*HoldRequest)(nil),           // 13: imperator.federation.v1.HoldRequest
-	(*HoldResponse)(nil),          // 14: imperator.federation.v1.HoldResponse
-	(*Ack)(nil),                   // 15: imperator.federation.v1.Ack
-	(*Resync)(nil),                // 16: imperator.federation.v1.Resync
-	(*Machine)(nil),               // 17: imperator.federation.v1.Machine
-	(*MachineType)(nil),           // 18: imperator.federation.v1.MachineType
-	(*GPU)(nil),                   // 19: imperator.federation.v1.GPU
-	(*Usage)(nil),                 // 20: imperator.federation.v1.Usage
-	(*NodeCounts)(nil),            // 21: imperator.federation.v1.NodeCounts
-	(*PoolNode)(nil),              // 22: imperator.federation.v1.PoolNode
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(AgentMode)(0),                // 0: imperator.federation.v1.AgentMode
+	(HoldResult)(0),               // 1: imperator.federation.v1.HoldResult
+	(NodeCondition)(0),            // 2: imperator.federation.v1.NodeCondition
+	(ConditionStatus)(0),          // 3: imperator.federation.v1.ConditionStatus
+	(*JoinRequest)(nil),           // 4: imperator.federation.v1.JoinRequest
+	(*JoinResponse)(nil),          // 5: imperator.federation.v1.JoinResponse
+	(*RenewRequest)(nil),          // 6: imperator.federation.v1.RenewRequest
+	(*RenewResponse)(nil),         // 7: imperator.federation.v1.RenewResponse
+	(*SpokeMessage)(nil),          // 8: imperator.federation.v1.SpokeMessage
+	(*Hello)(nil),                 // 9: imperator.federation.v1.Hello
+	(*Snapshot)(nil),              // 10: imperator.federation.v1.Snapshot
+	(*Delta)(nil),                 // 11: imperator.federation.v1.Delta
+	(*Heartbeat)(nil),             // 12: imperator.federation.v1.Heartbeat
+	(*HubMessage)(nil),            // 13: imperator.federation.v1.HubMessage
+	(*HoldRequest)(nil),           // 14: imperator.federation.v1.HoldRequest
+	(*HoldResponse)(nil),          // 15: imperator.federation.v1.HoldResponse
+	(*Ack)(nil),                   // 16: imperator.federation.v1.Ack
+	(*Resync)(nil),                // 17: imperator.federation.v1.Resync
+	(*Machine)(nil),               // 18: imperator.federation.v1.Machine
+	(*MachineType)(nil),           // 19: imperator.federation.v1.MachineType
+	(*GPU)(nil),                   // 20: imperator.federation.v1.GPU
+	(*Usage)(nil),                 // 21: imperator.federation.v1.Usage
+	(*NodeCounts)(nil),            // 22: imperator.federation.v1.NodeCounts
+	(*PoolNode)(nil),              // 23: imperator.federation.v1.PoolNode
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
 }
 var file_imperator_federation_v1_federation_proto_depIdxs = []int32{
-	23, // 0: imperator.federation.v1.JoinResponse.not_after:type_name -> google.protobuf.Timestamp
-	23, // 1: imperator.federation.v1.RenewResponse.not_after:type_name -> google.protobuf.Timestamp
-	8,  // 2: imperator.federation.v1.SpokeMessage.hello:type_name -> imperator.federation.v1.Hello
-	9,  // 3: imperator.federation.v1.SpokeMessage.snapshot:type_name -> imperator.federation.v1.Snapshot
-	10, // 4: imperator.federation.v1.SpokeMessage.delta:type_name -> imperator.federation.v1.Delta
-	11, // 5: imperator.federation.v1.SpokeMessage.heartbeat:type_name -> imperator.federation.v1.Heartbeat
-	14, // 6: imperator.federation.v1.SpokeMessage.hold_response:type_name -> imperator.federation.v1.HoldResponse
-	23, // 7: imperator.federation.v1.Snapshot.observed_at:type_name -> google.protobuf.Timestamp
-	17, // 8: imperator.federation.v1.Snapshot.machines:type_name -> imperator.federation.v1.Machine
-	23, // 9: imperator.federation.v1.Delta.observed_at:type_name -> google.protobuf.Timestamp
-	17, // 10: imperator.federation.v1.Delta.upserts:type_name -> imperator.federation.v1.Machine
-	23, // 11: imperator.federation.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	23, // 12: imperator.federation.v1.Heartbeat.api_server_unreachable_since:type_name -> google.protobuf.Timestamp
-	15, // 13: imperator.federation.v1.HubMessage.ack:type_name -> imperator.federation.v1.Ack
-	16, // 14: imperator.federation.v1.HubMessage.resync:type_name -> imperator.federation.v1.Resync
-	13, // 15: imperator.federation.v1.HubMessage.hold_request:type_name -> imperator.federation.v1.HoldRequest
-	23, // 16: imperator.federation.v1.HoldRequest.valid_until:type_name -> google.protobuf.Timestamp
-	23, // 17: imperator.federation.v1.HoldRequest.deadline:type_name -> google.protobuf.Timestamp
-	0,  // 18: imperator.federation.v1.HoldResponse.result:type_name -> imperator.federation.v1.HoldResult
-	18, // 19: imperator.federation.v1.Machine.types:type_name -> imperator.federation.v1.MachineType
-	22, // 20: imperator.federation.v1.Machine.nodes:type_name -> imperator.federation.v1.PoolNode
-	2,  // 21: imperator.federation.v1.Machine.ready:type_name -> imperator.federation.v1.ConditionStatus
-	19, // 22: imperator.federation.v1.MachineType.gpu:type_name -> imperator.federation.v1.GPU
-	20, // 23: imperator.federation.v1.MachineType.usage:type_name -> imperator.federation.v1.Usage
-	21, // 24: imperator.federation.v1.MachineType.nodes:type_name -> imperator.federation.v1.NodeCounts
-	1,  // 25: imperator.federation.v1.PoolNode.condition:type_name -> imperator.federation.v1.NodeCondition
-	3,  // 26: imperator.federation.v1.Federation.Join:input_type -> imperator.federation.v1.JoinRequest
-	5,  // 27: imperator.federation.v1.Federation.Renew:input_type -> imperator.federation.v1.RenewRequest
-	7,  // 28: imperator.federation.v1.Federation.Report:input_type -> imperator.federation.v1.SpokeMessage
-	4,  // 29: imperator.federation.v1.Federation.Join:output_type -> imperator.federation.v1.JoinResponse
-	6,  // 30: imperator.federation.v1.Federation.Renew:output_type -> imperator.federation.v1.RenewResponse
-	12, // 31: imperator.federation.v1.Federation.Report:output_type -> imperator.federation.v1.HubMessage
-	29, // [29:32] is the sub-list for method output_type
-	26, // [26:29] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	24, // 0: imperator.federation.v1.JoinResponse.not_after:type_name -> google.protobuf.Timestamp
+	24, // 1: imperator.federation.v1.RenewResponse.not_after:type_name -> google.protobuf.Timestamp
+	9,  // 2: imperator.federation.v1.SpokeMessage.hello:type_name -> imperator.federation.v1.Hello
+	10, // 3: imperator.federation.v1.SpokeMessage.snapshot:type_name -> imperator.federation.v1.Snapshot
+	11, // 4: imperator.federation.v1.SpokeMessage.delta:type_name -> imperator.federation.v1.Delta
+	12, // 5: imperator.federation.v1.SpokeMessage.heartbeat:type_name -> imperator.federation.v1.Heartbeat
+	15, // 6: imperator.federation.v1.SpokeMessage.hold_response:type_name -> imperator.federation.v1.HoldResponse
+	0,  // 7: imperator.federation.v1.Hello.agent_mode:type_name -> imperator.federation.v1.AgentMode
+	24, // 8: imperator.federation.v1.Snapshot.observed_at:type_name -> google.protobuf.Timestamp
+	18, // 9: imperator.federation.v1.Snapshot.machines:type_name -> imperator.federation.v1.Machine
+	24, // 10: imperator.federation.v1.Delta.observed_at:type_name -> google.protobuf.Timestamp
+	18, // 11: imperator.federation.v1.Delta.upserts:type_name -> imperator.federation.v1.Machine
+	24, // 12: imperator.federation.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	24, // 13: imperator.federation.v1.Heartbeat.api_server_unreachable_since:type_name -> google.protobuf.Timestamp
+	16, // 14: imperator.federation.v1.HubMessage.ack:type_name -> imperator.federation.v1.Ack
+	17, // 15: imperator.federation.v1.HubMessage.resync:type_name -> imperator.federation.v1.Resync
+	14, // 16: imperator.federation.v1.HubMessage.hold_request:type_name -> imperator.federation.v1.HoldRequest
+	24, // 17: imperator.federation.v1.HoldRequest.valid_until:type_name -> google.protobuf.Timestamp
+	24, // 18: imperator.federation.v1.HoldRequest.deadline:type_name -> google.protobuf.Timestamp
+	1,  // 19: imperator.federation.v1.HoldResponse.result:type_name -> imperator.federation.v1.HoldResult
+	19, // 20: imperator.federation.v1.Machine.types:type_name -> imperator.federation.v1.MachineType
+	23, // 21: imperator.federation.v1.Machine.nodes:type_name -> imperator.federation.v1.PoolNode
+	3,  // 22: imperator.federation.v1.Machine.ready:type_name -> imperator.federation.v1.ConditionStatus
+	20, // 23: imperator.federation.v1.MachineType.gpu:type_name -> imperator.federation.v1.GPU
+	21, // 24: imperator.federation.v1.MachineType.usage:type_name -> imperator.federation.v1.Usage
+	22, // 25: imperator.federation.v1.MachineType.nodes:type_name -> imperator.federation.v1.NodeCounts
+	2,  // 26: imperator.federation.v1.PoolNode.condition:type_name -> imperator.federation.v1.NodeCondition
+	4,  // 27: imperator.federation.v1.Federation.Join:input_type -> imperator.federation.v1.JoinRequest
+	6,  // 28: imperator.federation.v1.Federation.Renew:input_type -> imperator.federation.v1.RenewRequest
+	8,  // 29: imperator.federation.v1.Federation.Report:input_type -> imperator.federation.v1.SpokeMessage
+	5,  // 30: imperator.federation.v1.Federation.Join:output_type -> imperator.federation.v1.JoinResponse
+	7,  // 31: imperator.federation.v1.Federation.Renew:output_type -> imperator.federation.v1.RenewResponse
+	13, // 32: imperator.federation.v1.Federation.Report:output_type -> imperator.federation.v1.HubMessage
+	30, // [30:33] is the sub-list for method output_type
+	27, // [27:30] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_imperator_federation_v1_federation_proto_init() }
@@ -2057,7 +2142,7 @@ func file_imperator_federation_v1_federation_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_imperator_federation_v1_federation_proto_rawDesc), len(file_imperator_federation_v1_federation_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,

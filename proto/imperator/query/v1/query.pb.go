@@ -444,9 +444,17 @@ type Cluster struct {
 	// when it is offline, why its figures are stale (for instance: the spoke
 	// agent cannot reach its own API server since a time). Empty when
 	// AVAILABLE.
-	StateMessage  string `protobuf:"bytes,11,opt,name=state_message,json=stateMessage,proto3" json:"state_message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StateMessage string `protobuf:"bytes,11,opt,name=state_message,json=stateMessage,proto3" json:"state_message,omitempty"`
+	// agent_mode is how the cluster's agent runs, as its Hello said:
+	// "in-cluster" or "hosted" (one agent in a management cluster serving
+	// many members); empty for an agent that predates it.
+	AgentMode string `protobuf:"bytes,12,opt,name=agent_mode,json=agentMode,proto3" json:"agent_mode,omitempty"`
+	// injection_unavailable says why the cluster's API server cannot reach the
+	// agent's admission webhooks, as the agent last said; empty when it can
+	// (or the agent does not probe).
+	InjectionUnavailable string `protobuf:"bytes,13,opt,name=injection_unavailable,json=injectionUnavailable,proto3" json:"injection_unavailable,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Cluster) Reset() {
@@ -552,6 +560,20 @@ func (x *Cluster) GetGeneration() uint64 {
 func (x *Cluster) GetStateMessage() string {
 	if x != nil {
 		return x.StateMessage
+	}
+	return ""
+}
+
+func (x *Cluster) GetAgentMode() string {
+	if x != nil {
+		return x.AgentMode
+	}
+	return ""
+}
+
+func (x *Cluster) GetInjectionUnavailable() string {
+	if x != nil {
+		return x.InjectionUnavailable
 	}
 	return ""
 }
@@ -2821,7 +2843,7 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\x1eimperator/query/v1/query.proto\x12\x12imperator.query.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a(imperator/federation/v1/federation.proto\"\x15\n" +
 	"\x13ListClustersRequest\"O\n" +
 	"\x14ListClustersResponse\x127\n" +
-	"\bclusters\x18\x01 \x03(\v2\x1b.imperator.query.v1.ClusterR\bclusters\"\xf0\x03\n" +
+	"\bclusters\x18\x01 \x03(\v2\x1b.imperator.query.v1.ClusterR\bclusters\"\xc4\x04\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\x05state\x18\x02 \x01(\x0e2 .imperator.query.v1.ClusterStateR\x05state\x12#\n" +
@@ -2837,7 +2859,10 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"generation\x18\n" +
 	" \x01(\x04R\n" +
 	"generation\x12#\n" +
-	"\rstate_message\x18\v \x01(\tR\fstateMessage\"\x99\x01\n" +
+	"\rstate_message\x18\v \x01(\tR\fstateMessage\x12\x1d\n" +
+	"\n" +
+	"agent_mode\x18\f \x01(\tR\tagentMode\x123\n" +
+	"\x15injection_unavailable\x18\r \x01(\tR\x14injectionUnavailable\"\x99\x01\n" +
 	"\x13ListMachinesRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x12\n" +
