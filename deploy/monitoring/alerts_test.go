@@ -97,7 +97,7 @@ func readAlertTests(t *testing.T) alertTests {
 func TestEveryAlertFiresOnItsSeriesAndStaysQuietOtherwise(t *testing.T) {
 	file := ruleFile(t)
 	tests := readAlertTests(t)
-	known := exported(t)
+	known := exportedLabels(t)
 
 	// Which alerts the file has, and which the tests show firing and quiet.
 	alertNames := map[string]bool{}
@@ -124,9 +124,16 @@ func TestEveryAlertFiresOnItsSeriesAndStaysQuietOtherwise(t *testing.T) {
 				if err != nil {
 					t.Fatalf("series %s %q: %v", s.Series, s.Values, err)
 				}
-				if name := lbls.Get(labels.MetricName); !known[name] {
+				name := lbls.Get(labels.MetricName)
+				allowed, ok := known[name]
+				if !ok {
 					t.Errorf("series %s: %s is not a metric the hub or the agent exports (metrics.txt)", s.Series, name)
 				}
+				lbls.Range(func(l labels.Label) {
+					if ok && !allowed[l.Name] {
+						t.Errorf("series %s: %s has no label %s (metrics.txt)", s.Series, name, l.Name)
+					}
+				})
 			}
 			for _, c := range tg.AlertRuleTests {
 				if !alertNames[c.Alertname] {

@@ -3,10 +3,13 @@ package monitoring
 import (
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/promql/promqltest"
 )
 
@@ -102,6 +105,29 @@ func TestDashboardQueriesAnswerOnAFleet(t *testing.T) {
 	}
 	walk(d.Panels)
 
+	// The fleet's series are ones the binaries export, with their labels.
+	known := exportedLabels(t)
+	for _, line := range strings.Split(fleetSeries, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) != 2 || fields[0] == "load" {
+			continue
+		}
+		lbls, err := parser.ParseMetric(fields[0])
+		if err != nil {
+			t.Fatalf("fleet series %s: %v", fields[0], err)
+		}
+		allowed, ok := known[lbls.Get(labels.MetricName)]
+		if !ok {
+			t.Errorf("fleet series %s: not a metric the hub or the agent exports (metrics.txt)", fields[0])
+			continue
+		}
+		lbls.Range(func(l labels.Label) {
+			if !allowed[l.Name] {
+				t.Errorf("fleet series %s: no label %s (metrics.txt)", fields[0], l.Name)
+			}
+		})
+	}
+
 	for _, p := range d.Panels {
 		if p.Title != "Fleet GPUs by state" {
 			continue
@@ -128,4 +154,3 @@ func TestDashboardQueriesAnswerOnAFleet(t *testing.T) {
 	}
 	t.Error("the dashboard has no panel Fleet GPUs by state")
 }
-

@@ -5,6 +5,7 @@ package monitoring
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
@@ -18,32 +19,61 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// scrapeLabels are the labels Prometheus (and the Prometheus Operator's
+// PodMonitor) adds to every series it scrapes.
+var scrapeLabels = []string{"instance", "job", "namespace", "pod", "container", "endpoint", "service"}
+
 // exported reads metrics.txt: the metrics the hub and the agent export,
 // which the product module's promlint tests hold equal to what each binary
 // registers.
 func exported(t *testing.T) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for name := range exportedLabels(t) {
+		out[name] = true
+	}
+	return out
+}
+
+// exportedLabels reads metrics.txt: every series name the hub and the agent
+// export (a histogram's _bucket, _sum and _count included) with the label
+// names a scraped series of it may have: the binary's, the scrape's, and a
+// bucket's le.
+func exportedLabels(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	f, err := os.Open("metrics.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	out := map[string]bool{}
+	out := map[string]map[string]bool{}
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		fields := strings.Fields(s.Text())
 		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
 			continue
 		}
-		if len(fields) != 3 {
-			t.Fatalf("metrics.txt: %q: want <component> <name> <type>", s.Text())
+		if len(fields) != 4 {
+			t.Fatalf("metrics.txt: %q: want <component> <name> <type> <labels, comma-separated, or ->", s.Text())
 		}
 		name, typ := fields[1], fields[2]
-		out[name] = true
-		if typ == "histogram" {
-			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-				out[name+suffix] = true
+		allowed := func(extra ...string) map[string]bool {
+			set := map[string]bool{labels.MetricName: true}
+			if fields[3] != "-" {
+				for _, l := range strings.Split(fields[3], ",") {
+					set[l] = true
+				}
 			}
+			for _, l := range append(extra, scrapeLabels...) {
+				set[l] = true
+			}
+			return set
+		}
+		out[name] = allowed()
+		if typ == "histogram" {
+			out[name+"_bucket"] = allowed(labels.BucketLabel)
+			out[name+"_sum"] = allowed()
+			out[name+"_count"] = allowed()
 		}
 	}
 	if err := s.Err(); err != nil {
@@ -53,6 +83,58 @@ func exported(t *testing.T) map[string]bool {
 		t.Fatal("metrics.txt lists no metric")
 	}
 	return out
+}
+
+// labelProblems parses expr as Prometheus does and returns every label it
+// selects, groups or matches on that the metrics it reads do not have
+// (known: metrics.txt's labels by series name): a selector on a label
+// nobody exports matches nothing, a grouping by one gives a single series.
+func labelProblems(expr string, known map[string]map[string]bool) ([]string, error) {
+	parsed, err := parser.ParseExpr(expr)
+	if err != nil {
+		return nil, err
+	}
+	var problems []string
+	union := map[string]bool{}
+	parser.Inspect(parsed, func(node parser.Node, _ []parser.Node) error {
+		vs, ok := node.(*parser.VectorSelector)
+		if !ok {
+			return nil
+		}
+		allowed := known[vs.Name]
+		for l := range allowed {
+			union[l] = true
+		}
+		for _, m := range vs.LabelMatchers {
+			if allowed != nil && !allowed[m.Name] {
+				problems = append(problems, fmt.Sprintf("%s has no label %s", vs.Name, m.Name))
+			}
+		}
+		return nil
+	})
+	parser.Inspect(parsed, func(node parser.Node, _ []parser.Node) error {
+		var used []string
+		switch n := node.(type) {
+		case *parser.AggregateExpr:
+			if !n.Without {
+				used = n.Grouping
+			}
+		case *parser.BinaryExpr:
+			if n.VectorMatching != nil {
+				used = append(used, n.VectorMatching.Include...)
+				if n.VectorMatching.On {
+					used = append(used, n.VectorMatching.MatchingLabels...)
+				}
+			}
+		}
+		for _, l := range used {
+			if !union[l] {
+				problems = append(problems, fmt.Sprintf("groups or matches on %s, which no metric it reads has", l))
+			}
+		}
+		return nil
+	})
+	return problems, nil
 }
 
 // metricsOf parses expr as Prometheus does and returns the metric names its
@@ -111,6 +193,7 @@ func TestAlertsParseAndUseOnlyExportedMetrics(t *testing.T) {
 		t.FailNow()
 	}
 	known := exported(t)
+	knownLabels := exportedLabels(t)
 	var alerts []string
 	for _, g := range groups.Groups {
 		for _, r := range g.Rules {
@@ -131,6 +214,10 @@ func TestAlertsParseAndUseOnlyExportedMetrics(t *testing.T) {
 				if !known[m] {
 					t.Errorf("%s uses %s, which neither the hub nor the agent exports (metrics.txt)", name, m)
 				}
+			}
+			problems, _ := labelProblems(r.Expr, knownLabels)
+			for _, p := range problems {
+				t.Errorf("%s: %s (metrics.txt)", name, p)
 			}
 			if r.Alert != "" {
 				if r.Labels["severity"] == "" || r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
@@ -196,11 +283,16 @@ func TestDashboardQueriesParseAndUseOnlyExportedMetrics(t *testing.T) {
 		t.Error("dashboard.json needs a title and a uid (Grafana imports by uid)")
 	}
 	known := exported(t)
+	knownLabels := exportedLabels(t)
 	check := func(where, expr string) {
 		names, err := metricsOf(withVariables(expr))
 		if err != nil {
 			t.Errorf("%s: %q: %v", where, expr, err)
 			return
+		}
+		problems, _ := labelProblems(withVariables(expr), knownLabels)
+		for _, p := range problems {
+			t.Errorf("%s: %s (metrics.txt)", where, p)
 		}
 		for _, m := range names {
 			if !known[m] {

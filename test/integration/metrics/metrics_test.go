@@ -10,10 +10,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,6 +209,18 @@ func TestRunningHubAndAgentsServeTheMetricsTheAlertsAndDashboardUse(t *testing.T
 	listed, err := metricnames.Read()
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The labels the rules and the dashboard rely on are the served ones.
+	for component, families := range map[string]map[string]*dto.MetricFamily{"hub": hub, "spoke": agent} {
+		byName := map[string]metricnames.Metric{}
+		for _, m := range listed {
+			if m.Component == component {
+				byName[m.Name] = m
+			}
+		}
+		for _, p := range metricnames.CheckFamilies(component, byName, slices.Collect(maps.Values(families))) {
+			t.Errorf("served by the running %s: %s", component, p)
+		}
 	}
 	eventOnly := map[string]bool{
 		"imperator_hub_inventory_persist_failures_total": true, "imperator_hub_cluster_inventory_not_current": true,

@@ -26,14 +26,25 @@ import (
 // ListPath is the list's path in the repository.
 const ListPath = "deploy/monitoring/metrics.txt"
 
-// Metric is one line of the list: which binary exports it, its name and type.
+// Metric is one line of the list: which binary exports it, its name, type
+// and label names.
 type Metric struct {
 	Component, Name, Type string
+	// Labels are the label names of its series, sorted (a histogram's le
+	// not counted).
+	Labels []string
 }
 
-func (m Metric) String() string { return m.Component + " " + m.Name + " " + m.Type }
+func (m Metric) String() string {
+	labels := "-"
+	if len(m.Labels) > 0 {
+		labels = strings.Join(m.Labels, ",")
+	}
+	return m.Component + " " + m.Name + " " + m.Type + " " + labels
+}
 
-// Read reads the list: "<component> <name> <type>" lines, # comments.
+// Read reads the list: "<component> <name> <type> <labels>" lines (labels
+// comma-separated, - for none), # comments.
 func Read() ([]Metric, error) {
 	root, err := repo.Root()
 	if err != nil {
@@ -52,10 +63,15 @@ func Read() ([]Metric, error) {
 			continue
 		}
 		fields := strings.Fields(text)
-		if len(fields) != 3 {
-			return nil, fmt.Errorf("%s:%d: want \"<component> <name> <type>\", got %q", ListPath, line, text)
+		if len(fields) != 4 {
+			return nil, fmt.Errorf("%s:%d: want \"<component> <name> <type> <labels, comma-separated, or ->\", got %q", ListPath, line, text)
 		}
-		list = append(list, Metric{fields[0], fields[1], fields[2]})
+		var labels []string
+		if fields[3] != "-" {
+			labels = strings.Split(fields[3], ",")
+			slices.Sort(labels)
+		}
+		list = append(list, Metric{Component: fields[0], Name: fields[1], Type: fields[2], Labels: labels})
 	}
 	return list, scanner.Err()
 }
@@ -71,7 +87,8 @@ type Registry interface {
 //     libraries' alike), or of a listed metric of component that has no series
 //     yet (linted from its list line: name and type);
 //   - an imperator_ metric reg gathers that the list does not name for
-//     component, or with another type;
+//     component, or with another type, or a series of it with other label
+//     names than the list's;
 //   - a metric the list names for component that reg does not have
 //     registered (a metric with no series yet counts when its name is taken
 //     in reg).
@@ -84,27 +101,16 @@ func Check(component string, reg Registry) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gathering metrics: %w", err)
 	}
-	var problems []string
 	listed := map[string]Metric{}
 	for _, m := range list {
 		if m.Component == component {
 			listed[m.Name] = m
 		}
 	}
+	problems := CheckFamilies(component, listed, families)
 	gathered := map[string]bool{}
 	for _, f := range families {
 		gathered[f.GetName()] = true
-		if !strings.HasPrefix(f.GetName(), "imperator_") {
-			continue
-		}
-		want, ok := listed[f.GetName()]
-		typ := strings.ToLower(f.GetType().String())
-		switch {
-		case !ok:
-			problems = append(problems, fmt.Sprintf("%s (%s) is exported but not listed for %s in %s", f.GetName(), typ, component, ListPath))
-		case want.Type != typ:
-			problems = append(problems, fmt.Sprintf("%s is exported as a %s but listed as a %s in %s", f.GetName(), typ, want.Type, ListPath))
-		}
 	}
 	// Listed metrics without series yet: linted from the list, and their
 	// name must be taken in reg.
@@ -132,4 +138,37 @@ func Check(component string, reg Registry) ([]string, error) {
 		problems = append(problems, fmt.Sprintf("promlint: %s: %s", p.Metric, p.Text))
 	}
 	return problems, nil
+}
+
+// CheckFamilies returns a problem for every imperator_ family of families
+// that listed (component's metrics by name) does not name, names with
+// another type, or whose series have other label names than listed says.
+func CheckFamilies(component string, listed map[string]Metric, families []*dto.MetricFamily) []string {
+	var problems []string
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "imperator_") {
+			continue
+		}
+		want, ok := listed[f.GetName()]
+		typ := strings.ToLower(f.GetType().String())
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("%s (%s) is exported but not listed for %s in %s", f.GetName(), typ, component, ListPath))
+			continue
+		case want.Type != typ:
+			problems = append(problems, fmt.Sprintf("%s is exported as a %s but listed as a %s in %s", f.GetName(), typ, want.Type, ListPath))
+		}
+		for _, m := range f.GetMetric() {
+			var names []string
+			for _, l := range m.GetLabel() {
+				names = append(names, l.GetName())
+			}
+			slices.Sort(names)
+			if !slices.Equal(names, want.Labels) {
+				problems = append(problems, fmt.Sprintf("%s has a series with labels %v, listed with %v in %s", f.GetName(), names, want.Labels, ListPath))
+				break
+			}
+		}
+	}
+	return problems
 }
