@@ -99,12 +99,8 @@ func (r *Request) matches(m *federationv1.Machine, t *federationv1.MachineType) 
 	if s == nil {
 		return t.GetName() == r.Type && (r.Group == "" || m.GetGroup() == r.Group)
 	}
-	if s.MilliCPU > 0 && milliCPU(t.GetCpu()) < s.MilliCPU {
-		return false
-	}
-	if s.MemoryBytes > 0 && memoryBytes(t.GetMemory()) < s.MemoryBytes {
-		return false
-	}
+	// The GPU first: it rules out most types of a fleet without looking up
+	// a parsed quantity.
 	g := t.GetGpu()
 	if s.GPUs > 0 && g.GetNum() < s.GPUs {
 		return false
@@ -113,6 +109,12 @@ func (r *Request) matches(m *federationv1.Machine, t *federationv1.MachineType) 
 		return false
 	}
 	if s.GPUFamily != "" && !strings.EqualFold(g.GetFamily(), s.GPUFamily) {
+		return false
+	}
+	if s.MilliCPU > 0 && milliCPU(t.GetCpu()) < s.MilliCPU {
+		return false
+	}
+	if s.MemoryBytes > 0 && memoryBytes(t.GetMemory()) < s.MemoryBytes {
 		return false
 	}
 	return true
@@ -135,16 +137,7 @@ func Find(clusters []*store.Cluster, req Request, now time.Time) *queryv1.FindCa
 	resp := &queryv1.FindCapacityResponse{Count: req.Count}
 	for _, c := range clusters {
 		free, matched := freeMatching(c, &req)
-		ex := func(reason queryv1.ExclusionReason, msg string) {
-			resp.Excluded = append(resp.Excluded, &queryv1.Exclusion{
-				Cluster:       c.Name,
-				Reason:        reason,
-				Message:       msg,
-				Free:          free,
-				ObservedAt:    timestamp(c.ObservedAt),
-				LastHeartbeat: timestamp(c.LastHeartbeat),
-			})
-		}
+		ex := func(reason queryv1.ExclusionReason, msg string) { exclude(resp, c, free, reason, msg) }
 		switch {
 		case c.State != store.StateAvailable:
 			ex(queryv1.ExclusionReason_EXCLUSION_REASON_OFFLINE, OfflineMessage(c, now))
@@ -187,6 +180,18 @@ func Find(clusters []*store.Cluster, req Request, now time.Time) *queryv1.FindCa
 	resp.Placed = req.Count - remaining
 	resp.Satisfiable = remaining == 0
 	return resp
+}
+
+// exclude adds c to the excluded clusters of resp.
+func exclude(resp *queryv1.FindCapacityResponse, c *store.Cluster, free int32, reason queryv1.ExclusionReason, msg string) {
+	resp.Excluded = append(resp.Excluded, &queryv1.Exclusion{
+		Cluster:       c.Name,
+		Reason:        reason,
+		Message:       msg,
+		Free:          free,
+		ObservedAt:    timestamp(c.ObservedAt),
+		LastHeartbeat: timestamp(c.LastHeartbeat),
+	})
 }
 
 // freeMatching sums the free units of the cluster's matching types
@@ -255,6 +260,14 @@ func sumRows(rows []typeRow) []*queryv1.TypeUsage {
 	if len(rows) == 0 {
 		return nil
 	}
+	if len(rows) <= smallRows {
+		return sumFewRows(rows)
+	}
+	return sumRankedRows(rows)
+}
+
+// sumRankedRows is sumRows for many rows.
+func sumRankedRows(rows []typeRow) []*queryv1.TypeUsage {
 	rank := groupRanks(rows)
 	type sortKey struct {
 		rank int
@@ -283,6 +296,42 @@ func sumRows(rows []typeRow) []*queryv1.TypeUsage {
 		j := i + 1
 		for ; j < len(keys) && keys[j].rank == keys[i].rank && keys[j].typ == keys[i].typ; j++ {
 			r := keys[j].row
+			sum.maximum += r.maximum
+			sum.reserved += r.reserved
+			sum.used += r.used
+			sum.waiting += r.waiting
+			sum.queued += r.queued
+			sum.held += r.held
+			sum.free += r.free
+		}
+		u := &backing[len(out)]
+		sum.fill(u)
+		out = append(out, u)
+		i = j
+	}
+	return out
+}
+
+// smallRows is the most rows sumFewRows sums: a cluster's matching types,
+// a handful, are sorted by name without ranking their groups in a map.
+const smallRows = 32
+
+// sumFewRows is sumRows for a few rows: the same sums in the same order
+// (group, then type, by name).
+func sumFewRows(rows []typeRow) []*queryv1.TypeUsage {
+	var buf [smallRows]*typeRow
+	sorted := buf[:0]
+	for i := range rows {
+		sorted = append(sorted, &rows[i])
+	}
+	slices.SortFunc(sorted, func(a, b *typeRow) int { return compareRows(*a, *b) })
+	out := make([]*queryv1.TypeUsage, 0, len(rows))
+	backing := make([]queryv1.TypeUsage, len(rows))
+	for i := 0; i < len(sorted); {
+		sum := *sorted[i]
+		j := i + 1
+		for ; j < len(sorted) && sorted[j].group == sum.group && sorted[j].typ == sum.typ; j++ {
+			r := sorted[j]
 			sum.maximum += r.maximum
 			sum.reserved += r.reserved
 			sum.used += r.used
