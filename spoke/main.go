@@ -4,6 +4,11 @@
 // validator — and, given a hub address, reports to the hub. It keeps working
 // when the hub is unreachable.
 //
+// With --clusters-from=kubeconfig-secrets (hosted mode) the agent runs in a
+// management cluster instead and serves every member cluster whose kubeconfig
+// Secret it finds there (package hosted): the same controllers, a reporter
+// and webhooks per member.
+//
 // Every replica serves the webhooks. The controllers and the hub reporter
 // are leader-only work, run under a leader.Campaign: a replica that loses its
 // Lease — its API server went away, say — stops its controllers and
@@ -43,6 +48,7 @@ import (
 	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
+	"github.com/imperator-federation/imperator/spoke/internal/hosted"
 	"github.com/imperator-federation/imperator/spoke/internal/reporter"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/certs"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/install"
@@ -54,6 +60,12 @@ import (
 // events (the campaign's Lease lock has no recorder, as the hub's): the
 // Lease's holderIdentity and the agent's log say which replica leads.
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=imperator-system,resources=leases,verbs=get;create;update
+
+// hostedWorkers is how many reconciles of each controller run at once in
+// hosted mode, where one controller serves every member: a member whose API
+// server is slow holds a worker for at most --member-request-timeout, and the
+// other workers go on with the other members.
+const hostedWorkers = 4
 
 // version is the agent's version, reported to the hub; set at build time
 // with -ldflags "-X main.version=...".
@@ -124,18 +136,27 @@ func run() error {
 
 	// Only the Machine controller reads pods, StatefulSets and Services:
 	// cache grouped pods and the agent namespace's workloads, not every pod
-	// of the cluster.
+	// of the cluster. In hosted mode that is each member's cache; the
+	// management cluster's holds only the members' kubeconfig Secrets.
 	cacheOpts := cache.Options{ByObject: machine.CacheOptions(cfg.Namespace)}
+	memberCacheOpts := cacheOpts
+	if cfg.IsHosted() {
+		cacheOpts = hosted.CacheOptions(cfg.Hosted.KubeconfigNamespace)
+	}
 	// The main manager runs on every replica without leader election: it
 	// serves the webhooks, metrics and probes, and its cache feeds the
 	// webhooks and the hub reporter.
-	local, err := ctrl.NewManager(restConfig, ctrl.Options{
+	localOpts := ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  cacheOpts,
 		Metrics:                metricsserver.Options{BindAddress: cfg.MetricsAddr},
 		HealthProbeBindAddress: cfg.HealthAddr,
 		WebhookServer:          webhook.NewServer(webhookOpts),
-	})
+	}
+	if cfg.IsHosted() {
+		localOpts.Controller.MaxConcurrentReconciles = hostedWorkers
+	}
+	local, err := ctrl.NewManager(restConfig, localOpts)
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
@@ -159,16 +180,67 @@ func run() error {
 		}
 		caBundle = certManager.CABundle()
 	}
-	if err := registerWebhooks(ctx, direct, cfg, caBundle); err != nil {
+	var memberWebhooks *hosted.Webhooks
+	if cfg.IsHosted() {
+		// Every member's webhook configurations point at this server
+		// (package hosted registers them in the members).
+		memberWebhooks = &hosted.Webhooks{
+			Scheme:                  scheme,
+			AgentNamespace:          cfg.Namespace,
+			MutatingConfiguration:   cfg.Webhook.MutatingConfiguration,
+			ValidatingConfiguration: cfg.Webhook.ValidatingConfiguration,
+			CABundle:                certManager.CABundle,
+			Hosts:                   cfg.Webhook.Hosts,
+			ProbeInterval:           cfg.Hosted.WebhookProbeInterval,
+			Log:                     ctrl.Log.WithName("member-webhooks"),
+		}
+	} else if err := registerWebhooks(ctx, direct, cfg, caBundle); err != nil {
 		return err
 	}
 	// The controllers run in every leader term, set up afresh on the term's
 	// manager (a runnable starts once), with a cache of their own: a new
 	// term starts from what the API server holds.
 	setupControllers := func(mgr manager.Manager) error {
-		mc, err := mcmanager.WithMultiCluster(mgr, nil)
+		var provider *hosted.Provider
+		if cfg.IsHosted() {
+			agent := &hosted.Agent{
+				AgentNamespace: cfg.Namespace,
+				Management:     direct,
+				Hub:            cfg.Hub,
+				AgentVersion:   version,
+				Webhooks:       memberWebhooks,
+				Log:            ctrl.Log.WithName("hosted"),
+			}
+			var err error
+			provider, err = hosted.New(hosted.Options{
+				Namespace:         cfg.Hosted.KubeconfigNamespace,
+				Scheme:            scheme,
+				Cache:             memberCacheOpts,
+				RequestTimeout:    cfg.Hosted.RequestTimeout,
+				DefaultWebhookURL: cfg.Webhook.URL,
+				Serve:             agent.Serve,
+				Log:               ctrl.Log.WithName("member-clusters"),
+			})
+			if err != nil {
+				return err
+			}
+		}
+		// A nil *hosted.Provider is not a nil interface: pass nil itself
+		// for the in-cluster agent.
+		var mc mcmanager.Manager
+		var err error
+		if provider != nil {
+			mc, err = mcmanager.WithMultiCluster(mgr, provider)
+		} else {
+			mc, err = mcmanager.WithMultiCluster(mgr, nil)
+		}
 		if err != nil {
 			return fmt.Errorf("setting up the controllers: %w", err)
+		}
+		if provider != nil {
+			if err := errors.Join(provider.SetupWithManager(mc), machinevalidator.SetupIndexer(ctx, provider)); err != nil {
+				return err
+			}
 		}
 		return errors.Join(
 			nodepool.SetupWithManager(mc),
@@ -186,9 +258,13 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("reading the host name: %w", err)
 		}
+		termOpts := ctrl.Options{Scheme: scheme, Cache: cacheOpts}
+		if cfg.IsHosted() {
+			termOpts.Controller.MaxConcurrentReconciles = hostedWorkers
+		}
 		campaign = &leader.Campaign{
 			Config:         restConfig,
-			ManagerOptions: ctrl.Options{Scheme: scheme, Cache: cacheOpts},
+			ManagerOptions: termOpts,
 			Namespace:      cfg.Namespace,
 			Name:           cfg.LeaderElectionID,
 			// The host (the pod name in a cluster) and a suffix, so that a
@@ -199,10 +275,15 @@ func run() error {
 		}
 	}
 	setup := []error{
-		podinjector.SetupWebhookWithManager(local),
-		machinevalidator.SetupWebhookWithManager(local),
 		local.AddHealthzCheck("ping", healthz.Ping),
 		local.AddReadyzCheck("webhook", local.GetWebhookServer().StartedChecker()),
+	}
+	if cfg.IsHosted() {
+		local.GetWebhookServer().Register(hosted.PathPrefix, memberWebhooks)
+	} else {
+		setup = append(setup,
+			podinjector.SetupWebhookWithManager(local),
+			machinevalidator.SetupWebhookWithManager(local))
 	}
 	if campaign != nil {
 		setup = append(setup, local.Add(campaign))
@@ -212,7 +293,8 @@ func run() error {
 	if err := errors.Join(setup...); err != nil {
 		return fmt.Errorf("setting up the agent: %w", err)
 	}
-	if cfg.Hub.Address != "" {
+	// In hosted mode every member reports on its own (package hosted).
+	if cfg.Hub.Address != "" && !cfg.IsHosted() {
 		opts := reporter.Options{
 			Cache:        local.GetCache(),
 			Client:       direct,
@@ -238,7 +320,7 @@ func run() error {
 		}
 	}
 
-	log.Info("Starting agent", "namespace", cfg.Namespace, "hub", cfg.Hub.Address)
+	log.Info("Starting agent", "namespace", cfg.Namespace, "hub", cfg.Hub.Address, "clustersFrom", cfg.Hosted.ClustersFrom)
 	if err := local.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)
 	}

@@ -1,0 +1,217 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/hosted"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
+)
+
+const xlarge = "compute-xlarge"
+
+// machineOf is a member's Machine of group with one compute-xlarge unit on
+// the member's kwok node.
+func machineOf(member, group string) *imperatorv1alpha1.Machine {
+	return wrappers.MakeMachine(group, group).Type(xlarge, "4", "8Gi", 1).GPU("nvidia.com/gpu", 1, "", "").
+		Node(nodeOf(member), xlarge).Obj()
+}
+
+// expectServed waits until the member's Machine of group has its reservation
+// bound and the member's node carries the pool's labels.
+func expectServed(ctx context.Context, member, group string) {
+	GinkgoHelper()
+	c := members[member].Client
+	Eventually(func(g Gomega) {
+		m := &imperatorv1alpha1.Machine{}
+		g.Expect(c.Get(ctx, client.ObjectKey{Name: group}, m)).To(Succeed())
+		g.Expect(m.Status.AvailableMachines).To(ContainElement(And(
+			HaveField("Name", xlarge), HaveField("Usage.Reserved", int32(1)))), "reservation of %s in %s", group, member)
+		node := &corev1.Node{}
+		g.Expect(c.Get(ctx, client.ObjectKey{Name: nodeOf(member)}, node)).To(Succeed())
+		g.Expect(node.Labels).To(HaveKeyWithValue(imperatorv1alpha1.NodePoolKey, string(imperatorv1alpha1.NodePoolReady)))
+		g.Expect(node.Labels).To(HaveKeyWithValue("imperator.tenzen-y.io/"+xlarge, group))
+	}).WithContext(ctx).WithTimeout(90 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+}
+
+// expectAtHub waits until the hub shows the member available, hosted, with
+// the Machine of group.
+func expectAtHub(member, group string) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		c, ok := hub.Cluster(member)
+		g.Expect(ok).To(BeTrue(), "the hub knows %s", member)
+		g.Expect(c.State).To(BeEquivalentTo("Available"))
+		g.Expect(c.AgentMode).To(Equal("hosted"))
+		var groups []string
+		for _, m := range c.Machines {
+			groups = append(groups, m.GetGroup())
+		}
+		g.Expect(groups).To(ContainElement(group))
+	}).WithTimeout(60 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+}
+
+// reservationLatency creates a Machine of group in member and returns how
+// long the member took to show its reservation StatefulSet.
+func reservationLatency(ctx context.Context, member, group string) time.Duration {
+	GinkgoHelper()
+	c := members[member].Client
+	start := time.Now()
+	Expect(c.Create(ctx, wrappers.MakeMachine(group, group).Type(xlarge, "4", "8Gi", 1).Obj())).To(Succeed())
+	Eventually(func() error {
+		return c.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: xlarge + "-" + group}, &appsv1.StatefulSet{})
+	}).WithContext(ctx).WithTimeout(60 * time.Second).WithPolling(10 * time.Millisecond).Should(Succeed())
+	return time.Since(start)
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
+	BeforeAll(func(ctx context.Context) {
+		addMember(ctx, "alpha", nil)
+		addMember(ctx, "beta", nil)
+	})
+
+	It("reserves capacity and labels nodes in every member, each reporting under its own name", func(ctx context.Context) {
+		for _, name := range []string{"alpha", "beta"} {
+			Expect(members[name].Client.Create(ctx, machineOf(name, "team-"+name))).To(Succeed())
+		}
+		for _, name := range []string{"alpha", "beta"} {
+			expectServed(ctx, name, "team-"+name)
+			expectAtHub(name, "team-"+name)
+		}
+		Eventually(func(g Gomega) {
+			for _, name := range []string{"alpha", "beta"} {
+				c, _ := hub.Cluster(name)
+				g.Expect(c.InjectionUnavailable).To(BeEmpty(), "the API server of %s reaches the agent's webhooks", name)
+			}
+		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+	})
+
+	It("injects a member's guests through that member's own webhook configuration", func(ctx context.Context) {
+		c := members["alpha"].Client
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-alpha", Labels: map[string]string{imperatorv1alpha1.InjectResourceKey: imperatorv1alpha1.InjectResourceEnabled}}}
+		Expect(c.Create(ctx, ns)).To(Succeed())
+		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		Expect(c.Get(ctx, client.ObjectKey{Name: "imperator-pod-injector"}, cfg)).To(Succeed())
+		for _, w := range cfg.Webhooks {
+			Expect(w.ClientConfig.URL).To(HaveValue(Equal(webhookURL+hosted.PathPrefix+"alpha/mutate-v1-pod")), "webhook %s", w.Name)
+			Expect(w.ClientConfig.CABundle).NotTo(BeEmpty())
+		}
+		guest := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "guest", Labels: map[string]string{
+				imperatorv1alpha1.PodRoleKey:      string(imperatorv1alpha1.PodRoleGuest),
+				imperatorv1alpha1.MachineGroupKey: "team-alpha",
+				imperatorv1alpha1.MachineTypeKey:  xlarge,
+			}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+		}
+		Expect(c.Create(ctx, guest)).To(Succeed())
+		Expect(guest.Annotations).To(HaveKey(imperatorv1alpha1.AdmittedAtAnnotation), "the injector admitted the guest")
+		Expect(guest.Spec.Containers[0].Resources.Limits).To(HaveKey(corev1.ResourceName("nvidia.com/gpu")))
+	})
+
+	It("serves a member added at runtime, and says at the hub while its API server cannot reach the webhooks", func(ctx context.Context) {
+		addMember(ctx, "gamma", nil)
+		Expect(members["gamma"].Client.Create(ctx, machineOf("gamma", "team-gamma"))).To(Succeed())
+		expectServed(ctx, "gamma", "team-gamma")
+		expectAtHub("gamma", "team-gamma")
+
+		By("pointing gamma's webhooks at an address its API server cannot reach")
+		secret := &corev1.Secret{}
+		key := client.ObjectKey{Namespace: membersNamespace, Name: "gamma"}
+		setURL := func(url string) {
+			GinkgoHelper()
+			Expect(management.Client.Get(ctx, key, secret)).To(Succeed())
+			patch := client.MergeFrom(secret.DeepCopy())
+			if url == "" {
+				delete(secret.Annotations, hosted.WebhookURLAnnotation)
+			} else {
+				metav1.SetMetaDataAnnotation(&secret.ObjectMeta, hosted.WebhookURLAnnotation, url)
+			}
+			Expect(management.Client.Patch(ctx, secret, patch)).To(Succeed())
+		}
+		// Nothing listens on port 1.
+		setURL("https://127.0.0.1:1")
+		Eventually(func(g Gomega) {
+			c, _ := hub.Cluster("gamma")
+			g.Expect(c.InjectionUnavailable).To(ContainSubstring("https://127.0.0.1:1"))
+		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+		Eventually(func(g Gomega) {
+			events := &corev1.EventList{}
+			g.Expect(members["gamma"].Client.List(ctx, events)).To(Succeed())
+			g.Expect(events.Items).To(ContainElement(HaveField("Reason", "InjectionUnavailable")), "gamma's users see why in an event")
+		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+
+		By("giving gamma the agent's address back")
+		setURL("")
+		Eventually(func(g Gomega) {
+			c, _ := hub.Cluster("gamma")
+			g.Expect(c.InjectionUnavailable).To(BeEmpty())
+			g.Expect(c.State).To(BeEquivalentTo("Available"))
+		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+	})
+
+	It("keeps reconciling one member at its usual pace while another member's API server is down", func(ctx context.Context) {
+		const samples = 5
+		var up, down []time.Duration
+		for i := range samples {
+			up = append(up, reservationLatency(ctx, "alpha", fmt.Sprintf("up-%d", i)))
+		}
+		Expect(members["gamma"].Cluster.StopAPIServer()).To(Succeed())
+		DeferCleanup(func(ctx context.Context) error { return members["gamma"].Cluster.StartAPIServer(ctx) })
+		// Let the agent run into gamma's outage first (watches and the
+		// reporter's probe fail, requests time out).
+		time.Sleep(3 * time.Second)
+		for i := range samples {
+			down = append(down, reservationLatency(ctx, "alpha", fmt.Sprintf("down-%d", i)))
+		}
+		figures := fmt.Sprintf("reservation StatefulSet of a new Machine in alpha, %d samples each: all members up p50 %s max %s; gamma's API server stopped p50 %s max %s",
+			samples, percentile(up, 0.5).Round(time.Millisecond), percentile(up, 1).Round(time.Millisecond),
+			percentile(down, 0.5).Round(time.Millisecond), percentile(down, 1).Round(time.Millisecond))
+		AddReportEntry("isolation", figures)
+		fmt.Fprintln(GinkgoWriter, figures)
+		// The request timeout is 5 s: a member waiting on gamma would
+		// show it.
+		Expect(percentile(down, 1)).To(BeNumerically("<", 3*time.Second), figures)
+		Eventually(func(g Gomega) {
+			c, _ := hub.Cluster("alpha")
+			g.Expect(c.State).To(BeEquivalentTo("Available"))
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+	})
+
+	It("stops serving a member whose Secret is removed; the hub shows it Unknown after the grace period", func(ctx context.Context) {
+		Expect(management.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: membersNamespace, Name: "beta"}})).To(Succeed())
+		Eventually(func(g Gomega) {
+			c, ok := hub.Cluster("beta")
+			g.Expect(ok).To(BeTrue())
+			g.Expect(c.State).To(BeEquivalentTo("Unknown"))
+		}).WithTimeout(gracePeriod + 20*time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+		c := members["beta"].Client
+		Expect(c.Create(ctx, wrappers.MakeMachine("after-removal", "after-removal").Type(xlarge, "4", "8Gi", 1).Obj())).To(Succeed())
+		Consistently(func() bool {
+			err := c.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: xlarge + "-after-removal"}, &appsv1.StatefulSet{})
+			return apierrors.IsNotFound(err)
+		}).WithTimeout(5*time.Second).WithPolling(200*time.Millisecond).Should(BeTrue(), "nobody reconciles beta's Machines any more")
+		// The others are still served.
+		_ = reservationLatency(ctx, "alpha", "after-beta")
+		view, _ := hub.Cluster("alpha")
+		Expect(view.State).To(BeEquivalentTo("Available"))
+	})
+})

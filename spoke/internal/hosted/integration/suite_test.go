@@ -1,0 +1,145 @@
+// Package integration runs hosted mode end to end: one spoke agent binary,
+// started with --clusters-from=kubeconfig-secrets against a management
+// cluster (envtest), serves three member clusters (harness control planes
+// with a scheduler and kwok nodes) whose kubeconfigs it finds in labelled
+// Secrets, and reports each of them to an in-process hub (hub/hubtest) under
+// its own identity. Expectations are read from the members' API servers and
+// the hub's in-memory view, as users see them.
+package integration
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/imperator-federation/imperator/hub/hubtest"
+	"github.com/imperator-federation/imperator/spoke/internal/hosted"
+	"github.com/imperator-federation/imperator/test/util/fleet"
+	"github.com/imperator-federation/imperator/test/util/framework"
+	"github.com/imperator-federation/imperator/test/util/harness"
+	"github.com/imperator-federation/imperator/test/util/repo"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
+)
+
+func TestHosted(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Hosted mode: one agent, many member clusters")
+}
+
+const (
+	agentNamespace   = "imperator-system"
+	membersNamespace = "imperator-members"
+	// gracePeriod is longer than the reporters' heartbeat interval (5 s).
+	gracePeriod = 8 * time.Second
+)
+
+var (
+	management *framework.Environment
+	hubEnv     *framework.Environment
+	hub        *hubtest.Hub
+	members    = map[string]*framework.Environment{}
+	agent      *harness.Process
+	// webhookURL is where the members' API servers reach the agent.
+	webhookURL string
+)
+
+var _ = BeforeSuite(func(ctx context.Context) {
+	framework.SetLogger(0)
+	root, err := repo.Root()
+	Expect(err).NotTo(HaveOccurred())
+	binDir := GinkgoT().TempDir()
+	build := exec.CommandContext(ctx, "go", "build", "-o", binDir+"/", "./spoke")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), string(out))
+
+	hubScheme, err := hubtest.Scheme()
+	Expect(err).NotTo(HaveOccurred())
+	hubEnv, err = framework.Start(ctx, framework.Options{Scheme: hubScheme, CRDs: framework.HubCRDs, Namespaces: []string{agentNamespace}})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(hubEnv.Stop)
+	caFile, err := hubtest.WriteCAFile(ctx, hubEnv.Client, agentNamespace, GinkgoT().TempDir())
+	Expect(err).NotTo(HaveOccurred())
+	hub, err = hubtest.Start(hubEnv.Config, hubtest.Options{Namespace: agentNamespace, GracePeriod: gracePeriod, PersistInterval: 300 * time.Millisecond})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(hub.Stop)
+
+	// The management cluster holds only the members' Secrets, the webhook
+	// certificate and the leader Lease: no Imperator CRDs.
+	management, err = framework.Start(ctx, framework.Options{Namespaces: []string{agentNamespace, membersNamespace}})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(management.Stop)
+	admin, err := management.Envtest.AddUser(envtest.User{Name: "hosted-agent", Groups: []string{"system:masters"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	kubeconfig, err := admin.KubeConfig()
+	Expect(err).NotTo(HaveOccurred())
+	dir := GinkgoT().TempDir()
+	kubeconfigPath := filepath.Join(dir, "management.kubeconfig")
+	Expect(os.WriteFile(kubeconfigPath, kubeconfig, 0o600)).To(Succeed())
+
+	for _, name := range []string{"alpha", "beta", "gamma"} {
+		env, err := framework.Start(ctx, framework.Options{Name: "hosted-" + name, Harness: true, CRDs: framework.SpokeCRDs, Namespaces: []string{agentNamespace}})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(env.Stop)
+		Expect(fleet.InstallReservationPriorityClass(ctx, env.Cluster)).To(Succeed())
+		Expect(env.Cluster.AddNode(ctx, wrappers.MakeNode(nodeOf(name)).GPU(2, "NVIDIA-GeForce-RTX-3090", "ampere").Obj())).To(Succeed())
+		members[name] = env
+	}
+
+	ports, err := harness.FreePorts(2)
+	Expect(err).NotTo(HaveOccurred())
+	webhookURL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	agent, err = harness.StartProcess("hosted-agent", filepath.Join(binDir, "spoke"), []string{
+		"--namespace", agentNamespace,
+		"--clusters-from", "kubeconfig-secrets",
+		"--kubeconfig-namespace", membersNamespace,
+		"--webhook-bind-address", "127.0.0.1",
+		"--webhook-port", strconv.Itoa(ports[0]),
+		"--webhook-url", webhookURL,
+		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(ports[1]),
+		"--metrics-bind-address", "0",
+		"--hub-address", hub.Address(),
+		"--hub-ca-file", caFile,
+		"--member-webhook-probe-interval", "1s",
+		"--member-request-timeout", "5s",
+	}, dir, "KUBECONFIG="+kubeconfigPath)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(agent.Stop)
+}, NodeTimeout(6*time.Minute))
+
+var _ = ReportAfterEach(func(report SpecReport) {
+	if report.Failed() && agent != nil {
+		AddReportEntry("agent log", agent.Tail(80))
+	}
+})
+
+func nodeOf(member string) string { return "gpu-" + member }
+
+// addMember writes the member's kubeconfig Secret, with a join token of its
+// own, into the management cluster; annotations are added to it.
+func addMember(ctx context.Context, name string, annotations map[string]string) {
+	GinkgoHelper()
+	kubeconfig, err := os.ReadFile(members[name].Cluster.KubeconfigPath)
+	Expect(err).NotTo(HaveOccurred())
+	token, err := hubtest.CreateToken(ctx, hubEnv.Client, agentNamespace, time.Hour, name)
+	Expect(err).NotTo(HaveOccurred())
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: membersNamespace, Name: name,
+			Labels:      map[string]string{hosted.MemberLabel: "true"},
+			Annotations: annotations,
+		},
+		Data: map[string][]byte{hosted.KubeconfigKey: kubeconfig, hosted.JoinTokenKey: []byte(token)},
+	}
+	Expect(management.Client.Create(ctx, secret)).To(Succeed())
+}

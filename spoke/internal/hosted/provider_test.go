@@ -1,0 +1,141 @@
+package hosted
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+const kubeconfig = `apiVersion: v1
+kind: Config
+clusters: [{name: edge, cluster: {server: "https://10.0.0.1:6443", insecure-skip-tls-verify: true}}]
+users: [{name: agent, user: {token: "t"}}]
+contexts: [{name: edge, context: {cluster: edge, user: agent}}]
+current-context: edge
+`
+
+func memberSecret(name string, annotations map[string]string, data map[string]string) *corev1.Secret {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "members", Name: name, Annotations: annotations, Labels: map[string]string{MemberLabel: "true"}}, Data: map[string][]byte{}}
+	for k, v := range data {
+		s.Data[k] = []byte(v)
+	}
+	return s
+}
+
+func TestMemberSecretErrorsNameTheKey(t *testing.T) {
+	cases := map[string]struct {
+		secret         *corev1.Secret
+		defaultURL     string
+		wantName       string
+		wantWebhookURL string
+		wantErrs       []string
+	}{
+		"kubeconfig only: named after the Secret, the agent's webhook URL": {
+			secret:         memberSecret("edge-1", nil, map[string]string{KubeconfigKey: kubeconfig}),
+			defaultURL:     "https://webhooks.example.com",
+			wantName:       "edge-1",
+			wantWebhookURL: "https://webhooks.example.com",
+		},
+		"annotations override name and URL": {
+			secret: memberSecret("s", map[string]string{ClusterNameAnnotation: "edge-2", WebhookURLAnnotation: "https://10.1.0.1:9443"},
+				map[string]string{KubeconfigKey: kubeconfig}),
+			wantName:       "edge-2",
+			wantWebhookURL: "https://10.1.0.1:9443",
+		},
+		"no kubeconfig": {
+			secret:   memberSecret("edge-3", nil, nil),
+			wantErrs: []string{"data[kubeconfig]: required"},
+		},
+		"kubeconfig that is none": {
+			secret:   memberSecret("edge-4", nil, map[string]string{KubeconfigKey: "not: [a kubeconfig"}),
+			wantErrs: []string{"data[kubeconfig]"},
+		},
+		"cluster name that is no DNS label, plain-http webhook": {
+			secret: memberSecret("edge-5", map[string]string{ClusterNameAnnotation: "Edge_5", WebhookURLAnnotation: "http://10.1.0.1"},
+				map[string]string{KubeconfigKey: kubeconfig}),
+			wantErrs: []string{ClusterNameAnnotation, WebhookURLAnnotation},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p, err := New(Options{Namespace: "members", Scheme: runtime.NewScheme(), DefaultWebhookURL: tc.defaultURL, RequestTimeout: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, hash, err := p.parse(tc.secret)
+			if len(tc.wantErrs) > 0 {
+				if err == nil {
+					t.Fatalf("parse accepted the Secret, want errors naming %v", tc.wantErrs)
+				}
+				for _, want := range tc.wantErrs {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("error %q does not name %q", err, want)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if diff := cmp.Diff(tc.wantName, m.Name); diff != "" {
+				t.Errorf("name (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantWebhookURL, m.WebhookURL); diff != "" {
+				t.Errorf("webhook URL (-want +got):\n%s", diff)
+			}
+			if m.Config.Timeout != 3*time.Second {
+				t.Errorf("request timeout %s, want 3s", m.Config.Timeout)
+			}
+			if hash == "" {
+				t.Error("no hash")
+			}
+		})
+	}
+}
+
+func TestChangedWebhookURLRestartsTheMember(t *testing.T) {
+	p, err := New(Options{Namespace: "members", Scheme: runtime.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, before, err := p.parse(memberSecret("edge", map[string]string{WebhookURLAnnotation: "https://a.example.com"}, map[string]string{KubeconfigKey: kubeconfig, JoinTokenKey: "one"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, newToken, err := p.parse(memberSecret("edge", map[string]string{WebhookURLAnnotation: "https://a.example.com"}, map[string]string{KubeconfigKey: kubeconfig, JoinTokenKey: "two"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, newURL, err := p.parse(memberSecret("edge", map[string]string{WebhookURLAnnotation: "https://b.example.com"}, map[string]string{KubeconfigKey: kubeconfig, JoinTokenKey: "one"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before != newToken {
+		t.Error("a new join token restarts the member; it should only be read at the next join")
+	}
+	if before == newURL {
+		t.Error("a new webhook URL does not restart the member")
+	}
+}
+
+func TestWebhookOfAMemberNotServedSaysSo(t *testing.T) {
+	w := &Webhooks{Scheme: runtime.NewScheme()}
+	body := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u1","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"operation":"CREATE","object":{}}}`
+	req := httptest.NewRequest(http.MethodPost, PathPrefix+"edge-9/mutate-v1-pod", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	w.ServeHTTP(rec, req)
+	if !strings.Contains(rec.Body.String(), `member cluster \"edge-9\" is not served by this agent replica`) {
+		t.Errorf("answer does not say the member is not served: %s", rec.Body.String())
+	}
+	if !strings.Contains(rec.Body.String(), `"allowed":false`) {
+		t.Errorf("answer allows the request: %s", rec.Body.String())
+	}
+}

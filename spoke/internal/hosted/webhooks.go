@@ -1,0 +1,246 @@
+package hosted
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/webhook/install"
+	"github.com/imperator-federation/imperator/spoke/internal/webhook/machinevalidator"
+	webhookmetrics "github.com/imperator-federation/imperator/spoke/internal/webhook/metrics"
+	"github.com/imperator-federation/imperator/spoke/internal/webhook/podinjector"
+)
+
+// PathPrefix is where the agent's webhook server serves the members'
+// webhooks: a member's API server calls <its webhook URL>/members/<name>/…,
+// and the injector and validator answer from that member's cache.
+const PathPrefix = "/members/"
+
+// ProbeMachineName names the Machine a member's API server is asked to
+// create, dry-run, to find out whether it reaches the agent's validator.
+const ProbeMachineName = "imperator-webhook-probe"
+
+// DefaultProbeInterval is how often each member's webhooks are re-registered
+// (when the CA bundle changed) and probed.
+const DefaultProbeInterval = 30 * time.Second
+
+// Webhooks serves the injector and the validator of every member at
+// PathPrefix, registers their configurations in each member with the agent's
+// CA bundle, and finds out whether each member's API server reaches them.
+// Register it once on the agent's webhook server (every replica serves it);
+// the members are added by Serve while the leader serves them.
+type Webhooks struct {
+	// Scheme decodes pods and Machines.
+	Scheme *runtime.Scheme
+	// AgentNamespace is the agent's namespace in the members (excluded from
+	// injection, as in-cluster).
+	AgentNamespace string
+	// MutatingConfiguration and ValidatingConfiguration name the webhook
+	// configurations in each member.
+	MutatingConfiguration   string
+	ValidatingConfiguration string
+	// CABundle returns the CA bundle of the serving certificate.
+	CABundle func() []byte
+	// Hosts are the names the serving certificate is valid for: a member
+	// URL's host must be one of them.
+	Hosts []string
+	// ProbeInterval defaults to DefaultProbeInterval.
+	ProbeInterval time.Duration
+	Log           logr.Logger
+
+	mu      sync.RWMutex
+	members map[string]*memberHooks
+}
+
+type memberHooks struct {
+	injector  http.Handler
+	validator http.Handler
+	// lastRequest is when the member's API server last called a webhook
+	// (Unix nanoseconds).
+	lastRequest atomic.Int64
+	// unavailable says why the member cannot reach the webhooks; "" when it
+	// can.
+	unavailable atomic.Pointer[string]
+}
+
+// ServeHTTP answers a member's admission request with that member's
+// injector or validator; a member this replica does not serve (yet) is
+// answered with an error that says so, which the API server reports.
+func (w *Webhooks) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
+	rest, _ := strings.CutPrefix(req.URL.Path, PathPrefix)
+	name, path, _ := strings.Cut(rest, "/")
+	w.mu.RLock()
+	hooks := w.members[name]
+	w.mu.RUnlock()
+	var handler http.Handler
+	if hooks != nil {
+		hooks.lastRequest.Store(time.Now().UnixNano())
+		switch "/" + path {
+		case podinjector.WebhookPath:
+			handler = hooks.injector
+		case machinevalidator.WebhookPath:
+			handler = hooks.validator
+		}
+	}
+	if handler == nil {
+		msg := fmt.Sprintf("member cluster %q is not served by this agent replica (yet), or %q is no webhook of it", name, "/"+path)
+		handler = &webhook.Admission{Handler: admission.HandlerFunc(func(context.Context, admission.Request) admission.Response {
+			return admission.Errored(http.StatusServiceUnavailable, errors.New(msg))
+		})}
+	}
+	handler.ServeHTTP(rw, req)
+}
+
+// Unavailable says why the member named name cannot reach the webhooks, ""
+// when it can (or is not probed yet).
+func (w *Webhooks) Unavailable(name string) string {
+	w.mu.RLock()
+	hooks := w.members[name]
+	w.mu.RUnlock()
+	if hooks == nil {
+		return ""
+	}
+	if why := hooks.unavailable.Load(); why != nil {
+		return *why
+	}
+	return ""
+}
+
+// serve answers m's admission requests from cl's cache until ctx ends,
+// keeps its webhook configurations registered with the current CA bundle,
+// and probes whether its API server reaches them.
+func (w *Webhooks) serve(ctx context.Context, m *Member, cl cluster.Cluster) {
+	log := w.Log.WithValues("member", m.Name)
+	hooks := &memberHooks{
+		injector: &webhook.Admission{Handler: webhookmetrics.Handler(webhookmetrics.PodInjector, podinjector.NewHandler(cl.GetCache(), w.Scheme))},
+		validator: admission.WithValidator(w.Scheme,
+			webhookmetrics.Validator[*imperatorv1alpha1.Machine](webhookmetrics.MachineValidator, &machinevalidator.Validator{Reader: cl.GetCache()})),
+	}
+	w.mu.Lock()
+	if w.members == nil {
+		w.members = map[string]*memberHooks{}
+	}
+	w.members[m.Name] = hooks
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		if w.members[m.Name] == hooks {
+			delete(w.members, m.Name)
+		}
+		w.mu.Unlock()
+	}()
+
+	interval := w.ProbeInterval
+	if interval <= 0 {
+		interval = DefaultProbeInterval
+	}
+	recorder := cl.GetEventRecorder("imperator-hosted")
+	var registered []byte
+	for {
+		why := w.check(ctx, m, hooks, &registered)
+		if ctx.Err() != nil {
+			return
+		}
+		previous := hooks.unavailable.Swap(&why)
+		if previous == nil || *previous != why {
+			// The event is about the member's injector configuration, which
+			// its users see (kubectl describe).
+			config := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: w.MutatingConfiguration}}
+			if why != "" {
+				log.Info("Member cluster cannot reach the agent's webhooks; guests cannot be injected there", "reason", why)
+				recorder.Eventf(config, nil, corev1.EventTypeWarning, "InjectionUnavailable", "Probe", "the API server cannot reach the Imperator agent's webhooks: %s", why)
+			} else if previous != nil {
+				log.Info("Member cluster reaches the agent's webhooks again")
+				recorder.Eventf(config, nil, corev1.EventTypeNormal, "InjectionAvailable", "Probe", "the API server reaches the Imperator agent's webhooks")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+	}
+}
+
+// check registers m's webhook configurations when the CA bundle changed since
+// registered, then asks m's API server to create the probe Machine, dry-run:
+// it returns why the API server does not reach the validator, "" when it does.
+func (w *Webhooks) check(ctx context.Context, m *Member, hooks *memberHooks, registered *[]byte) string {
+	if m.WebhookURL == "" {
+		return fmt.Sprintf("no webhook URL: annotate the member's Secret %s with %s, or give the agent --webhook-url", m.Secret, WebhookURLAnnotation)
+	}
+	if u, err := url.Parse(m.WebhookURL); err == nil && !slices.Contains(w.Hosts, u.Hostname()) {
+		return fmt.Sprintf("webhook URL %s: host %q is not among the serving certificate's names %v (--webhook-hosts)", m.WebhookURL, u.Hostname(), w.Hosts)
+	}
+	bundle := w.CABundle()
+	if *registered == nil || !slices.Equal(*registered, bundle) {
+		if err := w.register(ctx, m, bundle); err != nil {
+			return err.Error()
+		}
+		*registered = bundle
+	}
+	sent := time.Now().UnixNano()
+	err := m.Client.Create(ctx, probeMachine(), client.DryRunAll)
+	if hooks.lastRequest.Load() >= sent {
+		return ""
+	}
+	if err != nil {
+		return fmt.Sprintf("the API server did not reach the webhook at %s: %v", m.WebhookURL, err)
+	}
+	return fmt.Sprintf("the API server did not call the webhook at %s", m.WebhookURL)
+}
+
+// register applies m's webhook configurations, pointing at
+// <m.WebhookURL>/members/<m.Name>.
+func (w *Webhooks) register(ctx context.Context, m *Member, bundle []byte) error {
+	target := install.Target{URL: strings.TrimSuffix(m.WebhookURL, "/") + PathPrefix + m.Name}
+	injector, err := target.ClientConfig(podinjector.WebhookPath, bundle)
+	if err != nil {
+		return err
+	}
+	validator, err := target.ClientConfig(machinevalidator.WebhookPath, bundle)
+	if err != nil {
+		return err
+	}
+	err = install.Apply(ctx, m.Client,
+		podinjector.MutatingWebhookConfiguration(w.MutatingConfiguration, w.AgentNamespace, injector),
+		machinevalidator.ValidatingWebhookConfiguration(w.ValidatingConfiguration, validator))
+	if err != nil {
+		return fmt.Errorf("registering the webhooks in the member: %w", err)
+	}
+	return nil
+}
+
+// probeMachine is a Machine the CRD schema accepts, so that the API server
+// goes on to call the validating webhooks; created with dry-run only.
+func probeMachine() *imperatorv1alpha1.Machine {
+	return &imperatorv1alpha1.Machine{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   ProbeMachineName,
+			Labels: map[string]string{imperatorv1alpha1.MachineGroupKey: ProbeMachineName},
+		},
+		Spec: imperatorv1alpha1.MachineSpec{MachineTypes: []imperatorv1alpha1.MachineType{{
+			Name: "probe",
+			Spec: imperatorv1alpha1.MachineTypeSpec{CPU: resource.MustParse("1"), Memory: resource.MustParse("1Gi")},
+		}}},
+	}
+}
