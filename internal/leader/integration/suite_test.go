@@ -11,13 +11,11 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/imperator-federation/imperator/internal/leader"
+	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/harness"
 )
 
@@ -31,17 +29,8 @@ const namespace = "imperator-system"
 var cluster *harness.Cluster
 
 var _ = BeforeSuite(func(ctx SpecContext) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	var err error
-	cluster, err = harness.Start(ctx, harness.Options{Name: "leader"})
-	DeferCleanup(func() {
-		if cluster != nil {
-			Expect(cluster.Stop()).To(Succeed())
-		}
-	})
-	Expect(err).NotTo(HaveOccurred())
-	_, err = cluster.Kubernetes().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
+	framework.SetLogger(0)
+	cluster = framework.StartSuite(ctx, framework.Options{Name: "leader", Harness: true, Namespaces: []string{namespace}}).Cluster
 }, NodeTimeout(3*time.Minute))
 
 // replica is one hub replica's campaign and the leader-only work it runs.

@@ -11,12 +11,9 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/imperator-federation/imperator/test/util/harness"
+	"github.com/imperator-federation/imperator/test/util/framework"
 )
 
 func TestWebhookCertificates(t *testing.T) {
@@ -27,12 +24,5 @@ func TestWebhookCertificates(t *testing.T) {
 var k8s client.Client
 
 var _ = BeforeSuite(func(ctx context.Context) {
-	env := &envtest.Environment{BinaryAssetsDirectory: harness.BinDir()}
-	cfg, err := env.Start()
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() { Expect(env.Stop()).To(Succeed()) })
-	scheme := runtime.NewScheme()
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
+	k8s = framework.StartSuite(ctx, framework.Options{}).Client
 }, NodeTimeout(2*time.Minute))
