@@ -1,6 +1,7 @@
 package store
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -465,5 +466,55 @@ func TestStreamNotifiesOnlyChanges(t *testing.T) {
 		if notified != step.wantNotified {
 			t.Errorf("%s: listeners heard %d changes, want %d", step.name, notified, step.wantNotified)
 		}
+	}
+}
+
+func TestAgentModeAndUnreachableWebhooksAreKeptFromTheSpoke(t *testing.T) {
+	long := strings.Repeat("é", maxInjectionMessage) // two bytes each
+	cases := map[string]struct {
+		hello         *federationv1.Hello
+		heartbeats    []*federationv1.Heartbeat
+		wantMode      string
+		wantInjection string
+	}{
+		"hosted member whose API server cannot reach the agent": {
+			hello:         &federationv1.Hello{Epoch: 1, AgentMode: federationv1.AgentMode_AGENT_MODE_HOSTED},
+			heartbeats:    []*federationv1.Heartbeat{{InjectionUnavailable: "connection refused"}},
+			wantMode:      "hosted",
+			wantInjection: "connection refused",
+		},
+		"reachable again": {
+			hello:      &federationv1.Hello{Epoch: 1, AgentMode: federationv1.AgentMode_AGENT_MODE_HOSTED},
+			heartbeats: []*federationv1.Heartbeat{{InjectionUnavailable: "connection refused"}, {}},
+			wantMode:   "hosted",
+		},
+		"agent that predates agent modes": {
+			hello: &federationv1.Hello{Epoch: 1},
+		},
+		"agent mode this hub does not know": {
+			hello: &federationv1.Hello{Epoch: 1, AgentMode: federationv1.AgentMode(42)},
+		},
+		"a message too long is cut on a character boundary": {
+			hello:         &federationv1.Hello{Epoch: 1, AgentMode: federationv1.AgentMode_AGENT_MODE_IN_CLUSTER},
+			heartbeats:    []*federationv1.Heartbeat{{InjectionUnavailable: long}},
+			wantMode:      "in-cluster",
+			wantInjection: strings.Repeat("é", maxInjectionMessage/2),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := New(nil, 0)
+			s.Connect("a", tc.hello)
+			for _, hb := range tc.heartbeats {
+				s.Heartbeat("a", 1, hb)
+			}
+			c, _ := s.Get("a")
+			if diff := cmp.Diff(tc.wantMode, c.AgentMode); diff != "" {
+				t.Errorf("agent mode (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantInjection, c.InjectionUnavailable); diff != "" {
+				t.Errorf("injection unavailable (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
