@@ -56,7 +56,7 @@ var runs = []run{
 	{pkg: "./hub/internal/query/integration/", bench: "^BenchmarkReplicaPropagation$", times: "5x", smoke: "^BenchmarkReplicaPropagation$/spokes=10/"},
 	{pkg: "./hub/internal/query/integration/", bench: "^BenchmarkFleetHold$", times: "50x"},
 	{pkg: "./spoke/internal/webhook/podinjector/", bench: "^BenchmarkHandle$", times: "2000x"},
-	{pkg: "./spoke/internal/webhook/podinjector/integration/", bench: "^BenchmarkPodCreate$", times: "300x"},
+	{pkg: "./spoke/internal/webhook/podinjector/integration/", bench: "^(BenchmarkPodCreate|BenchmarkHandleFromCache)$", times: "300x"},
 	{pkg: "./spoke/internal/webhook/machinevalidator/integration/", bench: "^Benchmark", times: "300x"},
 	{pkg: "./spoke/internal/controller/nodepool/", bench: "^Benchmark", times: "2000x"},
 	{pkg: "./spoke/internal/controller/nodepool/integration/", bench: "^BenchmarkConfigurePool$", times: "5x"},
@@ -85,8 +85,11 @@ var goals = []goal{
 	{metric: "hub: FindCapacity p99, 10,000 clusters (shape)", bench: "BenchmarkFindCapacity/clusters=10000/shape-gpu-product", unit: "p99-ns", max: 50e6, issue: "21"},
 	{metric: "hub: API writes/s, 10,000 idle spokes on 2 replicas", bench: "BenchmarkHubAPIWrites/spokes=10000", unit: "writes/s", max: 20, full: true, issue: "21"},
 	{metric: "reporter: spoke Machine status → hub answer p99", bench: "BenchmarkReportPropagation", unit: "p99-ms", max: 200, issue: "21"},
-	{metric: "injector: handler time", bench: "BenchmarkHandle", unit: "ns/op", max: 50_000, issue: "21"},
-	{metric: "injector: handler allocations", bench: "BenchmarkHandle", unit: "allocs/op", max: 100, issue: "21"},
+	// The handler as the agent runs it, reading Machines from the informer
+	// cache; BenchmarkHandle (fake client, whose List is a JSON round trip
+	// of every Machine) stays in the results for comparison.
+	{metric: "injector: handler time", bench: "BenchmarkHandleFromCache", unit: "ns/op", max: 50_000, issue: "21"},
+	{metric: "injector: handler allocations", bench: "BenchmarkHandleFromCache", unit: "allocs/op", max: 100, issue: "21"},
 	{metric: "injector: pod create p50, with ÷ without webhook", bench: "BenchmarkPodCreate/with-webhook", over: "BenchmarkPodCreate/without-webhook", unit: "p50-µs", max: 1.3, issue: "21"},
 	{metric: "spoke: 100-node pool configured", bench: "BenchmarkConfigurePool", unit: "ms-configure/op", max: 300, issue: "21"},
 	{metric: "spoke: 1,000 nodes, 50 Machines, 10,000 pods converge", bench: "BenchmarkSpokeAtScale", unit: "converge-s", max: 30, full: true, issue: "21"},

@@ -2,7 +2,6 @@ package podinjector
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,9 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -42,16 +39,20 @@ type Handler struct {
 	Reader client.Reader
 	// Clock stamps imperatorv1alpha1.AdmittedAtAnnotation on the guests
 	// admitted.
-	Clock   clock.PassiveClock
-	decoder admission.Decoder
+	Clock clock.PassiveClock
+	// contracts keeps the machine types' contracts by Machine
+	// resourceVersion.
+	contracts contractCache
 }
 
 var _ admission.Handler = (*Handler)(nil)
 
-// NewHandler returns a Handler that reads Machines through reader and decodes
-// pods with scheme.
-func NewHandler(reader client.Reader, scheme *runtime.Scheme) *Handler {
-	return &Handler{Reader: reader, Clock: clock.RealClock{}, decoder: admission.NewDecoder(scheme)}
+// NewHandler returns a Handler that reads Machines through reader. The
+// handler decodes only the fields of a pod it reads (see admittedPod), so
+// scheme is not used; it stays in the signature for the callers that wire
+// every webhook alike.
+func NewHandler(reader client.Reader, _ *runtime.Scheme) *Handler {
+	return &Handler{Reader: reader, Clock: clock.RealClock{}}
 }
 
 // SetupWebhookWithManager serves the injector at WebhookPath on the manager's
@@ -81,10 +82,11 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	if len(req.Object.Raw) == 0 {
 		return admission.Errored(http.StatusBadRequest, errors.New("decoding the pod: the request carries no object"))
 	}
-	pod := &corev1.Pod{}
-	if err := h.decoder.DecodeRaw(req.Object, pod); err != nil {
+	admitted, err := decodeAdmittedPod(req.Object.Raw)
+	if err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod: %w", err))
 	}
+	pod := admitted.pod()
 	if pod.Labels[imperatorv1alpha1.PodRoleKey] != string(imperatorv1alpha1.PodRoleGuest) {
 		return admission.Allowed("not a guest pod")
 	}
@@ -100,7 +102,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 
-	injected, record, err := Inject(pod, machine)
+	injected, record, err := inject(pod, machine, &h.contracts)
 	if err != nil {
 		var deniedErr *DeniedError
 		if errors.As(err, &deniedErr) {
@@ -118,31 +120,12 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 	injected.Annotations[imperatorv1alpha1.AdmittedAtAnnotation] = h.Clock.Now().UTC().Format(time.RFC3339Nano)
 
-	current, err := json.Marshal(injected)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding the injected pod: %w", err))
+	if log := log.V(1); log.Enabled() {
+		log.Info("Injected guest pod", "machine", klog.KRef("", record.Machine),
+			"machineType", record.MachineType, "container", record.Container, "replaced", len(record.Replaced))
 	}
-	log.V(1).Info("Injected guest pod", "machine", klog.KRef("", record.Machine),
-		"machineType", record.MachineType, "container", record.Container, "replaced", len(record.Replaced))
-	return withoutRemovals(admission.PatchResponseFromRaw(req.Object.Raw, current))
-}
-
-// withoutRemovals drops the "remove" operations of a patch. Inject only adds
-// and replaces, so a removal can only come from the round trip through this
-// binary's API types: a field they do not know (an API server newer than the
-// agent) or one they omit when empty. Applying it would silently drop what
-// the user wrote.
-func withoutRemovals(resp admission.Response) admission.Response {
-	if !resp.Allowed || resp.PatchType == nil {
-		return resp
-	}
-	resp.Patches = slices.DeleteFunc(resp.Patches, func(op jsonpatch.JsonPatchOperation) bool {
-		return op.Operation == "remove"
-	})
-	if len(resp.Patches) == 0 {
-		resp.PatchType = nil
-	}
-	return resp
+	contract := h.contracts.of(machine, record.MachineGroup, findMachineType(machine, record.MachineType))
+	return patchResponse(injectionPatch(admitted, injected, record.Container, contract))
 }
 
 // machineOfGroup returns the Machine labelled with group, nil when there is
@@ -153,7 +136,10 @@ func (h *Handler) machineOfGroup(ctx context.Context, group string) (*imperatorv
 		return nil, nil
 	}
 	var machines imperatorv1alpha1.MachineList
-	if err := h.Reader.List(ctx, &machines, client.MatchingLabels{imperatorv1alpha1.MachineGroupKey: group}); err != nil {
+	// The Machines are only read (Inject never modifies them): the cache
+	// hands out its own objects instead of a deep copy per admission.
+	if err := h.Reader.List(ctx, &machines, client.MatchingLabels{imperatorv1alpha1.MachineGroupKey: group},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing Machines labelled %s=%s: %w", imperatorv1alpha1.MachineGroupKey, group, err)
 	}
 	switch len(machines.Items) {

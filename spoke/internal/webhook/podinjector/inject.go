@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
-	"github.com/imperator-federation/imperator/spoke/internal/machinetype"
 )
 
 // Record is what the injector did to a pod. It is stored, as JSON, in the
@@ -73,6 +72,12 @@ func denied(format string, args ...any) *DeniedError {
 // node selector term is narrowed (ANDed) to the machine type's ready nodes.
 // Inject is idempotent: Inject(Inject(pod)) equals Inject(pod).
 func Inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine) (*corev1.Pod, *Record, error) {
+	return inject(pod, machine, nil)
+}
+
+// inject is Inject taking the machine type's contract from contracts, which
+// may be nil.
+func inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine, contracts *contractCache) (*corev1.Pod, *Record, error) {
 	if pod == nil {
 		return nil, nil, denied("no pod in the request")
 	}
@@ -116,15 +121,16 @@ func Inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine) (*corev1.Pod, *
 		return nil, nil, err
 	}
 
-	if err := checkNodeSelector(out.Spec.NodeSelector, typeName, machinetype.Placement(group, machineType)); err != nil {
+	contract := contracts.of(machine, group, machineType)
+	if err := checkNodeSelector(out.Spec.NodeSelector, typeName, contract.placement); err != nil {
 		return nil, nil, err
 	}
-	if err := injectNodeAffinity(out, typeName, machinetype.Placement(group, machineType)); err != nil {
+	if err := injectNodeAffinity(out, typeName, contract.placement); err != nil {
 		return nil, nil, err
 	}
-	injectTolerations(out, typeName, group)
+	injectTolerations(out, contract.tolerations)
 	injectSlotGate(out)
-	replaced := injectResources(container, machineType.Spec)
+	replaced := injectResources(container, contract)
 
 	record := &Record{
 		Machine:      machine.Name,
@@ -236,7 +242,9 @@ func injectNodeAffinity(pod *corev1.Pod, typeName string, reqs []corev1.NodeSele
 				present = present || isRequirement(existing, req)
 			}
 			if !present {
-				term.MatchExpressions = append(term.MatchExpressions, *req.DeepCopy())
+				term.MatchExpressions = append(term.MatchExpressions, corev1.NodeSelectorRequirement{
+					Key: req.Key, Operator: req.Operator, Values: slices.Clone(req.Values),
+				})
 			}
 		}
 	}
@@ -288,8 +296,8 @@ func describeRequirement(req corev1.NodeSelectorRequirement) string {
 
 // injectTolerations adds the NoSchedule tolerations of the machine type's and
 // the node pool's taints unless the pod already has them.
-func injectTolerations(pod *corev1.Pod, typeName, group string) {
-	for _, want := range machinetype.Tolerations(group, typeName) {
+func injectTolerations(pod *corev1.Pod, tolerations []corev1.Toleration) {
+	for _, want := range tolerations {
 		if !slices.ContainsFunc(pod.Spec.Tolerations, func(t corev1.Toleration) bool { return sameToleration(t, want) }) {
 			pod.Spec.Tolerations = append(pod.Spec.Tolerations, want)
 		}
@@ -320,8 +328,8 @@ func sameToleration(a, b corev1.Toleration) bool {
 // injectResources sets requests = limits = the machine type's cpu, memory
 // and GPUs on the container, keeping every other resource it sets, and
 // returns the resources whose request or limit held another value.
-func injectResources(container *corev1.Container, spec imperatorv1alpha1.MachineTypeSpec) []ReplacedResource {
-	want := machinetype.Resources(spec)
+func injectResources(container *corev1.Container, contract *typeContract) []ReplacedResource {
+	want := contract.resources
 	if container.Resources.Requests == nil {
 		container.Resources.Requests = corev1.ResourceList{}
 	}
@@ -329,7 +337,7 @@ func injectResources(container *corev1.Container, spec imperatorv1alpha1.Machine
 		container.Resources.Limits = corev1.ResourceList{}
 	}
 	var replaced []ReplacedResource
-	for _, name := range slices.Sorted(maps.Keys(want)) {
+	for _, name := range contract.resourceNames {
 		quantity := want[name]
 		request, hasRequest := container.Resources.Requests[name]
 		limit, hasLimit := container.Resources.Limits[name]

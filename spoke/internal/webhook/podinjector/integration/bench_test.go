@@ -2,15 +2,20 @@ package podinjector_test
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/webhook/podinjector"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -81,5 +86,55 @@ func BenchmarkPodCreate(b *testing.B) {
 				b.Fatal(err)
 			}
 		})
+	}
+}
+
+// BenchmarkHandleFromCache measures the injector's handler as the agent runs
+// it: one CREATE admission of a guest pod (a named container, a request of
+// its own, two required node selector terms) with the Machine read from the
+// manager's informer cache of a real API server. BenchmarkHandle in the
+// package measures the same with the fake client, whose List costs a JSON
+// round trip of every Machine the cache does not pay.
+func BenchmarkHandleFromCache(b *testing.B) {
+	e, err := startEnvironment()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := e.Stop(); err != nil {
+			b.Error(err)
+		}
+	})
+	ctx := context.Background()
+	if err := e.Client.Create(ctx, wrappers.GeneralMachine().Obj()); err != nil {
+		b.Fatal(err)
+	}
+	if err := e.WaitForCache(ctx, 10*time.Second, func(ctx context.Context, cache client.Reader) (bool, error) {
+		return cache.Get(ctx, client.ObjectKey{Name: "general-machine"}, &imperatorv1alpha1.Machine{}) == nil, nil
+	}); err != nil {
+		b.Fatalf("the webhook's cache never saw the Machine: %v", err)
+	}
+	zone := func(value string) corev1.NodeSelectorTerm {
+		return corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
+			{Key: "topology.kubernetes.io/zone", Operator: corev1.NodeSelectorOpIn, Values: []string{value}},
+		}}
+	}
+	pod := wrappers.MakePod("team-a", "guest").Guest("general-machine", "compute-xlarge").
+		Label(imperatorv1alpha1.InjectingContainerKey, "main").Request(0, corev1.ResourceEphemeralStorage, "10Gi").
+		RequiredNodeAffinity(zone("a"), zone("b")).Obj()
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "bench", Operation: admissionv1.Create, Namespace: "team-a", Object: runtime.RawExtension{Raw: raw},
+	}}
+	h := podinjector.NewHandler(e.Cache, e.Scheme)
+
+	b.ReportAllocs()
+	for b.Loop() {
+		if resp := h.Handle(ctx, req); !resp.Allowed || len(resp.Patches) == 0 {
+			b.Fatalf("guest pod not injected: %+v", resp.Result)
+		}
 	}
 }

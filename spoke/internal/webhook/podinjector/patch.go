@@ -1,0 +1,214 @@
+package podinjector
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+// admittedPod is the part of an admitted pod the injector reads and may
+// change; every other field of the request is skipped while decoding and
+// never re-encoded, so it reaches the API server exactly as the user wrote
+// it (fields this binary's API types do not know included).
+//
+// The pointers and slices keep what the patch needs to know: whether an
+// object or list exists in the request, so that the patch adds to it or
+// creates it.
+type admittedPod struct {
+	Metadata struct {
+		Labels      map[string]string `json:"labels"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Spec struct {
+		NodeName        string                     `json:"nodeName"`
+		NodeSelector    map[string]string          `json:"nodeSelector"`
+		Affinity        *corev1.Affinity           `json:"affinity"`
+		Tolerations     []corev1.Toleration        `json:"tolerations"`
+		SchedulingGates []corev1.PodSchedulingGate `json:"schedulingGates"`
+		Containers      []admittedContainer        `json:"containers"`
+	} `json:"spec"`
+}
+
+// admittedContainer is a container's name and resources; Resources is nil
+// when the request has none.
+type admittedContainer struct {
+	Name      string                       `json:"name"`
+	Resources *corev1.ResourceRequirements `json:"resources"`
+}
+
+func decodeAdmittedPod(raw []byte) (*admittedPod, error) {
+	admitted := &admittedPod{}
+	if err := json.Unmarshal(raw, admitted); err != nil {
+		return nil, err
+	}
+	return admitted, nil
+}
+
+// pod is the admitted pod as Inject reads it: the decoded fields only.
+// Inject copies what it changes, so the admitted pod keeps the request's
+// values for injectionPatch to compare with.
+func (a *admittedPod) pod() *corev1.Pod {
+	pod := &corev1.Pod{}
+	pod.Labels = a.Metadata.Labels
+	pod.Annotations = a.Metadata.Annotations
+	pod.Spec.NodeName = a.Spec.NodeName
+	pod.Spec.NodeSelector = a.Spec.NodeSelector
+	pod.Spec.Affinity = a.Spec.Affinity
+	pod.Spec.Tolerations = a.Spec.Tolerations
+	pod.Spec.SchedulingGates = a.Spec.SchedulingGates
+	if len(a.Spec.Containers) > 0 {
+		pod.Spec.Containers = make([]corev1.Container, len(a.Spec.Containers))
+		for i, c := range a.Spec.Containers {
+			pod.Spec.Containers[i].Name = c.Name
+			if c.Resources != nil {
+				pod.Spec.Containers[i].Resources = *c.Resources
+			}
+		}
+	}
+	return pod
+}
+
+// injectionPatch is the JSON patch turning the admitted pod into injected,
+// built from what Inject can change: it adds the annotations, the node
+// selector requirements appended to each required term, the tolerations and
+// the scheduling gate appended, and the target container's requests and
+// limits that differ. It only adds (an "add" of an existing object member
+// replaces it), so nothing the user wrote is removed.
+func injectionPatch(admitted *admittedPod, injected *corev1.Pod, containerName string, contract *typeContract) []jsonpatch.JsonPatchOperation {
+	ops := make([]jsonpatch.JsonPatchOperation, 0, 16)
+	add := func(path string, value any) {
+		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: path, Value: value})
+	}
+
+	if admitted.Metadata.Annotations == nil {
+		add("/metadata/annotations", injected.Annotations)
+	} else {
+		for _, key := range slices.Sorted(maps.Keys(injected.Annotations)) {
+			value := injected.Annotations[key]
+			if old, ok := admitted.Metadata.Annotations[key]; !ok || old != value {
+				add("/metadata/annotations/"+escapePointer(key), value)
+			}
+		}
+	}
+
+	affinityPatch(admitted.Spec.Affinity, injected.Spec.Affinity, add)
+	appendPatch("/spec/tolerations", admitted.Spec.Tolerations, injected.Spec.Tolerations, add)
+	appendPatch("/spec/schedulingGates", admitted.Spec.SchedulingGates, injected.Spec.SchedulingGates, add)
+
+	for i, c := range admitted.Spec.Containers {
+		if c.Name != containerName {
+			continue
+		}
+		resources := injected.Spec.Containers[i].Resources
+		path := "/spec/containers/" + strconv.Itoa(i) + "/resources"
+		if c.Resources == nil {
+			add(path, corev1.ResourceRequirements{Requests: resources.Requests, Limits: resources.Limits})
+		} else {
+			resourceListPatch(path+"/requests", c.Resources.Requests, resources.Requests, contract, add)
+			resourceListPatch(path+"/limits", c.Resources.Limits, resources.Limits, contract, add)
+		}
+		break
+	}
+	return ops
+}
+
+// affinityPatch adds the required node selector terms' new expressions,
+// creating the first object on the path to them that the request lacks.
+func affinityPatch(admitted, injected *corev1.Affinity, add func(string, any)) {
+	const path = "/spec/affinity"
+	switch {
+	case injected == nil || injected.NodeAffinity == nil || injected.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil:
+		return
+	case admitted == nil:
+		add(path, injected)
+		return
+	case admitted.NodeAffinity == nil:
+		add(path+"/nodeAffinity", injected.NodeAffinity)
+		return
+	case admitted.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil:
+		add(path+"/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution", injected.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution)
+		return
+	}
+	const termsPath = path + "/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
+	admittedTerms := admitted.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	injectedTerms := injected.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(admittedTerms) != len(injectedTerms) {
+		// No term in the request: Inject made the one term.
+		add(termsPath, injectedTerms)
+		return
+	}
+	for i := range injectedTerms {
+		appendPatch(termsPath+"/"+strconv.Itoa(i)+"/matchExpressions",
+			admittedTerms[i].MatchExpressions, injectedTerms[i].MatchExpressions, add)
+	}
+}
+
+// appendPatch adds the items injected appended to the admitted list, or the
+// whole list when the request's is empty, null or absent.
+func appendPatch[T any](path string, admitted, injected []T, add func(string, any)) {
+	switch {
+	case len(injected) == len(admitted):
+	case len(admitted) == 0:
+		add(path, injected)
+	default:
+		appendPath := path + "/-"
+		for i := len(admitted); i < len(injected); i++ {
+			add(appendPath, &injected[i])
+		}
+	}
+}
+
+// resourceListPatch adds the contract's quantities that the request does
+// not set (or sets to another value), or the whole list when the request has
+// none. Inject keeps a quantity the request spells otherwise but equal.
+func resourceListPatch(path string, admitted, injected corev1.ResourceList, contract *typeContract, add func(string, any)) {
+	if admitted == nil {
+		add(path, injected)
+		return
+	}
+	for i, name := range contract.resourceNames {
+		if old, ok := admitted[name]; !ok || old.Cmp(contract.resources[name]) != 0 {
+			add(path+"/"+contract.resourcePointers[i], contract.resourceValues[i])
+		}
+	}
+}
+
+// escapePointer escapes a map key as one JSON pointer token (RFC 6901).
+func escapePointer(key string) string {
+	if !strings.ContainsAny(key, "~/") {
+		return key
+	}
+	if escaped, ok := escapedAnnotations[key]; ok {
+		return escaped
+	}
+	return pointerEscaper.Replace(key)
+}
+
+var (
+	pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+	// escapedAnnotations are the annotations every admission sets, escaped
+	// once.
+	escapedAnnotations = map[string]string{
+		imperatorv1alpha1.InjectedAnnotation:   pointerEscaper.Replace(imperatorv1alpha1.InjectedAnnotation),
+		imperatorv1alpha1.AdmittedAtAnnotation: pointerEscaper.Replace(imperatorv1alpha1.AdmittedAtAnnotation),
+	}
+)
+
+// patchResponse allows the request with ops as its JSON patch.
+func patchResponse(ops []jsonpatch.JsonPatchOperation) admission.Response {
+	resp := admission.Response{Patches: ops, AdmissionResponse: admissionv1.AdmissionResponse{Allowed: true}}
+	if len(ops) > 0 {
+		patchType := admissionv1.PatchTypeJSONPatch
+		resp.PatchType = &patchType
+	}
+	return resp
+}
