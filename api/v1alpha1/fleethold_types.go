@@ -113,6 +113,13 @@ type FleetHoldStatus struct {
 	// +kubebuilder:validation:MaxItems=1000
 	// +optional
 	Clusters []FleetHoldCluster `json:"clusters,omitempty"`
+	// clustersSummary is each part as cluster:count, joined with commas,
+	// e.g. "spoke-a:2,spoke-b:2": what kubectl get fleetholds shows as
+	// CLUSTERS (a printer column of clusters[*].cluster shows only the
+	// first).
+	// +kubebuilder:validation:MaxLength=80000
+	// +optional
+	ClustersSummary string `json:"clustersSummary,omitempty"`
 }
 
 // FleetHoldCluster is one cluster's part of a fleet hold.
@@ -153,7 +160,7 @@ type FleetHoldCluster struct {
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name is what guests quote in the label imperator.tenzen-y.io/hold: at most 63 characters"
 // +kubebuilder:printcolumn:name="Count",type=integer,JSONPath=`.spec.count`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
-// +kubebuilder:printcolumn:name="Clusters",type=string,JSONPath=`.status.clusters[*].cluster`
+// +kubebuilder:printcolumn:name="Clusters",type=string,JSONPath=`.status.clustersSummary`
 // +kubebuilder:printcolumn:name="Valid-Until",type=date,JSONPath=`.spec.validUntil`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type FleetHold struct {

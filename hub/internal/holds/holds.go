@@ -196,7 +196,7 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 	for _, p := range parts {
 		fh.Status.Clusters = append(fh.Status.Clusters, imperatorv1alpha1.FleetHoldCluster{Cluster: p.cluster, Group: p.group, Type: p.typ, Count: p.count})
 	}
-	if err := c.opts.Client.Status().Patch(ctx, fh, client.MergeFrom(pending)); err != nil {
+	if err := c.patchStatus(ctx, fh, pending); err != nil {
 		return nil, fmt.Errorf("recording fleet hold %q as Pending: %w", spec.Name, err)
 	}
 
@@ -239,7 +239,7 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 		}
 		log.Info("Fleet hold failed", "reasons", fh.Status.Message)
 	}
-	if err := c.opts.Client.Status().Patch(ctx, fh, client.MergeFrom(before)); err != nil {
+	if err := c.patchStatus(ctx, fh, before); err != nil {
 		return nil, fmt.Errorf("recording fleet hold %q as %s: %w", spec.Name, fh.Status.Phase, err)
 	}
 	return fh, nil
@@ -365,7 +365,7 @@ func (c *Coordinator) Release(ctx context.Context, name string) (*imperatorv1alp
 	if fh.Status.Phase != imperatorv1alpha1.FleetHoldExpired {
 		fh.Status.Phase = imperatorv1alpha1.FleetHoldReleased
 	}
-	if err := c.opts.Client.Status().Patch(ctx, fh, client.MergeFrom(before)); err != nil {
+	if err := c.patchStatus(ctx, fh, before); err != nil {
 		return nil, fmt.Errorf("recording fleet hold %q as Released: %w", name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Fleet hold released", "fleetHold", name)
@@ -393,7 +393,7 @@ func (c *Coordinator) settle(ctx context.Context, fh *imperatorv1alpha1.FleetHol
 	default:
 		return nil
 	}
-	if err := c.opts.Client.Status().Patch(ctx, fh, client.MergeFrom(before)); err != nil {
+	if err := c.patchStatus(ctx, fh, before); err != nil {
 		ctrl.LoggerFrom(ctx).V(1).Info("Could not record a fleet hold's new phase", "fleetHold", fh.Name, "phase", fh.Status.Phase, "err", err.Error())
 		return fmt.Errorf("recording fleet hold %q as %s: %w", fh.Name, fh.Status.Phase, err)
 	}
@@ -403,6 +403,17 @@ func (c *Coordinator) settle(ctx context.Context, fh *imperatorv1alpha1.FleetHol
 // orphanAfter is how long after its creation a Pending hold that no
 // replica coordinates any more is Failed: well past the two deadlines of a
 // hold and its release.
+// patchStatus writes fh's status, changed from before's, with its
+// clustersSummary brought up to date.
+func (c *Coordinator) patchStatus(ctx context.Context, fh, before *imperatorv1alpha1.FleetHold) error {
+	parts := make([]string, 0, len(fh.Status.Clusters))
+	for _, cl := range fh.Status.Clusters {
+		parts = append(parts, fmt.Sprintf("%s:%d", cl.Cluster, cl.Count))
+	}
+	fh.Status.ClustersSummary = strings.Join(parts, ",")
+	return c.opts.Client.Status().Patch(ctx, fh, client.MergeFrom(before))
+}
+
 func (c *Coordinator) orphanAfter() time.Duration { return 3*c.opts.Deadline + 30*time.Second }
 
 func (c *Coordinator) start(name string) bool {

@@ -15,6 +15,7 @@ import (
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/hub/hubtest"
 	"github.com/imperator-federation/imperator/hub/internal/config"
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
@@ -205,6 +206,9 @@ var _ = Describe("Fleet holds", Ordered, func() {
 		Expect(delta.heldNow()).To(BeEquivalentTo(2))
 		Expect(fh.GetGuestLabels()).To(HaveKeyWithValue("imperator.tenzen-y.io/hold", "train-6"))
 		Expect(fh.GetCreator()).To(Equal("trainer"))
+		stored := &imperatorv1alpha1.FleetHold{}
+		Expect(hubClient.Get(ctx, client.ObjectKey{Namespace: hubNamespace, Name: "train-6"}, stored)).To(Succeed())
+		Expect(stored.Status.ClustersSummary).To(Equal("gamma:4,delta:2"), "kubectl get fleetholds shows every cluster, not the first")
 
 		// The spokes report the held units; the hub offers them to nobody.
 		Expect(gamma.update(holdMachine("team-g", 4, 4))).To(Succeed())
