@@ -52,18 +52,7 @@ func HoldSpec(ctx context.Context, in HoldInput) {
 	Expect(part.GetHeld()).To(Equal(in.Count))
 	DeferCleanup(func(ctx context.Context) { _, _ = ctl.Run(ctx, "hold", "release", in.Name) })
 
-	By("the table output names the cluster and the labels guests carry")
-	table, err := ctl.Run(ctx, "hold", "get", in.Name)
-	Expect(err).NotTo(HaveOccurred())
-	Expect(table.ExitCode).To(BeZero(), "%s", table)
-	for _, want := range []string{in.WantCluster, imperatorv1alpha1.HoldKey + ": " + in.Name, imperatorv1alpha1.MachineTypeKey + ": " + in.Type, imperatorv1alpha1.MachineGroupKey + ": " + part.GetGroup()} {
-		Expect(table.Stdout).To(ContainSubstring(want))
-	}
-
 	By("the spoke's CapacityHold is Provisioned and the hub counts the units held, not free")
-	hold := &imperatorv1alpha1.CapacityHold{}
-	Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.Name}, hold)).To(Succeed())
-	Expect(meta.IsStatusConditionTrue(hold.Status.Conditions, imperatorv1alpha1.HoldConditionProvisioned)).To(BeTrue())
 	held := func(g Gomega) *queryv1.TypeUsage {
 		usage, err := ctl.Usage(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -80,12 +69,22 @@ func HoldSpec(ctx context.Context, in HoldInput) {
 		g.Expect(false).To(BeTrue(), "no usage of %s/%s on %s", part.GetGroup(), in.Type, in.WantCluster)
 		return nil
 	}
-	var before *queryv1.TypeUsage
-	Eventually(ctx, func(g Gomega) {
-		before = held(g)
-		g.Expect(before.GetHeld()).To(Equal(in.Count))
-	}).WithTimeout(joinTimeout).WithPolling(poll).Should(Succeed())
+	// At once, not eventually: the spoke answers Held only after the usage
+	// that shows the units held has gone to the hub on the same stream.
+	before := held(Default)
+	Expect(before.GetHeld()).To(Equal(in.Count), "the hub's usage right after the hold was Held")
 	Expect(before.GetFree()).To(BeNumerically("<=", before.GetReserved()-in.Count), "held units are not free")
+	hold := &imperatorv1alpha1.CapacityHold{}
+	Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.Name}, hold)).To(Succeed())
+	Expect(meta.IsStatusConditionTrue(hold.Status.Conditions, imperatorv1alpha1.HoldConditionProvisioned)).To(BeTrue())
+
+	By("the table output names the cluster and the labels guests carry")
+	table, err := ctl.Run(ctx, "hold", "get", in.Name)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(table.ExitCode).To(BeZero(), "%s", table)
+	for _, want := range []string{in.WantCluster, imperatorv1alpha1.HoldKey + ": " + in.Name, imperatorv1alpha1.MachineTypeKey + ": " + in.Type, imperatorv1alpha1.MachineGroupKey + ": " + part.GetGroup()} {
+		Expect(table.Stdout).To(ContainSubstring(want))
+	}
 
 	By("a guest carrying the hold's label claims a held unit")
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: in.Namespace, Labels: map[string]string{imperatorv1alpha1.InjectResourceKey: imperatorv1alpha1.InjectResourceEnabled}}}

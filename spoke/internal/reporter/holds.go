@@ -52,7 +52,10 @@ const (
 // holds carries out HoldRequests against the cluster's API server.
 type holds struct {
 	client client.Client
-	now    func() time.Time
+	// cache is what the reporter's inventory reads: a hold is answered Held
+	// once the Machines there account for it (accounted).
+	cache client.Reader
+	now   func() time.Time
 }
 
 // answer carries out req and says how it went; it never takes longer than
@@ -98,22 +101,32 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 		return refuse(holdReasonNameTaken, "a CapacityHold %q of another booking exists in the cluster (fleet hold %q, %d of %s/%s)",
 			hold.Name, hold.Spec.FleetHold, hold.Spec.Count, hold.Spec.MachineGroup, hold.Spec.MachineType)
 	}
-	// Wait for the Machine controller's verdict.
+	// Wait for the Machine controller's verdict, then for the Machines'
+	// usage to show it: the hub must not learn that a hold is Held before
+	// the figures the reporter sends it say so.
 	ticker := time.NewTicker(holdPoll)
 	defer ticker.Stop()
+	provisioned := false
 	for {
 		if err := h.client.Get(ctx, client.ObjectKeyFromObject(hold), hold); err == nil {
 			if c := meta.FindStatusCondition(hold.Status.Conditions, imperatorv1alpha1.HoldConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
 				h.remove(hold)
 				return refuse(c.Reason, "%s", c.Message)
 			}
-			if meta.IsStatusConditionTrue(hold.Status.Conditions, imperatorv1alpha1.HoldConditionProvisioned) {
+			provisioned = meta.IsStatusConditionTrue(hold.Status.Conditions, imperatorv1alpha1.HoldConditionProvisioned)
+			if provisioned && h.accounted(ctx, hold) {
 				resp.Result, resp.Held = federationv1.HoldResult_HOLD_RESULT_HELD, hold.Status.Held+hold.Status.Claimed
 				return resp
 			}
 		}
 		select {
 		case <-ctx.Done():
+			if provisioned {
+				// Held, though the Machines' usage lags: the units are
+				// kept all the same, and the next report carries them.
+				resp.Result, resp.Held = federationv1.HoldResult_HOLD_RESULT_HELD, hold.Status.Held+hold.Status.Claimed
+				return resp
+			}
 			// Not held in time: give the units back, so that nothing is
 			// left held of a fleet hold the hub fails.
 			h.remove(hold)
@@ -126,6 +139,39 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 		case <-ticker.C:
 		}
 	}
+}
+
+// accounted tells whether the Machines of hold's group report, for its type,
+// as many held units as the type's Provisioned holds keep. The Machine
+// controller writes the holds' statuses first and the Machine's usage after,
+// in the same reconcile.
+func (h holds) accounted(ctx context.Context, hold *imperatorv1alpha1.CapacityHold) bool {
+	group, machineType := hold.Spec.MachineGroup, hold.Spec.MachineType
+	var all imperatorv1alpha1.CapacityHoldList
+	if err := h.cache.List(ctx, &all); err != nil {
+		return false
+	}
+	var want int32
+	for i := range all.Items {
+		o := &all.Items[i]
+		if o.Spec.MachineGroup == group && o.Spec.MachineType == machineType && o.DeletionTimestamp.IsZero() &&
+			meta.IsStatusConditionTrue(o.Status.Conditions, imperatorv1alpha1.HoldConditionProvisioned) {
+			want += o.Status.Held
+		}
+	}
+	var machines imperatorv1alpha1.MachineList
+	if err := h.cache.List(ctx, &machines, client.MatchingLabels{imperatorv1alpha1.MachineGroupKey: group}); err != nil {
+		return false
+	}
+	var got int32
+	for i := range machines.Items {
+		for _, am := range machines.Items[i].Status.AvailableMachines {
+			if am.Name == machineType {
+				got += am.Usage.Held
+			}
+		}
+	}
+	return got == want
 }
 
 // release deletes the fleet hold's CapacityHold; one of another booking is

@@ -514,7 +514,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 	// holdAnswers carries the answers to the hub's HoldRequests, each
 	// carried out in a goroutine of its own, to the loop that sends.
 	holdAnswers := make(chan *federationv1.HoldResponse, 16)
-	hs := holds{client: r.opts.Client, now: time.Now}
+	hs := holds{client: r.opts.Client, cache: r.opts.Cache, now: time.Now}
 	go func() {
 		first := true
 		for {
@@ -607,6 +607,14 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 				return nil, streamError(err)
 			}
 		case answer := <-holdAnswers:
+			if answer.GetResult() == federationv1.HoldResult_HOLD_RESULT_HELD {
+				// The usage that shows the held units goes first, so that
+				// the hub answers with them once it learns the hold is Held.
+				debounce = nil
+				if sent, err = r.sendDelta(ctx, stream, sent); err != nil {
+					return nil, streamError(err)
+				}
+			}
 			r.log.V(1).Info("Answered a hold request", "requestID", answer.GetRequestId(), "result", answer.GetResult().String(), "reason", answer.GetReason())
 			if err := stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_HoldResponse{HoldResponse: answer}}); err != nil {
 				return nil, fmt.Errorf("sending HoldResponse: %w", streamError(err))
