@@ -123,6 +123,11 @@ func (r *PoolSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		if err := controllerutil.SetControllerReference(machine, desired, c.Scheme()); err != nil {
 			return ctrl.Result{}, fmt.Errorf("setting the owner of MachineNodePool %s: %w", desired.Name, err)
 		}
+		// Created with the node-pool controller's finalizer: that controller
+		// configures the nodes on its first look instead of adding the
+		// finalizer and waiting for the update event to come back (a round
+		// trip and an event of every new pool's configuration time).
+		controllerutil.AddFinalizer(desired, imperatorv1alpha1.NodePoolFinalizer)
 		if err := c.Create(ctx, desired); err != nil {
 			return ctrl.Result{}, fmt.Errorf("creating MachineNodePool %s: %w", desired.Name, err)
 		}
