@@ -9,26 +9,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/internal/wire"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
-
-var nodeConditions = map[imperatorv1alpha1.NodeCondition]federationv1.NodeCondition{
-	imperatorv1alpha1.NodeConditionReady:       federationv1.NodeCondition_NODE_CONDITION_READY,
-	imperatorv1alpha1.NodeConditionNotReady:    federationv1.NodeCondition_NODE_CONDITION_NOT_READY,
-	imperatorv1alpha1.NodeConditionMaintenance: federationv1.NodeCondition_NODE_CONDITION_MAINTENANCE,
-	imperatorv1alpha1.NodeConditionMissing:     federationv1.NodeCondition_NODE_CONDITION_MISSING,
-	imperatorv1alpha1.NodeConditionConflict:    federationv1.NodeCondition_NODE_CONDITION_CONFLICT,
-}
-
-var conditionStatuses = map[metav1.ConditionStatus]federationv1.ConditionStatus{
-	metav1.ConditionTrue:    federationv1.ConditionStatus_CONDITION_STATUS_TRUE,
-	metav1.ConditionFalse:   federationv1.ConditionStatus_CONDITION_STATUS_FALSE,
-	metav1.ConditionUnknown: federationv1.ConditionStatus_CONDITION_STATUS_UNKNOWN,
-}
 
 // inventory reads every Machine and its MachineNodePool from r (the
 // manager's cache) and returns them in wire form, keyed by Machine name.
@@ -67,7 +53,7 @@ func toWire(m *imperatorv1alpha1.Machine, pool *imperatorv1alpha1.MachineNodePoo
 		ObservedGeneration: m.Status.ObservedGeneration,
 	}
 	if c := meta.FindStatusCondition(m.Status.Conditions, imperatorv1alpha1.ConditionReady); c != nil {
-		out.Ready = conditionStatuses[c.Status]
+		out.Ready = wire.ConditionStatus(c.Status)
 	}
 	usage := make(map[string]imperatorv1alpha1.Usage, len(m.Status.AvailableMachines))
 	for _, am := range m.Status.AvailableMachines {
@@ -92,7 +78,7 @@ func toWire(m *imperatorv1alpha1.Machine, pool *imperatorv1alpha1.MachineNodePoo
 		case imperatorv1alpha1.NodeConditionConflict:
 			counts.Conflict++
 		}
-		out.Nodes = append(out.Nodes, &federationv1.PoolNode{Name: n.Name, MachineType: n.MachineType, Condition: nodeConditions[n.Condition]})
+		out.Nodes = append(out.Nodes, &federationv1.PoolNode{Name: n.Name, MachineType: n.MachineType, Condition: wire.NodeCondition(n.Condition)})
 	}
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Name < out.Nodes[j].Name })
 	for _, mt := range m.Spec.MachineTypes {
@@ -102,15 +88,13 @@ func toWire(m *imperatorv1alpha1.Machine, pool *imperatorv1alpha1.MachineNodePoo
 			Memory:    mt.Spec.Memory.String(),
 			Available: mt.Available,
 			Nodes:     nodes[mt.Name],
+			Gpu:       wire.GPU(mt.Spec.GPU),
 		}
 		if t.Nodes == nil {
 			t.Nodes = &federationv1.NodeCounts{}
 		}
-		if g := mt.Spec.GPU; g != nil {
-			t.Gpu = &federationv1.GPU{Type: g.Type, Num: g.Num, Product: g.Product, Family: g.Family, Machine: g.Machine}
-		}
 		if u, ok := usage[mt.Name]; ok {
-			t.Usage = &federationv1.Usage{Maximum: u.Maximum, Reserved: u.Reserved, Used: u.Used, Waiting: u.Waiting, Queued: u.Queued, Held: u.Held}
+			t.Usage = wire.Usage(&u)
 		}
 		out.Types = append(out.Types, t)
 	}
