@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job of `make demo`, run after `make up`: applies seed 000's
+# The main job of `make demo`, run after `make up`: applies the contract's example
 # general-machine to spoke-a and an H100 machine to spoke-b, starts a team's
 # guest Deployment on spoke-a, and shows through imperatorctl what the hub
 # now knows: the clusters, their usage, where two more compute-xlarge units
@@ -29,7 +29,7 @@ until_ok() {
   done
 }
 
-step "Machines: seed 000's general-machine on spoke-a, an H100 machine on spoke-b"
+step "Machines: the contract's general-machine (docs/contract.md) on spoke-a, an H100 machine on spoke-b"
 on spoke-a apply -f deploy/spoke/samples/general-machine.yaml
 on spoke-b apply -f deploy/spoke/samples/hopper-machine.yaml
 until_ok 60 on spoke-a wait --for=condition=Ready machine/general-machine --timeout=1s

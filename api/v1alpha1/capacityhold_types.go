@@ -52,7 +52,8 @@ type CapacityHoldSpec struct {
 }
 
 // CapacityHoldStatus says whether the units are held and how many guests
-// claimed them, in ProvisioningRequest's vocabulary (seed 002).
+// claimed them, in the vocabulary of Cluster Autoscaler's ProvisioningRequest
+// (autoscaling.x-k8s.io/v1 conditions).
 type CapacityHoldStatus struct {
 	// observedGeneration is the spec generation the status describes.
 	// +optional
@@ -109,7 +110,7 @@ const (
 	HoldReasonNodeLeftPool = "NodeLeftPool"
 )
 
-// The ProvisioningRequest consumer annotations (seed 002): a pod annotated
+// Cluster Autoscaler's ProvisioningRequest consumer annotations: a pod annotated
 // with ConsumeProvisioningRequestAnnotation naming a hold, and
 // ProvisioningClassNameAnnotation set to CapacityHoldProvisioningClass,
 // claims the hold as one labelled HoldKey does.
