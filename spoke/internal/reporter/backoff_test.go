@@ -33,3 +33,16 @@ func TestReconnectWaitOfZeroBackoffIsZero(t *testing.T) {
 		t.Fatalf("reconnect wait %s for a zero backoff", w)
 	}
 }
+
+// A spoke that keeps failing to reach the hub waits longer each time, but
+// never more than MaxBackoff: it must come back within one cap of the hub.
+func TestReconnectBackoffDoublesUpToTheCap(t *testing.T) {
+	r := &Reporter{opts: Options{InitialBackoff: 500 * time.Millisecond, MaxBackoff: 10 * time.Second}}
+	b := r.reconnectBackoff()
+	want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second}
+	for i, w := range want {
+		if got := b.Step(); got != w {
+			t.Fatalf("reconnect %d: backoff %s, want %s", i+1, got, w)
+		}
+	}
+}

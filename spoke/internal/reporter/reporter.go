@@ -48,6 +48,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -61,6 +62,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -366,7 +368,7 @@ func (r *Reporter) run(ctx context.Context) {
 	go func() { defer workers.Done(); r.renewer(ctx) }()
 	go func() { defer workers.Done(); r.saver(ctx) }()
 
-	backoff := r.opts.InitialBackoff
+	backoff := r.reconnectBackoff()
 	var previous *openStream
 	defer func() { previous.close() }()
 	for {
@@ -393,22 +395,29 @@ func (r *Reporter) run(ctx context.Context) {
 			return
 		}
 		if time.Since(start) > stableSession {
-			backoff = r.opts.InitialBackoff
+			backoff = r.reconnectBackoff()
 		}
-		wait := reconnectWait(backoff)
+		delay := reconnectWait(backoff.Step())
 		var joinErr *joinAgainError
 		if errors.As(err, &joinErr) {
-			r.log.Error(err, "Joining the hub again failed; waiting for a new bootstrap token", "refusal", joinErr.reason, "retryIn", wait)
+			r.log.Error(err, "Joining the hub again failed; waiting for a new bootstrap token", "refusal", joinErr.reason, "retryIn", delay)
 		} else {
-			r.log.Info("Hub session ended; reconnecting", "err", err.Error(), "retryIn", wait)
+			r.log.Info("Hub session ended; reconnecting", "err", err.Error(), "retryIn", delay)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-time.After(delay):
 		}
-		backoff = min(2*backoff, r.opts.MaxBackoff)
 	}
+}
+
+// reconnectBackoff is the exponential backoff between reconnects, from
+// InitialBackoff doubling up to MaxBackoff. Its Jitter is left at zero:
+// wait.Backoff adds jitter on top of the step ([d, d(1+j)]), and the
+// reporter wants the full jitter of reconnectWait instead.
+func (r *Reporter) reconnectBackoff() *wait.Backoff {
+	return &wait.Backoff{Duration: r.opts.InitialBackoff, Factor: 2, Cap: r.opts.MaxBackoff, Steps: math.MaxInt32}
 }
 
 // reconnectWait is the wait before the next reconnect: full jitter, uniform
@@ -548,10 +557,12 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 
 	// A failed Send reports io.EOF; the stream's status comes from Recv.
 	streamError := func(err error) error {
+		timeout := time.NewTimer(time.Second)
+		defer timeout.Stop()
 		select {
 		case rerr := <-recvErr:
 			return rerr
-		case <-time.After(time.Second):
+		case <-timeout.C:
 			return err
 		}
 	}
