@@ -118,12 +118,18 @@ func run() error {
 	if cfg.Webhook.CertManagerCertificate != "" {
 		webhookOpts.CertDir = cfg.Webhook.CertDir
 	} else {
+		// In hosted mode the configurations live in the members, which
+		// package hosted keeps current; the management cluster has none.
+		var mutating, validating []string
+		if !cfg.IsHosted() {
+			mutating, validating = []string{cfg.Webhook.MutatingConfiguration}, []string{cfg.Webhook.ValidatingConfiguration}
+		}
 		certManager, err = certs.New(direct, certs.Options{
 			Namespace:          cfg.Namespace,
 			SecretName:         cfg.Webhook.CertSecret,
 			Hosts:              cfg.Webhook.Hosts,
-			MutatingWebhooks:   []string{cfg.Webhook.MutatingConfiguration},
-			ValidatingWebhooks: []string{cfg.Webhook.ValidatingConfiguration},
+			MutatingWebhooks:   mutating,
+			ValidatingWebhooks: validating,
 			CAValidity:         cfg.Webhook.CAValidity,
 			CertValidity:       cfg.Webhook.CertValidity,
 		})
@@ -139,7 +145,7 @@ func run() error {
 	// of the cluster. In hosted mode that is each member's cache; the
 	// management cluster's holds only the members' kubeconfig Secrets.
 	cacheOpts := cache.Options{ByObject: machine.CacheOptions(cfg.Namespace)}
-	memberCacheOpts := cacheOpts
+	memberCacheOpts := func() cache.Options { return cache.Options{ByObject: machine.CacheOptions(cfg.Namespace)} }
 	if cfg.IsHosted() {
 		cacheOpts = hosted.CacheOptions(cfg.Hosted.KubeconfigNamespace)
 	}
@@ -219,6 +225,7 @@ func run() error {
 				RequestTimeout:    cfg.Hosted.RequestTimeout,
 				DefaultWebhookURL: cfg.Webhook.URL,
 				Serve:             agent.Serve,
+				Removed:           agent.Removed,
 				Log:               ctrl.Log.WithName("member-clusters"),
 			})
 			if err != nil {

@@ -90,9 +90,10 @@ type Options struct {
 	Namespace string
 	// Scheme of every member's clients and cache.
 	Scheme *runtime.Scheme
-	// Cache configures every member's cache (the Machine controller's
-	// CacheOptions, in the agent namespace).
-	Cache cache.Options
+	// Cache returns a member's cache options (the Machine controller's
+	// CacheOptions, in the agent namespace): new ones for every member, as
+	// the cache defaults them in place and members start concurrently.
+	Cache func() cache.Options
 	// RequestTimeout bounds every request to a member's API server.
 	RequestTimeout time.Duration
 	// DefaultWebhookURL is a member's webhook URL when its Secret names none.
@@ -101,7 +102,11 @@ type Options struct {
 	// its cache has synced and the controllers serve it; ctx ends when the
 	// member is removed or changed. Nil: nothing beyond the controllers.
 	Serve func(ctx context.Context, m *Member, cl cluster.Cluster)
-	Log   logr.Logger
+	// Removed undoes in a member what Serve set up there, once the member's
+	// Secret is deleted or unlabelled (not when the member restarts or the
+	// agent stops). Nil: nothing.
+	Removed func(ctx context.Context, m *Member)
+	Log     logr.Logger
 }
 
 // Provider discovers member clusters from kubeconfig Secrets and engages
@@ -250,13 +255,13 @@ func (p *Provider) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 	secret := &corev1.Secret{}
 	if err := p.reader.Get(ctx, req.NamespacedName, secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			p.remove(name, log)
+			p.retire(ctx, name, log)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("reading member Secret: %w", err)
 	}
 	if secret.DeletionTimestamp != nil || secret.Labels[MemberLabel] != "true" {
-		p.remove(name, log)
+		p.retire(ctx, name, log)
 		return reconcile.Result{}, nil
 	}
 	spec, hash, err := p.parse(secret)
@@ -342,7 +347,9 @@ func (p *Provider) add(name multicluster.ClusterName, spec *Member, hash string,
 	}
 	cl, err := cluster.New(spec.Config, func(o *cluster.Options) {
 		o.Scheme = p.opts.Scheme
-		o.Cache = p.opts.Cache
+		if p.opts.Cache != nil {
+			o.Cache = p.opts.Cache()
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("creating member cluster %s: %w", spec.Name, err)
@@ -402,18 +409,31 @@ func (p *Provider) snapshot() []*member {
 }
 
 // remove stops a member; its controllers' engagement, reporter and cache end
-// with its context.
-func (p *Provider) remove(name multicluster.ClusterName, log logr.Logger) {
+// with its context. It returns the member stopped, nil when none was served.
+func (p *Provider) remove(name multicluster.ClusterName, log logr.Logger) *member {
 	p.mu.Lock()
 	m, ok := p.members[name]
 	delete(p.members, name)
 	p.mu.Unlock()
 	if !ok {
-		return
+		return nil
 	}
 	log.Info("Stopping member cluster", "member", m.Name)
 	m.cancel()
 	<-m.done
+	return m
+}
+
+// retire stops a member whose Secret is gone and undoes what Serve set up in
+// it (Options.Removed): a member no longer served must not keep calling the
+// agent's webhooks.
+func (p *Provider) retire(ctx context.Context, name multicluster.ClusterName, log logr.Logger) {
+	m := p.remove(name, log)
+	if m == nil || p.opts.Removed == nil {
+		return
+	}
+	p.opts.Removed(ctx, m.Member)
+	log.Info("Member cluster is no longer served", "member", m.Name)
 }
 
 func (p *Provider) stopAll() {

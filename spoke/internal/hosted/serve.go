@@ -74,6 +74,19 @@ func (a *Agent) Serve(ctx context.Context, m *Member, cl cluster.Cluster) {
 	}
 }
 
+// Removed deletes the webhook configurations of a member whose Secret is
+// gone: its API server must not keep calling an agent that no longer answers
+// for it. The member's hub credentials stay in the member, so that it can be
+// served again, by this agent or an in-cluster one, without a new token.
+func (a *Agent) Removed(ctx context.Context, m *Member) {
+	if a.Webhooks == nil {
+		return
+	}
+	if err := a.Webhooks.deregister(ctx, m); err != nil {
+		a.Log.Error(err, "Removing a member's webhook configurations failed; remove them by hand", "member", m.Name)
+	}
+}
+
 // tokenReadTimeout bounds reading a member's join token.
 const tokenReadTimeout = 10 * time.Second
 

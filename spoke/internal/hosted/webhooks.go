@@ -156,9 +156,17 @@ func (w *Webhooks) serve(ctx context.Context, m *Member, cl cluster.Cluster) {
 	recorder := cl.GetEventRecorder("imperator-hosted")
 	var registered []byte
 	for {
-		why := w.check(ctx, m, hooks, &registered)
+		why, known := w.check(ctx, m, hooks, &registered)
 		if ctx.Err() != nil {
 			return
+		}
+		if !known {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(interval):
+			}
+			continue
 		}
 		previous := hooks.unavailable.Swap(&why)
 		if previous == nil || *previous != why {
@@ -184,29 +192,32 @@ func (w *Webhooks) serve(ctx context.Context, m *Member, cl cluster.Cluster) {
 // check registers m's webhook configurations when the CA bundle changed since
 // registered, then asks m's API server to create the probe Machine, dry-run:
 // it returns why the API server does not reach the validator, "" when it does.
-func (w *Webhooks) check(ctx context.Context, m *Member, hooks *memberHooks, registered *[]byte) string {
+// known is false right after a registration: the API server takes a moment
+// to load new webhook configurations, so the probe waits for the next round.
+func (w *Webhooks) check(ctx context.Context, m *Member, hooks *memberHooks, registered *[]byte) (why string, known bool) {
 	if m.WebhookURL == "" {
-		return fmt.Sprintf("no webhook URL: annotate the member's Secret %s with %s, or give the agent --webhook-url", m.Secret, WebhookURLAnnotation)
+		return fmt.Sprintf("no webhook URL: annotate the member's Secret %s with %s, or give the agent --webhook-url", m.Secret, WebhookURLAnnotation), true
 	}
 	if u, err := url.Parse(m.WebhookURL); err == nil && !slices.Contains(w.Hosts, u.Hostname()) {
-		return fmt.Sprintf("webhook URL %s: host %q is not among the serving certificate's names %v (--webhook-hosts)", m.WebhookURL, u.Hostname(), w.Hosts)
+		return fmt.Sprintf("webhook URL %s: host %q is not among the serving certificate's names %v (--webhook-hosts)", m.WebhookURL, u.Hostname(), w.Hosts), true
 	}
 	bundle := w.CABundle()
 	if *registered == nil || !slices.Equal(*registered, bundle) {
 		if err := w.register(ctx, m, bundle); err != nil {
-			return err.Error()
+			return err.Error(), true
 		}
 		*registered = bundle
+		return "", false
 	}
 	sent := time.Now().UnixNano()
 	err := m.Client.Create(ctx, probeMachine(), client.DryRunAll)
 	if hooks.lastRequest.Load() >= sent {
-		return ""
+		return "", true
 	}
 	if err != nil {
-		return fmt.Sprintf("the API server did not reach the webhook at %s: %v", m.WebhookURL, err)
+		return fmt.Sprintf("the API server did not reach the webhook at %s: %v", m.WebhookURL, err), true
 	}
-	return fmt.Sprintf("the API server did not call the webhook at %s", m.WebhookURL)
+	return fmt.Sprintf("the API server did not call the webhook at %s", m.WebhookURL), true
 }
 
 // register applies m's webhook configurations, pointing at
@@ -228,6 +239,21 @@ func (w *Webhooks) register(ctx context.Context, m *Member, bundle []byte) error
 		return fmt.Errorf("registering the webhooks in the member: %w", err)
 	}
 	return nil
+}
+
+// deregister deletes m's webhook configurations, so that a member the agent
+// no longer serves creates its guests and Machines without it.
+func (w *Webhooks) deregister(ctx context.Context, m *Member) error {
+	var errs []error
+	for _, obj := range []client.Object{
+		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: w.MutatingConfiguration}},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: w.ValidatingConfiguration}},
+	} {
+		if err := m.Client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("deleting webhook configuration %s of member %s: %w", obj.GetName(), m.Name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // probeMachine is a Machine the CRD schema accepts, so that the API server

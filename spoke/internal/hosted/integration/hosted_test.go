@@ -9,9 +9,9 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -37,6 +37,7 @@ func expectServed(ctx context.Context, member, group string) {
 	Eventually(func(g Gomega) {
 		m := &imperatorv1alpha1.Machine{}
 		g.Expect(c.Get(ctx, client.ObjectKey{Name: group}, m)).To(Succeed())
+		g.Expect(m.Status.Conditions).NotTo(BeEmpty(), "the agent reconciled %s in %s", group, member)
 		g.Expect(m.Status.AvailableMachines).To(ContainElement(And(
 			HaveField("Name", xlarge), HaveField("Usage.Reserved", int32(1)))), "reservation of %s in %s", group, member)
 		node := &corev1.Node{}
@@ -63,15 +64,19 @@ func expectAtHub(member, group string) {
 	}).WithTimeout(60 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 }
 
-// reservationLatency creates a Machine of group in member and returns how
-// long the member took to show its reservation StatefulSet.
-func reservationLatency(ctx context.Context, member, group string) time.Duration {
+// reconcileLatency creates a Machine of group in member and returns how long
+// the member took to show it reconciled: its status observes its generation
+// with a Ready condition.
+func reconcileLatency(ctx context.Context, member, group string) time.Duration {
 	GinkgoHelper()
 	c := members[member].Client
 	start := time.Now()
 	Expect(c.Create(ctx, wrappers.MakeMachine(group, group).Type(xlarge, "4", "8Gi", 1).Obj())).To(Succeed())
-	Eventually(func() error {
-		return c.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: xlarge + "-" + group}, &appsv1.StatefulSet{})
+	Eventually(func(g Gomega) {
+		m := &imperatorv1alpha1.Machine{}
+		g.Expect(c.Get(ctx, client.ObjectKey{Name: group}, m)).To(Succeed())
+		g.Expect(m.Status.ObservedGeneration).To(Equal(m.Generation))
+		g.Expect(meta.FindStatusCondition(m.Status.Conditions, imperatorv1alpha1.ConditionReady)).NotTo(BeNil())
 	}).WithContext(ctx).WithTimeout(60 * time.Second).WithPolling(10 * time.Millisecond).Should(Succeed())
 	return time.Since(start)
 }
@@ -172,7 +177,7 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 		const samples = 5
 		var up, down []time.Duration
 		for i := range samples {
-			up = append(up, reservationLatency(ctx, "alpha", fmt.Sprintf("up-%d", i)))
+			up = append(up, reconcileLatency(ctx, "alpha", fmt.Sprintf("up-%d", i)))
 		}
 		Expect(members["gamma"].Cluster.StopAPIServer()).To(Succeed())
 		DeferCleanup(func(ctx context.Context) error { return members["gamma"].Cluster.StartAPIServer(ctx) })
@@ -180,9 +185,9 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 		// reporter's probe fail, requests time out).
 		time.Sleep(3 * time.Second)
 		for i := range samples {
-			down = append(down, reservationLatency(ctx, "alpha", fmt.Sprintf("down-%d", i)))
+			down = append(down, reconcileLatency(ctx, "alpha", fmt.Sprintf("down-%d", i)))
 		}
-		figures := fmt.Sprintf("reservation StatefulSet of a new Machine in alpha, %d samples each: all members up p50 %s max %s; gamma's API server stopped p50 %s max %s",
+		figures := fmt.Sprintf("a new Machine in alpha reconciled (status observes it, Ready set), %d samples each: all members up p50 %s max %s; gamma's API server stopped p50 %s max %s",
 			samples, percentile(up, 0.5).Round(time.Millisecond), percentile(up, 1).Round(time.Millisecond),
 			percentile(down, 0.5).Round(time.Millisecond), percentile(down, 1).Round(time.Millisecond))
 		AddReportEntry("isolation", figures)
@@ -204,13 +209,20 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 			g.Expect(c.State).To(BeEquivalentTo("Unknown"))
 		}).WithTimeout(gracePeriod + 20*time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 		c := members["beta"].Client
-		Expect(c.Create(ctx, wrappers.MakeMachine("after-removal", "after-removal").Type(xlarge, "4", "8Gi", 1).Obj())).To(Succeed())
-		Consistently(func() bool {
-			err := c.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: xlarge + "-after-removal"}, &appsv1.StatefulSet{})
+		Eventually(func() bool {
+			err := c.Get(ctx, client.ObjectKey{Name: "imperator-pod-injector"}, &admissionregistrationv1.MutatingWebhookConfiguration{})
 			return apierrors.IsNotFound(err)
-		}).WithTimeout(5*time.Second).WithPolling(200*time.Millisecond).Should(BeTrue(), "nobody reconciles beta's Machines any more")
+		}).WithTimeout(20*time.Second).WithPolling(200*time.Millisecond).Should(BeTrue(), "beta's guests no longer go to an agent that does not serve it")
+		Expect(c.Get(ctx, client.ObjectKey{Name: "imperator-machine-validator"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})).
+			To(Satisfy(apierrors.IsNotFound))
+		Expect(c.Create(ctx, wrappers.MakeMachine("after-removal", "after-removal").Type(xlarge, "4", "8Gi", 1).Obj())).To(Succeed())
+		Consistently(func(g Gomega) {
+			m := &imperatorv1alpha1.Machine{}
+			g.Expect(c.Get(ctx, client.ObjectKey{Name: "after-removal"}, m)).To(Succeed())
+			g.Expect(m.Status.Conditions).To(BeEmpty())
+		}).WithTimeout(5*time.Second).WithPolling(200*time.Millisecond).Should(Succeed(), "nobody reconciles beta's Machines any more")
 		// The others are still served.
-		_ = reservationLatency(ctx, "alpha", "after-beta")
+		_ = reconcileLatency(ctx, "alpha", "after-beta")
 		view, _ := hub.Cluster("alpha")
 		Expect(view.State).To(BeEquivalentTo("Available"))
 	})

@@ -8,7 +8,12 @@
 package integration
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,8 +24,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/imperator-federation/imperator/hub/hubtest"
 	"github.com/imperator-federation/imperator/spoke/internal/hosted"
@@ -37,8 +45,10 @@ func TestHosted(t *testing.T) {
 }
 
 const (
-	agentNamespace   = "imperator-system"
-	membersNamespace = "imperator-members"
+	agentNamespace = "imperator-system"
+	// membersNamespace holds the members' Secrets: the agent's own
+	// namespace, as deploy/overlays/spoke-hosted has it.
+	membersNamespace = agentNamespace
 	// gracePeriod is longer than the reporters' heartbeat interval (5 s).
 	gracePeriod = 8 * time.Second
 )
@@ -76,12 +86,15 @@ var _ = BeforeSuite(func(ctx context.Context) {
 
 	// The management cluster holds only the members' Secrets, the webhook
 	// certificate and the leader Lease: no Imperator CRDs.
-	management, err = framework.Start(ctx, framework.Options{Namespaces: []string{agentNamespace, membersNamespace}})
+	management, err = framework.Start(ctx, framework.Options{Namespaces: []string{agentNamespace}})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(management.Stop)
-	admin, err := management.Envtest.AddUser(envtest.User{Name: "hosted-agent", Groups: []string{"system:masters"}}, nil)
+	// The agent runs in the management cluster with exactly the Role of
+	// deploy/overlays/spoke-hosted, bound to its user.
+	Expect(bindHostedRole(ctx, filepath.Join(root, "deploy", "overlays", "spoke-hosted", "role.yaml"), "hosted-agent")).To(Succeed())
+	user, err := management.Envtest.AddUser(envtest.User{Name: "hosted-agent"}, nil)
 	Expect(err).NotTo(HaveOccurred())
-	kubeconfig, err := admin.KubeConfig()
+	kubeconfig, err := user.KubeConfig()
 	Expect(err).NotTo(HaveOccurred())
 	dir := GinkgoT().TempDir()
 	kubeconfigPath := filepath.Join(dir, "management.kubeconfig")
@@ -119,7 +132,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 
 var _ = ReportAfterEach(func(report SpecReport) {
 	if report.Failed() && agent != nil {
-		AddReportEntry("agent log", agent.Tail(80))
+		AddReportEntry("agent log", agent.Tail(200))
 	}
 })
 
@@ -142,4 +155,39 @@ func addMember(ctx context.Context, name string, annotations map[string]string) 
 		Data: map[string][]byte{hosted.KubeconfigKey: kubeconfig, hosted.JoinTokenKey: []byte(token)},
 	}
 	Expect(management.Client.Create(ctx, secret)).To(Succeed())
+}
+
+// bindHostedRole creates the Role of the overlay file at path and binds it
+// to user.
+func bindHostedRole(ctx context.Context, path, user string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("%s: no Role", path)
+		}
+		if err != nil {
+			return err
+		}
+		role := &rbacv1.Role{}
+		if err := yaml.UnmarshalStrict(doc, role); err != nil {
+			return fmt.Errorf("decoding %s: %w", path, err)
+		}
+		if role.Kind != "Role" {
+			continue
+		}
+		if err := management.Client.Create(ctx, role); err != nil {
+			return err
+		}
+		binding := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: role.Namespace, Name: role.Name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+		}
+		return management.Client.Create(ctx, binding)
+	}
 }
