@@ -13,24 +13,10 @@ import (
 
 	"github.com/imperator-federation/imperator/hub/internal/query"
 	"github.com/imperator-federation/imperator/hub/internal/registry"
+	"github.com/imperator-federation/imperator/internal/ctlconfig"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
 )
-
-// imperatorctlConfig is the imperatorctl configuration file (see
-// internal/cli.Config), with every credential inline.
-type imperatorctlConfig struct {
-	CurrentContext string                `json:"current-context"`
-	Contexts       []imperatorctlContext `json:"contexts"`
-}
-
-type imperatorctlContext struct {
-	Name                     string `json:"name"`
-	Hub                      string `json:"hub"`
-	CertificateAuthorityData string `json:"certificate-authority-data"`
-	ClientCertificateData    string `json:"client-certificate-data"`
-	ClientKeyData            string `json:"client-key-data"`
-}
 
 // runClientCert issues a person's (or automation's) client certificate from
 // the hub CA and prints an imperatorctl configuration file that holds it:
@@ -82,9 +68,9 @@ func runClientCert(args []string) error {
 	if err != nil {
 		return fmt.Errorf("reading the issued certificate: %w", err)
 	}
-	out, err := yaml.Marshal(imperatorctlConfig{
+	out, err := yaml.Marshal(ctlconfig.Config{
 		CurrentContext: *name,
-		Contexts: []imperatorctlContext{{
+		Contexts: []ctlconfig.Context{{
 			Name:                     *name,
 			Hub:                      *hubAddress,
 			CertificateAuthorityData: string(ca.CertPEM),

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/imperator-federation/imperator/internal/ctlconfig"
 	"github.com/imperator-federation/imperator/internal/identity"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 )
@@ -305,14 +306,14 @@ func (p *program) dialHub(c *command) (func(), error) {
 	if !explicit {
 		path, explicit = defaultConfigPath(c.env.Getenv)
 	}
-	cfg := &Config{}
+	cfg := &ctlconfig.Config{}
 	if path != "" {
 		var err error
-		if cfg, err = loadConfig(path, explicit); err != nil {
+		if cfg, err = ctlconfig.Load(path, explicit); err != nil {
 			return nil, fail(ExitUsage, "%v", err)
 		}
 	}
-	hctx, err := cfg.context(c.g.context)
+	hctx, err := cfg.Lookup(c.g.context)
 	if err != nil {
 		return nil, fail(ExitUsage, "%v", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/imperator-federation/imperator/internal/ctlconfig"
 )
 
 func TestResolveConfig(t *testing.T) {
@@ -35,7 +37,7 @@ contexts:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := loadConfig(path, true)
+	cfg, err := ctlconfig.Load(path, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +63,7 @@ contexts:
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			ctx, err := cfg.context(tc.context)
+			ctx, err := cfg.Lookup(tc.context)
 			var got *connection
 			if err == nil {
 				got, err = resolve(ctx, tc.over)
@@ -133,26 +135,5 @@ func TestEnumName(t *testing.T) {
 		if got := enumName(in, prefix); got != want {
 			t.Errorf("enumName(%q) = %q, want %q", in, got, want)
 		}
-	}
-}
-
-func TestConfigPathsResolveAgainstTheFileOrTheHomeDirectory(t *testing.T) {
-	home := t.TempDir()
-	t.Setenv("HOME", home)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "config")
-	content := "current-context: prod\ncontexts:\n- name: prod\n  hub: hub:9443\n" +
-		"  certificate-authority: ca.crt\n  client-certificate: ~/.imperator/alice.crt\n  client-key: /etc/alice.key\n"
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := loadConfig(path, true)
-	if err != nil {
-		t.Fatalf("loadConfig() = %v", err)
-	}
-	got := cfg.Contexts[0]
-	want := []string{filepath.Join(dir, "ca.crt"), filepath.Join(home, ".imperator", "alice.crt"), "/etc/alice.key"}
-	if diff := cmp.Diff(want, []string{got.CertificateAuthority, got.ClientCertificate, got.ClientKey}); diff != "" {
-		t.Errorf("resolved paths (-want +got):\n%s", diff)
 	}
 }
