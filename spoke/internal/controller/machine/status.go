@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/conditions"
 )
 
 // patchStatus computes the Machine's status from what the reconcile learnt
@@ -156,24 +156,18 @@ func capacityCondition(machine *imperatorv1alpha1.Machine, state *reconcileState
 				t.Name, u.offPool, strings.Join(u.offPoolNodes, ", ")))
 		}
 	}
-	cond := metav1.Condition{
+	return conditions.FirstFailing{
 		Type:               imperatorv1alpha1.ConditionInsufficientCapacity,
-		Status:             metav1.ConditionTrue,
 		ObservedGeneration: machine.Generation,
-		Message:            strings.Join(slices.Concat(unschedulable, offPool, unserved), "; "),
-	}
-	switch {
-	case len(unschedulable) > 0:
-		cond.Reason = imperatorv1alpha1.ReasonReservationsUnschedulable
-	case len(offPool) > 0:
-		cond.Reason = imperatorv1alpha1.ReasonReservationsOnUnreadyNodes
-	case len(unserved) > 0:
-		cond.Reason = imperatorv1alpha1.ReasonNoNodePool
-	default:
-		cond.Status, cond.Reason = metav1.ConditionFalse, imperatorv1alpha1.ReasonCapacitySufficient
-		cond.Message = "every reservation pod is scheduled"
-	}
-	return cond
+		Failing:            metav1.ConditionTrue,
+		Problems: []conditions.Problem{
+			{Reason: imperatorv1alpha1.ReasonReservationsUnschedulable, Parts: unschedulable},
+			{Reason: imperatorv1alpha1.ReasonReservationsOnUnreadyNodes, Parts: offPool},
+			{Reason: imperatorv1alpha1.ReasonNoNodePool, Parts: unserved},
+		},
+		OKReason:  imperatorv1alpha1.ReasonCapacitySufficient,
+		OKMessage: "every reservation pod is scheduled",
+	}.Condition()
 }
 
 // overSubscribedCondition is True when the guests of a machine type hold
@@ -193,16 +187,12 @@ func overSubscribedCondition(machine *imperatorv1alpha1.Machine, state *reconcil
 		over = append(over, fmt.Sprintf("%s: guests hold %d units of %d available (%d bound, %d being placed, %d leaving), %d queued",
 			t.Name, u.held(), t.Available, u.Used, u.granted, u.leaving, u.Queued))
 	}
-	cond := metav1.Condition{
+	return conditions.FirstFailing{
 		Type:               imperatorv1alpha1.ConditionOverSubscribed,
-		Status:             metav1.ConditionTrue,
 		ObservedGeneration: machine.Generation,
-		Reason:             imperatorv1alpha1.ReasonGuestsExceedAvailable,
-		Message:            strings.Join(over, "; "),
-	}
-	if len(over) == 0 {
-		cond.Status, cond.Reason = metav1.ConditionFalse, imperatorv1alpha1.ReasonWithinAvailable
-		cond.Message = "no machine type has guests holding more units than available"
-	}
-	return cond
+		Failing:            metav1.ConditionTrue,
+		Problems:           []conditions.Problem{{Reason: imperatorv1alpha1.ReasonGuestsExceedAvailable, Parts: over}},
+		OKReason:           imperatorv1alpha1.ReasonWithinAvailable,
+		OKMessage:          "no machine type has guests holding more units than available",
+	}.Condition()
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/conditions"
 )
 
 // maxNamesInMessage bounds how many node names a condition message lists.
@@ -45,36 +46,27 @@ func setStatus(pool *imperatorv1alpha1.MachineNodePool, results []nodeResult) {
 // and carries what it should; otherwise False with the most pressing reason
 // and a message naming the nodes.
 func readyCondition(generation int64, listed int, failed, conflicting, missing []string) metav1.Condition {
-	condition := metav1.Condition{
+	return conditions.FirstFailing{
 		Type:               imperatorv1alpha1.NodePoolConditionReady,
-		Status:             metav1.ConditionFalse,
 		ObservedGeneration: generation,
+		Failing:            metav1.ConditionFalse,
+		Problems: []conditions.Problem{
+			{Reason: imperatorv1alpha1.NodePoolReasonNodeUpdateFailed, Parts: nodesPart("nodes not updated yet: ", failed)},
+			{Reason: imperatorv1alpha1.NodePoolReasonNodeConflict, Parts: nodesPart("nodes listed by an older MachineNodePool, left to it: ", conflicting)},
+			{Reason: imperatorv1alpha1.NodePoolReasonNodeMissing, Parts: nodesPart("nodes that do not exist: ", missing)},
+		},
+		OKReason:  imperatorv1alpha1.NodePoolReasonNodesConfigured,
+		OKMessage: fmt.Sprintf("%d nodes configured", listed),
+	}.Condition()
+}
+
+// nodesPart is the message part "<prefix><names>" of a problem, or none
+// when no node has it.
+func nodesPart(prefix string, names []string) []string {
+	if len(names) == 0 {
+		return nil
 	}
-	var problems []string
-	if len(failed) > 0 {
-		problems = append(problems, "nodes not updated yet: "+nameList(failed))
-	}
-	if len(conflicting) > 0 {
-		problems = append(problems, "nodes listed by an older MachineNodePool, left to it: "+nameList(conflicting))
-	}
-	if len(missing) > 0 {
-		problems = append(problems, "nodes that do not exist: "+nameList(missing))
-	}
-	switch {
-	case len(failed) > 0:
-		condition.Reason = imperatorv1alpha1.NodePoolReasonNodeUpdateFailed
-	case len(conflicting) > 0:
-		condition.Reason = imperatorv1alpha1.NodePoolReasonNodeConflict
-	case len(missing) > 0:
-		condition.Reason = imperatorv1alpha1.NodePoolReasonNodeMissing
-	default:
-		condition.Status = metav1.ConditionTrue
-		condition.Reason = imperatorv1alpha1.NodePoolReasonNodesConfigured
-		condition.Message = fmt.Sprintf("%d nodes configured", listed)
-		return condition
-	}
-	condition.Message = strings.Join(problems, "; ")
-	return condition
+	return []string{prefix + nameList(names)}
 }
 
 func nameList(names []string) string {
