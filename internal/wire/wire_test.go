@@ -12,36 +12,26 @@ import (
 
 // A protocol enum value the hub cannot store would turn into "" in the
 // ClusterInventory and come back UNSPECIFIED after a hub restart.
-func TestEveryProtocolNodeConditionSurvivesTheHubStore(t *testing.T) {
-	for v, name := range federationv1.NodeCondition_name {
-		c := federationv1.NodeCondition(v)
-		if c == federationv1.NodeCondition_NODE_CONDITION_UNSPECIFIED {
-			continue
-		}
-		api := NodeConditionToAPI(c)
-		if api == "" {
-			t.Errorf("%s has no API node condition", name)
-			continue
-		}
-		if got := NodeCondition(api); got != c {
-			t.Errorf("%s -> %q -> %s", name, api, got)
-		}
-	}
+func TestEveryProtocolEnumValueSurvivesTheHubStore(t *testing.T) {
+	roundTrip(t, federationv1.NodeCondition_name, NodeConditionToAPI, NodeCondition)
+	roundTrip(t, federationv1.ConditionStatus_name, ConditionStatusToAPI, ConditionStatus)
 }
 
-func TestEveryProtocolConditionStatusSurvivesTheHubStore(t *testing.T) {
-	for v, name := range federationv1.ConditionStatus_name {
-		s := federationv1.ConditionStatus(v)
-		if s == federationv1.ConditionStatus_CONDITION_STATUS_UNSPECIFIED {
+// roundTrip checks that every value of a protocol enum but 0 (UNSPECIFIED)
+// has an API value that converts back to it.
+func roundTrip[P ~int32, A ~string](t *testing.T, names map[int32]string, toAPI func(P) A, fromAPI func(A) P) {
+	t.Helper()
+	for v, name := range names {
+		if v == 0 {
 			continue
 		}
-		api := ConditionStatusToAPI(s)
+		api := toAPI(P(v))
 		if api == "" {
-			t.Errorf("%s has no API condition status", name)
+			t.Errorf("%s has no API value", name)
 			continue
 		}
-		if got := ConditionStatus(api); got != s {
-			t.Errorf("%s -> %q -> %s", name, api, got)
+		if got := fromAPI(api); got != P(v) {
+			t.Errorf("%s -> %q -> %d", name, api, got)
 		}
 	}
 }
