@@ -194,7 +194,13 @@ func (p *program) execute(ctx context.Context, name string, args []string, sub s
 			defer closeFn()
 		}
 	}
-	return sub.run(c)
+	if err := sub.run(c); err != nil {
+		return err
+	}
+	if err := c.printer.out.err; err != nil {
+		return fmt.Errorf("writing the answer: %w", err)
+	}
+	return nil
 }
 
 // asExit makes every error of a command's own an exitError, so that what
@@ -289,7 +295,8 @@ func Execute(ctx context.Context, cmd *cobra.Command, args []string, env Env) in
 		ee = &exitError{code: ExitUsage, msg: fmt.Sprintf("%v (see `%s --help`)", err, cmd.Name())}
 	}
 	if ee.msg != "" {
-		fmt.Fprintf(env.Stderr, "%s: %s\n", cmd.Name(), ee.msg)
+		// Where else could a failure to write the error go: the exit code says it.
+		_, _ = fmt.Fprintf(env.Stderr, "%s: %s\n", cmd.Name(), ee.msg)
 	}
 	return ee.code
 }

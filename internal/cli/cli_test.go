@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -135,5 +136,23 @@ func TestEnumName(t *testing.T) {
 		if got := enumName(in, prefix); got != want {
 			t.Errorf("enumName(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// failingWriter is a stdout that is gone (a closed pipe, a full disk).
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
+
+// `imperatorctl version --client | head -0` must not report success when
+// nothing of the answer could be written.
+func TestAnAnswerThatCannotBeWrittenFailsTheCommand(t *testing.T) {
+	var errb bytes.Buffer
+	env := Env{Stdout: failingWriter{}, Stderr: &errb, Getenv: func(string) string { return "" }}
+	if code := Run(context.Background(), []string{"version", "--client"}, env); code == ExitOK {
+		t.Fatalf("exit code = %d, want a failure", code)
+	}
+	if !strings.Contains(errb.String(), "writing the answer: broken pipe") {
+		t.Errorf("stderr = %q, want it to say the answer could not be written", errb.String())
 	}
 }

@@ -418,7 +418,7 @@ func (p *printer) capacity(resp *queryv1.FindCapacityResponse) error {
 	if len(resp.GetExcluded()) == 0 {
 		return nil
 	}
-	fmt.Fprintln(p.out)
+	p.printf("\n")
 	ex := &table{columns: []column{{name: "EXCLUDED"}, {name: "REASON"}, {name: "FREE"}, {name: "DETAIL"}}}
 	for _, e := range resp.GetExcluded() {
 		ex.add(e.GetCluster(), enumName(e.GetReason().String(), reasonPrefix), itoa(e.GetFree()), e.GetMessage())

@@ -58,12 +58,12 @@ func (p *printer) holdDetail(h *queryv1.FleetHold) error {
 		return err
 	}
 	if h.GetMessage() != "" {
-		fmt.Fprintf(p.out, "\n%s\n", h.GetMessage())
+		p.printf("\n%s\n", h.GetMessage())
 	}
 	if len(h.GetClusters()) == 0 {
 		return nil
 	}
-	fmt.Fprintln(p.out)
+	p.printf("\n")
 	parts := &table{columns: []column{{name: "CLUSTER"}, {name: "GROUP"}, {name: "TYPE"}, {name: "UNITS"}, {name: "HELD"}, {name: "RESULT"}, {name: "REASON"}, {name: "MESSAGE"}}}
 	for _, cl := range h.GetClusters() {
 		parts.add(cl.GetCluster(), cl.GetGroup(), cl.GetType(), itoa(cl.GetCount()), itoa(cl.GetHeld()),
@@ -75,14 +75,14 @@ func (p *printer) holdDetail(h *queryv1.FleetHold) error {
 	if h.GetPhase() != queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_HELD {
 		return nil
 	}
-	fmt.Fprintln(p.out)
+	p.printf("\n")
 	keys := make([]string, 0, len(h.GetGuestLabels()))
 	for k := range h.GetGuestLabels() {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, cl := range h.GetClusters() {
-		fmt.Fprintf(p.out, "Guests on cluster %s carry the labels:\n", cl.GetCluster())
+		p.printf("Guests on cluster %s carry the labels:\n", cl.GetCluster())
 		labels := map[string]string{imperatorv1alpha1.MachineGroupKey: cl.GetGroup(), imperatorv1alpha1.MachineTypeKey: cl.GetType()}
 		for _, k := range keys {
 			labels[k] = h.GetGuestLabels()[k]
@@ -93,7 +93,7 @@ func (p *printer) holdDetail(h *queryv1.FleetHold) error {
 		}
 		sort.Strings(all)
 		for _, k := range all {
-			fmt.Fprintf(p.out, "  %s: %s\n", k, labels[k])
+			p.printf("  %s: %s\n", k, labels[k])
 		}
 	}
 	return nil

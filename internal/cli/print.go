@@ -28,7 +28,7 @@ const (
 // JSON (protojson, camelCase fields, indented) or YAML for scripts.
 type printer struct {
 	format string
-	out    io.Writer
+	out    *output
 	now    func() time.Time
 	// documents counts YAML documents written, for the --- separators.
 	documents int
@@ -37,10 +37,32 @@ type printer struct {
 func newPrinter(format string, env Env) (printer, error) {
 	switch format {
 	case formatTable, formatWide, formatJSON, formatYAML:
-		return printer{format: format, out: env.Stdout, now: env.Now}, nil
+		return printer{format: format, out: &output{w: env.Stdout}, now: env.Now}, nil
 	default:
 		return printer{}, fmt.Errorf("--output %q: want table, wide, json or yaml", format)
 	}
+}
+
+// output is the printer's writer. It keeps the first failed write (a closed
+// pipe, a full disk) and refuses what follows, so that lines need no error
+// check each and the command still ends with that error (see execute).
+type output struct {
+	w   io.Writer
+	err error
+}
+
+func (o *output) Write(b []byte) (int, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.w.Write(b)
+	o.err = err
+	return n, err
+}
+
+// printf writes a line of text; a failed write is kept in p.out.
+func (p *printer) printf(format string, args ...any) {
+	_, _ = fmt.Fprintf(p.out, format, args...)
 }
 
 func (p *printer) structured() bool { return p.format == formatJSON || p.format == formatYAML }
@@ -85,7 +107,7 @@ func (p *printer) write(raw []byte) error {
 		return fmt.Errorf("encoding the answer: %w", err)
 	}
 	if p.documents > 0 {
-		fmt.Fprintln(p.out, "---")
+		p.printf("---\n")
 	}
 	p.documents++
 	_, err = p.out.Write(y)
@@ -124,8 +146,9 @@ func (p *printer) table(t *table, header bool) error {
 			names = append(names, c.name)
 		}
 	}
+	// A failed write to p.out is kept there: Flush returns it.
 	if header {
-		fmt.Fprintln(w, strings.Join(names, "\t"))
+		_, _ = fmt.Fprintln(w, strings.Join(names, "\t"))
 	}
 	for _, row := range t.rows {
 		cells := make([]string, 0, len(keep))
@@ -136,7 +159,7 @@ func (p *printer) table(t *table, header bool) error {
 			}
 			cells = append(cells, cell)
 		}
-		fmt.Fprintln(w, strings.Join(cells, "\t"))
+		_, _ = fmt.Fprintln(w, strings.Join(cells, "\t"))
 	}
 	return w.Flush()
 }

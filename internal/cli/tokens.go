@@ -75,8 +75,8 @@ func (p *program) tokenCreateCommand() *cobra.Command {
 			if c.printer.structured() {
 				return c.printer.message(resp)
 			}
-			fmt.Fprintf(c.env.Stderr, "Token %s expires %s; it is shown only once:\n", resp.GetInfo().GetId(), resp.GetInfo().GetExpiration().AsTime().UTC().Format(time.RFC3339))
-			fmt.Fprintln(c.printer.out, resp.GetToken())
+			_, _ = fmt.Fprintf(c.env.Stderr, "Token %s expires %s; it is shown only once:\n", resp.GetInfo().GetId(), resp.GetInfo().GetExpiration().AsTime().UTC().Format(time.RFC3339))
+			c.printer.printf("%s\n", resp.GetToken())
 			return nil
 		},
 	})
@@ -119,7 +119,7 @@ func (p *program) tokenRevokeCommand() *cobra.Command {
 			if _, err := c.tokens.RevokeToken(ctx, &queryv1.RevokeTokenRequest{Id: c.args[0]}); err != nil {
 				return c.callError(err)
 			}
-			fmt.Fprintf(c.printer.out, "revoked %s\n", c.args[0])
+			c.printer.printf("revoked %s\n", c.args[0])
 			return nil
 		},
 	})

@@ -66,11 +66,11 @@ func (p *printer) versions(client, hub *queryv1.Version) error {
 		return p.value(doc)
 	}
 	line := func(who string, v *queryv1.Version) {
-		fmt.Fprintf(p.out, "%s Version: %s", who, v.GetVersion())
+		p.printf("%s Version: %s", who, v.GetVersion())
 		if p.format == formatWide {
-			fmt.Fprintf(p.out, " (commit %s, %s, %s)", orDash(v.GetGitCommit()), v.GetGoVersion(), v.GetPlatform())
+			p.printf(" (commit %s, %s, %s)", orDash(v.GetGitCommit()), v.GetGoVersion(), v.GetPlatform())
 		}
-		fmt.Fprintln(p.out)
+		p.printf("\n")
 	}
 	line("Client", client)
 	if hub != nil {

@@ -100,7 +100,7 @@ func TestWatchSurvivesTheHubRecyclingItsConnection(t *testing.T) {
 			c := &command{
 				client:  w,
 				ctx:     context.Background(),
-				printer: printer{format: "json", out: &out, now: time.Now},
+				printer: printer{format: "json", out: &output{w: &out}, now: time.Now},
 				hub:     "hub.example.com:9443",
 			}
 			err := c.watch(func(*table, *queryv1.ClusterEvent) {}, nil)
