@@ -15,6 +15,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
 )
 
 // The hub's fleet holds: on a HoldRequest the reporter creates (or deletes)
@@ -142,20 +143,23 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 }
 
 // accounted tells whether the Machines of hold's group report, for its type,
-// as many held units as the type's Provisioned holds keep. The Machine
-// controller writes the holds' statuses first and the Machine's usage after,
-// in the same reconcile.
+// as many held units as the type's active holds keep. The Machine controller
+// writes the holds' statuses first and the Machine's usage after, in the
+// same reconcile. (A held unit a gated guest is about to take is not counted
+// held by the Machine: until that guest is let in, accounted is false and
+// answer falls back on its deadline.)
 func (h holds) accounted(ctx context.Context, hold *imperatorv1alpha1.CapacityHold) bool {
 	group, machineType := hold.Spec.MachineGroup, hold.Spec.MachineType
 	var all imperatorv1alpha1.CapacityHoldList
 	if err := h.cache.List(ctx, &all); err != nil {
 		return false
 	}
+	now := h.now()
 	var want int32
 	for i := range all.Items {
 		o := &all.Items[i]
 		if o.Spec.MachineGroup == group && o.Spec.MachineType == machineType && o.DeletionTimestamp.IsZero() &&
-			meta.IsStatusConditionTrue(o.Status.Conditions, imperatorv1alpha1.HoldConditionProvisioned) {
+			capacityhold.PhaseOf(o, now) == capacityhold.PhaseActive {
 			want += o.Status.Held
 		}
 	}

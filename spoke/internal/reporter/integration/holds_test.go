@@ -35,8 +35,14 @@ func setFree(ctx context.Context, s *spoke, free int32) {
 	Expect(s.Client.Status().Patch(ctx, &m, patch)).To(Succeed())
 }
 
+// machineLag is how long decide lets pass between a hold's Provisioned
+// status and the Machine's usage that counts its units: the Machine
+// controller writes them in that order, a moment apart.
+const machineLag = 300 * time.Millisecond
+
 // decide plays the spoke's Machine controller for the CapacityHold name:
-// once it exists, its status says Provisioned (or Failed with reason).
+// once it exists, its status says Provisioned (or Failed with reason); a
+// moment later the Machine's usage counts the held units.
 func decide(ctx context.Context, s *spoke, name, failReason string) {
 	defer GinkgoRecover()
 	var hold imperatorv1alpha1.CapacityHold
@@ -49,7 +55,28 @@ func decide(ctx context.Context, s *spoke, name, failReason string) {
 		hold.Status.Held = 0
 	}
 	meta.SetStatusCondition(&hold.Status.Conditions, cond)
+	meta.SetStatusCondition(&hold.Status.Conditions, metav1.Condition{Type: imperatorv1alpha1.HoldConditionAccepted, Status: metav1.ConditionTrue, Reason: imperatorv1alpha1.HoldReasonAccepted, Message: "the machine group offers the type"})
 	Expect(s.Client.Status().Patch(ctx, &hold, patch)).To(Succeed())
+	if failReason != "" {
+		return
+	}
+	time.Sleep(machineLag)
+	setHeld(ctx, s, hold.Spec.MachineType, hold.Spec.Count)
+}
+
+// setHeld writes the usage.held of machineType on the Machine, as the
+// Machine controller does when holds come and go.
+func setHeld(ctx context.Context, s *spoke, machineType string, held int32) {
+	GinkgoHelper()
+	var m imperatorv1alpha1.Machine
+	Expect(s.Client.Get(ctx, client.ObjectKey{Name: machineName}, &m)).To(Succeed())
+	patch := client.MergeFrom(m.DeepCopy())
+	for i := range m.Status.AvailableMachines {
+		if m.Status.AvailableMachines[i].Name == machineType {
+			m.Status.AvailableMachines[i].Usage.Held = held
+		}
+	}
+	Expect(s.Client.Status().Patch(ctx, &m, patch)).To(Succeed())
 }
 
 var _ = Describe("Fleet holds through the reporters", Ordered, func() {
@@ -110,6 +137,19 @@ var _ = Describe("Fleet holds through the reporters", Ordered, func() {
 		}
 		Expect(got).To(Equal(map[string]int32{"alpha": 4, "beta": 1}))
 
+		By("the hub's usage counts the units held as soon as the hold is Held, not a report later")
+		usage, err := holder.GetUsage(ctx, &queryv1.GetUsageRequest{})
+		Expect(err).NotTo(HaveOccurred())
+		heldAt := map[string]int32{}
+		for _, cu := range usage.GetClusters() {
+			for _, t := range cu.GetTypes() {
+				if t.GetType() == "compute-medium" {
+					heldAt[cu.GetCluster()] += t.GetHeld()
+				}
+			}
+		}
+		Expect(heldAt).To(Equal(map[string]int32{"alpha": 4, "beta": 1}))
+
 		var onAlpha imperatorv1alpha1.CapacityHold
 		Expect(spokes["alpha"].Client.Get(ctx, client.ObjectKey{Name: "train-5"}, &onAlpha)).To(Succeed())
 		Expect(onAlpha.Spec.MachineGroup).To(Equal("general-machine"))
@@ -125,7 +165,17 @@ var _ = Describe("Fleet holds through the reporters", Ordered, func() {
 		for _, name := range []string{"alpha", "beta"} {
 			err := spokes[name].Client.Get(ctx, client.ObjectKey{Name: "train-5"}, &imperatorv1alpha1.CapacityHold{})
 			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the release deleted the CapacityHold on %s: %v", name, err)
+			setHeld(ctx, spokes[name], "compute-medium", 0)
 		}
+		Eventually(func(g Gomega) {
+			usage, err := holder.GetUsage(ctx, &queryv1.GetUsageRequest{})
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, cu := range usage.GetClusters() {
+				for _, t := range cu.GetTypes() {
+					g.Expect(t.GetHeld()).To(BeZero(), "%s/%s at the hub", cu.GetCluster(), t.GetType())
+				}
+			}
+		}, 10*time.Second, 50*time.Millisecond).Should(Succeed(), "the released units are free again at the hub")
 	})
 
 	It("fails with the spoke's reason when its CapacityHold fails, and leaves no CapacityHold behind", func(ctx context.Context) {
