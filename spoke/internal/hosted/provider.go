@@ -381,11 +381,15 @@ func (p *Provider) add(name multicluster.ClusterName, spec *Member, hash string,
 		if !cl.GetCache().WaitForCacheSync(ctx) {
 			return // removed before it was reached
 		}
+		// Get must find the member before the controllers are engaged: their
+		// first reconciles run while Engage is still starting watches, and a
+		// request whose cluster is not found is dropped (multicluster-runtime
+		// ignores ErrClusterNotFound), never retried.
+		close(m.engaged)
 		if err := p.mgr.Engage(ctx, name, cl); err != nil {
 			log.Error(err, "Engaging the controllers with the member failed; the member is not served")
 			return
 		}
-		close(m.engaged)
 		log.Info("Serving member cluster")
 		if p.opts.Serve != nil {
 			p.opts.Serve(ctx, spec, cl)
