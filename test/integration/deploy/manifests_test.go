@@ -72,6 +72,19 @@ var _ = Describe("The kustomize bases and overlays", func() {
 			"Issuer/imperator-selfsigned":   "imperator-system",
 			"Certificate/imperator-webhook": "imperator-system",
 		}),
+		Entry("deploy/overlays/spoke-hosted (hosted mode, management cluster)", "overlays/spoke-hosted", map[string]string{
+			"Role/imperator-spoke-hosted":        "imperator-system",
+			"RoleBinding/imperator-spoke-hosted": "imperator-system",
+			"Deployment/imperator-spoke-hosted":  "imperator-system",
+			"Service/imperator-webhook":          "imperator-system",
+		}),
+		Entry("deploy/overlays/spoke-hosted-member (hosted mode, member cluster)", "overlays/spoke-hosted-member", map[string]string{
+			"ClusterRole/imperator-spoke":              "",
+			"Role/imperator-spoke":                     "imperator-system",
+			"ClusterRole/imperator-spoke-hosted-probe": "",
+			"Secret/imperator-spoke-token":             "imperator-system",
+			"PriorityClass/imperator-reservation":      "",
+		}),
 		Entry("deploy/hub", "hub", map[string]string{
 			"CustomResourceDefinition/clusterinventories.imperator.tenzen-y.io":                "",
 			"CustomResourceDefinition/managedclusters.cluster.open-cluster-management.io":      "",
@@ -91,6 +104,19 @@ var _ = Describe("The kustomize bases and overlays", func() {
 			"Deployment/imperator-hub":    "imperator-system",
 		}),
 	)
+
+	It("leaves the agent itself and its Service-bound webhook configurations out of a hosted member, and gives the hosted agent no cluster-wide rights in the management cluster", func(ctx context.Context) {
+		member, err := render(ctx, filepath.Join(deployCopy, "overlays", "spoke-hosted-member"))
+		Expect(err).NotTo(HaveOccurred())
+		for _, kind := range []string{"Deployment", "PodDisruptionBudget", "Service", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+			Expect(ofKind(member, kind)).To(BeEmpty(), "a hosted member carries no %s of the agent", kind)
+		}
+		management, err := render(ctx, filepath.Join(deployCopy, "overlays", "spoke-hosted"))
+		Expect(err).NotTo(HaveOccurred())
+		for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"} {
+			Expect(ofKind(management, kind)).To(BeEmpty(), "the management cluster gets no %s", kind)
+		}
+	})
 
 	It("runs the agent and the hub in namespaces that enforce the restricted Pod Security Standard, and would warn of a Deployment that breaks it", func(ctx context.Context) {
 		for _, dir := range []string{"spoke", "hub"} {
