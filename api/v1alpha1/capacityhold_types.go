@@ -151,4 +151,4 @@ type CapacityHoldList struct {
 	Items           []CapacityHold `json:"items"`
 }
 
-func init() { SchemeBuilder.Register(&CapacityHold{}, &CapacityHoldList{}) }
+func init() { register(&CapacityHold{}, &CapacityHoldList{}) }

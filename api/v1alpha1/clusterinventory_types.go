@@ -150,4 +150,4 @@ type ClusterInventoryList struct {
 	Items           []ClusterInventory `json:"items"`
 }
 
-func init() { SchemeBuilder.Register(&ClusterInventory{}, &ClusterInventoryList{}) }
+func init() { register(&ClusterInventory{}, &ClusterInventoryList{}) }

@@ -180,4 +180,4 @@ type FleetHoldList struct {
 	Items           []FleetHold `json:"items"`
 }
 
-func init() { SchemeBuilder.Register(&FleetHold{}, &FleetHoldList{}) }
+func init() { register(&FleetHold{}, &FleetHoldList{}) }

@@ -76,8 +76,11 @@ const (
 type NodePoolState string
 
 const (
-	NodePoolReady       NodePoolState = "ready"
-	NodePoolNotReady    NodePoolState = "not-ready"
+	// NodePoolReady marks a node that serves guests.
+	NodePoolReady NodePoolState = "ready"
+	// NodePoolNotReady marks a node of the pool that is unhealthy.
+	NodePoolNotReady NodePoolState = "not-ready"
+	// NodePoolMaintenance marks a node of the pool put in maintenance.
 	NodePoolMaintenance NodePoolState = "maintenance"
 )
 

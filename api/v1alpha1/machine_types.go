@@ -236,4 +236,4 @@ type MachineList struct {
 	Items           []Machine `json:"items"`
 }
 
-func init() { SchemeBuilder.Register(&Machine{}, &MachineList{}) }
+func init() { register(&Machine{}, &MachineList{}) }

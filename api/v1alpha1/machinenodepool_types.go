@@ -30,12 +30,12 @@ type MachineNodePoolSpec struct {
 type NodeCondition string
 
 const (
-	// NodeConditionReady: mode ready and none of the unhealthy node taints.
+	// NodeConditionReady is a node in mode ready with none of the unhealthy node taints.
 	NodeConditionReady NodeCondition = "Ready"
-	// NodeConditionNotReady: the node carries one of the
+	// NodeConditionNotReady is a node that carries one of the
 	// node.kubernetes.io/{not-ready,unschedulable,network-unavailable,unreachable} taints.
 	NodeConditionNotReady NodeCondition = "NotReady"
-	// NodeConditionMaintenance: mode maintenance; it wins over node health.
+	// NodeConditionMaintenance is a node in mode maintenance; it wins over node health.
 	NodeConditionMaintenance NodeCondition = "Maintenance"
 	// NodeConditionMissing is reported for a listed node that does not exist (yet).
 	NodeConditionMissing NodeCondition = "Missing"
@@ -124,4 +124,4 @@ type MachineNodePoolList struct {
 	Items           []MachineNodePool `json:"items"`
 }
 
-func init() { SchemeBuilder.Register(&MachineNodePool{}, &MachineNodePoolList{}) }
+func init() { register(&MachineNodePool{}, &MachineNodePoolList{}) }

@@ -127,8 +127,7 @@ func Start(restConfig *rest.Config, opts Options) (*Hub, error) {
 		_ = lis.Close()
 		return nil, errors.Join(errors.New("hub did not start"), err)
 	case <-time.After(time.Minute):
-		h.Stop()
-		return nil, errors.New("hub did not start within a minute")
+		return nil, errors.Join(errors.New("hub did not start within a minute"), h.Stop())
 	}
 }
 

@@ -10,22 +10,22 @@ const RefusalDomain = "imperator.tenzen-y.io"
 type RefusalReason string
 
 const (
-	// RefusedNotRegistered: the cluster has no ManagedCluster, or it is being
+	// RefusedNotRegistered means the cluster has no ManagedCluster, or it is being
 	// deleted (the cluster was deregistered).
 	RefusedNotRegistered RefusalReason = "NotRegistered"
-	// RefusedNotAccepted: the ManagedCluster has spec.hubAcceptsClient=false;
+	// RefusedNotAccepted means the ManagedCluster has spec.hubAcceptsClient=false;
 	// the platform team paused the cluster.
 	RefusedNotAccepted RefusalReason = "NotAccepted"
-	// RefusedEarlierRegistration: the certificate was issued for another
+	// RefusedEarlierRegistration means the certificate was issued for another
 	// registration of the same name: its ManagedCluster was deleted since
 	// (deregistered and registered again, or recreated), or the cluster
 	// joined again with a token bound to its name, which retires every
 	// certificate issued before.
 	RefusedEarlierRegistration RefusalReason = "EarlierRegistration"
-	// RefusedNoRegistration: the certificate names no registration; the hub
+	// RefusedNoRegistration means the certificate names no registration; the hub
 	// issued it before it recorded registrations in certificates.
 	RefusedNoRegistration RefusalReason = "NoRegistration"
-	// RefusedReplacedCertificate: the certificate is of the current
+	// RefusedReplacedCertificate means the certificate is of the current
 	// registration but a Renew replaced it with a newer one, and the
 	// renewal overlap has passed; the agent must use the newer certificate
 	// it stored.

@@ -83,7 +83,7 @@ func JoinSpec(ctx context.Context, in JoinInput) {
 	By("a platform engineer creates a fresh join token")
 	created := &queryv1.CreateTokenResponse{}
 	description := "e2e journey 1"
-	res, err := ctl.JSON(ctx, created, []string{"token", "create", "--ttl", "1h", "--cluster", in.NewTokenCluster, "--description", description})
+	_, err = ctl.JSON(ctx, created, []string{"token", "create", "--ttl", "1h", "--cluster", in.NewTokenCluster, "--description", description})
 	Expect(err).NotTo(HaveOccurred())
 	id, secret, found := strings.Cut(created.GetToken(), ".")
 	Expect(found && id != "" && secret != "").To(BeTrue(), "token %q is <id>.<secret>", created.GetToken())
@@ -95,7 +95,7 @@ func JoinSpec(ctx context.Context, in JoinInput) {
 	})
 
 	By("token list shows it, unused and without its secret")
-	res, err = ctl.Run(ctx, "token", "list", "-o", "json")
+	res, err := ctl.Run(ctx, "token", "list", "-o", "json")
 	Expect(err).NotTo(HaveOccurred())
 	Expect(res.ExitCode).To(BeZero(), "%s", res)
 	Expect(res.Stdout).NotTo(ContainSubstring(secret), "token list must not show secrets")

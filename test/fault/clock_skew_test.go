@@ -185,7 +185,7 @@ func logged(logPath, s string) bool {
 func scanLog(logPath string, fn func(line string) bool) {
 	f, err := os.Open(logPath)
 	Expect(err).NotTo(HaveOccurred())
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() && fn(sc.Text()) {

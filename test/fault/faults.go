@@ -79,14 +79,14 @@ func (t *Table) String() string {
 	defer t.mu.Unlock()
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 1, ' ', 0)
-	fmt.Fprintln(w, "| fault\t| time to detect\t| time to recover\t| note\t|")
-	fmt.Fprintln(w, "|---\t|---\t|---\t|---\t|")
+	_, _ = fmt.Fprintln(w, "| fault\t| time to detect\t| time to recover\t| note\t|")
+	_, _ = fmt.Fprintln(w, "|---\t|---\t|---\t|---\t|")
 	for _, r := range t.rows {
 		detect := "—"
 		if r.Detect > 0 {
 			detect = r.Detect.Round(10 * time.Millisecond).String()
 		}
-		fmt.Fprintf(w, "| %s\t| %s\t| %s\t| %s\t|\n", r.Fault, detect, r.Recover.Round(10*time.Millisecond), r.Note)
+		_, _ = fmt.Fprintf(w, "| %s\t| %s\t| %s\t| %s\t|\n", r.Fault, detect, r.Recover.Round(10*time.Millisecond), r.Note)
 	}
 	_ = w.Flush()
 	return b.String()

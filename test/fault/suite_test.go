@@ -97,7 +97,7 @@ var _ = AfterEach(func() {
 var _ = AfterSuite(func() {
 	report := table.String()
 	AddReportEntry("fault table", report)
-	fmt.Fprintf(os.Stdout, "\nFault table (time to detect, time to recover):\n%s\n", report)
+	_, _ = fmt.Fprintf(os.Stdout, "\nFault table (time to detect, time to recover):\n%s\n", report)
 })
 
 var _ = Describe("Faults", Ordered, ContinueOnFailure, func() {

@@ -29,13 +29,15 @@ func LoadOrCreate(ctx context.Context, c client.Client, namespace, name string) 
 	var secret corev1.Secret
 	err := c.Get(ctx, key, &secret)
 	if apierrors.IsNotFound(err) {
-		ca, err := pki.NewCA("imperator-hub-ca", caValidity)
-		if err != nil {
-			return nil, err
+		// err is the outer one: the loser of a race reads the winner's
+		// Secret into it below.
+		ca, caErr := pki.NewCA("imperator-hub-ca", caValidity)
+		if caErr != nil {
+			return nil, caErr
 		}
-		keyPEM, err := ca.KeyPEM()
-		if err != nil {
-			return nil, err
+		keyPEM, keyErr := ca.KeyPEM()
+		if keyErr != nil {
+			return nil, keyErr
 		}
 		secret = corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},

@@ -19,7 +19,7 @@ import (
 	"github.com/imperator-federation/imperator/internal/identity"
 )
 
-// CertificatesAnnotation, on a ManagedCluster, is the hub's record of the
+// CertificatesAnnotation is, on a ManagedCluster, the hub's record of the
 // spoke certificates of its registration that are still good (a
 // CertificateRecord in JSON). Every Join and Renew writes it; Admission
 // reads it.

@@ -109,7 +109,7 @@ func TestAnonymousConnectionsBeyondTheLimitAreClosedWhileSpokesAreServed(t *test
 			}
 			third, err := tls.Dial("tcp", h.addr, cfg)
 			if err == nil {
-				defer third.Close()
+				defer func() { _ = third.Close() }()
 				_ = third.SetReadDeadline(time.Now().Add(5 * time.Second))
 				_, err = io.ReadAll(third)
 			}

@@ -56,10 +56,15 @@ func (l *routedListener) Accept() (net.Conn, error) {
 	}
 }
 
+// Close stops the listener; it never fails.
 func (l *routedListener) Close() error {
-	l.once.Do(func() { close(l.closed) })
+	l.stop()
 	return nil
 }
+
+// stop makes Accept return errListenerClosed and closes connections delivered
+// from then on.
+func (l *routedListener) stop() { l.once.Do(func() { close(l.closed) }) }
 
 func (l *routedListener) Addr() net.Addr { return l.addr }
 
@@ -111,7 +116,7 @@ func (handshakenTLS) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo
 }
 
 func (handshakenTLS) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.3"}
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
 }
 
 func (h handshakenTLS) Clone() credentials.TransportCredentials { return h }
@@ -220,8 +225,8 @@ func (r *router) refusingRevoked(cfg *tls.Config) *tls.Config {
 
 // serve accepts until the raw listener is closed.
 func (r *router) serve() error {
-	defer r.authenticated.Close()
-	defer r.anonymous.Close()
+	defer r.authenticated.stop()
+	defer r.anonymous.stop()
 	var backoff time.Duration
 	for {
 		c, err := r.raw.Accept()
@@ -242,8 +247,8 @@ func (r *router) serve() error {
 
 func (r *router) close() error {
 	err := r.raw.Close()
-	r.authenticated.Close()
-	r.anonymous.Close()
+	r.authenticated.stop()
+	r.anonymous.stop()
 	return err
 }
 

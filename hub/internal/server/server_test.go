@@ -274,7 +274,7 @@ func TestHealthWithoutClientCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: federationv1.Federation_ServiceDesc.ServiceName})
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("health check = %v, %v; want SERVING", resp, err)

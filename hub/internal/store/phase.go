@@ -12,21 +12,21 @@ package store
 type Phase string
 
 const (
-	// PhaseIdle: no stream of the cluster is open here; the figures (if
+	// PhaseIdle means no stream of the cluster is open here; the figures (if
 	// any) are those this replica took in from the spoke itself. A cluster
 	// first heard of through a message starts here.
 	PhaseIdle Phase = "Idle"
-	// PhaseStreaming: a Report stream of the cluster is open here; Deltas
+	// PhaseStreaming means a Report stream of the cluster is open here; Deltas
 	// apply once a Snapshot of the stream's epoch arrived.
 	PhaseStreaming Phase = "Streaming"
-	// PhaseResyncing: a Report stream is open here and the hub asked the
+	// PhaseResyncing means a Report stream is open here and the hub asked the
 	// spoke for a Snapshot: Deltas are ignored until it comes.
 	PhaseResyncing Phase = "Resyncing"
-	// PhaseRemote: another replica holds the cluster's stream and is seen
+	// PhaseRemote means another replica holds the cluster's stream and is seen
 	// running (it renewed a Lease since this replica started); the figures
 	// are that replica's, read from the API server.
 	PhaseRemote Phase = "Remote"
-	// PhaseRestored: the figures were read back from the API server and no
+	// PhaseRestored means the figures were read back from the API server and no
 	// running replica has confirmed them since this one started (after a
 	// hub restart, until the spoke reports again). Stale.
 	PhaseRestored Phase = "Restored"
@@ -36,22 +36,22 @@ const (
 type Event string
 
 const (
-	// EventConnect: a Report stream of the cluster opened here (Hello).
+	// EventConnect means a Report stream of the cluster opened here (Hello).
 	EventConnect Event = "Connect"
-	// EventDisconnect: the Report stream open here ended.
+	// EventDisconnect means the Report stream open here ended.
 	EventDisconnect Event = "Disconnect"
-	// EventSnapshot: a Snapshot was applied.
+	// EventSnapshot means a Snapshot was applied.
 	EventSnapshot Event = "Snapshot"
-	// EventResync: the hub asked the spoke for a Snapshot (a gap, a Delta
+	// EventResync means the hub asked the spoke for a Snapshot (a gap, a Delta
 	// without Snapshot, a heartbeat ahead of the hub).
 	EventResync Event = "Resync"
-	// EventObserveLive: another replica's write, by a replica seen
+	// EventObserveLive means another replica's write, by a replica seen
 	// running, was taken in.
 	EventObserveLive Event = "ObserveLive"
-	// EventObserveRestored: a write by a replica not seen running since
+	// EventObserveRestored means a write by a replica not seen running since
 	// this one started (or read back on start) was taken in.
 	EventObserveRestored Event = "ObserveRestored"
-	// EventConfirmReplica: the replica serving the cluster was seen
+	// EventConfirmReplica means the replica serving the cluster was seen
 	// renewing a Lease, so its figures are current.
 	EventConfirmReplica Event = "ConfirmReplica"
 )

@@ -50,9 +50,9 @@ const DefaultGracePeriod = 40 * time.Second
 type State string
 
 const (
-	// StateAvailable: the spoke heartbeated within the grace period.
+	// StateAvailable means the spoke heartbeated within the grace period.
 	StateAvailable State = "Available"
-	// StateUnknown: the spoke has been silent past the grace period (or was
+	// StateUnknown means the spoke has been silent past the grace period (or was
 	// never heard from since the hub started).
 	StateUnknown State = "Unknown"
 )

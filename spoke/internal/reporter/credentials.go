@@ -313,7 +313,7 @@ func (r *Reporter) renew(ctx context.Context, cur *credential) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	callCtx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
 	resp, err := federationv1.NewFederationClient(conn).Renew(callCtx, &federationv1.RenewRequest{Csr: csrPEM})
@@ -495,7 +495,7 @@ func (r *Reporter) join(ctx context.Context, key client.ObjectKey) (*credential,
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	callCtx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
 	resp, err := federationv1.NewFederationClient(conn).Join(callCtx, &federationv1.JoinRequest{

@@ -173,9 +173,9 @@ func apply(ctx context.Context, objs []*unstructured.Unstructured, extra ...stri
 	if err != nil {
 		return "", fmt.Errorf("creating temporary file: %w", err)
 	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	if _, err := f.Write(data); err != nil {
+	defer func() { _ = os.Remove(f.Name()) }()
+	_, err = f.Write(data)
+	if err = errors.Join(err, f.Close()); err != nil {
 		return "", fmt.Errorf("writing %s: %w", f.Name(), err)
 	}
 	return cluster.Kubectl(ctx, append([]string{"apply", "--server-side", "--force-conflicts", "--field-manager=deploy-test", "-f", f.Name()}, extra...)...)
@@ -263,7 +263,7 @@ func ready(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("readyz answered %s", resp.Status)
 	}

@@ -329,7 +329,7 @@ func waitReady(ctx context.Context, p *harness.Process, healthPort int) error {
 		if err != nil {
 			return false, nil
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	})
 }

@@ -186,7 +186,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		for _, p := range c.processes() {
 			portClash = portClash || p.errPortInUse()
 		}
-		c.stopProcesses()
+		if stopErr := c.stopProcesses(); stopErr != nil {
+			// Processes of the failed start may still run: do not start more.
+			err = errors.Join(err, fmt.Errorf("stopping the processes of the failed start: %w", stopErr))
+			break
+		}
 		if !portClash {
 			break
 		}
@@ -247,7 +251,8 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		"--profiling=false",
 		"--cert-dir=" + path("apiserver-certs"),
 	}
-	c.apiArgs = append(apiArgs, opts.APIServerFlags...)
+	apiArgs = append(apiArgs, opts.APIServerFlags...)
+	c.apiArgs = apiArgs
 	apiserver, err := StartProcess(apiServerName, c.bin("kube-apiserver"), c.apiArgs, c.Dir)
 	if err != nil {
 		return err
@@ -585,7 +590,7 @@ func FreePorts(n int) ([]int, error) {
 	listeners := make([]net.Listener, 0, n)
 	defer func() {
 		for _, l := range listeners {
-			l.Close()
+			_ = l.Close()
 		}
 	}()
 	for range n {

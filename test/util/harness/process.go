@@ -44,13 +44,13 @@ func StartProcess(name, bin string, args []string, dir string, env ...string) (*
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
-		logFile.Close()
+		_ = logFile.Close()
 		return nil, fmt.Errorf("starting %s (%s): %w", name, bin, err)
 	}
 	p := &Process{name: name, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
-		logFile.Close()
+		_ = logFile.Close()
 		close(p.exited)
 	}()
 	return p, nil

@@ -54,7 +54,7 @@ func Read() ([]Metric, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the metrics list: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var list []Metric
 	scanner := bufio.NewScanner(f)
 	for line := 1; scanner.Scan(); line++ {

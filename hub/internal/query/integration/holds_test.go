@@ -185,7 +185,7 @@ var _ = Describe("Fleet holds", Ordered, func() {
 		// Without a client certificate nothing but Join is served.
 		anon, err := dial(h.Address(), nil)
 		Expect(err).NotTo(HaveOccurred())
-		defer anon.Close()
+		defer func() { _ = anon.Close() }()
 		_, err = queryv1.NewQueryClient(anon).CreateHold(ctx, holdRequest("anonymous", 1, 0))
 		Expect(err).To(HaveOccurred())
 		Expect(status.Code(err)).NotTo(Equal(codes.InvalidArgument))

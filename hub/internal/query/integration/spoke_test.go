@@ -58,7 +58,7 @@ func joinSpokeVia(ctx context.Context, addr, name string) (*simSpoke, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer anon.Close()
+	defer func() { _ = anon.Close() }()
 	resp, err := federationv1.NewFederationClient(anon).Join(ctx, &federationv1.JoinRequest{ClusterName: name, Token: token, Csr: csrPEM, AgentVersion: "v0.1.0"})
 	if err != nil {
 		return nil, fmt.Errorf("joining as %s: %w", name, err)

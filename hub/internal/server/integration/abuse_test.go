@@ -83,7 +83,7 @@ func report(ctx context.Context, cluster string, cert *tls.Certificate) error {
 	defer cancel()
 	// Closed when done: the hub caps the connections of one certificate.
 	conn := dialOnce(newSource(), cert)
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	stream, err := federationv1.NewFederationClient(conn).Report(ctx)
 	if err != nil {
 		return err
@@ -109,7 +109,7 @@ func report(ctx context.Context, cluster string, cert *tls.Certificate) error {
 func renew(ctx context.Context, cluster string, cert *tls.Certificate) (*tls.Certificate, error) {
 	key := newSpokeKey(cluster)
 	conn := dialOnce(newSource(), cert)
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	resp, err := federationv1.NewFederationClient(conn).Renew(ctx, &federationv1.RenewRequest{Csr: key.csrPEM})
 	if err != nil {
 		return nil, err
@@ -125,7 +125,7 @@ func renewForKey(ctx context.Context, cluster string, cert *tls.Certificate, key
 		return nil, err
 	}
 	conn := dialOnce(newSource(), cert)
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	resp, err := federationv1.NewFederationClient(conn).Renew(ctx, &federationv1.RenewRequest{Csr: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})})
 	if err != nil {
 		return nil, err
@@ -152,7 +152,7 @@ func listClusters(ctx context.Context, cert *tls.Certificate) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	conn := dialOnce(newSource(), cert)
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	_, err := queryv1.NewQueryClient(conn).ListClusters(ctx, &queryv1.ListClustersRequest{})
 	return err
 }

@@ -93,7 +93,9 @@ func (r *Controller) Reconcile(ctx context.Context, req mcreconcile.Request) (ct
 	}
 	if err := c.Status().Patch(ctx, hold, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return ctrl.Result{Requeue: true}, nil
+			// The hold changed since the cache gave it to us (its event
+			// queues it again) or is gone: nothing to retry here.
+			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("patching the status of CapacityHold %s: %w", hold.Name, err)
 	}

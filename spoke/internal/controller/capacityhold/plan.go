@@ -17,13 +17,13 @@ import (
 type Phase string
 
 const (
-	// PhasePending: not decided yet.
+	// PhasePending is a hold not decided yet.
 	PhasePending Phase = "Pending"
-	// PhaseActive: accepted, validUntil not passed.
+	// PhaseActive is a hold accepted whose validUntil has not passed.
 	PhaseActive Phase = "Active"
-	// PhaseFailed: could not be made; final.
+	// PhaseFailed is a hold that could not be made; final.
 	PhaseFailed Phase = "Failed"
-	// PhaseExpired: validUntil passed; final.
+	// PhaseExpired is a hold whose validUntil passed; final.
 	PhaseExpired Phase = "Expired"
 )
 

@@ -164,7 +164,7 @@ func reportWith(ctx context.Context, cert *tls.Certificate, cluster string) erro
 	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn := connectToHub(cert)
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	stream, err := federationv1.NewFederationClient(conn).Report(callCtx)
 	if err != nil {
 		return err
