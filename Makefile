@@ -49,6 +49,10 @@ generate: tools ## Generate deepcopy, CRDs, RBAC, webhook manifests and protobuf
 fmt-check: ## Fail when gofmt would change a tracked Go file (seconds; CI runs it first).
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 
+.PHONY: lint
+lint: ## Run golangci-lint (pinned, built into the tool cache) with .golangci.yml; CI runs it after fmt-check.
+	@lint=$$(hack/tools.sh path golangci-lint) && "$$lint" run ./...
+
 .PHONY: verify
 verify: fmt-check generate ## Fail when `make generate` or gofmt would change a tracked file.
 	@git diff --exit-code --stat -- . || { echo "make generate left a diff: run it and commit the result"; exit 1; }

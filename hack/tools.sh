@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the pinned developer tools of hack/tools (controller-gen, protoc-gen-go,
-# protoc-gen-go-grpc, ginkgo, kustomize), hack/tools/buf (buf) and
-# hack/tools/helm (helm) into a cache directory outside the clone, keyed by the
-# hash of their go.mod/go.sum. A tool already in the cache is not built again.
+# protoc-gen-go-grpc, ginkgo, kustomize), hack/tools/buf (buf),
+# hack/tools/helm (helm) and hack/tools/golangci-lint (golangci-lint) into a
+# cache directory outside the clone, keyed by the hash of their go.mod/go.sum.
+# A tool already in the cache is not built again.
 #
 # This script is the one way anything finds a tool: make targets and test
 # suites (test/util/repo.Tool) ask it, and it builds what is missing, so a
@@ -16,7 +17,8 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${IMPERATOR_CACHE:-$HOME/.cache/imperator}
 key=$(cat "$root"/hack/tools/go.mod "$root"/hack/tools/go.sum "$root"/hack/tools/buf/go.mod "$root"/hack/tools/buf/go.sum \
-  "$root"/hack/tools/helm/go.mod "$root"/hack/tools/helm/go.sum | sha256sum | cut -c1-12)
+  "$root"/hack/tools/helm/go.mod "$root"/hack/tools/helm/go.sum \
+  "$root"/hack/tools/golangci-lint/go.mod "$root"/hack/tools/golangci-lint/go.sum | sha256sum | cut -c1-12)
 dir="$cache/tools-$key"
 
 # The tools: name, module directory, package.
@@ -28,6 +30,7 @@ tools=(
   "kustomize          hack/tools     sigs.k8s.io/kustomize/kustomize/v5"
   "buf                hack/tools/buf github.com/bufbuild/buf/cmd/buf"
   "helm               hack/tools/helm helm.sh/helm/v3/cmd/helm"
+  "golangci-lint      hack/tools/golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint"
 )
 
 build() { # build NAME: build the tool unless it is in the cache
