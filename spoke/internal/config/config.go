@@ -55,6 +55,9 @@ type Hosted struct {
 	// RequestTimeout bounds every request to a member's API server, so that
 	// a slow member holds a controller worker for at most this long.
 	RequestTimeout time.Duration
+	// WebhookProbeInterval is how often each member is asked whether its API
+	// server reaches the agent's webhooks (and their CA bundle refreshed).
+	WebhookProbeInterval time.Duration
 }
 
 // IsHosted reports whether the agent serves member clusters (hosted mode).
@@ -164,7 +167,7 @@ func Default() Config {
 			ReportDebounce:      500 * time.Millisecond,
 			APIServerStaleAfter: 30 * time.Second,
 		},
-		Hosted: Hosted{RequestTimeout: 15 * time.Second},
+		Hosted: Hosted{RequestTimeout: 15 * time.Second, WebhookProbeInterval: 30 * time.Second},
 	}
 }
 
@@ -202,6 +205,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Hosted.ClustersFrom, "clusters-from", c.Hosted.ClustersFrom, "Where the member clusters come from: empty serves the agent's own cluster (in-cluster mode); \""+ClustersFromKubeconfigSecrets+"\" serves every cluster whose kubeconfig is in a labelled Secret of --kubeconfig-namespace (hosted mode).")
 	fs.StringVar(&c.Hosted.KubeconfigNamespace, "kubeconfig-namespace", c.Hosted.KubeconfigNamespace, "Namespace of the management cluster holding the members' kubeconfig Secrets in hosted mode (default: --namespace).")
 	fs.DurationVar(&c.Hosted.RequestTimeout, "member-request-timeout", c.Hosted.RequestTimeout, "In hosted mode, the longest a request to a member's API server may take.")
+	fs.DurationVar(&c.Hosted.WebhookProbeInterval, "member-webhook-probe-interval", c.Hosted.WebhookProbeInterval, "In hosted mode, how often each member's API server is checked to reach the agent's webhooks.")
 }
 
 // Complete fills the settings that derive from others.
@@ -269,6 +273,9 @@ func (c *Config) Validate() error {
 		}
 		if c.Hosted.RequestTimeout <= 0 {
 			errs = append(errs, fmt.Errorf("--member-request-timeout %s: must be positive", c.Hosted.RequestTimeout))
+		}
+		if c.Hosted.WebhookProbeInterval < time.Second {
+			errs = append(errs, fmt.Errorf("--member-webhook-probe-interval %s: must be at least 1s", c.Hosted.WebhookProbeInterval))
 		}
 		if c.Webhook.CertManagerCertificate != "" {
 			errs = append(errs, errors.New("--webhook-cert-manager-certificate: not supported with --clusters-from (the agent puts its own CA bundle into every member's webhook configurations)"))
