@@ -32,6 +32,10 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		"hosted mode with a hub": {
 			args: []string{"--clusters-from=kubeconfig-secrets", "--kubeconfig-namespace=members", "--hub-address=hub:1", "--hub-ca-file=/ca.crt"},
 		},
+		"hosted probe and request bounds": {
+			args:     []string{"--clusters-from=kubeconfig-secrets", "--member-webhook-probe-interval=100ms", "--member-request-timeout=0s"},
+			wantErrs: []string{"--member-webhook-probe-interval", "--member-request-timeout"},
+		},
 		"unknown cluster source": {args: []string{"--clusters-from=cluster-profiles"}, wantErrs: []string{"--clusters-from"}},
 		"kubeconfig namespace without hosted mode": {
 			args: []string{"--kubeconfig-namespace=members"}, wantErrs: []string{"--kubeconfig-namespace"},
