@@ -191,7 +191,7 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 			samples, percentile(up, 0.5).Round(time.Millisecond), percentile(up, 1).Round(time.Millisecond),
 			percentile(down, 0.5).Round(time.Millisecond), percentile(down, 1).Round(time.Millisecond))
 		AddReportEntry("isolation", figures)
-		fmt.Fprintln(GinkgoWriter, figures)
+		GinkgoWriter.Println(figures)
 		// The request timeout is 5 s: a member waiting on gamma would
 		// show it.
 		Expect(percentile(down, 1)).To(BeNumerically("<", 3*time.Second), figures)
