@@ -197,11 +197,32 @@ func (r run) run(smoke, full bool) ([]figure, error) {
 // "BenchmarkFleet/spokes=100-2   20   123 ns/op   4.5 p99-ms".
 var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.+)$`)
 
+// interruptedLine is a benchmark's name followed by something else than its
+// iteration count (a log line), and figuresLine the iteration count and
+// figures that come later on their own line.
+var (
+	interruptedLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\D`)
+	figuresLine     = regexp.MustCompile(`^\d+\s+(\d.*/op.*|\d.*\s\S+-\S+.*)$`)
+)
+
 func parse(r io.Reader) []figure {
 	var figures []figure
+	// pending is the benchmark whose name was printed on a line that a log
+	// line of the benchmark (on stderr, merged by go test) interrupted: its
+	// figures follow on a line of their own.
+	var pending string
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		m := benchLine.FindStringSubmatch(strings.TrimSpace(sc.Text()))
+		line := strings.TrimSpace(sc.Text())
+		m := benchLine.FindStringSubmatch(line)
+		if m == nil {
+			if name := interruptedLine.FindStringSubmatch(line); name != nil {
+				pending = name[1]
+			} else if rest := figuresLine.FindStringSubmatch(line); rest != nil && pending != "" {
+				m = []string{line, pending, rest[1]}
+				pending = ""
+			}
+		}
 		if m == nil {
 			continue
 		}
