@@ -27,6 +27,13 @@ type ClusterInventoryStatus struct {
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
 
+	// agentMode is how the spoke agent runs: in-cluster (inside the spoke
+	// cluster) or hosted (in a management cluster, serving the spoke through
+	// its kubeconfig). Empty when the agent did not say.
+	// +kubebuilder:validation:Enum=in-cluster;hosted
+	// +optional
+	AgentMode string `json:"agentMode,omitempty"`
+
 	// epoch identifies one run of the spoke agent; generations are
 	// comparable only within one epoch.
 	// +optional

@@ -64,6 +64,7 @@ func clusterFromInventory(inv *imperatorv1alpha1.ClusterInventory) store.Cluster
 	return store.Cluster{
 		Name:          inv.Spec.ClusterName,
 		AgentVersion:  inv.Status.AgentVersion,
+		AgentMode:     inv.Status.AgentMode,
 		Epoch:         inv.Status.Epoch,
 		Generation:    inv.Status.Generation,
 		ObservedAt:    timeOf(inv.Status.ObservedAt),

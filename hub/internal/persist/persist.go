@@ -366,6 +366,7 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	next := inv.DeepCopy()
 	setAvailableCondition(next, available, msg)
 	next.Status.AgentVersion = c.AgentVersion
+	next.Status.AgentMode = c.AgentMode
 	next.Status.Epoch = c.Epoch
 	next.Status.Generation = c.Generation
 	next.Status.ObservedAt = metaTime(c.ObservedAt)

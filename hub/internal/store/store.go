@@ -636,7 +636,7 @@ func unreachableSince(hb *federationv1.Heartbeat, held, now time.Time) time.Time
 // Peer is what the hub cluster's API says about a cluster: the inventory last
 // persisted by the replica serving it, and that replica's heartbeat lease.
 type Peer struct {
-	// Inventory holds the persisted figures: AgentVersion, Epoch,
+	// Inventory holds the persisted figures: AgentVersion, AgentMode, Epoch,
 	// Generation, ObservedAt, LastHeartbeat and Machines.
 	Inventory Cluster
 	// Replica is the lease holder: the replica holding the cluster's stream.
@@ -709,7 +709,7 @@ func (s *Store) Observe(name string, p Peer) (superseded bool) {
 			c.Machines = dedupMachines(machines)
 			c.Epoch, c.Generation, c.ObservedAt = in.Epoch, in.Generation, in.ObservedAt
 		}
-		c.AgentVersion = in.AgentVersion
+		c.AgentVersion, c.AgentMode = in.AgentVersion, in.AgentMode
 		switch {
 		case renewal && !firstSight:
 			// The serving replica heard from the spoke just now.
@@ -740,7 +740,7 @@ func (s *Store) Observe(name string, p Peer) (superseded bool) {
 		}
 		changed := !existed || c.Epoch != before.Epoch || c.Generation != before.Generation || c.State != before.State ||
 			c.Connected != before.Connected || c.Restored != before.Restored || c.Replica != before.Replica ||
-			c.AgentVersion != before.AgentVersion || c.Outdated != before.Outdated
+			c.AgentVersion != before.AgentVersion || c.AgentMode != before.AgentMode || c.Outdated != before.Outdated
 		return Result{}, changed
 	})
 	return superseded

@@ -16,6 +16,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/persist"
 	"github.com/imperator-federation/imperator/hub/internal/scores"
 	"github.com/imperator-federation/imperator/hub/internal/store"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
 // usedOf is the used count of compute-xlarge in a cluster's gpu-<group> Machine.
@@ -60,6 +61,7 @@ var _ = Describe("Several hub replicas", Ordered, func() {
 
 		omega, err = joinSpokeVia(ctx, second.Address(), cluster)
 		Expect(err).NotTo(HaveOccurred())
+		omega.mode = federationv1.AgentMode_AGENT_MODE_HOSTED
 		Expect(omega.start(gpuMachine(group, 4, 0))).To(Succeed())
 		DeferCleanup(func(ctx context.Context) {
 			Expect(omega.stop()).To(Succeed())
@@ -79,6 +81,7 @@ var _ = Describe("Several hub replicas", Ordered, func() {
 			g.Expect(usedOf(c, group)).To(BeEquivalentTo(0))
 			local, _ := second.Cluster(cluster)
 			g.Expect(c.Replica).To(Equal(local.Replica), "the replica holding the stream")
+			g.Expect(c.AgentMode).To(Equal("hosted"), "imperatorctl clusters -o wide shows the mode on every replica")
 		}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 
 		By("publishing its placement score from the leader only")
