@@ -400,9 +400,6 @@ func (c *Coordinator) settle(ctx context.Context, fh *imperatorv1alpha1.FleetHol
 	return nil
 }
 
-// orphanAfter is how long after its creation a Pending hold that no
-// replica coordinates any more is Failed: well past the two deadlines of a
-// hold and its release.
 // patchStatus writes fh's status, changed from before's, with its
 // clustersSummary brought up to date.
 func (c *Coordinator) patchStatus(ctx context.Context, fh, before *imperatorv1alpha1.FleetHold) error {
@@ -414,6 +411,9 @@ func (c *Coordinator) patchStatus(ctx context.Context, fh, before *imperatorv1al
 	return c.opts.Client.Status().Patch(ctx, fh, client.MergeFrom(before))
 }
 
+// orphanAfter is how long after its creation a Pending hold that no
+// replica coordinates any more is Failed: well past the two deadlines of a
+// hold and its release.
 func (c *Coordinator) orphanAfter() time.Duration { return 3*c.opts.Deadline + 30*time.Second }
 
 func (c *Coordinator) start(name string) bool {
