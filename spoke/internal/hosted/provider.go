@@ -345,12 +345,7 @@ func (p *Provider) add(name multicluster.ClusterName, spec *Member, hash string,
 			return fmt.Errorf("cluster name %q is already served for Secret %s", spec.Name, other.Secret.Name)
 		}
 	}
-	cl, err := cluster.New(spec.Config, func(o *cluster.Options) {
-		o.Scheme = p.opts.Scheme
-		if p.opts.Cache != nil {
-			o.Cache = p.opts.Cache()
-		}
-	})
+	cl, err := p.newCluster(spec)
 	if err != nil {
 		return fmt.Errorf("creating member cluster %s: %w", spec.Name, err)
 	}
@@ -400,6 +395,34 @@ func (p *Provider) add(name multicluster.ClusterName, spec *Member, hash string,
 		close(m.done)
 	}()
 	return nil
+}
+
+// newCluster creates the member's cluster. Its cache watches without a
+// timeout: client-go makes rest.Config.Timeout the http.Client's, which would
+// cut every watch (and any LIST longer than it) after RequestTimeout. The
+// cluster's client, whose writes go to the API server, keeps the bound.
+func (p *Provider) newCluster(spec *Member) (cluster.Cluster, error) {
+	watchConfig := rest.CopyConfig(spec.Config)
+	watchConfig.Timeout = 0
+	timeout := p.opts.RequestTimeout
+	return cluster.New(watchConfig, func(o *cluster.Options) {
+		o.Scheme = p.opts.Scheme
+		if p.opts.Cache != nil {
+			o.Cache = p.opts.Cache()
+		}
+		o.NewClient = func(config *rest.Config, opts client.Options) (client.Client, error) {
+			config = rest.CopyConfig(config)
+			config.Timeout = timeout
+			if opts.HTTPClient != nil {
+				// The cluster's shared http.Client (same transport), with
+				// the request bound.
+				bounded := *opts.HTTPClient
+				bounded.Timeout = timeout
+				opts.HTTPClient = &bounded
+			}
+			return client.New(config, opts)
+		}
+	})
 }
 
 func (p *Provider) snapshot() []*member {
