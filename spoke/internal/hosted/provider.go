@@ -314,7 +314,9 @@ func (p *Provider) parse(secret *corev1.Secret) (*Member, string, error) {
 		errs = append(errs, fmt.Errorf("data[%s]: required, the member's kubeconfig", KubeconfigKey))
 	} else {
 		var err error
-		if cfg, err = clientcmd.RESTConfigFromKubeConfig(data); err != nil {
+		if err = checkKubeconfig(data); err != nil {
+			errs = append(errs, fmt.Errorf("data[%s] of Secret %s/%s: %w", KubeconfigKey, secret.Namespace, secret.Name, err))
+		} else if cfg, err = clientcmd.RESTConfigFromKubeConfig(data); err != nil {
 			errs = append(errs, fmt.Errorf("data[%s]: %w", KubeconfigKey, err))
 		}
 	}
@@ -333,6 +335,44 @@ func (p *Provider) parse(secret *corev1.Secret) (*Member, string, error) {
 		WebhookURL: webhookURL,
 		Config:     cfg,
 	}, hex.EncodeToString(sum.Sum(nil)), nil
+}
+
+// checkKubeconfig refuses a member kubeconfig that would make the agent run
+// a program or read a file of its own pod: whoever may write Secrets in the
+// kubeconfig namespace could otherwise have the agent run a binary (exec,
+// auth-provider) or send its ServiceAccount token or certificates (a
+// tokenFile or certificate path) to a server of theirs. Inline credentials
+// (token, client-certificate-data, client-key-data,
+// certificate-authority-data) are what a member kubeconfig carries.
+func checkKubeconfig(data []byte) error {
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	refuse := func(field string, set bool) {
+		if set {
+			errs = append(errs, fmt.Errorf("%s: not allowed in a member kubeconfig (the agent would run a program or read a file of its own); use inline data", field))
+		}
+	}
+	for name, user := range cfg.AuthInfos {
+		if user == nil {
+			continue
+		}
+		at := fmt.Sprintf("users[%s].user.", name)
+		refuse(at+"exec", user.Exec != nil)
+		refuse(at+"auth-provider", user.AuthProvider != nil)
+		refuse(at+"tokenFile", user.TokenFile != "")
+		refuse(at+"client-certificate", user.ClientCertificate != "")
+		refuse(at+"client-key", user.ClientKey != "")
+	}
+	for name, c := range cfg.Clusters {
+		if c == nil {
+			continue
+		}
+		refuse(fmt.Sprintf("clusters[%s].cluster.certificate-authority", name), c.CertificateAuthority != "")
+	}
+	return errors.Join(errs...)
 }
 
 // add starts a member: its cluster runs at once, and the controllers are

@@ -139,3 +139,62 @@ func TestWebhookOfAMemberNotServedSaysSo(t *testing.T) {
 		t.Errorf("answer allows the request: %s", rec.Body.String())
 	}
 }
+
+func TestMemberKubeconfigThatRunsProgramsOrReadsAgentFilesIsRefused(t *testing.T) {
+	const head = "apiVersion: v1\nkind: Config\ncurrent-context: edge\ncontexts: [{name: edge, context: {cluster: edge, user: agent}}]\n"
+	const server = `clusters: [{name: edge, cluster: {server: "https://10.0.0.1:6443", certificate-authority-data: "Zm9v"}}]` + "\n"
+	cases := map[string]struct {
+		kubeconfig string
+		wantErr    string // "" accepted
+	}{
+		"inline token and CA data": {
+			kubeconfig: head + server + `users: [{name: agent, user: {token: "t"}}]`,
+		},
+		"inline client certificate data": {
+			kubeconfig: head + server + `users: [{name: agent, user: {client-certificate-data: "Zm9v", client-key-data: "Zm9v"}}]`,
+		},
+		"exec plugin": {
+			kubeconfig: head + server + `users: [{name: agent, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: ["-c", "id"]}}}]`,
+			wantErr:    "users[agent].user.exec",
+		},
+		"auth provider": {
+			kubeconfig: head + server + `users: [{name: agent, user: {auth-provider: {name: oidc}}}]`,
+			wantErr:    "users[agent].user.auth-provider",
+		},
+		"the agent's own ServiceAccount token file": {
+			kubeconfig: head + server + `users: [{name: agent, user: {tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}}]`,
+			wantErr:    "users[agent].user.tokenFile",
+		},
+		"client certificate and key files": {
+			kubeconfig: head + server + `users: [{name: agent, user: {client-certificate: /etc/tls/tls.crt, client-key: /etc/tls/tls.key}}]`,
+			wantErr:    "users[agent].user.client-key",
+		},
+		"CA file": {
+			kubeconfig: head + `clusters: [{name: edge, cluster: {server: "https://10.0.0.1:6443", certificate-authority: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt}}]` + "\n" + `users: [{name: agent, user: {token: "t"}}]`,
+			wantErr:    "clusters[edge].cluster.certificate-authority",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p, err := New(Options{Namespace: "members", Scheme: runtime.NewScheme()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = p.parse(memberSecret("edge", nil, map[string]string{KubeconfigKey: tc.kubeconfig}))
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("refused an inline kubeconfig: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("accepted a kubeconfig with %s", tc.wantErr)
+			}
+			for _, want := range []string{tc.wantErr, "Secret members/edge"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %q", err, want)
+				}
+			}
+		})
+	}
+}
