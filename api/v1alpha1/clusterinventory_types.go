@@ -34,6 +34,12 @@ type ClusterInventoryStatus struct {
 	// +optional
 	AgentMode string `json:"agentMode,omitempty"`
 
+	// injectionUnavailable, when set, says why the spoke cluster's API
+	// server cannot call the agent's webhooks: guests are not injected.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	InjectionUnavailable string `json:"injectionUnavailable,omitempty"`
+
 	// epoch identifies one run of the spoke agent; generations are
 	// comparable only within one epoch.
 	// +optional

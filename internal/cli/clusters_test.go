@@ -80,3 +80,30 @@ func TestClustersWideShowsAgentModeAndUnreachableWebhooks(t *testing.T) {
 		})
 	}
 }
+
+func TestClustersTableCannotBeForgedByASpokesText(t *testing.T) {
+	// A spoke writes its agent version and its injection message; neither
+	// may add a row for another cluster nor send the terminal an escape.
+	cluster := &queryv1.Cluster{
+		Name: "evil", State: queryv1.ClusterState_CLUSTER_STATE_AVAILABLE, AgentMode: "hosted",
+		AgentVersion:         "v1\x1b[2J",
+		InjectionUnavailable: "x\nprod-a  Available  v1.0  1s  3  3  1s  true  1  in-cluster\tok\r",
+	}
+	var out bytes.Buffer
+	p, err := newPrinter(formatWide, Env{Stdout: &out, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl := &table{columns: clusterColumns}
+	p.clusterRow(tbl, cluster)
+	if err := p.table(tbl, true); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	if len(lines) != 2 {
+		t.Errorf("want a header and one row, got %d lines:\n%s", len(lines), out.String())
+	}
+	if strings.ContainsAny(out.String(), "\x1b\r") {
+		t.Errorf("a control character reached the terminal: %q", out.String())
+	}
+}

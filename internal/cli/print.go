@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -79,7 +80,23 @@ type table struct {
 	rows    [][]string
 }
 
-func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+// add appends a row. Control characters in a cell (a newline, a tab, a
+// terminal escape sequence: spokes and the hub's users write some of the
+// texts shown) become spaces, so that no text can forge a row or a column,
+// or drive the terminal.
+func (t *table) add(cells ...string) {
+	for i, c := range cells {
+		if strings.IndexFunc(c, unicode.IsControl) >= 0 {
+			cells[i] = strings.Map(func(r rune) rune {
+				if unicode.IsControl(r) {
+					return ' '
+				}
+				return r
+			}, c)
+		}
+	}
+	t.rows = append(t.rows, cells)
+}
 
 // message writes m as JSON or YAML.
 func (p *printer) message(m proto.Message) error {

@@ -2,6 +2,8 @@ package ingest
 
 import (
 	"fmt"
+	"strings"
+	"unicode"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -191,6 +193,8 @@ func ValidateHello(hello *federationv1.Hello) error {
 	var errs errorList
 	if v := hello.GetAgentVersion(); len(v) > MaxAgentVersionLength {
 		errs.add(field.TooLong(field.NewPath("hello", "agentVersion"), "", MaxAgentVersionLength))
+	} else if strings.IndexFunc(v, unicode.IsControl) >= 0 {
+		errs.add(field.Invalid(field.NewPath("hello", "agentVersion"), v, "must not contain control characters: it is shown to people"))
 	}
 	return errs.err()
 }

@@ -285,6 +285,10 @@ func TestValidateHello(t *testing.T) {
 	if diff := cmp.Diff([]problem{{"FieldValueTooLong", "hello.agentVersion"}}, got); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)
 	}
+	got = problems(t, ValidateHello(&federationv1.Hello{AgentVersion: "v1\n\x1b[2J"}))
+	if diff := cmp.Diff([]problem{{"FieldValueInvalid", "hello.agentVersion"}}, got); diff != "" {
+		t.Errorf("a version with control characters, problems (-want +got):\n%s", diff)
+	}
 }
 
 // Checking the largest Snapshot the caps allow (10,000 Machines) costs the

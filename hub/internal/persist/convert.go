@@ -62,14 +62,15 @@ func machinesFromAPI(machines []imperatorv1alpha1.InventoryMachine) []*federatio
 // clusterFromInventory is the store value of a persisted inventory.
 func clusterFromInventory(inv *imperatorv1alpha1.ClusterInventory) store.Cluster {
 	return store.Cluster{
-		Name:          inv.Spec.ClusterName,
-		AgentVersion:  inv.Status.AgentVersion,
-		AgentMode:     inv.Status.AgentMode,
-		Epoch:         inv.Status.Epoch,
-		Generation:    inv.Status.Generation,
-		ObservedAt:    timeOf(inv.Status.ObservedAt),
-		LastHeartbeat: timeOf(inv.Status.LastHeartbeatTime),
-		Machines:      machinesFromAPI(inv.Status.Machines),
+		Name:                 inv.Spec.ClusterName,
+		AgentVersion:         inv.Status.AgentVersion,
+		AgentMode:            inv.Status.AgentMode,
+		InjectionUnavailable: inv.Status.InjectionUnavailable,
+		Epoch:                inv.Status.Epoch,
+		Generation:           inv.Status.Generation,
+		ObservedAt:           timeOf(inv.Status.ObservedAt),
+		LastHeartbeat:        timeOf(inv.Status.LastHeartbeatTime),
+		Machines:             machinesFromAPI(inv.Status.Machines),
 	}
 }
 

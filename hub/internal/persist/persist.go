@@ -367,6 +367,7 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	setAvailableCondition(next, available, msg)
 	next.Status.AgentVersion = c.AgentVersion
 	next.Status.AgentMode = c.AgentMode
+	next.Status.InjectionUnavailable = c.InjectionUnavailable
 	next.Status.Epoch = c.Epoch
 	next.Status.Generation = c.Generation
 	next.Status.ObservedAt = metaTime(c.ObservedAt)

@@ -35,6 +35,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"k8s.io/utils/clock"
 
@@ -366,7 +367,11 @@ func (s *Store) Disconnect(name string) {
 		if c.Replica != s.replica {
 			return Result{}, false
 		}
-		return Result{}, c.fire(EventDisconnect)
+		// Only the spoke's heartbeats say whether its webhooks are
+		// reachable; without a stream, this replica no longer knows.
+		cleared := c.InjectionUnavailable != ""
+		c.InjectionUnavailable = ""
+		return Result{}, c.fire(EventDisconnect) || cleared
 	})
 }
 
@@ -591,11 +596,22 @@ func (s *Store) Heartbeat(name string, epoch uint64, hb *federationv1.Heartbeat)
 // cluster (bytes; a longer one is cut, not refused: it is for people).
 const maxInjectionMessage = 1024
 
+// truncate cuts s to at most n bytes on a character boundary, its control
+// characters (newlines, terminal escapes) turned into spaces: it is text for
+// people, shown in tables.
 func truncate(s string, n int) string {
-	if len(s) <= n {
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "")
+	}
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
 		return s
 	}
-	return strings.ToValidUTF8(s[:n], "")
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
 }
 
 // AgentModeName is the name of an agent mode shown to people: "in-cluster",
@@ -636,7 +652,8 @@ func unreachableSince(hb *federationv1.Heartbeat, held, now time.Time) time.Time
 // Peer is what the hub cluster's API says about a cluster: the inventory last
 // persisted by the replica serving it, and that replica's heartbeat lease.
 type Peer struct {
-	// Inventory holds the persisted figures: AgentVersion, AgentMode, Epoch,
+	// Inventory holds the persisted figures: AgentVersion, AgentMode,
+	// InjectionUnavailable, Epoch,
 	// Generation, ObservedAt, LastHeartbeat and Machines.
 	Inventory Cluster
 	// Replica is the lease holder: the replica holding the cluster's stream.
@@ -709,7 +726,7 @@ func (s *Store) Observe(name string, p Peer) (superseded bool) {
 			c.Machines = dedupMachines(machines)
 			c.Epoch, c.Generation, c.ObservedAt = in.Epoch, in.Generation, in.ObservedAt
 		}
-		c.AgentVersion, c.AgentMode = in.AgentVersion, in.AgentMode
+		c.AgentVersion, c.AgentMode, c.InjectionUnavailable = in.AgentVersion, in.AgentMode, in.InjectionUnavailable
 		switch {
 		case renewal && !firstSight:
 			// The serving replica heard from the spoke just now.
@@ -740,7 +757,8 @@ func (s *Store) Observe(name string, p Peer) (superseded bool) {
 		}
 		changed := !existed || c.Epoch != before.Epoch || c.Generation != before.Generation || c.State != before.State ||
 			c.Connected != before.Connected || c.Restored != before.Restored || c.Replica != before.Replica ||
-			c.AgentVersion != before.AgentVersion || c.AgentMode != before.AgentMode || c.Outdated != before.Outdated
+			c.AgentVersion != before.AgentVersion || c.AgentMode != before.AgentMode ||
+			c.InjectionUnavailable != before.InjectionUnavailable || c.Outdated != before.Outdated
 		return Result{}, changed
 	})
 	return superseded

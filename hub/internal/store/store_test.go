@@ -494,6 +494,12 @@ func TestAgentModeAndUnreachableWebhooksAreKeptFromTheSpoke(t *testing.T) {
 		"agent mode this hub does not know": {
 			hello: &federationv1.Hello{Epoch: 1, AgentMode: federationv1.AgentMode(42)},
 		},
+		"control characters become spaces (the text is shown in tables)": {
+			hello:         &federationv1.Hello{Epoch: 1, AgentMode: federationv1.AgentMode_AGENT_MODE_HOSTED},
+			heartbeats:    []*federationv1.Heartbeat{{InjectionUnavailable: "refused\nprod-a Available\x1b[2J"}},
+			wantMode:      "hosted",
+			wantInjection: "refused prod-a Available [2J",
+		},
 		"a message too long is cut on a character boundary": {
 			hello:         &federationv1.Hello{Epoch: 1, AgentMode: federationv1.AgentMode_AGENT_MODE_IN_CLUSTER},
 			heartbeats:    []*federationv1.Heartbeat{{InjectionUnavailable: long}},
@@ -516,5 +522,29 @@ func TestAgentModeAndUnreachableWebhooksAreKeptFromTheSpoke(t *testing.T) {
 				t.Errorf("injection unavailable (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestInjectionUnavailableFollowsTheReplicaThatHearsTheSpoke(t *testing.T) {
+	s := New(clocktesting.NewFakePassiveClock(time.Unix(1000, 0)), 0)
+	// Served by another replica: what it persisted is shown here.
+	s.Observe("a", Peer{Replica: "other", Live: true, Inventory: Cluster{Epoch: 1, Generation: 1, AgentMode: "hosted", InjectionUnavailable: "connection refused"}})
+	if c, _ := s.Get("a"); c.InjectionUnavailable != "connection refused" || c.AgentMode != "hosted" {
+		t.Errorf("from the other replica: injection %q, mode %q; want its figures", c.InjectionUnavailable, c.AgentMode)
+	}
+	s.Observe("a", Peer{Replica: "other", Live: true, Inventory: Cluster{Epoch: 1, Generation: 1, AgentMode: "hosted"}})
+	if c, _ := s.Get("a"); c.InjectionUnavailable != "" {
+		t.Errorf("after the other replica cleared it: %q, want none", c.InjectionUnavailable)
+	}
+	// The spoke streams here, says its webhooks are unreachable, then goes:
+	// this replica no longer knows, and says nothing rather than old news.
+	s.Connect("a", &federationv1.Hello{Epoch: 2})
+	s.Heartbeat("a", 2, &federationv1.Heartbeat{InjectionUnavailable: "timeout"})
+	if c, _ := s.Get("a"); c.InjectionUnavailable != "timeout" {
+		t.Fatalf("while streaming here: %q, want timeout", c.InjectionUnavailable)
+	}
+	s.Disconnect("a")
+	if c, _ := s.Get("a"); c.InjectionUnavailable != "" {
+		t.Errorf("after the stream ended: %q, want none", c.InjectionUnavailable)
 	}
 }
