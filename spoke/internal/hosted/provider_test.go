@@ -1,6 +1,7 @@
 package hosted
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/webhook/machinevalidator"
 )
 
 const kubeconfig = `apiVersion: v1
@@ -196,5 +200,38 @@ func TestMemberKubeconfigThatRunsProgramsOrReadsAgentFilesIsRefused(t *testing.T
 				}
 			}
 		})
+	}
+}
+
+// TestOnlyTheProbeProvesTheMemberReachesTheWebhooks: requests to a member's
+// path from anyone (unknown paths, other objects, real creates) do not hide
+// a member whose API server cannot reach the agent; the probe's own dry-run
+// create of the probe Machine does.
+func TestOnlyTheProbeProvesTheMemberReachesTheWebhooks(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := imperatorv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	w := &Webhooks{Scheme: scheme}
+	hooks := w.newMemberHooks(nil)
+	w.members = map[string]*memberHooks{"edge": hooks}
+	review := func(name string, dryRun bool) string {
+		return fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u1","kind":{"group":"imperator.tenzen-y.io","version":"v1alpha1","kind":"Machine"},"resource":{"group":"imperator.tenzen-y.io","version":"v1alpha1","resource":"machines"},"name":%q,"operation":"CREATE","dryRun":%t,"object":{"apiVersion":"imperator.tenzen-y.io/v1alpha1","kind":"Machine","metadata":{"name":%q}}}}`, name, dryRun, name)
+	}
+	send := func(path, body string) {
+		req := httptest.NewRequest(http.MethodPost, PathPrefix+"edge"+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		w.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	send("/no-such-webhook", review(ProbeMachineName, true))
+	send(machinevalidator.WebhookPath, review("team-a", true))
+	send(machinevalidator.WebhookPath, review(ProbeMachineName, false))
+	if got := hooks.lastRequest.Load(); got != 0 {
+		t.Fatalf("requests other than the probe's counted as the member reaching the webhooks")
+	}
+	before := time.Now().UnixNano()
+	send(machinevalidator.WebhookPath, review(ProbeMachineName, true))
+	if got := hooks.lastRequest.Load(); got < before {
+		t.Fatalf("the probe's request was not counted")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -74,8 +75,10 @@ type Webhooks struct {
 type memberHooks struct {
 	injector  http.Handler
 	validator http.Handler
-	// lastRequest is when the member's API server last called a webhook
-	// (Unix nanoseconds).
+	// lastRequest is when the member's API server last called the validator
+	// for the probe Machine, dry-run (Unix nanoseconds): only the probe's own
+	// request proves that the member's API server reaches the agent; any
+	// other request to the member's path may come from anyone.
 	lastRequest atomic.Int64
 	// unavailable says why the member cannot reach the webhooks; "" when it
 	// can.
@@ -93,7 +96,6 @@ func (w *Webhooks) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	w.mu.RUnlock()
 	var handler http.Handler
 	if hooks != nil {
-		hooks.lastRequest.Store(time.Now().UnixNano())
 		switch "/" + path {
 		case podinjector.WebhookPath:
 			handler = hooks.injector
@@ -108,6 +110,33 @@ func (w *Webhooks) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		})}
 	}
 	handler.ServeHTTP(rw, req)
+}
+
+// newMemberHooks returns a member's injector and validator answering from
+// reader; the validator notes the probe's request in lastRequest.
+func (w *Webhooks) newMemberHooks(reader client.Reader) *memberHooks {
+	hooks := &memberHooks{
+		injector: &webhook.Admission{Handler: webhookmetrics.Handler(webhookmetrics.PodInjector, podinjector.NewHandler(reader, w.Scheme))},
+	}
+	validator := admission.WithValidator(w.Scheme,
+		webhookmetrics.Validator[*imperatorv1alpha1.Machine](webhookmetrics.MachineValidator, &machinevalidator.Validator{Reader: reader}))
+	next := validator.Handler
+	validator.Handler = admission.HandlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
+		if isProbe(req) {
+			hooks.lastRequest.Store(time.Now().UnixNano())
+		}
+		return next.Handle(ctx, req)
+	})
+	hooks.validator = validator
+	return hooks
+}
+
+// isProbe says whether req is the probe's: a dry-run create of the probe
+// Machine.
+func isProbe(req admission.Request) bool {
+	return req.Operation == admissionv1.Create && req.Name == ProbeMachineName &&
+		req.DryRun != nil && *req.DryRun &&
+		req.Kind.Group == imperatorv1alpha1.GroupVersion.Group && req.Kind.Kind == "Machine"
 }
 
 // Unavailable says why the member named name cannot reach the webhooks, ""
@@ -130,11 +159,7 @@ func (w *Webhooks) Unavailable(name string) string {
 // and probes whether its API server reaches them.
 func (w *Webhooks) serve(ctx context.Context, m *Member, cl cluster.Cluster) {
 	log := w.Log.WithValues("member", m.Name)
-	hooks := &memberHooks{
-		injector: &webhook.Admission{Handler: webhookmetrics.Handler(webhookmetrics.PodInjector, podinjector.NewHandler(cl.GetCache(), w.Scheme))},
-		validator: admission.WithValidator(w.Scheme,
-			webhookmetrics.Validator[*imperatorv1alpha1.Machine](webhookmetrics.MachineValidator, &machinevalidator.Validator{Reader: cl.GetCache()})),
-	}
+	hooks := w.newMemberHooks(cl.GetCache())
 	w.mu.Lock()
 	if w.members == nil {
 		w.members = map[string]*memberHooks{}
