@@ -266,7 +266,10 @@ func (p *Provider) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 	}
 	spec, hash, err := p.parse(secret)
 	if err != nil {
-		p.remove(name, log)
+		// Retire, as for a deleted Secret: a member no longer served must
+		// not keep webhook configurations (failure policy Fail) pointing at
+		// an agent that answers 503 for it.
+		p.retire(ctx, name, log)
 		log.Error(err, "Member Secret is not usable; the member is not served")
 		p.recorder.Eventf(secret, nil, corev1.EventTypeWarning, "InvalidMember", "Serve", "member cluster not served: %s", err.Error())
 		return reconcile.Result{}, nil

@@ -171,6 +171,22 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 			g.Expect(c.InjectionUnavailable).To(BeEmpty())
 			g.Expect(c.State).To(BeEquivalentTo("Available"))
 		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+
+		By("making gamma's Secret unusable (a plain-http webhook URL): its webhooks leave gamma, so its pods and Machines are not refused 503")
+		setURL("http://127.0.0.1:1")
+		Eventually(func() bool {
+			err := members["gamma"].Client.Get(ctx, client.ObjectKey{Name: "imperator-pod-injector"}, &admissionregistrationv1.MutatingWebhookConfiguration{})
+			return apierrors.IsNotFound(err)
+		}).WithTimeout(20*time.Second).WithPolling(200*time.Millisecond).Should(BeTrue(), "gamma's injector configuration is deleted once its Secret is unusable")
+		Expect(members["gamma"].Client.Get(ctx, client.ObjectKey{Name: "imperator-machine-validator"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})).
+			To(Satisfy(apierrors.IsNotFound))
+		setURL("")
+		Eventually(func(g Gomega) {
+			c, _ := hub.Cluster("gamma")
+			g.Expect(c.InjectionUnavailable).To(BeEmpty())
+			g.Expect(c.State).To(BeEquivalentTo("Available"))
+			g.Expect(members["gamma"].Client.Get(ctx, client.ObjectKey{Name: "imperator-pod-injector"}, &admissionregistrationv1.MutatingWebhookConfiguration{})).To(Succeed())
+		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 	})
 
 	It("keeps reconciling one member at its usual pace while another member's API server is down", func(ctx context.Context) {

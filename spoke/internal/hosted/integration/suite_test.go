@@ -27,6 +27,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
@@ -142,7 +144,12 @@ func nodeOf(member string) string { return "gpu-" + member }
 // own, into the management cluster; annotations are added to it.
 func addMember(ctx context.Context, name string, annotations map[string]string) {
 	GinkgoHelper()
-	kubeconfig, err := os.ReadFile(members[name].Cluster.KubeconfigPath)
+	// The harness's kubeconfig names certificate files; a member kubeconfig
+	// must carry them inline.
+	loaded, err := clientcmd.LoadFromFile(members[name].Cluster.KubeconfigPath)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(clientcmdapi.FlattenConfig(loaded)).To(Succeed())
+	kubeconfig, err := clientcmd.Write(*loaded)
 	Expect(err).NotTo(HaveOccurred())
 	token, err := hubtest.CreateToken(ctx, hubEnv.Client, agentNamespace, time.Hour, name)
 	Expect(err).NotTo(HaveOccurred())
