@@ -154,7 +154,9 @@ func mainErr() error {
 	}
 
 	verdicts := judge(goals, figures, full)
-	printTable(os.Stdout, verdicts)
+	if err := printTable(os.Stdout, verdicts); err != nil {
+		return fmt.Errorf("printing the goals table: %w", err)
+	}
 	fmt.Printf("\nbench: %d figures in %s; results in %s\n", len(figures), time.Since(start).Round(time.Second), *out)
 	if err := writeResults(*out, figures, verdicts); err != nil {
 		return err
@@ -275,9 +277,11 @@ func judge(goals []goal, figures []figure, full bool) []verdict {
 	return verdicts
 }
 
-func printTable(w io.Writer, verdicts []verdict) {
+// printTable writes the goals table to w. The rows go to a tabwriter, which
+// buffers them: a failed write surfaces at its Flush.
+func printTable(w io.Writer, verdicts []verdict) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "METRIC\tFIGURE\tGOAL\tRESULT\tISSUE")
+	_, _ = fmt.Fprintln(tw, "METRIC\tFIGURE\tGOAL\tRESULT\tISSUE")
 	counts := map[string]int{}
 	for _, v := range verdicts {
 		fig := "-"
@@ -291,12 +295,15 @@ func printTable(w io.Writer, verdicts []verdict) {
 		case "SKIPPED":
 			note = "SKIPPED (BENCH_FULL=1)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t≤ %s\t%s\t#%s\n", v.Metric, fig, readable(v.Max, v.Unit), note, v.Issue)
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t≤ %s\t%s\t#%s\n", v.Metric, fig, readable(v.Max, v.Unit), note, v.Issue)
 		counts[v.Status]++
 	}
-	tw.Flush()
-	fmt.Fprintf(w, "\n%d goals: %d met, %d missed, %d not measured yet, %d need BENCH_FULL=1\n",
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\n%d goals: %d met, %d missed, %d not measured yet, %d need BENCH_FULL=1\n",
 		len(verdicts), counts["PASS"], counts["FAIL"], counts["MISSING"], counts["SKIPPED"])
+	return err
 }
 
 // readable formats a figure for the table: nanoseconds as µs or ms when
