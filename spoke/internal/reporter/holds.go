@@ -50,6 +50,10 @@ const (
 	holdReasonNotProvisioned = "NotProvisionedInTime"
 )
 
+// accountingWait bounds how long a Provisioned hold waits for its Machines'
+// usage to count it (accounted) before it is answered Held anyway.
+const accountingWait = 2 * time.Second
+
 // holds carries out HoldRequests against the cluster's API server.
 type holds struct {
 	client client.Client
@@ -108,6 +112,7 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 	ticker := time.NewTicker(holdPoll)
 	defer ticker.Stop()
 	provisioned := false
+	var provisionedAt time.Time
 	for {
 		if err := h.client.Get(ctx, client.ObjectKeyFromObject(hold), hold); err == nil {
 			if c := meta.FindStatusCondition(hold.Status.Conditions, imperatorv1alpha1.HoldConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
@@ -115,7 +120,13 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 				return refuse(c.Reason, "%s", c.Message)
 			}
 			provisioned = meta.IsStatusConditionTrue(hold.Status.Conditions, imperatorv1alpha1.HoldConditionProvisioned)
-			if provisioned && h.accounted(ctx, hold) {
+			if provisioned && provisionedAt.IsZero() {
+				provisionedAt = h.now()
+			}
+			// The usage lags by one Machine status write; should it not
+			// converge (another hold of the type changing meanwhile), the
+			// hold is Held all the same after accountingWait.
+			if provisioned && (h.accounted(ctx, hold) || h.now().Sub(provisionedAt) >= accountingWait) {
 				resp.Result, resp.Held = federationv1.HoldResult_HOLD_RESULT_HELD, hold.Status.Held+hold.Status.Claimed
 				return resp
 			}
