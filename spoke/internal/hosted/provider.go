@@ -28,6 +28,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -39,9 +40,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 )
@@ -132,6 +136,8 @@ type Provider struct {
 	mgr      mcmanager.Manager
 	reader   client.Reader // the term manager's cache (Secrets of Namespace)
 	recorder events.EventRecorder
+	// retry reconciles a member's Secret again (after a failed Engage).
+	retry chan event.GenericEvent
 }
 
 type index struct {
@@ -161,7 +167,7 @@ func New(opts Options) (*Provider, error) {
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 15 * time.Second
 	}
-	return &Provider{opts: opts, log: opts.Log, members: map[multicluster.ClusterName]*member{}}, nil
+	return &Provider{opts: opts, log: opts.Log, members: map[multicluster.ClusterName]*member{}, retry: make(chan event.GenericEvent)}, nil
 }
 
 // SetupWithManager watches the kubeconfig Secrets with mgr's local manager
@@ -187,6 +193,7 @@ func (p *Provider) SetupWithManager(mgr mcmanager.Manager) error {
 		For(&corev1.Secret{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
 			return obj.GetNamespace() == p.opts.Namespace
 		}))).
+		WatchesRawSource(source.Channel(p.retry, &handler.EnqueueRequestForObject{})).
 		Complete(p)
 	if err != nil {
 		return fmt.Errorf("setting up the member cluster provider: %w", err)
@@ -425,7 +432,7 @@ func (p *Provider) add(name multicluster.ClusterName, spec *Member, hash string,
 		// ignores ErrClusterNotFound), never retried.
 		close(m.engaged)
 		if err := p.mgr.Engage(ctx, name, cl); err != nil {
-			log.Error(err, "Engaging the controllers with the member failed; the member is not served")
+			p.engageFailed(name, m, err, log)
 			return
 		}
 		log.Info("Serving member cluster")
@@ -466,6 +473,39 @@ func (p *Provider) newCluster(spec *Member) (cluster.Cluster, error) {
 			return client.New(config, opts)
 		}
 	})
+}
+
+// engageRetryDelay is how long after a failed Engage the member's Secret is
+// reconciled again.
+const engageRetryDelay = 5 * time.Second
+
+// engageFailed drops a member whose controllers could not be engaged (Get
+// no longer returns it, its cache stops with its context) and reconciles its
+// Secret again after engageRetryDelay, so that the member is started afresh
+// rather than left found but never reconciled.
+func (p *Provider) engageFailed(name multicluster.ClusterName, m *member, err error, log logr.Logger) {
+	log.Error(err, "Engaging the controllers with the member failed; retrying", "after", engageRetryDelay)
+	p.mu.Lock()
+	if p.members[name] == m {
+		delete(p.members, name)
+	}
+	providerCtx := p.ctx
+	p.mu.Unlock()
+	m.cancel()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: m.Secret.Namespace, Name: m.Secret.Name}}
+	if p.recorder != nil {
+		p.recorder.Eventf(secret, nil, corev1.EventTypeWarning, "InvalidMember", "Serve", "member cluster %s not served, retrying: engaging the controllers failed: %s", m.Name, err.Error())
+	}
+	go func() {
+		select {
+		case <-providerCtx.Done():
+		case <-time.After(engageRetryDelay):
+			select {
+			case p.retry <- event.GenericEvent{Object: secret}:
+			case <-providerCtx.Done():
+			}
+		}
+	}()
 }
 
 func (p *Provider) snapshot() []*member {
