@@ -14,8 +14,11 @@ import (
 	"net/url"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
 // Apply needs create and patch on webhook configurations, which deploy/spoke
@@ -68,7 +71,20 @@ func (t Target) ClientConfig(path string, caBundle []byte) (admissionregistratio
 // ownership of every field it sets; fields other managers own are kept.
 func Apply(ctx context.Context, c client.Client, configs ...client.Object) error {
 	for _, cfg := range configs {
-		if err := c.Patch(ctx, cfg, client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		gvk, err := apiutil.GVKForObject(cfg, c.Scheme())
+		if err != nil {
+			return fmt.Errorf("applying webhook configuration %s: %w", cfg.GetName(), err)
+		}
+		fields, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cfg)
+		if err != nil {
+			return fmt.Errorf("applying webhook configuration %s: %w", cfg.GetName(), err)
+		}
+		u := &unstructured.Unstructured{Object: fields}
+		u.SetGroupVersionKind(gvk)
+		// Fields the agent does not own (a typed object always has them).
+		unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+		unstructured.RemoveNestedField(u.Object, "status")
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying webhook configuration %s: %w", cfg.GetName(), err)
 		}
 	}
