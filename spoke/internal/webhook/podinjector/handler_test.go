@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -274,4 +276,89 @@ func BenchmarkHandle(b *testing.B) {
 			b.Fatalf("guest pod not injected: %+v", resp.Result)
 		}
 	}
+}
+
+// FuzzHandlePatchIsTheInjection checks the webhook's JSON patch, built from
+// the fields it decodes, against Inject run on the whole pod: applied to the
+// pod as the API server applies it, the patch must give exactly Inject's pod
+// (plus admitted-at), whatever affinity, tolerations, gates, annotations and
+// resources the pod already has. A patch that drops, reorders or misses a
+// change of Inject fails here.
+func FuzzHandlePatchIsTheInjection(f *testing.F) {
+	for _, seed := range []string{
+		"", "\x00\x01\x01\x01", "\x00\x01\x01\x00\x01\x03\x01\x02\x03\x04\x05\x06\x07",
+		"\x03\x01\x01\x01\x01\x01\x02\x00\x01\x04\x01\x03\x00\x00\x02\x03\x04",
+		"\x02\x00\x01\x00\x01\x04\x01\x02\x02\x01\x03\x01\x03\x02\x04\x00\x00\x04\x01\x03\x03\x05\x02",
+	} {
+		f.Add([]byte(seed))
+	}
+	scheme := testScheme(f)
+	var objects []client.Object
+	for _, m := range fuzzMachines() {
+		if m != nil {
+			objects = append(objects, m)
+		}
+	}
+	machineOf := func(pod *corev1.Pod) *imperatorv1alpha1.Machine {
+		group := pod.Labels[imperatorv1alpha1.MachineGroupKey]
+		for _, o := range objects {
+			if group != "" && o.GetLabels()[imperatorv1alpha1.MachineGroupKey] == group {
+				return o.(*imperatorv1alpha1.Machine)
+			}
+		}
+		return nil
+	}
+	// And 200 fixed random pods that Inject admits as guests, so that go
+	// test alone (without -fuzz) compares many injections, not a few.
+	random := rand.New(rand.NewPCG(23, 25))
+	for added, tries := 0, 0; added < 200 && tries < 100000; tries++ {
+		seed := make([]byte, 64)
+		for i := range seed {
+			seed[i] = byte(random.UintN(256))
+		}
+		pod := fuzzPod(&fuzzBytes{data: slices.Clone(seed)})
+		if _, record, err := Inject(pod, machineOf(pod)); err == nil && record != nil {
+			f.Add(seed)
+			added++
+		}
+	}
+	admittedAt := time.Date(2026, 11, 25, 12, 0, 0, 42, time.UTC)
+	h := NewHandler(fake.NewClientBuilder().WithScheme(scheme).WithObjects(objects...).Build(), scheme)
+	h.Clock = clocktesting.NewFakePassiveClock(admittedAt)
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		pod := fuzzPod(&fuzzBytes{data: data})
+		want, record, err := Inject(pod, machineOf(pod))
+		raw := rawPod(t, pod)
+		resp := h.Handle(context.Background(), request(t, admissionv1.Create, raw))
+		if err != nil || record == nil {
+			if err != nil && resp.Allowed {
+				t.Fatalf("Inject denies (%v), the webhook admits", err)
+			}
+			if err == nil && len(resp.Patches) > 0 {
+				t.Fatalf("a pod that is not a guest got a patch: %v", resp.Patches)
+			}
+			return
+		}
+		if !resp.Allowed {
+			t.Fatalf("Inject admits, the webhook refuses: %+v", resp.Result)
+		}
+		if want.Annotations == nil {
+			want.Annotations = map[string]string{}
+		}
+		want.Annotations[imperatorv1alpha1.AdmittedAtAnnotation] = admittedAt.Format(time.RFC3339Nano)
+		// As the API server stores it: JSON drops empty maps and lists.
+		stored := &corev1.Pod{}
+		if err := json.Unmarshal(rawPod(t, want), stored); err != nil {
+			t.Fatal(err)
+		}
+		want = stored
+		got := &corev1.Pod{}
+		if err := json.Unmarshal(applyPatch(t, raw, resp), got); err != nil {
+			t.Fatalf("decoding the patched pod: %v", err)
+		}
+		if diff := cmp.Diff(want, got, quantities); diff != "" {
+			t.Fatalf("the patched pod is not Inject's pod (-Inject +patched):\n%s", diff)
+		}
+	})
 }
