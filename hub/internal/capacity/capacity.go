@@ -295,14 +295,7 @@ func sumRankedRows(rows []typeRow) []*queryv1.TypeUsage {
 		sum := *keys[i].row
 		j := i + 1
 		for ; j < len(keys) && keys[j].rank == keys[i].rank && keys[j].typ == keys[i].typ; j++ {
-			r := keys[j].row
-			sum.maximum += r.maximum
-			sum.reserved += r.reserved
-			sum.used += r.used
-			sum.waiting += r.waiting
-			sum.queued += r.queued
-			sum.held += r.held
-			sum.free += r.free
+			sum.add(keys[j].row)
 		}
 		u := &backing[len(out)]
 		sum.fill(u)
@@ -331,14 +324,7 @@ func sumFewRows(rows []typeRow) []*queryv1.TypeUsage {
 		sum := *sorted[i]
 		j := i + 1
 		for ; j < len(sorted) && sorted[j].group == sum.group && sorted[j].typ == sum.typ; j++ {
-			r := sorted[j]
-			sum.maximum += r.maximum
-			sum.reserved += r.reserved
-			sum.used += r.used
-			sum.waiting += r.waiting
-			sum.queued += r.queued
-			sum.held += r.held
-			sum.free += r.free
+			sum.add(sorted[j])
 		}
 		u := &backing[len(out)]
 		sum.fill(u)
@@ -406,6 +392,18 @@ func usageOfRows(rows []typeRow) []*queryv1.TypeUsage {
 }
 
 // fill sets u to the row's figures, saturated into int32.
+// add adds o's units to r's.
+func (r *typeRow) add(o *typeRow) {
+	r.maximum += o.maximum
+	r.reserved += o.reserved
+	r.used += o.used
+	r.waiting += o.waiting
+	r.queued += o.queued
+	r.held += o.held
+	r.free += o.free
+}
+
+// fill writes r into u, each figure saturated to the protocol's int32.
 func (r *typeRow) fill(u *queryv1.TypeUsage) {
 	u.Group, u.Type = r.group, r.typ
 	u.Maximum, u.Reserved, u.Used = saturate(r.maximum), saturate(r.reserved), saturate(r.used)
