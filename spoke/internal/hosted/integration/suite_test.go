@@ -144,13 +144,7 @@ func nodeOf(member string) string { return "gpu-" + member }
 // own, into the management cluster; annotations are added to it.
 func addMember(ctx context.Context, name string, annotations map[string]string) {
 	GinkgoHelper()
-	// The harness's kubeconfig names certificate files; a member kubeconfig
-	// must carry them inline.
-	loaded, err := clientcmd.LoadFromFile(members[name].Cluster.KubeconfigPath)
-	Expect(err).NotTo(HaveOccurred())
-	Expect(clientcmdapi.FlattenConfig(loaded)).To(Succeed())
-	kubeconfig, err := clientcmd.Write(*loaded)
-	Expect(err).NotTo(HaveOccurred())
+	kubeconfig := inlineKubeconfig(name)
 	token, err := hubtest.CreateToken(ctx, hubEnv.Client, agentNamespace, time.Hour, name)
 	Expect(err).NotTo(HaveOccurred())
 	secret := &corev1.Secret{
@@ -162,6 +156,18 @@ func addMember(ctx context.Context, name string, annotations map[string]string) 
 		Data: map[string][]byte{hosted.KubeconfigKey: kubeconfig, hosted.JoinTokenKey: []byte(token)},
 	}
 	Expect(management.Client.Create(ctx, secret)).To(Succeed())
+}
+
+// inlineKubeconfig is the member's admin kubeconfig with its certificates
+// inline: the harness's names files, which a member kubeconfig must not.
+func inlineKubeconfig(name string) []byte {
+	GinkgoHelper()
+	loaded, err := clientcmd.LoadFromFile(members[name].Cluster.KubeconfigPath)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(clientcmdapi.FlattenConfig(loaded)).To(Succeed())
+	kubeconfig, err := clientcmd.Write(*loaded)
+	Expect(err).NotTo(HaveOccurred())
+	return kubeconfig
 }
 
 // bindHostedRole creates the Role of the overlay file at path and binds it
