@@ -237,3 +237,17 @@ type MachineList struct {
 }
 
 func init() { register(&Machine{}, &MachineList{}) }
+
+// MachineType returns the machine type of the Machine's spec named name; nil
+// when it offers none of that name (or m is nil).
+func (m *Machine) MachineType(name string) *MachineType {
+	if m == nil {
+		return nil
+	}
+	for i := range m.Spec.MachineTypes {
+		if m.Spec.MachineTypes[i].Name == name {
+			return &m.Spec.MachineTypes[i]
+		}
+	}
+	return nil
+}

@@ -173,16 +173,6 @@ func UpdateNode(ctx context.Context, c client.Client, name string, mutate func(*
 	})
 }
 
-// MachineType returns the machine type of m named typ, or nil.
-func MachineType(m *imperatorv1alpha1.Machine, typ string) *imperatorv1alpha1.MachineType {
-	for i := range m.Spec.MachineTypes {
-		if m.Spec.MachineTypes[i].Name == typ {
-			return &m.Spec.MachineTypes[i]
-		}
-	}
-	return nil
-}
-
 // StatusUsage returns the status usage of typ in m, or nil.
 func StatusUsage(m *imperatorv1alpha1.Machine, typ string) *imperatorv1alpha1.Usage {
 	for i := range m.Status.AvailableMachines {

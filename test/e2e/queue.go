@@ -46,7 +46,7 @@ func QueueSpec(ctx context.Context, in QueueInput) {
 
 	m := &imperatorv1alpha1.Machine{}
 	Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.MachineName}, m)).To(Succeed())
-	mt := MachineType(m, typ)
+	mt := m.MachineType(typ)
 	Expect(mt).NotTo(BeNil(), "Machine %s has machine type %s", m.Name, typ)
 	Expect(replicas).To(Equal(mt.Available), "journey 3's guests take every %s unit", typ)
 	queued := in.Beyond

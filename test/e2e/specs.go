@@ -237,7 +237,7 @@ func GuestSpec(ctx context.Context, in GuestInput) {
 	m := &imperatorv1alpha1.Machine{}
 	Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.MachineName}, m)).To(Succeed())
 	Expect(Group(m)).To(Equal(group), "the guests ask for the group of Machine %s", m.Name)
-	mt := MachineType(m, typ)
+	mt := m.MachineType(typ)
 	Expect(mt).NotTo(BeNil(), "Machine %s has machine type %s", m.Name, typ)
 	Expect(mt.Spec.GPU).NotTo(BeNil(), "machine type %s has GPUs", typ)
 	Expect(mt.Available).To(BeNumerically(">=", replicas), "enough %s units for the guests", typ)

@@ -272,7 +272,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	var errs []error
 	for _, name := range state.served {
 		keep[imperatorv1alpha1.ReservationName(name, group)] = true
-		machineType := findMachineType(machine, name)
+		machineType := machine.MachineType(name)
 		if err := r.applyReservation(ctx, c, recorder, machine, group, machineType, usage[name].replicas); err != nil {
 			errs = append(errs, err)
 		}
@@ -384,15 +384,6 @@ func servedTypes(machine *imperatorv1alpha1.Machine) []string {
 		}
 	}
 	return served
-}
-
-func findMachineType(machine *imperatorv1alpha1.Machine, name string) *imperatorv1alpha1.MachineType {
-	for i := range machine.Spec.MachineTypes {
-		if machine.Spec.MachineTypes[i].Name == name {
-			return &machine.Spec.MachineTypes[i]
-		}
-	}
-	return nil
 }
 
 // countUsage reads the pods of the Machine's group from the cache, through

@@ -25,7 +25,7 @@ func typedStatefulSet(t *testing.T, m *imperatorv1alpha1.Machine, typeName strin
 	t.Helper()
 	sts := &appsv1.StatefulSet{}
 	opts := Options{Namespace: agentNS, Image: DefaultImage, PriorityClassName: DefaultPriorityClassName}
-	if err := roundTrip(reservationStatefulSet(m, group, agentNS, findMachineType(m, typeName), replicas, opts), sts); err != nil {
+	if err := roundTrip(reservationStatefulSet(m, group, agentNS, m.MachineType(typeName), replicas, opts), sts); err != nil {
 		t.Fatal(err)
 	}
 	return sts
@@ -117,7 +117,7 @@ func TestGPUSelectors(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			got := map[string]string{}
-			for _, r := range machinetype.Placement(group, findMachineType(m, tc.machineType))[2:] {
+			for _, r := range machinetype.Placement(group, m.MachineType(tc.machineType))[2:] {
 				got[r.Key] = r.Values[0]
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
@@ -130,7 +130,7 @@ func TestGPUSelectors(t *testing.T) {
 func TestStatefulSetInSync(t *testing.T) {
 	m := seedMachine()
 	opts := Options{Namespace: agentNS, Image: DefaultImage, PriorityClassName: DefaultPriorityClassName}
-	desired := reservationStatefulSet(m, group, agentNS, findMachineType(m, "compute-xlarge"), 1, opts)
+	desired := reservationStatefulSet(m, group, agentNS, m.MachineType("compute-xlarge"), 1, opts)
 	cases := map[string]struct {
 		mutate func(*appsv1.StatefulSet)
 		want   bool

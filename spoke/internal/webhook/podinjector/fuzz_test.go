@@ -210,7 +210,7 @@ func FuzzInject(f *testing.F) {
 			return
 		}
 
-		machineType := findMachineType(machine, record.MachineType)
+		machineType := machine.MachineType(record.MachineType)
 		if machineType == nil {
 			t.Fatalf("record names machine type %q, which the Machine does not offer", record.MachineType)
 		}

@@ -124,7 +124,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		log.Info("Injected guest pod", "machine", klog.KRef("", record.Machine),
 			"machineType", record.MachineType, "container", record.Container, "replaced", len(record.Replaced))
 	}
-	contract := h.contracts.of(machine, record.MachineGroup, findMachineType(machine, record.MachineType))
+	contract := h.contracts.of(machine, record.MachineGroup, machine.MachineType(record.MachineType))
 	return patchResponse(injectionPatch(admitted, injected, record.Container, contract))
 }
 

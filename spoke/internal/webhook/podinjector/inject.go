@@ -103,7 +103,7 @@ func inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine, contracts *cont
 		return nil, nil, denied("unknown machine group %q (label %s): no Machine is labelled %s=%s",
 			group, imperatorv1alpha1.MachineGroupKey, imperatorv1alpha1.MachineGroupKey, group)
 	}
-	machineType := findMachineType(machine, typeName)
+	machineType := machine.MachineType(typeName)
 	if machineType == nil {
 		return nil, nil, denied("unknown machine type %q (label %s) in machine group %q: Machine %s offers %s",
 			typeName, imperatorv1alpha1.MachineTypeKey, group, machine.Name, machineTypeNames(machine))
@@ -149,15 +149,6 @@ func inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine, contracts *cont
 	}
 	out.Annotations[imperatorv1alpha1.InjectedAnnotation] = string(encoded)
 	return out, record, nil
-}
-
-func findMachineType(machine *imperatorv1alpha1.Machine, name string) *imperatorv1alpha1.MachineType {
-	for i := range machine.Spec.MachineTypes {
-		if machine.Spec.MachineTypes[i].Name == name {
-			return &machine.Spec.MachineTypes[i]
-		}
-	}
-	return nil
 }
 
 func machineTypeNames(machine *imperatorv1alpha1.Machine) string {
