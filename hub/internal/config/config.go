@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/registry"
 	"github.com/imperator-federation/imperator/hub/internal/server"
 	"github.com/imperator-federation/imperator/hub/internal/store"
+	"github.com/imperator-federation/imperator/internal/configflag"
 )
 
 // Config is everything the hub can be told.
@@ -83,12 +83,8 @@ const LeaderElectionID = "imperator-hub-leader"
 
 // Default returns the configuration used when no flag is given.
 func Default() Config {
-	ns := os.Getenv("POD_NAMESPACE")
-	if ns == "" {
-		ns = "imperator-system"
-	}
 	return Config{
-		Namespace:           ns,
+		Namespace:           configflag.PodNamespace(),
 		ListenAddress:       ":9443",
 		MetricsAddr:         ":8080",
 		HealthAddr:          ":8081",
@@ -115,12 +111,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HealthAddr, "health-probe-bind-address", c.HealthAddr, "Address of the /healthz and /readyz endpoints; 0 disables them.")
 	fs.StringVar(&c.CASecret, "ca-secret", c.CASecret, "Secret in --namespace holding the hub CA (created when missing).")
 	fs.Func("serving-hosts", "Comma-separated DNS names/IPs of the serving certificate (default: localhost, 127.0.0.1, the imperator-hub Service).", func(s string) error {
-		c.ServingHosts = nil
-		for _, h := range strings.Split(s, ",") {
-			if h = strings.TrimSpace(h); h != "" {
-				c.ServingHosts = append(c.ServingHosts, h)
-			}
-		}
+		c.ServingHosts = configflag.SplitList(s)
 		return nil
 	})
 	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "How long a spoke may stay silent before it becomes Unknown.")

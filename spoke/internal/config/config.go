@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/imperator-federation/imperator/internal/configflag"
 )
 
 // Config is everything the agent can be told.
@@ -140,12 +142,8 @@ type Hub struct {
 
 // Default returns the configuration used when no flag is given.
 func Default() Config {
-	ns := os.Getenv("POD_NAMESPACE")
-	if ns == "" {
-		ns = "imperator-system"
-	}
 	return Config{
-		Namespace:        ns,
+		Namespace:        configflag.PodNamespace(),
 		MetricsAddr:      ":8080",
 		HealthAddr:       ":8081",
 		LeaderElection:   true,
@@ -183,7 +181,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Webhook.ServiceName, "webhook-service", c.Webhook.ServiceName, "Service in --namespace through which the API server reaches the webhooks.")
 	fs.StringVar(&c.Webhook.URL, "webhook-url", c.Webhook.URL, "https base URL at which the API server reaches the webhooks, for an agent outside its cluster (overrides --webhook-service).")
 	fs.Func("webhook-hosts", "Comma-separated DNS names/IPs of the webhook serving certificate (default: the host of --webhook-url, else the --webhook-service Service in --namespace).", func(s string) error {
-		c.Webhook.Hosts = splitList(s)
+		c.Webhook.Hosts = configflag.SplitList(s)
 		return nil
 	})
 	fs.StringVar(&c.Webhook.CertSecret, "webhook-cert-secret", c.Webhook.CertSecret, "Secret holding the webhook CA and serving certificate.")
@@ -318,14 +316,4 @@ func (c *Config) JoinToken() (string, error) {
 		return "", fmt.Errorf("reading --join-token-file: %w", err)
 	}
 	return strings.TrimSpace(string(data)), nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
 }
