@@ -16,6 +16,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/podinjector"
+	"github.com/imperator-federation/imperator/test/util/webhookenv"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -24,24 +25,8 @@ import (
 // it (a namespace without the label), side by side on one API server. Run with
 // `go test -run '^$' -bench PodCreate`.
 func BenchmarkPodCreate(b *testing.B) {
-	e, err := startEnvironment()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := e.Stop(); err != nil {
-			b.Error(err)
-		}
-	})
+	e := startWithGeneralMachine(b)
 	ctx := context.Background()
-	if err := e.Client.Create(ctx, wrappers.GeneralMachine().Obj()); err != nil {
-		b.Fatal(err)
-	}
-	if err := e.WaitForCache(ctx, 10*time.Second, func(ctx context.Context, cache client.Reader) (bool, error) {
-		return cache.Get(ctx, client.ObjectKey{Name: "general-machine"}, &imperatorv1alpha1.Machine{}) == nil, nil
-	}); err != nil {
-		b.Fatalf("the webhook's cache never saw the Machine: %v", err)
-	}
 	for name, labels := range map[string]map[string]string{
 		"bench-injected": {imperatorv1alpha1.InjectResourceKey: imperatorv1alpha1.InjectResourceEnabled},
 		"bench-plain":    nil,
@@ -96,24 +81,8 @@ func BenchmarkPodCreate(b *testing.B) {
 // package measures the same with the fake client, whose List costs a JSON
 // round trip of every Machine the cache does not pay.
 func BenchmarkHandleFromCache(b *testing.B) {
-	e, err := startEnvironment()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := e.Stop(); err != nil {
-			b.Error(err)
-		}
-	})
+	e := startWithGeneralMachine(b)
 	ctx := context.Background()
-	if err := e.Client.Create(ctx, wrappers.GeneralMachine().Obj()); err != nil {
-		b.Fatal(err)
-	}
-	if err := e.WaitForCache(ctx, 10*time.Second, func(ctx context.Context, cache client.Reader) (bool, error) {
-		return cache.Get(ctx, client.ObjectKey{Name: "general-machine"}, &imperatorv1alpha1.Machine{}) == nil, nil
-	}); err != nil {
-		b.Fatalf("the webhook's cache never saw the Machine: %v", err)
-	}
 	zone := func(value string) corev1.NodeSelectorTerm {
 		return corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
 			{Key: "topology.kubernetes.io/zone", Operator: corev1.NodeSelectorOpIn, Values: []string{value}},
@@ -137,4 +106,30 @@ func BenchmarkHandleFromCache(b *testing.B) {
 			b.Fatalf("guest pod not injected: %+v", resp.Result)
 		}
 	}
+}
+
+// startWithGeneralMachine starts the injector's environment until the
+// benchmark ends, with the sample general-machine created and in the
+// webhook's cache.
+func startWithGeneralMachine(b *testing.B) *webhookenv.Environment {
+	b.Helper()
+	e, err := startEnvironment()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := e.Stop(); err != nil {
+			b.Error(err)
+		}
+	})
+	ctx := context.Background()
+	if err := e.Client.Create(ctx, wrappers.GeneralMachine().Obj()); err != nil {
+		b.Fatal(err)
+	}
+	if err := e.WaitForCache(ctx, 10*time.Second, func(ctx context.Context, cache client.Reader) (bool, error) {
+		return cache.Get(ctx, client.ObjectKey{Name: "general-machine"}, &imperatorv1alpha1.Machine{}) == nil, nil
+	}); err != nil {
+		b.Fatalf("the webhook's cache never saw the Machine: %v", err)
+	}
+	return e
 }
