@@ -132,7 +132,9 @@ type Hub struct {
 	TokenFile string
 	// CredentialsSecret stores the client certificate obtained by joining.
 	CredentialsSecret string
-	// ReportDebounce batches Machine changes into one delta.
+	// ReportDebounce batches Machine changes into one delta: the first
+	// change after a quiet ReportDebounce is sent at once, later ones within
+	// ReportDebounce of a send go together at its end.
 	ReportDebounce time.Duration
 	// APIServerStaleAfter is how long the agent may go without reaching its
 	// own API server before its heartbeats tell the hub that its figures are
@@ -198,7 +200,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Hub.CAFile, "hub-ca-file", c.Hub.CAFile, "PEM CA bundle that signed the hub's serving certificate.")
 	fs.StringVar(&c.Hub.TokenFile, "join-token-file", c.Hub.TokenFile, "File with the one-time bootstrap token (default: $IMPERATOR_JOIN_TOKEN).")
 	fs.StringVar(&c.Hub.CredentialsSecret, "hub-credentials-secret", c.Hub.CredentialsSecret, "Secret that stores the hub client certificate.")
-	fs.DurationVar(&c.Hub.ReportDebounce, "report-debounce", c.Hub.ReportDebounce, "How long Machine changes are batched before they are sent to the hub.")
+	fs.DurationVar(&c.Hub.ReportDebounce, "report-debounce", c.Hub.ReportDebounce, "Machine changes within this time of the last report are batched into one; the first change after a quiet period is sent at once.")
 	fs.DurationVar(&c.Hub.APIServerStaleAfter, "api-server-stale-after", c.Hub.APIServerStaleAfter, "How long the agent may go without reaching its API server before its heartbeats tell the hub that its figures are stale.")
 	fs.StringVar(&c.Hosted.ClustersFrom, "clusters-from", c.Hosted.ClustersFrom, "Where the member clusters come from: empty serves the agent's own cluster (in-cluster mode); \""+ClustersFromKubeconfigSecrets+"\" serves every cluster whose kubeconfig is in a labelled Secret of --kubeconfig-namespace (hosted mode).")
 	fs.StringVar(&c.Hosted.KubeconfigNamespace, "kubeconfig-namespace", c.Hosted.KubeconfigNamespace, "Namespace of the management cluster holding the members' kubeconfig Secrets in hosted mode (default: --namespace).")

@@ -589,7 +589,11 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 	draining := drained(ctx, conn)
 	heartbeat := time.NewTicker(r.opts.HeartbeatInterval)
 	defer heartbeat.Stop()
+	// Changes go out on the leading edge: the first change after a quiet
+	// ReportDebounce is sent at once; changes within ReportDebounce of a
+	// Delta wait for its end and go together.
 	var debounce <-chan time.Time
+	var lastSent time.Time // of the last Delta
 	for {
 		select {
 		case <-ctx.Done():
@@ -609,14 +613,23 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 				return nil, streamError(err)
 			}
 		case <-r.changed:
-			if debounce == nil {
-				debounce = time.After(r.opts.Hub.ReportDebounce)
+			if debounce != nil {
+				break // goes with the coming send
 			}
+			if wait := r.opts.Hub.ReportDebounce - time.Since(lastSent); wait > 0 {
+				debounce = time.After(wait)
+				break
+			}
+			if sent, err = r.sendDelta(ctx, stream, sent); err != nil {
+				return nil, streamError(err)
+			}
+			lastSent = time.Now()
 		case <-debounce:
 			debounce = nil
 			if sent, err = r.sendDelta(ctx, stream, sent); err != nil {
 				return nil, streamError(err)
 			}
+			lastSent = time.Now()
 		case answer := <-holdAnswers:
 			if answer.GetResult() == federationv1.HoldResult_HOLD_RESULT_HELD {
 				// The usage that shows the held units goes first, so that
@@ -625,6 +638,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 				if sent, err = r.sendDelta(ctx, stream, sent); err != nil {
 					return nil, streamError(err)
 				}
+				lastSent = time.Now()
 			}
 			r.log.V(1).Info("Answered a hold request", "requestID", answer.GetRequestId(), "result", answer.GetResult().String(), "reason", answer.GetReason())
 			if err := stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_HoldResponse{HoldResponse: answer}}); err != nil {

@@ -131,7 +131,11 @@ func serveTLS(t *testing.T, ca *pki.CA, hub federationv1.FederationServer) strin
 	return lis.Addr().String()
 }
 
-func TestReporterSendsASnapshotWhenTheHubAsksForOne(t *testing.T) {
+// reporting starts a Reporter of cluster alpha, already joined, with one
+// Machine "gpu", against a recording hub, until the test ends. It returns
+// the hub and the client holding the spoke's objects.
+func reporting(t *testing.T, debounce time.Duration) (*recordingHub, *Reporter, client.Client) {
+	t.Helper()
 	const cluster, namespace, secretName = "alpha", "imperator-system", "imperator-hub-credentials"
 	ca, err := pki.NewCA("hub-ca", time.Hour)
 	if err != nil {
@@ -169,7 +173,7 @@ func TestReporterSendsASnapshotWhenTheHubAsksForOne(t *testing.T) {
 		Namespace: namespace,
 		Hub: config.Hub{
 			Address: address, ClusterName: cluster, CAFile: caFile,
-			CredentialsSecret: secretName, ReportDebounce: 10 * time.Millisecond,
+			CredentialsSecret: secretName, ReportDebounce: debounce,
 		},
 		Token: func() (string, error) { return "", nil },
 		// No heartbeat during the test: every message is a reply to the hub.
@@ -189,6 +193,12 @@ func TestReporterSendsASnapshotWhenTheHubAsksForOne(t *testing.T) {
 		}
 	})
 
+	return hub, r, objects
+}
+
+func TestReporterSendsASnapshotWhenTheHubAsksForOne(t *testing.T) {
+	const cluster = "alpha"
+	hub, _, _ := reporting(t, 10*time.Millisecond)
 	if hello := hub.next(t).GetHello(); hello.GetClusterName() != cluster {
 		t.Fatalf("first message: Hello for %q, want one for %q", hello.GetClusterName(), cluster)
 	}
@@ -208,5 +218,29 @@ func TestReporterSendsASnapshotWhenTheHubAsksForOne(t *testing.T) {
 	if resent.GetGeneration() <= snapshot.GetGeneration() || len(resent.GetMachines()) != 1 {
 		t.Errorf("Snapshot after Resync: generation %d with %d Machines, want a generation above %d with Machine gpu",
 			resent.GetGeneration(), len(resent.GetMachines()), snapshot.GetGeneration())
+	}
+}
+
+// The first change after a quiet period goes to the hub at once, not after
+// the batching window: with a window of an hour, the change still arrives.
+func TestReporterSendsTheFirstChangeAfterAQuietPeriodAtOnce(t *testing.T) {
+	hub, r, objects := reporting(t, time.Hour)
+	ctx := context.Background()
+	if hub.next(t).GetHello() == nil || hub.next(t).GetSnapshot() == nil {
+		t.Fatal("want a Hello, then a Snapshot")
+	}
+
+	var m imperatorv1alpha1.Machine
+	if err := objects.Get(ctx, client.ObjectKey{Name: "gpu"}, &m); err != nil {
+		t.Fatal(err)
+	}
+	m.Spec.MachineTypes[0].Available = 1
+	if err := objects.Update(ctx, &m); err != nil {
+		t.Fatal(err)
+	}
+	r.signal()
+	delta := hub.next(t).GetDelta()
+	if delta == nil || len(delta.GetUpserts()) != 1 || delta.GetUpserts()[0].GetTypes()[0].GetAvailable() != 1 {
+		t.Fatalf("after one change: %v, want a Delta with the new available", delta)
 	}
 }
