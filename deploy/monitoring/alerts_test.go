@@ -52,14 +52,7 @@ type alertTestCase struct {
 // into a temporary directory and returns its path.
 func ruleFile(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile("prometheusrule.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rule prometheusRule
-	if err := yaml.Unmarshal(data, &rule); err != nil {
-		t.Fatal(err)
-	}
+	rule := readRule(t)
 	spec, err := yaml.Marshal(&rule.Spec)
 	if err != nil {
 		t.Fatal(err)

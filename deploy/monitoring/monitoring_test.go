@@ -167,7 +167,9 @@ type prometheusRule struct {
 	Spec       yaml.Node `yaml:"spec"`
 }
 
-func TestAlertsParseAndUseOnlyExportedMetrics(t *testing.T) {
+// readRule reads prometheusrule.yaml.
+func readRule(t *testing.T) prometheusRule {
+	t.Helper()
 	data, err := os.ReadFile("prometheusrule.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -176,6 +178,11 @@ func TestAlertsParseAndUseOnlyExportedMetrics(t *testing.T) {
 	if err := yaml.Unmarshal(data, &rule); err != nil {
 		t.Fatal(err)
 	}
+	return rule
+}
+
+func TestAlertsParseAndUseOnlyExportedMetrics(t *testing.T) {
+	rule := readRule(t)
 	if rule.APIVersion != "monitoring.coreos.com/v1" || rule.Kind != "PrometheusRule" {
 		t.Fatalf("prometheusrule.yaml is a %s %s, want a monitoring.coreos.com/v1 PrometheusRule", rule.APIVersion, rule.Kind)
 	}
