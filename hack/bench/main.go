@@ -61,6 +61,7 @@ var runs = []run{
 	{pkg: "./spoke/internal/controller/nodepool/", bench: "^Benchmark", times: "2000x"},
 	{pkg: "./spoke/internal/controller/nodepool/integration/", bench: "^BenchmarkConfigurePool$", times: "5x"},
 	{pkg: "./spoke/internal/controller/machine/integration/", bench: "^Benchmark", times: "1x"},
+	{pkg: "./spoke/internal/reporter/integration/", bench: "^BenchmarkReportPropagation$", times: "50x"},
 }
 
 // A goal is one figure the project promises.
