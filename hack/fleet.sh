@@ -3,7 +3,9 @@
 # bin/fleet (hack/fleet) runs in the background, supervises every process of
 # the fleet and writes .fleet/fleet.json when ready; its pid is in .fleet/fleet.pid.
 #
-#   hack/fleet.sh up       start (no-op when already running), wait until ready
+#   hack/fleet.sh up       start (no-op when already running), wait until ready;
+#                          with HOSTED=1 spoke-b has no agent inside: one hosted
+#                          agent in the hub cluster serves it (README, Hosted mode)
 #   hack/fleet.sh down     stop everything the fleet started
 #   hack/fleet.sh status   exit 0 when the fleet is running
 set -euo pipefail
@@ -22,7 +24,7 @@ The fleet is up: a hub cluster and spokes ($(cd "$dir" && ls -d spoke-* 2>/dev/n
   hub cluster:  export KUBECONFIG=$dir/hub/kubeconfig
   kubectl:      $(hack/k8s-bin.sh dir)/kubectl
   imperatorctl: export IMPERATOR_CONFIG=$dir/imperatorctl.yaml; bin/imperatorctl clusters
-  logs:         $dir/fleet.log, $dir/*/*.log
+  logs:         $dir/fleet.log, $dir/*/*.log$( [ -d "$dir/hosted-agent" ] && printf '\n  hosted:       spoke-b is served by the hosted agent in the hub cluster (namespace imperator-hosted)')
   stop:         make down
 MSG
 }
@@ -37,7 +39,11 @@ up() {
   rm -rf "$dir"
   mkdir -p "$dir"
   export IMPERATOR_K8S_BIN=${IMPERATOR_K8S_BIN:-$(hack/k8s-bin.sh dir)}
-  nohup "$root/bin/fleet" --dir "$dir" --bin "$root/bin" >"$dir/fleet.log" 2>&1 &
+  hosted=()
+  if [ -n "${HOSTED:-}" ] && [ "${HOSTED}" != 0 ]; then
+    hosted=(--hosted spoke-b)
+  fi
+  nohup "$root/bin/fleet" --dir "$dir" --bin "$root/bin" "${hosted[@]}" >"$dir/fleet.log" 2>&1 &
   echo $! >"$pidfile"
   echo "fleet: starting (pid $!), log in $dir/fleet.log"
   for _ in $(seq 1 600); do

@@ -1,7 +1,8 @@
 // Command fleet runs the local Imperator fleet of `make up`: a hub cluster and
 // spoke clusters as local processes (test/util/fleet), the hub and one spoke
-// agent per spoke with real mTLS. It writes <dir>/fleet.json once everything
-// is ready and keeps the fleet running until it receives SIGINT or SIGTERM
+// agent per spoke with real mTLS (with --hosted, the named spokes are served
+// instead by one hosted agent in the hub cluster, as `make up HOSTED=1` does).
+// It writes <dir>/fleet.json once everything is ready and keeps the fleet running until it receives SIGINT or SIGTERM
 // (`make down`), then stops every process it started.
 package main
 
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -29,6 +31,15 @@ func run() error {
 	dir := flag.String("dir", ".fleet", "Directory for the clusters' data, logs and fleet.json.")
 	binDir := flag.String("bin", "bin", "Directory holding the hub, spoke and imperatorctl binaries.")
 	grace := flag.Duration("grace-period", fleet.DefaultGracePeriod, "How long the hub waits for a silent spoke before marking it Unknown.")
+	var hosted []string
+	flag.Func("hosted", "A spoke served by one hosted agent in the hub cluster (--clusters-from=kubeconfig-secrets) instead of an agent inside it; repeat or separate with commas.", func(v string) error {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				hosted = append(hosted, name)
+			}
+		}
+		return nil
+	})
 	flag.Parse()
 
 	absDir, err := filepath.Abs(*dir)
@@ -44,7 +55,7 @@ func run() error {
 
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	f, err := fleet.Start(startCtx, fleet.Options{Dir: absDir, BinDir: absBin, GracePeriod: *grace})
+	f, err := fleet.Start(startCtx, fleet.Options{Dir: absDir, BinDir: absBin, GracePeriod: *grace, Hosted: hosted})
 	if err != nil {
 		return err
 	}

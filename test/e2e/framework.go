@@ -66,6 +66,10 @@ type Env struct {
 	RepoRoot string
 	// LogDirs are where the processes of an attached fleet write their logs.
 	LogDirs []string
+	// Modes is how each spoke's agent runs, as the hub must show it
+	// (imperatorctl clusters -o wide, MODE): fleet.ModeInCluster or
+	// fleet.ModeHosted; a spoke missing here is not checked.
+	Modes map[string]string
 }
 
 // Spoke returns the named spoke cluster or fails the spec.
@@ -122,6 +126,7 @@ func NewEnvFromFleet(f *fleet.Fleet, binDir, repoRoot string) (*Env, error) {
 		GracePeriod: f.GracePeriod(),
 		Namespace:   fleet.Namespace,
 		RepoRoot:    repoRoot,
+		Modes:       map[string]string{},
 	}
 	if env.Hub, err = NewCluster(f.Hub.Name, f.Hub.Config, scheme); err != nil {
 		return nil, err
@@ -130,6 +135,7 @@ func NewEnvFromFleet(f *fleet.Fleet, binDir, repoRoot string) (*Env, error) {
 		if env.Spokes[name], err = NewCluster(name, f.Spokes[name].Config, scheme); err != nil {
 			return nil, err
 		}
+		env.Modes[name] = f.Mode(name)
 	}
 	return env, nil
 }
@@ -154,6 +160,7 @@ func NewEnvFromDescription(path, binDir, repoRoot string) (*Env, error) {
 		GracePeriod: fleet.DefaultGracePeriod,
 		Namespace:   fleet.Namespace,
 		RepoRoot:    repoRoot,
+		Modes:       map[string]string{},
 	}
 	attach := func(cd fleet.ClusterDescription) (*Cluster, error) {
 		cfg, err := clientcmd.BuildConfigFromFlags("", cd.Kubeconfig)
@@ -169,6 +176,9 @@ func NewEnvFromDescription(path, binDir, repoRoot string) (*Env, error) {
 	for _, cd := range d.Spokes {
 		if env.Spokes[cd.Name], err = attach(cd); err != nil {
 			return nil, err
+		}
+		if cd.Mode != "" { // a fleet.json from before modes says nothing
+			env.Modes[cd.Name] = cd.Mode
 		}
 	}
 	return env, nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -58,6 +59,46 @@ func (c *Imperatorctl) Run(ctx context.Context, args ...string) (Result, error) 
 		return res, fmt.Errorf("running imperatorctl %s: %w", strings.Join(args, " "), err)
 	}
 	return res, nil
+}
+
+// TableColumn runs imperatorctl with args (a table command, `-o wide` for
+// instance) and returns the column named column of each row, keyed by the
+// row's first cell, read from the aligned table as a person reads it.
+func (c *Imperatorctl) TableColumn(ctx context.Context, column string, args ...string) (map[string]string, Result, error) {
+	res, err := c.Run(ctx, args...)
+	if err != nil {
+		return nil, res, err
+	}
+	if res.ExitCode != 0 {
+		return nil, res, fmt.Errorf("%s", res)
+	}
+	lines := strings.Split(strings.TrimRight(res.Stdout, "\n"), "\n")
+	header := []rune(lines[0])
+	start := slices.Index(strings.Fields(lines[0]), column)
+	if start < 0 {
+		return nil, res, fmt.Errorf("no column %s in:\n%s", column, res.Stdout)
+	}
+	// tabwriter aligns every cell of a column at its header's offset.
+	offset := len([]rune(strings.Join(strings.Fields(string(header))[:start], " "))) // lower bound
+	for offset < len(header) && !strings.HasPrefix(string(header[offset:]), column) {
+		offset++
+	}
+	cells := map[string]string{}
+	for _, line := range lines[1:] {
+		row := []rune(line)
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		cell := ""
+		if offset < len(row) {
+			if rest := strings.Fields(string(row[offset:])); len(rest) > 0 {
+				cell = rest[0]
+			}
+		}
+		cells[fields[0]] = cell
+	}
+	return cells, res, nil
 }
 
 // JSON runs imperatorctl with args and `-o json` and decodes its answer into

@@ -44,10 +44,14 @@ type JoinInput struct {
 	Spokes []string
 	// NewTokenCluster is the cluster name a fresh token is bound to.
 	NewTokenCluster string
+	// WantModes is the MODE each spoke must show in `imperatorctl clusters
+	// -o wide` (in-cluster, or hosted for a spoke served by a hosted agent).
+	WantModes map[string]string
 }
 
 // JoinSpec is journey 1: the spokes joined with their one-time tokens and
-// `imperatorctl clusters` lists them Available; the hub cluster registers
+// `imperatorctl clusters` lists them Available, `-o wide` with the MODE of
+// their agents (a hosted member is told apart only there); the hub cluster registers
 // them as OCM ManagedClusters; a platform engineer creates a fresh join
 // token and sees it (without its secret) in `token list`.
 func JoinSpec(ctx context.Context, in JoinInput) {
@@ -65,6 +69,17 @@ func JoinSpec(ctx context.Context, in JoinInput) {
 			g.Expect(c.GetAgentVersion()).NotTo(BeEmpty(), "agent version of %s", name)
 		}
 	}).WithTimeout(joinTimeout).WithPolling(poll).Should(Succeed())
+
+	if len(in.WantModes) > 0 {
+		By(fmt.Sprintf("imperatorctl clusters -o wide shows how each agent runs: %v", in.WantModes))
+		Eventually(ctx, func(g Gomega) {
+			modes, res, err := ctl.TableColumn(ctx, "MODE", "clusters", "-o", "wide")
+			g.Expect(err).NotTo(HaveOccurred())
+			for name, want := range in.WantModes {
+				g.Expect(modes).To(HaveKeyWithValue(name, want), "MODE of %s in:\n%s", name, res.Stdout)
+			}
+		}).WithTimeout(joinTimeout).WithPolling(poll).Should(Succeed())
+	}
 
 	By("the hub cluster has an accepted, available ManagedCluster per spoke")
 	Eventually(ctx, func(g Gomega) {

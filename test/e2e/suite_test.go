@@ -24,6 +24,11 @@ const (
 	// `make up` to run against instead of starting one. Journeys 6 and 7
 	// stop and start processes and are skipped then.
 	fleetEnv = "E2E_FLEET"
+	// hostedEnv, when set and not "0" (`make e2e HOSTED=1`), starts the
+	// fleet with spoke-b served by a hosted agent in the hub cluster
+	// (spoke --clusters-from=kubeconfig-secrets) instead of one inside it;
+	// every journey runs unchanged against it.
+	hostedEnv = "E2E_HOSTED"
 )
 
 // fleetStartTimeout bounds the start of the clusters, the hub and the agents.
@@ -54,11 +59,18 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		return
 	}
 
-	By("starting a fleet: a hub cluster, spoke-a and spoke-b, the hub and an agent per spoke")
+	opts := fleet.Options{BinDir: binDir}
+	if v := os.Getenv(hostedEnv); v != "" && v != "0" {
+		opts.Hosted = []string{"spoke-b"}
+		By("starting a fleet: a hub cluster, spoke-a and spoke-b, the hub, spoke-a's agent and a hosted agent in the hub cluster serving spoke-b")
+	} else {
+		By("starting a fleet: a hub cluster, spoke-a and spoke-b, the hub and an agent per spoke")
+	}
 	dir, err := os.MkdirTemp("", "imperator-e2e-")
 	Expect(err).NotTo(HaveOccurred())
+	opts.Dir = dir
 	started := time.Now()
-	f, err := fleet.Start(ctx, fleet.Options{Dir: dir, BinDir: binDir})
+	f, err := fleet.Start(ctx, opts)
 	Expect(err).NotTo(HaveOccurred(), "the fleet's logs are in %s", dir)
 	DeferCleanup(func() {
 		By("stopping the fleet")
@@ -92,8 +104,8 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 	)
 	spokes := []string{spokeA, spokeB}
 
-	It("1: both spokes joined and are Available; a fresh join token shows in token list", func(ctx SpecContext) {
-		JoinSpec(ctx, JoinInput{Env: env, Spokes: spokes, NewTokenCluster: "spoke-c"})
+	It("1: both spokes joined and are Available, each with its agent's MODE; a fresh join token shows in token list", func(ctx SpecContext) {
+		JoinSpec(ctx, JoinInput{Env: env, Spokes: spokes, NewTokenCluster: "spoke-c", WantModes: env.Modes})
 	}, SpecTimeout(2*time.Minute))
 
 	It("2: the sample general-machine on spoke-a labels its nodes, runs reservations, and the hub shows them", func(ctx SpecContext) {

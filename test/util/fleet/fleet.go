@@ -39,6 +39,10 @@ type Options struct {
 	// FaultProxies puts a fault proxy (test/util/faultproxy) between each
 	// agent and the hub, reached with Fleet.Proxy, for the fault suite.
 	FaultProxies bool
+	// Hosted names the spokes that have no agent inside: one hosted agent
+	// (--clusters-from=kubeconfig-secrets) serves them all from the hub
+	// cluster, which is their management cluster (see HostedNamespace).
+	Hosted []string
 	// HubArgs and AgentArgs are extra flags of the hub and of every agent
 	// (short certificate lifetimes in the fault suite, for instance).
 	HubArgs, AgentArgs []string
@@ -79,6 +83,9 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	}
 	if opts.GracePeriod == 0 {
 		opts.GracePeriod = DefaultGracePeriod
+	}
+	if err := checkHosted(opts); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
@@ -154,9 +161,12 @@ func (f *Fleet) Logs(lines int) string {
 		out += fmt.Sprintf("==> %s <==\n%s\n", f.hub.proc.LogPath(), f.hub.proc.Tail(lines))
 	}
 	out += f.replicaLogs(lines)
+	logged := map[*agentProcess]bool{}
 	for _, name := range f.names {
 		out += f.Spokes[name].Logs(lines)
-		if a := f.agents[name]; a != nil {
+		// The hosted agent serves several spokes: its log once.
+		if a := f.agents[name]; a != nil && !logged[a] {
+			logged[a] = true
 			out += fmt.Sprintf("==> %s <==\n%s\n", a.proc.LogPath(), a.proc.Tail(lines))
 		}
 	}
@@ -183,6 +193,9 @@ type ClusterDescription struct {
 	APIServer  string `json:"apiServer"`
 	// MetricsURL is the Prometheus endpoint of the cluster's hub or agent.
 	MetricsURL string `json:"metricsURL,omitempty"`
+	// Mode is how a spoke's agent runs: ModeInCluster or ModeHosted (the
+	// hosted agent in the hub cluster serves it); empty for the hub.
+	Mode string `json:"mode,omitempty"`
 }
 
 // Describe returns the fleet's Description.
@@ -195,6 +208,7 @@ func (f *Fleet) Describe() Description {
 	for _, name := range f.names {
 		d.Spokes = append(d.Spokes, describe(f.Spokes[name]))
 		d.Spokes[len(d.Spokes)-1].MetricsURL = f.AgentMetricsURL(name)
+		d.Spokes[len(d.Spokes)-1].Mode = f.Mode(name)
 	}
 	return d
 }

@@ -90,25 +90,45 @@ func (f *Fleet) installImperator(ctx context.Context) error {
 	if err := os.WriteFile(f.ImperatorctlConfig(), []byte(ctlConfig), 0o600); err != nil {
 		return fmt.Errorf("fleet: writing the imperatorctl configuration: %w", err)
 	}
+	if len(f.opts.Hosted) > 0 {
+		if err := ensureNamespaceNamed(ctx, f.Hub, HostedNamespace); err != nil {
+			return err
+		}
+	}
 	for _, name := range f.names {
 		token, err := f.hubCommand(ctx, "token", "create", "--cluster", name, "--ttl", "1h", "--description", "local fleet")
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(f.tokenPath(name), []byte(strings.TrimSpace(token)+"\n"), 0o600); err != nil {
+		token = strings.TrimSpace(token)
+		if f.IsHosted(name) {
+			if err := f.addMember(ctx, name, token); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := os.WriteFile(f.tokenPath(name), []byte(token+"\n"), 0o600); err != nil {
 			return fmt.Errorf("fleet: writing the join token of %s: %w", name, err)
 		}
 		if err := f.StartAgent(ctx, name); err != nil {
 			return err
 		}
 	}
+	if len(f.opts.Hosted) > 0 {
+		// One agent for every hosted spoke, started once their Secrets are in.
+		return f.StartAgent(ctx, f.opts.Hosted[0])
+	}
 	return nil
 }
 
 func ensureNamespace(ctx context.Context, c *harness.Cluster) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
+	return ensureNamespaceNamed(ctx, c, Namespace)
+}
+
+func ensureNamespaceNamed(ctx context.Context, c *harness.Cluster, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if _, err := c.Kubernetes().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("fleet: creating namespace %s in %s: %w", Namespace, c.Name, err)
+		return fmt.Errorf("fleet: creating namespace %s in %s: %w", name, c.Name, err)
 	}
 	return nil
 }
@@ -234,13 +254,17 @@ func (f *Fleet) StopHub() error {
 
 // StartAgent starts the spoke agent of spoke (again, after StopAgent) and
 // waits until it is ready. Its webhooks are registered at a URL on
-// 127.0.0.1, so the spoke's API server reaches the agent directly.
+// 127.0.0.1, so the spoke's API server reaches the agent directly. For a
+// hosted spoke it starts the hosted agent, which serves every hosted spoke.
 func (f *Fleet) StartAgent(ctx context.Context, spoke string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	cluster, ok := f.Spokes[spoke]
 	if !ok {
 		return fmt.Errorf("fleet: no spoke %q", spoke)
+	}
+	if f.IsHosted(spoke) {
+		return f.startHostedLocked(ctx)
 	}
 	if a := f.agents[spoke]; a != nil && a.proc.Running() {
 		return nil
@@ -284,7 +308,8 @@ func (f *Fleet) StartAgent(ctx context.Context, spoke string) error {
 	return nil
 }
 
-// StopAgent stops the spoke agent of spoke; its cluster keeps running.
+// StopAgent stops the spoke agent of spoke; its cluster keeps running. For
+// a hosted spoke that is the hosted agent: every hosted spoke loses it.
 func (f *Fleet) StopAgent(spoke string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
