@@ -42,7 +42,9 @@ load 1m
   imperator_machine_guest_handover_seconds_bucket{instance="agent-0",machine_group="training",machine_type="a100-x8",le="1"} 0+5x10
   imperator_machine_guest_handover_seconds_bucket{instance="agent-0",machine_group="training",machine_type="a100-x8",le="+Inf"} 0+5x10
   imperator_spoke_webhook_admissions_total{instance="agent-0",webhook="pod-injector",outcome="allowed",reason="Patched"} 0+5x10
-  imperator_spoke_certificate_expiry_timestamp_seconds{instance="agent-0"} 86400x10
+  imperator_spoke_certificate_expiry_timestamp_seconds{instance="agent-0",cluster="east"} 86400x10
+  imperator_spoke_certificate_expiry_timestamp_seconds{instance="hosted-0",cluster="edge-1"} 86400x10
+  imperator_spoke_certificate_expiry_timestamp_seconds{instance="hosted-0",cluster="edge-2"} 172800x10
   imperator_machine_condition{instance="agent-0",machine_group="training",machine="a100",condition="OverSubscribed"} 0x10
 `
 

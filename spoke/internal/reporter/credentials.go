@@ -127,7 +127,7 @@ func (r *Reporter) use(c *credential, renewed bool) *tls.Certificate {
 	}
 	r.current = c
 	r.mu.Unlock()
-	usingCertificate(c)
+	r.metrics.usingCertificate(c)
 	if renewed {
 		notify(r.rotated)
 	} else {

@@ -193,6 +193,9 @@ type Reporter struct {
 	// lastContact is when the freshness probe last reached the API server
 	// (Unix nanoseconds).
 	lastContact atomic.Int64
+
+	// metrics are this reporter's series, labelled with its cluster.
+	metrics *clusterMetrics
 }
 
 // New validates opts and reads the hub CA bundle.
@@ -235,6 +238,7 @@ func New(opts Options) (*Reporter, error) {
 		rotated:     make(chan struct{}, 1),
 
 		unsavedChanged: make(chan struct{}, 1),
+		metrics:        metricsFor(opts.Hub.ClusterName),
 	}, nil
 }
 
@@ -246,8 +250,10 @@ func (r *Reporter) NeedLeaderElection() bool { return false }
 // Start reports until ctx is done, in turns: each turn begins when this
 // replica leads and ends when it no longer may report (mandate). It returns
 // an error only when it cannot watch the local cluster; hub trouble is
-// retried forever.
+// retried forever. Its metrics go when it returns (a hosted agent's member
+// removed).
 func (r *Reporter) Start(ctx context.Context) error {
+	defer r.metrics.forget()
 	for _, obj := range []client.Object{&imperatorv1alpha1.Machine{}, &imperatorv1alpha1.MachineNodePool{}} {
 		informer, err := r.opts.Cache.GetInformer(ctx, obj)
 		if err != nil {
@@ -267,7 +273,7 @@ func (r *Reporter) Start(ctx context.Context) error {
 		return nil // ctx done
 	}
 	for {
-		setReporterState(stateStandby)
+		r.metrics.setState(stateStandby)
 		if !r.awaitLead(ctx) {
 			return nil
 		}
@@ -357,7 +363,7 @@ func (r *Reporter) run(ctx context.Context) {
 	// The cache has listed everything, or the last turn's probe reached
 	// the API server: count from now.
 	r.lastContact.Store(time.Now().UnixNano())
-	setReporterState(stateConnecting)
+	r.metrics.setState(stateConnecting)
 
 	var workers sync.WaitGroup
 	defer workers.Wait()
@@ -484,7 +490,7 @@ func (r *Reporter) session(ctx context.Context, previous *openStream) (*openStre
 // errRotated.
 func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *openStream) (_ *openStream, err error) {
 	defer func() { previous.close() }()
-	defer setReporterState(stateConnecting)
+	defer r.metrics.setState(stateConnecting)
 	conn, err := r.dial(cert)
 	if err != nil {
 		return nil, err
@@ -532,7 +538,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 				recvErr <- err
 				return
 			}
-			reported()
+			r.metrics.reported()
 			if first {
 				first = false
 				close(answered)
@@ -585,7 +591,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 		previous.close()
 	}
 	r.log.Info("Reporting to the hub", "hub", r.opts.Hub.Address, "machines", len(sent), "generation", r.generation)
-	setReporterState(stateReporting)
+	r.metrics.setState(stateReporting)
 	draining := drained(ctx, conn)
 	heartbeat := time.NewTicker(r.opts.HeartbeatInterval)
 	defer heartbeat.Stop()
@@ -648,7 +654,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 			if err := stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Heartbeat{Heartbeat: r.heartbeat(time.Now())}}); err != nil {
 				return nil, fmt.Errorf("sending Heartbeat: %w", streamError(err))
 			}
-			reportedIfAnswered(answered)
+			r.metrics.reportedIfAnswered(answered)
 		}
 	}
 }
