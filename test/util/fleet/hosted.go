@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
@@ -41,10 +40,12 @@ const (
 
 	// The member Secret's keys, as spoke/internal/hosted reads them (the
 	// package is internal to spoke/; README "Hosted mode" documents them).
-	memberLabel        = "imperator.tenzen-y.io/member-cluster"
-	memberKubeconfig   = "kubeconfig"
-	memberJoinToken    = "join-token"
-	memberWebhookNames = "imperator-pod-injector"
+	memberLabel      = "imperator.tenzen-y.io/member-cluster"
+	memberKubeconfig = "kubeconfig"
+	memberJoinToken  = "join-token"
+	// memberInjectorConfig is the pod injector's configuration the agent
+	// registers in each member.
+	memberInjectorConfig = "imperator-pod-injector"
 )
 
 // ModeHosted and ModeInCluster are a spoke's Mode in the fleet's
@@ -182,12 +183,11 @@ func waitWebhooksRegistered(ctx context.Context, p *harness.Process, member *har
 		if !p.Running() {
 			return false, fmt.Errorf("%s exited", p.Name())
 		}
-		cfg, err := member.Kubernetes().AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, memberWebhookNames, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
+		cfg, err := member.Kubernetes().AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, memberInjectorConfig, metav1.GetOptions{})
 		if err != nil {
-			return false, nil //nolint:nilerr // the member's API server may be starting; retry until the timeout
+			// Not registered yet (NotFound), or the member's API server is
+			// busy: ask again until the timeout.
+			return false, nil
 		}
 		return len(cfg.Webhooks) > 0 && len(cfg.Webhooks[0].ClientConfig.CABundle) > 0, nil
 	})
