@@ -38,6 +38,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/query"
 	"github.com/imperator-federation/imperator/internal/cli"
 	"github.com/imperator-federation/imperator/internal/pki"
+	"github.com/imperator-federation/imperator/internal/schemes"
 )
 
 func main() {
@@ -100,7 +101,7 @@ func adminClient(cfg *config.Config) (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	scheme, err := app.Scheme()
+	scheme, err := schemes.Hub()
 	if err != nil {
 		return nil, err
 	}

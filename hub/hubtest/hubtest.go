@@ -23,6 +23,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/join"
 	"github.com/imperator-federation/imperator/hub/internal/store"
+	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/test/util/framework"
 )
 
@@ -171,15 +172,12 @@ func WriteCAFile(ctx context.Context, c client.Client, namespace, dir string) (s
 	return path, os.WriteFile(path, ca.CertPEM, 0o600)
 }
 
-// Scheme is the hub's scheme (core, Imperator, OCM cluster kinds).
-var Scheme = app.Scheme
-
 // ClusterOptions describe a hub cluster for test/util/framework: an API
 // server with the hub's CRDs (its inventory kinds and OCM's), the hub's
 // scheme and framework.AgentNamespace, where the hub keeps its CA and tokens
 // unless Options.Namespace says otherwise.
 func ClusterOptions() (framework.Options, error) {
-	scheme, err := Scheme()
+	scheme, err := schemes.Hub()
 	if err != nil {
 		return framework.Options{}, err
 	}

@@ -7,9 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/imperator-federation/imperator/internal/schemes"
 )
 
 func TestLoadOrCreate(t *testing.T) {
@@ -28,8 +28,8 @@ func TestLoadOrCreate(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			scheme := runtime.NewScheme()
-			if err := clientgoscheme.AddToScheme(scheme); err != nil {
+			scheme, err := schemes.Hub()
+			if err != nil {
 				t.Fatal(err)
 			}
 			b := fake.NewClientBuilder().WithScheme(scheme)

@@ -12,9 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	testingclock "k8s.io/utils/clock/testing"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +22,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/registry"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
+	"github.com/imperator-federation/imperator/internal/schemes"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
@@ -31,8 +30,8 @@ import (
 // intercepting its client, and the Tokens it consumes.
 func newJoinService(t *testing.T, funcs interceptor.Funcs) (*Service, *Tokens) {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), clusterv1.Install(scheme)); err != nil {
+	scheme, err := schemes.Hub()
+	if err != nil {
 		t.Fatal(err)
 	}
 	// The API server gives every object a UID; the fake client does not.

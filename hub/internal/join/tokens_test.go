@@ -10,11 +10,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/imperator-federation/imperator/internal/schemes"
 )
 
 func TestConsume(t *testing.T) {
@@ -72,8 +72,8 @@ func TestConsume(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			scheme := runtime.NewScheme()
-			if err := clientgoscheme.AddToScheme(scheme); err != nil {
+			scheme, err := schemes.Hub()
+			if err != nil {
 				t.Fatal(err)
 			}
 			clk := clocktesting.NewFakePassiveClock(start)
@@ -115,8 +115,8 @@ func TestConsume(t *testing.T) {
 
 func TestTokenStoredHashed(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+	scheme, err := schemes.Hub()
+	if err != nil {
 		t.Fatal(err)
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).Build()
@@ -158,8 +158,8 @@ func TestTokenStoredHashed(t *testing.T) {
 
 func TestReleaseLetsAFailedJoinRetryWithTheSameToken(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+	scheme, err := schemes.Hub()
+	if err != nil {
 		t.Fatal(err)
 	}
 	tokens := NewTokens(fake.NewClientBuilder().WithScheme(scheme).Build(), "hub", nil)
@@ -190,8 +190,8 @@ func TestReleaseLetsAFailedJoinRetryWithTheSameToken(t *testing.T) {
 
 func TestBindRegistrationTiesTheRetryToTheFirstJoinsRegistration(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+	scheme, err := schemes.Hub()
+	if err != nil {
 		t.Fatal(err)
 	}
 	tokens := NewTokens(fake.NewClientBuilder().WithScheme(scheme).Build(), "hub", nil)

@@ -9,7 +9,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/imperator-federation/imperator/internal/identity"
+	"github.com/imperator-federation/imperator/internal/schemes"
 )
 
 const currentUID = "2f1d7e0a-6c55-4a8e-8d3b-7a9e0c1b2d3e"
@@ -104,8 +104,8 @@ func TestAdmission(t *testing.T) {
 }
 
 func TestAdmitterReadsLiveWhenTheCacheRefuses(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clusterv1.Install(scheme); err != nil {
+	scheme, err := schemes.Hub()
+	if err != nil {
 		t.Fatal(err)
 	}
 	failing := interceptor.Funcs{Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
@@ -167,8 +167,8 @@ func TestAdmitterReadsLiveWhenTheCacheRefuses(t *testing.T) {
 }
 
 func TestAdmitterReadsTheAPIServerOnlyWhenTheCacheMayBeStaleInTheCertificatesFavour(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clusterv1.Install(scheme); err != nil {
+	scheme, err := schemes.Hub()
+	if err != nil {
 		t.Fatal(err)
 	}
 	created := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -268,8 +268,8 @@ func TestAdmitterReadsTheAPIServerOnlyWhenTheCacheMayBeStaleInTheCertificatesFav
 }
 
 func TestAdmitterReadsARefusedCertificateAgainAfterItsMemory(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clusterv1.Install(scheme); err != nil {
+	scheme, err := schemes.Hub()
+	if err != nil {
 		t.Fatal(err)
 	}
 	var liveReads int

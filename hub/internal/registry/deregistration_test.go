@@ -5,19 +5,20 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/imperator-federation/imperator/internal/schemes"
 )
 
 // TestDeregisteredClusterIsForgotten: the hub forgets a cluster (ends its
 // stream, drops it from its answers) once its ManagedCluster is gone, and
 // keeps one registered again under the same name.
 func TestDeregisteredClusterIsForgotten(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clusterv1.Install(scheme); err != nil {
+	scheme, err := schemes.Hub()
+	if err != nil {
 		t.Fatal(err)
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).

@@ -11,17 +11,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/imperator-federation/imperator/internal/schemes"
 )
 
 func TestRevokedCertificatesAreRefusedAndOldEntriesDropped(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+	scheme, err := schemes.Hub()
+	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
@@ -64,8 +64,8 @@ func TestRevokedCertificatesAreRefusedAndOldEntriesDropped(t *testing.T) {
 
 func TestRevocationListSurvivesAFailedRead(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+	scheme, err := schemes.Hub()
+	if err != nil {
 		t.Fatal(err)
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).Build()

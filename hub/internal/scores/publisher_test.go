@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
-	"k8s.io/apimachinery/pkg/runtime"
 	clusterv1alpha1 "open-cluster-management.io/api/cluster/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -15,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/imperator-federation/imperator/hub/internal/store"
+	"github.com/imperator-federation/imperator/internal/schemes"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
@@ -24,8 +24,8 @@ import (
 // way must not race the new term's: the new term waits for it, then
 // publishes.
 func TestANewTermWaitsForTheLastOne(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clusterv1alpha1.Install(scheme); err != nil {
+	scheme, err := schemes.Hub()
+	if err != nil {
 		t.Fatal(err)
 	}
 	var reads atomic.Int32

@@ -10,9 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+
+	"github.com/imperator-federation/imperator/internal/schemes"
 )
 
 // TestMemberWatchesAreNotCutByTheRequestTimeout: the member's cache (its
@@ -39,8 +39,8 @@ func TestMemberWatchesAreNotCutByTheRequestTimeout(t *testing.T) {
 	defer srv.Close()
 	defer close(release)
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+	scheme, err := schemes.Spoke()
+	if err != nil {
 		t.Fatal(err)
 	}
 	p, err := New(Options{Namespace: "members", Scheme: scheme, RequestTimeout: 500 * time.Millisecond})

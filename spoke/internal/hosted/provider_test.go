@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/machinevalidator"
 )
 
@@ -208,8 +208,8 @@ func TestMemberKubeconfigThatRunsProgramsOrReadsAgentFilesIsRefused(t *testing.T
 // a member whose API server cannot reach the agent; the probe's own dry-run
 // create of the probe Machine does.
 func TestOnlyTheProbeProvesTheMemberReachesTheWebhooks(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := imperatorv1alpha1.AddToScheme(scheme); err != nil {
+	scheme, err := schemes.Spoke()
+	if err != nil {
 		t.Fatal(err)
 	}
 	w := &Webhooks{Scheme: scheme}

@@ -3,7 +3,6 @@ package reporter
 import (
 	"context"
 	"crypto"
-	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -16,15 +15,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
+	"github.com/imperator-federation/imperator/internal/schemes"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 	"github.com/imperator-federation/imperator/spoke/internal/config"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
@@ -39,8 +37,8 @@ const (
 // testScheme has the core and Imperator kinds.
 func testScheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), imperatorv1alpha1.AddToScheme(scheme)); err != nil {
+	scheme, err := schemes.Spoke()
+	if err != nil {
 		t.Fatal(err)
 	}
 	return scheme

@@ -15,8 +15,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -24,6 +22,7 @@ import (
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
+	"github.com/imperator-federation/imperator/internal/schemes"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 	"github.com/imperator-federation/imperator/spoke/internal/config"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
@@ -151,11 +150,8 @@ func reporting(t *testing.T, debounce time.Duration) (*recordingHub, *Reporter, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := imperatorv1alpha1.AddToScheme(scheme); err != nil {
+	scheme, err := schemes.Spoke()
+	if err != nil {
 		t.Fatal(err)
 	}
 	objects := fake.NewClientBuilder().WithScheme(scheme).WithObjects(

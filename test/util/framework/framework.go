@@ -26,7 +26,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -38,7 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
-	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/test/util/harness"
 	"github.com/imperator-federation/imperator/test/util/repo"
 )
@@ -61,16 +60,6 @@ const AgentNamespace = "imperator-system"
 // cache sync, its stop.
 const timeout = 30 * time.Second
 
-// Scheme is the spoke scheme: the Kubernetes kinds of client-go and the
-// Imperator API. Hub suites pass the hub's scheme (hubtest.Scheme) instead.
-func Scheme() (*runtime.Scheme, error) {
-	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), imperatorv1alpha1.AddToScheme(scheme)); err != nil {
-		return nil, fmt.Errorf("building the scheme: %w", err)
-	}
-	return scheme, nil
-}
-
 // Options say what differs between suites.
 type Options struct {
 	// Name names a harness cluster (its directory and logs).
@@ -79,7 +68,8 @@ type Options struct {
 	// controller-manager with its garbage collector, scheduler, kwok)
 	// instead of envtest's bare API server. Webhooks need envtest.
 	Harness bool
-	// Scheme of the client and the manager; Scheme() when nil.
+	// Scheme of the client and the manager; the spoke's (schemes.Spoke)
+	// when nil. Hub suites pass schemes.Hub.
 	Scheme *runtime.Scheme
 	// CRDs are directories relative to the repository root (SpokeCRDs,
 	// HubCRDs); each must exist.
@@ -138,7 +128,7 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 	}
 	e := &Environment{Scheme: opts.Scheme}
 	if e.Scheme == nil {
-		if e.Scheme, err = Scheme(); err != nil {
+		if e.Scheme, err = schemes.Spoke(); err != nil {
 			return nil, err
 		}
 	}

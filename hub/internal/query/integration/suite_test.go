@@ -28,6 +28,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/config"
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/query"
+	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/test/util/harness"
 	"github.com/imperator-federation/imperator/test/util/repo"
 )
@@ -99,7 +100,7 @@ func startHubCluster(ctx context.Context) (stop func() error, err error) {
 	if hubClientConfig, err = env.Start(); err != nil {
 		return stop, fmt.Errorf("starting the hub cluster: %w", err)
 	}
-	scheme, err := hubtest.Scheme()
+	scheme, err := schemes.Hub()
 	if err != nil {
 		return stop, err
 	}

@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/imperator-federation/imperator/hub/hubtest"
+	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/spoke/internal/hosted"
 	"github.com/imperator-federation/imperator/test/util/fleet"
 	"github.com/imperator-federation/imperator/test/util/framework"
@@ -75,7 +76,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	out, err := build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), string(out))
 
-	hubScheme, err := hubtest.Scheme()
+	hubScheme, err := schemes.Hub()
 	Expect(err).NotTo(HaveOccurred())
 	hubEnv, err = framework.Start(ctx, framework.Options{Scheme: hubScheme, CRDs: framework.HubCRDs, Namespaces: []string{agentNamespace}})
 	Expect(err).NotTo(HaveOccurred())

@@ -11,13 +11,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -136,8 +136,8 @@ func TestValidateLabelUpdate(t *testing.T) {
 
 func newReader(t *testing.T, machines ...*imperatorv1alpha1.Machine) client.Reader {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := imperatorv1alpha1.AddToScheme(scheme); err != nil {
+	scheme, err := schemes.Spoke()
+	if err != nil {
 		t.Fatal(err)
 	}
 	objs := make([]client.Object, 0, len(machines))

@@ -16,23 +16,20 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
 func testScheme(t testing.TB) *runtime.Scheme {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := imperatorv1alpha1.AddToScheme(scheme); err != nil {
+	scheme, err := schemes.Spoke()
+	if err != nil {
 		t.Fatal(err)
 	}
 	return scheme
