@@ -11,23 +11,24 @@ package app
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
-	clusterv1 "open-cluster-management.io/api/cluster/v1"
-	clusterv1alpha1 "open-cluster-management.io/api/cluster/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,6 +52,8 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/leader"
+	"github.com/imperator-federation/imperator/internal/pki"
+	"github.com/imperator-federation/imperator/internal/schemes"
 )
 
 // Options are what the binary and tests set beyond the configuration.
@@ -83,16 +86,6 @@ func replicaID() (string, error) {
 	return host + "_" + hex.EncodeToString(suffix), nil
 }
 
-// Scheme returns the hub's scheme: core, Imperator and OCM cluster kinds
-// (ManagedCluster, AddOnPlacementScore).
-func Scheme() (*runtime.Scheme, error) {
-	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), imperatorv1alpha1.AddToScheme(scheme), clusterv1.Install(scheme), clusterv1alpha1.Install(scheme)); err != nil {
-		return nil, fmt.Errorf("building scheme: %w", err)
-	}
-	return scheme, nil
-}
-
 // Leader election: a Lease in the hub's namespace (leader.Campaign records
 // no events; it logs each term).
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=imperator-system,resources=leases,verbs=get;create;update
@@ -102,7 +95,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	log := ctrl.Log.WithName("hub")
 	// The one clock every part reads time from (offset only in tests).
 	clk := cfg.Clock()
-	scheme, err := Scheme()
+	scheme, err := schemes.Hub()
 	if err != nil {
 		return err
 	}
@@ -112,68 +105,27 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
-	// Started with nothing but a kubeconfig, the hub makes its own namespace.
-	if err := registry.EnsureNamespace(ctx, direct, cfg.Namespace); err != nil {
-		return err
-	}
-	ca, err := hubca.LoadOrCreate(ctx, direct, cfg.Namespace, cfg.CASecret)
+	ca, serverTLS, err := loadCA(ctx, cfg, direct, clk, log)
 	if err != nil {
 		return err
 	}
-	// Re-issued from the CA at 2/3 of its life, in the handshake that finds
-	// it due: no restart, and spokes trust the CA, not this leaf.
-	servingLog := log.WithName("serving-certificate")
-	serving, err := hubca.NewServingRotator(ca, "imperator-hub", cfg.ServingHosts, cfg.ServingCertValidity, clk, func(err error) {
-		servingLog.Error(err, "Renewing the serving certificate failed; serving the current one while it is valid")
-	})
-	if err != nil {
-		return err
-	}
-	clientCAs := x509.NewCertPool()
-	clientCAs.AddCert(ca.Cert)
-
 	started := clk.Now()
 	replica, err := replicaID()
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: cfg.MetricsAddr},
-		HealthProbeBindAddress: cfg.HealthAddr,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Only the spokes' heartbeat Leases, not every Lease of the cluster.
-			&coordinationv1.Lease{}: {Field: fields.OneTermEqualSelector("metadata.name", persist.LeaseName)},
-			// Fleet holds live in the hub's namespace, where its Role reads them.
-			&imperatorv1alpha1.FleetHold{}: {Namespaces: map[string]cache.Config{cfg.Namespace: {}}},
-		}},
-		// No leader election here: losing the lead would end the manager,
-		// and with it every spoke stream and query. The leader's work runs
-		// under leader.Campaign instead (see below).
-		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(opts.SharedProcess)},
-	})
+	mgr, err := ctrl.NewManager(restConfig, managerOptions(cfg, scheme, opts))
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	st := store.New(clk, cfg.GracePeriod)
 	st.SetReplica(replica)
-	campaign := &leader.Campaign{
-		Config: restConfig, Namespace: cfg.Namespace, Name: config.LeaderElectionID, Identity: replica,
-		Log: log.WithName("leader"),
-	}
-	leading := campaign.Leading
-	if !cfg.LeaderElect {
-		leading = nil // the only replica: always leads
-	}
+	campaign, leading := leaderCampaign(cfg, restConfig, replica, log)
 	persister := persist.New(mgr.GetClient(), st, persist.Options{Interval: cfg.PersistInterval, Leading: leading, Reader: mgr.GetAPIReader(), Clock: clk, Log: log.WithName("persist")})
 	if err := persister.Restore(ctx, direct); err != nil {
 		return err
 	}
-	reg := opts.Registerer
-	if reg == nil {
-		reg = ctrlmetrics.Registry
-	}
-	metrics, err := server.NewMetrics(reg, st, leading)
+	metrics, err := server.NewMetrics(registerer(opts), st, leading)
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
@@ -188,7 +140,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	srv, err := server.New(server.Options{
 		Listener:      opts.Listener,
 		ListenAddress: cfg.ListenAddress,
-		TLS:           identity.ServerTLS(serving.GetCertificate, clientCAs),
+		TLS:           serverTLS,
 		Store:         st,
 		Clock:         clk,
 		Joiner: &join.Service{
@@ -220,39 +172,12 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		mgr.Add(revocations),
 		persister.SetupWithManager(mgr),
 		mgr.Add(queries),
-		(&liveness.Reconciler{Store: st}).SetupWithManager(mgr),
-		(&holds.Expiry{Coordinator: coordinator}).SetupWithManager(mgr),
-		(&registry.Deregistrations{Reader: mgr.GetClient(), Forget: func(cluster string) {
-			log.Info("Cluster deregistered", "cluster", cluster)
-			srv.EndSession(cluster)
-			st.Remove(cluster)
-		}}).SetupWithManager(mgr),
-		(&persist.Follower{Client: mgr.GetClient(), Store: st, Started: started, EndStream: srv.EndStaleSession}).SetupWithManager(mgr),
-		mgr.AddHealthzCheck("ping", healthz.Ping),
-		mgr.AddReadyzCheck("ping", healthz.Ping),
+		setupClusterWork(mgr, st, srv, coordinator, started, log),
+		setupProbes(mgr),
 	); err != nil {
 		return fmt.Errorf("setting up the hub: %w", err)
 	}
-	// The leader's work, started afresh in every term: publishing placement
-	// scores, and a first look at every cluster (some may have gone silent
-	// while nobody led).
-	leaderWork := func(m manager.Manager) error {
-		return errors.Join(
-			publisher.SetupWithManager(m),
-			m.Add(manager.RunnableFunc(func(ctx context.Context) error {
-				persister.LookAtEveryCluster()
-				<-ctx.Done()
-				return nil
-			})),
-		)
-	}
-	if cfg.LeaderElect {
-		campaign.Setup = leaderWork
-		err = mgr.Add(campaign)
-	} else {
-		err = leaderWork(mgr)
-	}
-	if err != nil {
+	if err := runLeaderWork(mgr, campaign, leaderWork(publisher, persister)); err != nil {
 		return fmt.Errorf("setting up the leader's work: %w", err)
 	}
 	if opts.Ready != nil {
@@ -263,4 +188,122 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		return fmt.Errorf("running manager: %w", err)
 	}
 	return nil
+}
+
+// loadCA makes the hub's namespace (started with nothing but a kubeconfig,
+// the hub makes its own), loads the hub CA from it or creates it, and returns
+// the CA and the gRPC server's TLS configuration: a serving certificate
+// re-issued from the CA at 2/3 of its life, in the handshake that finds it
+// due (no restart, and spokes trust the CA, not this leaf), and client
+// certificates verified against the CA.
+func loadCA(ctx context.Context, cfg config.Config, direct client.Client, clk clock.PassiveClock, log logr.Logger) (*pki.CA, *tls.Config, error) {
+	if err := registry.EnsureNamespace(ctx, direct, cfg.Namespace); err != nil {
+		return nil, nil, err
+	}
+	ca, err := hubca.LoadOrCreate(ctx, direct, cfg.Namespace, cfg.CASecret)
+	if err != nil {
+		return nil, nil, err
+	}
+	servingLog := log.WithName("serving-certificate")
+	serving, err := hubca.NewServingRotator(ca, "imperator-hub", cfg.ServingHosts, cfg.ServingCertValidity, clk, func(err error) {
+		servingLog.Error(err, "Renewing the serving certificate failed; serving the current one while it is valid")
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	clientCAs := x509.NewCertPool()
+	clientCAs.AddCert(ca.Cert)
+	return ca, identity.ServerTLS(serving.GetCertificate, clientCAs), nil
+}
+
+// managerOptions configure the hub's manager. It runs on every replica
+// without leader election: losing the lead would end the manager, and with
+// it every spoke stream and query; the leader's work runs under
+// leader.Campaign instead (leaderCampaign). Its cache holds only the spokes'
+// heartbeat Leases, not every Lease of the cluster, and the fleet holds of
+// the hub's namespace, where its Role reads them.
+func managerOptions(cfg config.Config, scheme *runtime.Scheme, opts Options) ctrl.Options {
+	return ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		HealthProbeBindAddress: cfg.HealthAddr,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&coordinationv1.Lease{}:        {Field: fields.OneTermEqualSelector("metadata.name", persist.LeaseName)},
+			&imperatorv1alpha1.FleetHold{}: {Namespaces: map[string]cache.Config{cfg.Namespace: {}}},
+		}},
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(opts.SharedProcess)},
+	}
+}
+
+// leaderCampaign returns the campaign for the hub's Lease, which this replica
+// runs under --leader-elect, and what says whether it leads now. Without
+// --leader-elect both are nil: the only replica always leads.
+func leaderCampaign(cfg config.Config, restConfig *rest.Config, replica string, log logr.Logger) (*leader.Campaign, func() bool) {
+	if !cfg.LeaderElect {
+		return nil, nil
+	}
+	campaign := &leader.Campaign{
+		Config: restConfig, Namespace: cfg.Namespace, Name: config.LeaderElectionID, Identity: replica,
+		Log: log.WithName("leader"),
+	}
+	return campaign, campaign.Leading
+}
+
+// registerer is where the hub's metrics go: opts.Registerer, else
+// controller-runtime's registry, which the manager serves.
+func registerer(opts Options) prometheus.Registerer {
+	if opts.Registerer != nil {
+		return opts.Registerer
+	}
+	return ctrlmetrics.Registry
+}
+
+// setupClusterWork adds what every replica does for the clusters: marks
+// silent ones (liveness), expires fleet holds, forgets deregistered clusters
+// (ending their streams here) and follows what other replicas persist.
+func setupClusterWork(mgr manager.Manager, st *store.Store, srv *server.Server, coordinator *holds.Coordinator, started time.Time, log logr.Logger) error {
+	return errors.Join(
+		(&liveness.Reconciler{Store: st}).SetupWithManager(mgr),
+		(&holds.Expiry{Coordinator: coordinator}).SetupWithManager(mgr),
+		(&registry.Deregistrations{Reader: mgr.GetClient(), Forget: func(cluster string) {
+			log.Info("Cluster deregistered", "cluster", cluster)
+			srv.EndSession(cluster)
+			st.Remove(cluster)
+		}}).SetupWithManager(mgr),
+		(&persist.Follower{Client: mgr.GetClient(), Store: st, Started: started, EndStream: srv.EndStaleSession}).SetupWithManager(mgr),
+	)
+}
+
+// setupProbes adds the liveness and readiness checks.
+func setupProbes(mgr manager.Manager) error {
+	return errors.Join(
+		mgr.AddHealthzCheck("ping", healthz.Ping),
+		mgr.AddReadyzCheck("ping", healthz.Ping),
+	)
+}
+
+// leaderWork is the leader's work, started afresh in every term: publishing
+// placement scores, and a first look at every cluster (some may have gone
+// silent while nobody led).
+func leaderWork(publisher *scores.Publisher, persister *persist.Persister) func(manager.Manager) error {
+	return func(m manager.Manager) error {
+		return errors.Join(
+			publisher.SetupWithManager(m),
+			m.Add(manager.RunnableFunc(func(ctx context.Context) error {
+				persister.LookAtEveryCluster()
+				<-ctx.Done()
+				return nil
+			})),
+		)
+	}
+}
+
+// runLeaderWork runs work in each of campaign's terms, or on mgr for the life
+// of the process without a campaign (the only replica).
+func runLeaderWork(mgr manager.Manager, campaign *leader.Campaign, work func(manager.Manager) error) error {
+	if campaign == nil {
+		return work(mgr)
+	}
+	campaign.Setup = work
+	return mgr.Add(campaign)
 }

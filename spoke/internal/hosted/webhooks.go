@@ -249,18 +249,11 @@ func (w *Webhooks) check(ctx context.Context, m *Member, hooks *memberHooks, reg
 // <m.WebhookURL>/members/<m.Name>.
 func (w *Webhooks) register(ctx context.Context, m *Member, bundle []byte) error {
 	target := install.Target{URL: strings.TrimSuffix(m.WebhookURL, "/") + PathPrefix + m.Name}
-	injector, err := target.ClientConfig(podinjector.WebhookPath, bundle)
+	mutating, validating, err := target.Configurations(bundle, w.MutatingConfiguration, w.ValidatingConfiguration, w.AgentNamespace)
 	if err != nil {
 		return err
 	}
-	validator, err := target.ClientConfig(machinevalidator.WebhookPath, bundle)
-	if err != nil {
-		return err
-	}
-	err = install.Apply(ctx, m.Client,
-		podinjector.MutatingWebhookConfiguration(w.MutatingConfiguration, w.AgentNamespace, injector),
-		machinevalidator.ValidatingWebhookConfiguration(w.ValidatingConfiguration, validator))
-	if err != nil {
+	if err := install.Apply(ctx, m.Client, mutating, validating); err != nil {
 		return fmt.Errorf("registering the webhooks in the member: %w", err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -27,19 +28,12 @@ func Manifests() ([]byte, error) {
 	cfg := config.Default()
 	cfg.Namespace = "imperator-system"
 	target := Target{ServiceNamespace: cfg.Namespace, ServiceName: cfg.Webhook.ServiceName, ServicePort: 443}
-	injector, err := target.ClientConfig(podinjector.WebhookPath, nil)
-	if err != nil {
-		return nil, err
-	}
-	validator, err := target.ClientConfig(machinevalidator.WebhookPath, nil)
+	mutating, validating, err := target.Configurations(nil, cfg.Webhook.MutatingConfiguration, cfg.Webhook.ValidatingConfiguration, cfg.Namespace)
 	if err != nil {
 		return nil, err
 	}
 	out := bytes.NewBufferString(ManifestsHeader)
-	for _, obj := range []client.Object{
-		podinjector.MutatingWebhookConfiguration(cfg.Webhook.MutatingConfiguration, cfg.Namespace, injector),
-		machinevalidator.ValidatingWebhookConfiguration(cfg.Webhook.ValidatingConfiguration, validator),
-	} {
+	for _, obj := range []client.Object{mutating, validating} {
 		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 		if err != nil {
 			return nil, fmt.Errorf("converting %s: %w", obj.GetName(), err)
@@ -53,4 +47,20 @@ func Manifests() ([]byte, error) {
 		out.Write(data)
 	}
 	return out.Bytes(), nil
+}
+
+// Configurations returns the injector's webhook configuration, named
+// mutating, and the validator's, named validating, both pointing at t with
+// caBundle; the injector skips agentNamespace, as it skips kube-system.
+func (t Target) Configurations(caBundle []byte, mutating, validating, agentNamespace string) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	injector, err := t.ClientConfig(podinjector.WebhookPath, caBundle)
+	if err != nil {
+		return nil, nil, err
+	}
+	validator, err := t.ClientConfig(machinevalidator.WebhookPath, caBundle)
+	if err != nil {
+		return nil, nil, err
+	}
+	return podinjector.MutatingWebhookConfiguration(mutating, agentNamespace, injector),
+		machinevalidator.ValidatingWebhookConfiguration(validating, validator), nil
 }
