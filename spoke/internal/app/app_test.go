@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,6 +16,15 @@ import (
 	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/spoke/internal/config"
 )
+
+func spokeScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme, err := schemes.Spoke()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scheme
+}
 
 // completed returns the default configuration changed by edit, completed as
 // the binary completes it after parsing the flags.
@@ -100,10 +110,7 @@ func TestWebhookCertificateComesFromTheAgentOrFromCertManager(t *testing.T) {
 // kubeconfig Secrets and each controller runs several reconciles at once, so
 // that one slow member does not hold up the others.
 func TestCachesAndWorkersFollowTheMode(t *testing.T) {
-	scheme, err := schemes.Spoke()
-	if err != nil {
-		t.Fatal(err)
-	}
+	scheme := spokeScheme(t)
 	tests := map[string]struct {
 		edit        func(*config.Config)
 		wantCached  []client.Object
@@ -159,10 +166,7 @@ func restriction(opts cache.Options, obj client.Object) (cache.ByObject, bool) {
 // webhooks, the controllers and the hub reporters serve the members; the
 // in-cluster agent serves its own cluster and reports itself when given a hub.
 func TestHostedModeServesTheMembersInsteadOfTheLocalCluster(t *testing.T) {
-	scheme, err := schemes.Spoke()
-	if err != nil {
-		t.Fatal(err)
-	}
+	scheme := spokeScheme(t)
 	tests := map[string]struct {
 		edit               func(*config.Config)
 		wantMemberWebhooks bool
@@ -216,10 +220,7 @@ func TestHostedModeServesTheMembersInsteadOfTheLocalCluster(t *testing.T) {
 // Lease in the agent's namespace, under an identity no other run shares,
 // and only the leader reports to the hub; without it there is no campaign.
 func TestTheLeaderReportsAndRunsTheControllers(t *testing.T) {
-	scheme, err := schemes.Spoke()
-	if err != nil {
-		t.Fatal(err)
-	}
+	scheme := spokeScheme(t)
 	setup := func(manager.Manager) error { return nil }
 	cfg := completed(t, func(c *config.Config) { withHub(c); c.LeaderElection = false })
 	if campaign, err := leaderCampaign(cfg, &rest.Config{}, scheme, setup); err != nil || campaign != nil {
