@@ -15,6 +15,7 @@ import (
 
 	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/spoke/internal/config"
+	"github.com/imperator-federation/imperator/spoke/internal/webhook/certs"
 )
 
 func spokeScheme(t *testing.T) *runtime.Scheme {
@@ -38,6 +39,17 @@ func completed(t *testing.T, edit func(*config.Config)) config.Config {
 		t.Fatalf("the test's configuration is invalid: %v", err)
 	}
 	return cfg
+}
+
+// certManagerOf returns the agent's own certificate manager for cfg, nil in
+// cert-manager mode.
+func certManagerOf(t *testing.T, cfg config.Config) *certs.Manager {
+	t.Helper()
+	certManager, err := newCertManager(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certManager
 }
 
 func hostedMode(c *config.Config) {
@@ -76,10 +88,7 @@ func TestWebhookCertificateComesFromTheAgentOrFromCertManager(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			cfg := completed(t, tc.edit)
-			certManager, err := newCertManager(cfg, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			certManager := certManagerOf(t, cfg)
 			if got := certManager != nil; got != tc.wantCertManager {
 				t.Fatalf("the agent issues its certificate: %v, want %v", got, tc.wantCertManager)
 			}
@@ -184,10 +193,7 @@ func TestHostedModeServesTheMembersInsteadOfTheLocalCluster(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			cfg := completed(t, tc.edit)
-			certManager, err := newCertManager(cfg, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			certManager := certManagerOf(t, cfg)
 			memberWebhooks := newMemberWebhooks(cfg, scheme, certManager)
 			if got := memberWebhooks != nil; got != tc.wantMemberWebhooks {
 				t.Fatalf("serves the members' webhooks: %v, want %v", got, tc.wantMemberWebhooks)
