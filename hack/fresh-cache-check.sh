@@ -35,4 +35,5 @@ for target in "$@"; do
   echo "fresh-cache-check: make $target passed with an empty cache in $((SECONDS - start))s"
 done
 echo "fresh-cache-check: the cache held afterwards:"
-ls -1 "$fresh" "$fresh"/tools-* 2>/dev/null | sed 's/^/  /'
+# A target that builds no tool leaves no tools-* (ls then fails, not the check).
+ls -1 "$fresh" "$fresh"/tools-* 2>/dev/null | sed 's/^/  /' || true
