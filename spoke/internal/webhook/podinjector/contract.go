@@ -25,6 +25,32 @@ type typeContract struct {
 	// resourceValues[i] its quantity as the patch carries it.
 	resourcePointers []string
 	resourceValues   []any
+	// firstContainerPaths are the JSON pointers of the quantities in the
+	// first container's requests and limits, where most guests are
+	// injected: built once, not per admission.
+	firstContainerPaths struct{ requests, limits []string }
+}
+
+// resourcePaths returns the JSON pointers of the contract's quantities in
+// list (requests or limits) of the container at path.
+func (c *typeContract) resourcePaths(path string) []string {
+	switch path {
+	case firstContainerResources + "/requests":
+		return c.firstContainerPaths.requests
+	case firstContainerResources + "/limits":
+		return c.firstContainerPaths.limits
+	}
+	return c.pathsUnder(path)
+}
+
+// pathsUnder returns the JSON pointers of the contract's quantities in the
+// resource list at path.
+func (c *typeContract) pathsUnder(path string) []string {
+	paths := make([]string, len(c.resourcePointers))
+	for i, pointer := range c.resourcePointers {
+		paths[i] = path + "/" + pointer
+	}
+	return paths
 }
 
 func newTypeContract(group string, machineType *imperatorv1alpha1.MachineType) *typeContract {
@@ -40,6 +66,8 @@ func newTypeContract(group string, machineType *imperatorv1alpha1.MachineType) *
 		contract.resourcePointers = append(contract.resourcePointers, escapePointer(string(name)))
 		contract.resourceValues = append(contract.resourceValues, quantity.String())
 	}
+	contract.firstContainerPaths.requests = contract.pathsUnder(firstContainerResources + "/requests")
+	contract.firstContainerPaths.limits = contract.pathsUnder(firstContainerResources + "/limits")
 	return contract
 }
 

@@ -52,7 +52,10 @@ func denied(format string, args ...any) *DeniedError {
 
 // Inject returns a copy of pod carrying the machine type it asks for, taken
 // from machine (the Machine of the pod's machine group, nil when there is
-// none), and the record of what was injected. pod is never modified.
+// none), and the record of what was injected. pod is never modified. The
+// copy owns what Inject changes (annotations, the required node affinity,
+// tolerations, scheduling gates, the containers' requests and limits) and
+// shares every other field with pod: deep-copy it before changing those.
 //
 // Pods without pod-role=guest are not the injector's business: they come back
 // unchanged with a nil Record. A guest pod is denied (*DeniedError) when its
@@ -115,7 +118,7 @@ func inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine, contracts *cont
 			imperatorv1alpha1.SlotSchedulingGate)
 	}
 
-	out := pod.DeepCopy()
+	out := injectionCopy(pod)
 	container, err := targetContainer(out)
 	if err != nil {
 		return nil, nil, err
@@ -144,11 +147,26 @@ func inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine, contracts *cont
 		// A Record holds only strings; this cannot fail, but never panic on it.
 		return nil, nil, fmt.Errorf("encoding annotation %s: %w", imperatorv1alpha1.InjectedAnnotation, err)
 	}
-	if out.Annotations == nil {
-		out.Annotations = map[string]string{}
-	}
 	out.Annotations[imperatorv1alpha1.InjectedAnnotation] = string(encoded)
 	return out, record, nil
+}
+
+// injectionCopy returns a shallow copy of pod that owns what Inject changes
+// and shares the rest: its own annotations (room for the two the injector
+// sets), containers and target requests and limits (injectResources clones
+// those maps), and tolerations and scheduling gates clipped to their length,
+// so that appending to them never writes into pod's arrays.
+// injectNodeAffinity copies the affinity on the path it changes. Copying
+// only that, rather than the whole pod, is most of what an admission no
+// longer allocates (issue 21).
+func injectionCopy(pod *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: pod.Status}
+	out.Annotations = make(map[string]string, len(pod.Annotations)+2)
+	maps.Copy(out.Annotations, pod.Annotations)
+	out.Spec.Containers = slices.Clone(pod.Spec.Containers)
+	out.Spec.Tolerations = slices.Clip(pod.Spec.Tolerations)
+	out.Spec.SchedulingGates = slices.Clip(pod.Spec.SchedulingGates)
+	return out
 }
 
 func machineTypeNames(machine *imperatorv1alpha1.Machine) string {
@@ -202,23 +220,34 @@ func checkNodeSelector(selector map[string]string, typeName string, reqs []corev
 // pod, or makes them the single term when the pod has none. Preferred terms
 // are left alone. An existing expression on one of our keys is kept when a
 // node satisfying ours also satisfies it; otherwise the pod is denied.
+//
+// The pod's affinity is shared with Inject's input (injectionCopy): it is
+// replaced by a copy of the path to the required terms, each term's
+// expressions clipped so that appending never writes into the input's array.
+// The expressions added share their Values with reqs, which nothing modifies.
 func injectNodeAffinity(pod *corev1.Pod, typeName string, reqs []corev1.NodeSelectorRequirement) error {
-	if pod.Spec.Affinity == nil {
-		pod.Spec.Affinity = &corev1.Affinity{}
+	affinity := &corev1.Affinity{}
+	if pod.Spec.Affinity != nil {
+		*affinity = *pod.Spec.Affinity
 	}
-	if pod.Spec.Affinity.NodeAffinity == nil {
-		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	nodeAffinity := &corev1.NodeAffinity{}
+	if affinity.NodeAffinity != nil {
+		*nodeAffinity = *affinity.NodeAffinity
 	}
-	nodeAffinity := pod.Spec.Affinity.NodeAffinity
-	if nodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		nodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+	required := &corev1.NodeSelector{}
+	if nodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		*required = *nodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
 	}
-	required := nodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	required.NodeSelectorTerms = slices.Clone(required.NodeSelectorTerms)
 	if len(required.NodeSelectorTerms) == 0 {
 		required.NodeSelectorTerms = []corev1.NodeSelectorTerm{{}}
 	}
+	nodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = required
+	affinity.NodeAffinity = nodeAffinity
+	pod.Spec.Affinity = affinity
 	for i := range required.NodeSelectorTerms {
 		term := &required.NodeSelectorTerms[i]
+		term.MatchExpressions = slices.Grow(slices.Clip(term.MatchExpressions), len(reqs))
 		for _, req := range reqs {
 			present := false
 			for _, existing := range term.MatchExpressions {
@@ -233,9 +262,7 @@ func injectNodeAffinity(pod *corev1.Pod, typeName string, reqs []corev1.NodeSele
 				present = present || isRequirement(existing, req)
 			}
 			if !present {
-				term.MatchExpressions = append(term.MatchExpressions, corev1.NodeSelectorRequirement{
-					Key: req.Key, Operator: req.Operator, Values: slices.Clone(req.Values),
-				})
+				term.MatchExpressions = append(term.MatchExpressions, req)
 			}
 		}
 	}
@@ -288,6 +315,7 @@ func describeRequirement(req corev1.NodeSelectorRequirement) string {
 // injectTolerations adds the NoSchedule tolerations of the machine type's and
 // the node pool's taints unless the pod already has them.
 func injectTolerations(pod *corev1.Pod, tolerations []corev1.Toleration) {
+	pod.Spec.Tolerations = slices.Grow(pod.Spec.Tolerations, len(tolerations))
 	for _, want := range tolerations {
 		if !slices.ContainsFunc(pod.Spec.Tolerations, func(t corev1.Toleration) bool { return sameToleration(t, want) }) {
 			pod.Spec.Tolerations = append(pod.Spec.Tolerations, want)
@@ -321,12 +349,9 @@ func sameToleration(a, b corev1.Toleration) bool {
 // returns the resources whose request or limit held another value.
 func injectResources(container *corev1.Container, contract *typeContract) []ReplacedResource {
 	want := contract.resources
-	if container.Resources.Requests == nil {
-		container.Resources.Requests = corev1.ResourceList{}
-	}
-	if container.Resources.Limits == nil {
-		container.Resources.Limits = corev1.ResourceList{}
-	}
+	// The lists are shared with Inject's input (injectionCopy).
+	container.Resources.Requests = cloneResources(container.Resources.Requests, len(want))
+	container.Resources.Limits = cloneResources(container.Resources.Limits, len(want))
 	var replaced []ReplacedResource
 	for _, name := range contract.resourceNames {
 		quantity := want[name]
@@ -353,6 +378,13 @@ func injectResources(container *corev1.Container, contract *typeContract) []Repl
 		}
 	}
 	return replaced
+}
+
+// cloneResources returns a copy of list with room for extra more names.
+func cloneResources(list corev1.ResourceList, extra int) corev1.ResourceList {
+	out := make(corev1.ResourceList, len(list)+extra)
+	maps.Copy(out, list)
+	return out
 }
 
 // previousReplaced returns the replacements recorded by an earlier injection

@@ -3,6 +3,7 @@ package podinjector
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -42,8 +43,9 @@ func toleration(key, value string) corev1.Toleration {
 	return corev1.Toleration{Key: key, Operator: corev1.TolerationOpEqual, Value: value, Effect: corev1.TaintEffectNoSchedule}
 }
 
-// What seed 000 injects for compute-xlarge of general-machine (with the GPU
-// selector its Machine declares: product NVIDIA-GeForce-RTX-3090).
+// What the original Imperator injects (docs/contract.md) for compute-xlarge
+// of general-machine (with the GPU selector its Machine declares: product
+// NVIDIA-GeForce-RTX-3090).
 var (
 	xlargeReqs = []corev1.NodeSelectorRequirement{
 		in(xlargeKey, group), in(nodePool, "ready"), in(imperatorv1alpha1.GPUProductLabel, "NVIDIA-GeForce-RTX-3090"),
@@ -562,5 +564,37 @@ func TestInjectNilPod(t *testing.T) {
 	var deniedErr *DeniedError
 	if _, _, err := Inject(nil, wrappers.GeneralMachine().Obj()); !errors.As(err, &deniedErr) {
 		t.Errorf("Inject(nil) error = %v, want a denial", err)
+	}
+}
+
+// An injected pod shares with its input what Inject does not change
+// (injectionCopy). If it shared the arrays of the lists Inject appends to, a
+// later append to the input (or a second injection of it) would write into
+// the injected pod: the user's pod and the patch would disagree.
+func TestInjectedPodDoesNotShareTheListsItAppendsTo(t *testing.T) {
+	pod := guest().Label(containerL, "main").Obj()
+	setRequired(pod, term(in("topology.kubernetes.io/zone", "a")))
+	pod.Spec.Tolerations = slices.Grow([]corev1.Toleration{toleration("team", "a")}, 8)
+	pod.Spec.SchedulingGates = slices.Grow([]corev1.PodSchedulingGate{{Name: "example.com/other"}}, 8)
+	terms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	terms[0].MatchExpressions = slices.Grow(terms[0].MatchExpressions, 8)
+	pod.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("1Gi")}
+
+	injected, _, err := Inject(pod, wrappers.GeneralMachine().Obj())
+	if err != nil {
+		t.Fatalf("Inject() error = %v", err)
+	}
+	want := injected.DeepCopy()
+
+	// The user's side appends to every list and writes every map afterwards.
+	pod.Spec.Tolerations = append(pod.Spec.Tolerations, toleration("late", "x"), toleration("late", "y"), toleration("late", "z"))
+	pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: "late"})
+	terms[0].MatchExpressions = append(terms[0].MatchExpressions, in("late", "x"), in("late", "y"), in("late", "z"), in("late", "w"))
+	pod.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("1")
+	pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	pod.Annotations = map[string]string{"late": "x"}
+
+	if diff := cmp.Diff(want, injected, quantities); diff != "" {
+		t.Fatalf("changing the input after Inject changed the injected pod (-want +got):\n%s", diff)
 	}
 }

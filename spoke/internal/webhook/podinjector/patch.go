@@ -1,9 +1,6 @@
 package podinjector
 
 import (
-	"encoding/json"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -11,6 +8,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	kjson "sigs.k8s.io/json"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 )
@@ -25,8 +23,8 @@ import (
 // creates it.
 type admittedPod struct {
 	Metadata struct {
-		Labels      map[string]string `json:"labels"`
-		Annotations map[string]string `json:"annotations"`
+		Labels      guestLabels       `json:"labels"`
+		Annotations *guestAnnotations `json:"annotations"`
 	} `json:"metadata"`
 	Spec struct {
 		NodeName        string                     `json:"nodeName"`
@@ -45,9 +43,49 @@ type admittedContainer struct {
 	Resources *corev1.ResourceRequirements `json:"resources"`
 }
 
+// guestLabels are the labels the injector reads (docs/contract.md); the
+// others are skipped while decoding. The tags are the keys of
+// imperatorv1alpha1 (a test checks them), matched exactly: label keys are
+// case-sensitive, and so is the decoder.
+type guestLabels struct {
+	Role               string `json:"imperator.tenzen-y.io/pod-role"`
+	MachineGroup       string `json:"imperator.tenzen-y.io/machine-group"`
+	MachineType        string `json:"imperator.tenzen-y.io/machine-type"`
+	InjectingContainer string `json:"imperator.tenzen-y.io/injecting-container"`
+}
+
+// guestAnnotations are the annotations the injector reads and sets; a nil
+// field is an annotation the request lacks. A nil *guestAnnotations is a
+// request without annotations (absent or null), which the patch creates.
+type guestAnnotations struct {
+	Injected   *string `json:"imperator.tenzen-y.io/injected"`
+	AdmittedAt *string `json:"imperator.tenzen-y.io/admitted-at"`
+}
+
+// value returns the request's value of the annotation key, one of
+// setAnnotations.
+func (a *guestAnnotations) value(key string) (string, bool) {
+	var v *string
+	if a != nil {
+		switch key {
+		case imperatorv1alpha1.InjectedAnnotation:
+			v = a.Injected
+		case imperatorv1alpha1.AdmittedAtAnnotation:
+			v = a.AdmittedAt
+		}
+	}
+	if v == nil {
+		return "", false
+	}
+	return *v, true
+}
+
+// decodeAdmittedPod decodes the fields of admittedPod, with the API
+// machinery's case-sensitive decoder: "Metadata" is not "metadata", and a
+// label key spelled in other case is another label.
 func decodeAdmittedPod(raw []byte) (*admittedPod, error) {
 	admitted := &admittedPod{}
-	if err := json.Unmarshal(raw, admitted); err != nil {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, admitted); err != nil {
 		return nil, err
 	}
 	return admitted, nil
@@ -58,8 +96,20 @@ func decodeAdmittedPod(raw []byte) (*admittedPod, error) {
 // values for injectionPatch to compare with.
 func (a *admittedPod) pod() *corev1.Pod {
 	pod := &corev1.Pod{}
-	pod.Labels = a.Metadata.Labels
-	pod.Annotations = a.Metadata.Annotations
+	labels := a.Metadata.Labels
+	pod.Labels = make(map[string]string, 4)
+	setLabel := func(key, value string) {
+		if value != "" {
+			pod.Labels[key] = value
+		}
+	}
+	setLabel(imperatorv1alpha1.PodRoleKey, labels.Role)
+	setLabel(imperatorv1alpha1.MachineGroupKey, labels.MachineGroup)
+	setLabel(imperatorv1alpha1.MachineTypeKey, labels.MachineType)
+	setLabel(imperatorv1alpha1.InjectingContainerKey, labels.InjectingContainer)
+	if injected, ok := a.Metadata.Annotations.value(imperatorv1alpha1.InjectedAnnotation); ok {
+		pod.Annotations = map[string]string{imperatorv1alpha1.InjectedAnnotation: injected}
+	}
 	pod.Spec.NodeName = a.Spec.NodeName
 	pod.Spec.NodeSelector = a.Spec.NodeSelector
 	pod.Spec.Affinity = a.Spec.Affinity
@@ -92,10 +142,11 @@ func injectionPatch(admitted *admittedPod, injected *corev1.Pod, containerName s
 	if admitted.Metadata.Annotations == nil {
 		add("/metadata/annotations", injected.Annotations)
 	} else {
-		for _, key := range slices.Sorted(maps.Keys(injected.Annotations)) {
-			value := injected.Annotations[key]
-			if old, ok := admitted.Metadata.Annotations[key]; !ok || old != value {
-				add("/metadata/annotations/"+escapePointer(key), value)
+		// Inject and the handler set these two and no other annotation.
+		for _, a := range setAnnotations {
+			value := injected.Annotations[a.key]
+			if old, ok := admitted.Metadata.Annotations.value(a.key); !ok || old != value {
+				add(a.path, value)
 			}
 		}
 	}
@@ -109,7 +160,10 @@ func injectionPatch(admitted *admittedPod, injected *corev1.Pod, containerName s
 			continue
 		}
 		resources := injected.Spec.Containers[i].Resources
-		path := "/spec/containers/" + strconv.Itoa(i) + "/resources"
+		path := firstContainerResources
+		if i > 0 {
+			path = "/spec/containers/" + strconv.Itoa(i) + "/resources"
+		}
 		if c.Resources == nil {
 			add(path, corev1.ResourceRequirements{Requests: resources.Requests, Limits: resources.Limits})
 		} else {
@@ -120,6 +174,10 @@ func injectionPatch(admitted *admittedPod, injected *corev1.Pod, containerName s
 	}
 	return ops
 }
+
+// firstContainerResources is the JSON pointer of the first container's
+// resources.
+const firstContainerResources = "/spec/containers/0/resources"
 
 // affinityPatch adds the required node selector terms' new expressions,
 // creating the first object on the path to them that the request lacks.
@@ -175,9 +233,13 @@ func resourceListPatch(path string, admitted, injected corev1.ResourceList, cont
 		add(path, injected)
 		return
 	}
+	var paths []string
 	for i, name := range contract.resourceNames {
 		if old, ok := admitted[name]; !ok || old.Cmp(contract.resources[name]) != 0 {
-			add(path+"/"+contract.resourcePointers[i], contract.resourceValues[i])
+			if paths == nil {
+				paths = contract.resourcePaths(path)
+			}
+			add(paths[i], contract.resourceValues[i])
 		}
 	}
 }
@@ -187,19 +249,16 @@ func escapePointer(key string) string {
 	if !strings.ContainsAny(key, "~/") {
 		return key
 	}
-	if escaped, ok := escapedAnnotations[key]; ok {
-		return escaped
-	}
 	return pointerEscaper.Replace(key)
 }
 
 var (
 	pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
-	// escapedAnnotations are the annotations every admission sets, escaped
-	// once.
-	escapedAnnotations = map[string]string{
-		imperatorv1alpha1.InjectedAnnotation:   pointerEscaper.Replace(imperatorv1alpha1.InjectedAnnotation),
-		imperatorv1alpha1.AdmittedAtAnnotation: pointerEscaper.Replace(imperatorv1alpha1.AdmittedAtAnnotation),
+	// setAnnotations are the annotations every admission sets, with their
+	// JSON pointers, in the order the patch adds them.
+	setAnnotations = []struct{ key, path string }{
+		{imperatorv1alpha1.AdmittedAtAnnotation, "/metadata/annotations/" + escapePointer(imperatorv1alpha1.AdmittedAtAnnotation)},
+		{imperatorv1alpha1.InjectedAnnotation, "/metadata/annotations/" + escapePointer(imperatorv1alpha1.InjectedAnnotation)},
 	}
 )
 

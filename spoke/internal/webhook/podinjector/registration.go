@@ -15,7 +15,7 @@ const (
 	// imperator.tenzen-y.io/inject-resource=enabled.
 	WebhookName = "pod-injector.imperator.tenzen-y.io"
 	// LegacyWebhookName intercepts guest pods in namespaces labelled only with
-	// seed 000's imperator.tenzen.io/inject-resource=enabled.
+	// the original Imperator's imperator.tenzen.io/inject-resource=enabled (docs/contract.md).
 	LegacyWebhookName = "legacy-pod-injector.imperator.tenzen-y.io"
 
 	// TimeoutSeconds bounds an admission call: a Machine lookup in the cache

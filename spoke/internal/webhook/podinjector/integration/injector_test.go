@@ -31,7 +31,8 @@ import (
 var quantities = cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })
 
 // loadGuestSample reads deploy/spoke/samples/guest-deployment.yaml: the
-// team-a Namespace with injection enabled and seed 000's guest Deployment.
+// team-a Namespace with injection enabled and the original Imperator's guest
+// Deployment (docs/contract.md).
 func loadGuestSample() (*corev1.Namespace, *appsv1.Deployment, error) {
 	root, err := repo.Root()
 	if err != nil {
@@ -139,7 +140,7 @@ func expectUntouched(pod *corev1.Pod) {
 }
 
 var _ = Describe("Pod Resource Injector", func() {
-	It("injects a Deployment's guest pods exactly as seed 000's Guest Pod example", func(ctx SpecContext) {
+	It("injects a Deployment's guest pods exactly as the original Imperator's Guest Pod example", func(ctx SpecContext) {
 		// BeforeSuite created the sample's Namespace.
 		_, deploy, err := loadGuestSample()
 		Expect(err).NotTo(HaveOccurred())
@@ -197,7 +198,7 @@ var _ = Describe("Pod Resource Injector", func() {
 		expectUntouched(got)
 	})
 
-	It("honours seed 000's legacy namespace label", func(ctx SpecContext) {
+	It("honours the original Imperator's legacy namespace label", func(ctx SpecContext) {
 		pod := guestPod(legacyNamespace)
 		Expect(k8s.Create(ctx, pod)).To(Succeed())
 		Expect(pod.Annotations).To(HaveKeyWithValue(imperatorv1alpha1.InjectedAnnotation,

@@ -28,7 +28,7 @@ import (
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
-// group is the machine group of seed 000's general-machine.
+// group is the machine group of the sample general-machine (docs/contract.md).
 const group = "general-machine"
 
 // loadPolicy reads a file of deploy/spoke/policy: a
