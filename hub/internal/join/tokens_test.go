@@ -72,12 +72,8 @@ func TestConsume(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			scheme, err := schemes.Hub()
-			if err != nil {
-				t.Fatal(err)
-			}
 			clk := clocktesting.NewFakePassiveClock(start)
-			tokens := NewTokens(fake.NewClientBuilder().WithScheme(scheme).Build(), "hub", clk)
+			tokens := NewTokens(emptyHubCluster(t), "hub", clk)
 			token, info, err := tokens.Create(ctx, tc.opts)
 			if err != nil {
 				t.Fatalf("Create: %v", err)
@@ -115,11 +111,7 @@ func TestConsume(t *testing.T) {
 
 func TestTokenStoredHashed(t *testing.T) {
 	ctx := context.Background()
-	scheme, err := schemes.Hub()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	c := emptyHubCluster(t)
 	token, _, err := NewTokens(c, "hub", nil).Create(ctx, CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -158,11 +150,7 @@ func TestTokenStoredHashed(t *testing.T) {
 
 func TestReleaseLetsAFailedJoinRetryWithTheSameToken(t *testing.T) {
 	ctx := context.Background()
-	scheme, err := schemes.Hub()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens := NewTokens(fake.NewClientBuilder().WithScheme(scheme).Build(), "hub", nil)
+	tokens := NewTokens(emptyHubCluster(t), "hub", nil)
 	token, _, err := tokens.Create(ctx, CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -190,11 +178,7 @@ func TestReleaseLetsAFailedJoinRetryWithTheSameToken(t *testing.T) {
 
 func TestBindRegistrationTiesTheRetryToTheFirstJoinsRegistration(t *testing.T) {
 	ctx := context.Background()
-	scheme, err := schemes.Hub()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens := NewTokens(fake.NewClientBuilder().WithScheme(scheme).Build(), "hub", nil)
+	tokens := NewTokens(emptyHubCluster(t), "hub", nil)
 	token, _, err := tokens.Create(ctx, CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -230,4 +214,14 @@ func TestBindRegistrationTiesTheRetryToTheFirstJoinsRegistration(t *testing.T) {
 	if use, err := tokens.ConsumeForKey(ctx, token, "a", "key", false); err != nil || use.RegistrationUID != "" {
 		t.Errorf("retry after a release and a new use = %+v, %v; want no registration", use, err)
 	}
+}
+
+// emptyHubCluster returns a client of a hub cluster with no objects yet.
+func emptyHubCluster(t *testing.T) client.WithWatch {
+	t.Helper()
+	scheme, err := schemes.Hub()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fake.NewClientBuilder().WithScheme(scheme).Build()
 }
