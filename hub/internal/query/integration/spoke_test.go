@@ -163,7 +163,7 @@ func (s *simSpoke) stop() error {
 	return s.conn.Close()
 }
 
-// gpuMachine is seed 000's compute-xlarge group with the given usage at the
+// gpuMachine is the sample compute-xlarge group with the given usage at the
 // spoke's steady state (reserved = maximum − used).
 func gpuMachine(group string, maximum, used int32) *federationv1.Machine {
 	return &federationv1.Machine{

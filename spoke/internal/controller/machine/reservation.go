@@ -58,9 +58,9 @@ func ownerReference(machine *imperatorv1alpha1.Machine) *metav1ac.OwnerReference
 }
 
 // reservationService is the headless Service of a machine type's reservation
-// StatefulSet, named <machine-type>-<machine-group>. Seed 000 asks for a
-// ClusterIP Service without ports, which the API rejects; a headless one is
-// what a StatefulSet's serviceName wants anyway.
+// StatefulSet, named <machine-type>-<machine-group>. The original Imperator
+// asks for a ClusterIP Service without ports, which the API rejects; a
+// headless one is what a StatefulSet's serviceName wants anyway.
 func reservationService(machine *imperatorv1alpha1.Machine, group, namespace, machineType string) *corev1ac.ServiceApplyConfiguration {
 	labels := reservationLabels(group, machineType)
 	return corev1ac.Service(imperatorv1alpha1.ReservationName(machineType, group), namespace).

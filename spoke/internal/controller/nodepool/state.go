@@ -10,7 +10,7 @@ import (
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 )
 
-// unhealthyTaints make a node of the pool not-ready (seed 000): the node
+// unhealthyTaints make a node of the pool not-ready (docs/contract.md): the node
 // lifecycle controller and the kubelet set them.
 var unhealthyTaints = []string{
 	corev1.TaintNodeNotReady,

@@ -158,7 +158,7 @@ var _ = Describe("Pod Resource Injector", func() {
 		}))
 
 		By("requiring the machine type's ready nodes in one term")
-		// Seed 000's example selects nvidia.com/gpu.family=ampere, but its own
+		// The original Imperator's example selects nvidia.com/gpu.family=ampere, but its own
 		// Machine gives compute-xlarge the product NVIDIA-GeForce-RTX-3090 and
 		// no family: the injector follows the Machine.
 		wantAffinity := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
