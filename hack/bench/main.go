@@ -55,6 +55,8 @@ var runs = []run{
 		env: []string{"IMPERATOR_BENCH_SPOKES=100,1000"}, fullEnv: []string{"IMPERATOR_BENCH_SPOKES=1000,5000,10000"}},
 	{pkg: "./hub/internal/query/integration/", bench: "^BenchmarkReplicaPropagation$", times: "5x", smoke: "^BenchmarkReplicaPropagation$/spokes=10/"},
 	{pkg: "./hub/internal/query/integration/", bench: "^BenchmarkFleetHold$", times: "50x"},
+	{pkg: "./hub/internal/query/integration/", bench: "^BenchmarkHubAPIWrites$", times: "1x", smoke: "^BenchmarkHubAPIWrites$/spokes=200$",
+		env: []string{"IMPERATOR_BENCH_SPOKES=200,1000"}, fullEnv: []string{"IMPERATOR_BENCH_SPOKES=10000"}},
 	{pkg: "./spoke/internal/webhook/podinjector/", bench: "^BenchmarkHandle$", times: "2000x"},
 	{pkg: "./spoke/internal/webhook/podinjector/integration/", bench: "^(BenchmarkPodCreate|BenchmarkHandleFromCache)$", times: "300x"},
 	{pkg: "./spoke/internal/webhook/machinevalidator/integration/", bench: "^Benchmark", times: "300x"},
@@ -84,6 +86,7 @@ var goals = []goal{
 	{metric: "hub: 10,000 spokes, propagation p99", bench: "BenchmarkFleet/spokes=10000", unit: "propagation-p99-ms", max: 2000, full: true, issue: "21"},
 	{metric: "hub: FindCapacity p99, 10,000 clusters (type)", bench: "BenchmarkFindCapacity/clusters=10000/type-same-cluster", unit: "p99-ns", max: 50e6, issue: "21"},
 	{metric: "hub: FindCapacity p99, 10,000 clusters (shape)", bench: "BenchmarkFindCapacity/clusters=10000/shape-gpu-product", unit: "p99-ns", max: 50e6, issue: "21"},
+	{metric: "hub: API writes/s, 1,000 idle spokes on 2 replicas", bench: "BenchmarkHubAPIWrites/spokes=1000", unit: "writes/s", max: 20, issue: "21"},
 	{metric: "hub: API writes/s, 10,000 idle spokes on 2 replicas", bench: "BenchmarkHubAPIWrites/spokes=10000", unit: "writes/s", max: 20, full: true, issue: "21"},
 	{metric: "reporter: spoke Machine status → hub answer p99", bench: "BenchmarkReportPropagation", unit: "p99-ms", max: 200, issue: "21"},
 	// The handler as the agent runs it, reading Machines from the informer
