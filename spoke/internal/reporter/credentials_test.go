@@ -44,6 +44,26 @@ func testScheme(t *testing.T) *runtime.Scheme {
 	return scheme
 }
 
+// runUntilTheTestEnds starts a Reporter with opts and stops it when the test
+// ends; Start must return no error.
+func runUntilTheTestEnds(t *testing.T, opts Options) *Reporter {
+	t.Helper()
+	r, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("Start() = %v", err)
+		}
+	})
+	return r
+}
+
 // startReporter runs a Reporter for testCluster against the hub at address
 // (trusting ca), reading and writing objects, until the test ends.
 func startReporter(t *testing.T, ca *pki.CA, address string, scheme *runtime.Scheme, objects client.Client, token string, tune func(*Options)) {
@@ -69,19 +89,7 @@ func startReporter(t *testing.T, ca *pki.CA, address string, scheme *runtime.Sch
 	if tune != nil {
 		tune(&opts)
 	}
-	r, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error, 1)
-	go func() { stopped <- r.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			t.Errorf("Start() = %v", err)
-		}
-	})
+	runUntilTheTestEnds(t, opts)
 }
 
 // secretData reads the credentials Secret's data, nil when there is none.

@@ -22,7 +22,6 @@ import (
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
-	"github.com/imperator-federation/imperator/internal/schemes"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 	"github.com/imperator-federation/imperator/spoke/internal/config"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
@@ -150,10 +149,7 @@ func reporting(t *testing.T, debounce time.Duration) (*recordingHub, *Reporter, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	scheme, err := schemes.Spoke()
-	if err != nil {
-		t.Fatal(err)
-	}
+	scheme := testScheme(t)
 	objects := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
 		wrappers.MakeMachine("gpu", "team-a").Type("compute-xlarge", "40", "128Gi", 2).Obj(),
 		&corev1.Secret{
@@ -163,7 +159,7 @@ func reporting(t *testing.T, debounce time.Duration) (*recordingHub, *Reporter, 
 		},
 	).Build()
 
-	r, err := New(Options{
+	r := runUntilTheTestEnds(t, Options{
 		Cache:     objectCache{FakeInformers: &informertest.FakeInformers{Scheme: scheme}, reader: objects},
 		Client:    objects,
 		Namespace: namespace,
@@ -175,18 +171,6 @@ func reporting(t *testing.T, debounce time.Duration) (*recordingHub, *Reporter, 
 		// No heartbeat during the test: every message is a reply to the hub.
 		HeartbeatInterval: time.Hour,
 		Log:               logr.Discard(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error, 1)
-	go func() { stopped <- r.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			t.Errorf("Start() = %v", err)
-		}
 	})
 
 	return hub, r, objects
