@@ -95,7 +95,7 @@ type ManagerOptions struct {
 	Setup func(mgr ctrl.Manager) error
 	// SetupMulticluster registers multicluster reconcilers on a
 	// multicluster manager without a provider (the local cluster only), as
-	// spoke/main.go runs them.
+	// spoke/internal/app runs them.
 	SetupMulticluster func(mgr mcmanager.Manager) error
 	// Cache restricts the manager's cache.
 	Cache cache.Options
