@@ -62,7 +62,8 @@ var runs = []run{
 	{pkg: "./spoke/internal/webhook/machinevalidator/integration/", bench: "^Benchmark", times: "300x"},
 	{pkg: "./spoke/internal/controller/nodepool/", bench: "^Benchmark", times: "2000x"},
 	{pkg: "./spoke/internal/controller/nodepool/integration/", bench: "^BenchmarkConfigurePool$", times: "5x"},
-	{pkg: "./spoke/internal/controller/machine/integration/", bench: "^Benchmark", times: "1x"},
+	// BenchmarkSpokeAtScale: 100 nodes, 5 Machines, 1,000 pods; BENCH_FULL 1,000 nodes, 50 Machines, 10,000 pods.
+	{pkg: "./spoke/internal/controller/machine/integration/", bench: "^Benchmark", times: "1x", fullEnv: []string{"IMPERATOR_BENCH_SPOKE_NODES=1000"}},
 	{pkg: "./spoke/internal/reporter/integration/", bench: "^BenchmarkReportPropagation$", times: "50x"},
 }
 
@@ -96,7 +97,10 @@ var goals = []goal{
 	{metric: "injector: handler allocations", bench: "BenchmarkHandleFromCache", unit: "allocs/op", max: 100, issue: "21"},
 	{metric: "injector: pod create p50, with ÷ without webhook", bench: "BenchmarkPodCreate/with-webhook", over: "BenchmarkPodCreate/without-webhook", unit: "p50-µs", max: 1.3, issue: "21"},
 	{metric: "spoke: 100-node pool configured", bench: "BenchmarkConfigurePool", unit: "ms-configure/op", max: 300, issue: "21"},
-	{metric: "spoke: 1,000 nodes, 50 Machines, 10,000 pods converge", bench: "BenchmarkSpokeAtScale", unit: "converge-s", max: 30, full: true, issue: "21"},
+	{metric: "spoke: 1,000 nodes, 50 Machines, 10,000 pods converge", bench: "BenchmarkSpokeAtScale/nodes=1000", unit: "converge-s", max: 30, full: true, issue: "21"},
+	{metric: "spoke: 1,000 nodes, steady-state reconcile p99", bench: "BenchmarkSpokeAtScale/nodes=1000", unit: "reconcile-p99-ms", max: 100, full: true, issue: "21"},
+	{metric: "spoke: 1,000 nodes, writes at steady state (60 s)", bench: "BenchmarkSpokeAtScale/nodes=1000", unit: "steady-writes", max: 0.5, full: true, issue: "21"},
+	{metric: "spoke: 1,000 nodes, agent RSS (test process, upper bound)", bench: "BenchmarkSpokeAtScale/nodes=1000", unit: "rss-MiB", max: 300, full: true, issue: "21"},
 	{metric: "guest handover p50 (slot reserved)", bench: "BenchmarkGuestHandover", unit: "handover-p50-ms", max: 150, issue: "18"},
 	{metric: "guest handover p99 (slot reserved)", bench: "BenchmarkGuestHandover", unit: "handover-p99-ms", max: 300, issue: "18"},
 	{metric: "reservation back after a guest leaves (max)", bench: "BenchmarkGuestHandover", unit: "restore-max-ms", max: 500, issue: "18"},

@@ -78,6 +78,10 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// APIServerFlags are extra kube-apiserver flags, e.g. "--v=2".
 	APIServerFlags []string
+	// ControllerManagerFlags are extra kube-controller-manager flags, e.g.
+	// "--kube-api-qps=200" (its default of 20 paces the pods of every
+	// StatefulSet it creates).
+	ControllerManagerFlags []string
 }
 
 // Cluster is a running control plane with simulated nodes.
@@ -279,7 +283,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	if err := c.startAfterAPIServer(); err != nil {
+	if err := c.startAfterAPIServer(opts.ControllerManagerFlags); err != nil {
 		return err
 	}
 	// The controller-manager creates every namespace's default ServiceAccount:
@@ -354,7 +358,7 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	return c.waitAPIServerReady(ctx)
 }
 
-func (c *Cluster) startAfterAPIServer() error {
+func (c *Cluster) startAfterAPIServer(controllerManagerFlags []string) error {
 	path := func(name string) string { return filepath.Join(c.Dir, name) }
 	kubeconfig := "--kubeconfig=" + c.KubeconfigPath
 	stagesPath := path("kwok-stages.yaml")
@@ -365,7 +369,7 @@ func (c *Cluster) startAfterAPIServer() error {
 		name string
 		args []string
 	}{
-		{"kube-controller-manager", []string{
+		{"kube-controller-manager", append([]string{
 			kubeconfig,
 			"--secure-port=0",
 			"--leader-elect=false",
@@ -375,7 +379,7 @@ func (c *Cluster) startAfterAPIServer() error {
 			"--cluster-signing-cert-file=" + path("ca.crt"),
 			"--cluster-signing-key-file=" + path("ca.key"),
 			"--concurrent-statefulset-syncs=10",
-		}},
+		}, controllerManagerFlags...)},
 		{"kube-scheduler", []string{kubeconfig, "--secure-port=0", "--leader-elect=false"}},
 		{"kwok", []string{
 			kubeconfig,

@@ -1,0 +1,440 @@
+package machine_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/internal/schemes"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
+	"github.com/imperator-federation/imperator/test/util/fleet"
+	"github.com/imperator-federation/imperator/test/util/framework"
+	"github.com/imperator-federation/imperator/test/util/harness"
+	"github.com/imperator-federation/imperator/test/util/repo"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
+)
+
+// Shape of BenchmarkSpokeAtScale: every Machine has a pool of
+// scaleNodesPerMachine nodes serving one type, and scalePodsPerNode pods per
+// node, half of them guests already running, half reservations.
+const (
+	scaleNodesPerMachine = 20
+	scalePodsPerNode     = 10
+	scaleType            = "slot"
+)
+
+// BenchmarkSpokeAtScale starts the agent's controllers (node pool, Machine,
+// CapacityHold, as spoke/internal/app runs them, without client-side rate
+// limit as ctrl.GetConfig leaves it) on a harness cluster that already holds
+// its nodes, Machines and guests, as after an agent restart or install on a
+// busy cluster. With IMPERATOR_BENCH_SPOKE_NODES nodes (default 100; make
+// bench's BENCH_FULL run 1,000): nodes/20 Machines, each with a pool of 20
+// tainted ready nodes of 8 CPUs and one type of 500m/2Gi with 200 available,
+// and 100 guests bound to its nodes; 10 pods a node in all, half guests and
+// half reservations. It reports
+//   - converge-s: from the controllers' start until every node carries its
+//     node-pool label and every reservation pod runs (nodes-labelled-s: the
+//     nodes alone);
+//   - after 10 s of quiet, a steady window (60 s at 1,000 nodes, else 15 s)
+//     in which every Machine is touched once (an annotation): the p99 of
+//     controller-runtime's reconcile-time histogram of all controllers over
+//     the window (reconcile-p99-ms, interpolated within its bucket), and the
+//     writes (every request but get, list and watch) the controllers sent in
+//     it (steady-writes; the goal is none);
+//   - rss-MiB: the resident memory of the test process after the window, an
+//     upper bound of the agent's (it also holds the test's clients).
+//
+// Run with
+//
+//	IMPERATOR_BENCH_SPOKE_NODES=1000 go test ./spoke/internal/controller/machine/integration/ -run '^$' -bench SpokeAtScale -benchtime 1x -timeout 60m
+func BenchmarkSpokeAtScale(b *testing.B) {
+	nodes := 100
+	if v := os.Getenv("IMPERATOR_BENCH_SPOKE_NODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < scaleNodesPerMachine || n%scaleNodesPerMachine != 0 {
+			b.Fatalf("IMPERATOR_BENCH_SPOKE_NODES=%q: want a multiple of %d", v, scaleNodesPerMachine)
+		}
+		nodes = n
+	}
+	b.Run("nodes="+strconv.Itoa(nodes), func(b *testing.B) {
+		for range b.N {
+			benchmarkSpokeAtScale(b, nodes)
+		}
+	})
+}
+
+func benchmarkSpokeAtScale(b *testing.B, nodes int) {
+	ctx := context.Background()
+	ctrl.SetLogger(logr.Discard())
+	machines := nodes / scaleNodesPerMachine
+	guestsPerMachine := scaleNodesPerMachine * scalePodsPerNode / 2
+	available := int32(2 * guestsPerMachine)
+
+	b.StopTimer()
+	env, err := startScaleCluster(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var mgr *framework.Manager
+	defer func() {
+		if mgr != nil {
+			if err := mgr.Stop(); err != nil {
+				b.Error(err)
+			}
+		}
+		if err := env.Stop(); err != nil {
+			b.Error(err)
+		}
+	}()
+	if err := fleet.InstallReservationPriorityClass(ctx, env.Cluster); err != nil {
+		b.Fatal(err)
+	}
+	nodeName := func(m, i int) string { return fmt.Sprintf("scale-%02d-%02d", m, i) }
+	err = parallel(50, nodes, func(i int) error {
+		return env.Cluster.AddNode(ctx, wrappers.MakeNode(nodeName(i/scaleNodesPerMachine, i%scaleNodesPerMachine)).Obj())
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	guests := benchNamespace(b, &environment{env}, injectionEnabled)
+	err = parallel(20, machines*guestsPerMachine, func(i int) error {
+		m, g := i/guestsPerMachine, i%guestsPerMachine
+		pod := wrappers.MakePod(guests, fmt.Sprintf("guest-%02d-%03d", m, g)).Guest(scaleGroup(m), scaleType).
+			Request(0, corev1.ResourceCPU, "500m").Request(0, corev1.ResourceMemory, "2Gi").
+			NodeName(nodeName(m, g%scaleNodesPerMachine)).Obj()
+		return env.Client.Create(ctx, pod)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := waitPodsRunning(ctx, env.Client, guests, machines*guestsPerMachine); err != nil {
+		b.Fatal(err)
+	}
+	for m := range machines {
+		w := wrappers.MakeMachine(scaleGroup(m), scaleGroup(m)).Type(scaleType, "500m", "2Gi", available)
+		for i := range scaleNodesPerMachine {
+			w.Node(nodeName(m, i), scaleType).Tainted()
+		}
+		if err := env.Client.Create(ctx, w.Obj()); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	// The agent: its own rest.Config without client-side rate limit (as
+	// ctrl.GetConfig leaves it), counting what it writes.
+	var writes atomic.Int64
+	agent := *env
+	agent.Config = rest.CopyConfig(env.Config)
+	agent.Config.QPS, agent.Config.Burst = -1, 0
+	agent.Config.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method != http.MethodGet {
+				writes.Add(1)
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	b.StartTimer()
+	start := time.Now()
+	mgr, err = agent.StartManager(ctx, framework.ManagerOptions{
+		Cache: cache.Options{ByObject: machine.CacheOptions(agentNamespace)},
+		SetupMulticluster: func(mc mcmanager.Manager) error {
+			return errors.Join(nodepool.SetupWithManager(mc), capacityhold.SetupWithManager(mc), machine.SetupWithManager(mc, machine.Options{Namespace: agentNamespace}))
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var labelled time.Duration
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if labelled == 0 {
+			ok, err := nodesLabelled(ctx, env.Client, nodes)
+			if err != nil || !ok {
+				return false, err
+			}
+			labelled = time.Since(start)
+		}
+		return reservationsRunning(ctx, env.Client, machines, available-int32(guestsPerMachine))
+	})
+	converge := time.Since(start)
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("not converged after %s (nodes labelled after %s): %v", converge.Round(time.Millisecond), labelled.Round(time.Millisecond), err)
+	}
+	b.ReportMetric(converge.Seconds(), "converge-s")
+	b.ReportMetric(labelled.Seconds(), "nodes-labelled-s")
+
+	time.Sleep(10 * time.Second)
+	window := 15 * time.Second
+	if nodes >= 1000 {
+		window = 60 * time.Second
+	}
+	before, err := reconcileBuckets()
+	if err != nil {
+		b.Fatal(err)
+	}
+	writesBefore := writes.Load()
+	windowEnd := time.Now().Add(window)
+	for m := range machines {
+		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{"bench.imperator.tenzen-y.io/touch":"%d"}}}`, time.Now().UnixNano()))
+		if err := env.Client.Patch(ctx, &imperatorv1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: scaleGroup(m)}}, patch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	time.Sleep(time.Until(windowEnd))
+	steadyWrites := writes.Load() - writesBefore
+	after, err := reconcileBuckets()
+	if err != nil {
+		b.Fatal(err)
+	}
+	p99, count := after.since(before).quantile(0.99)
+	b.ReportMetric(p99*1000, "reconcile-p99-ms")
+	b.ReportMetric(float64(count), "steady-reconciles")
+	b.ReportMetric(float64(steadyWrites), "steady-writes")
+	rss, err := residentMiB()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rss, "rss-MiB")
+	b.ReportMetric(0, "ns/op")
+}
+
+// scaleKCMFlags raise the controller-manager's client rate limit from its
+// default of 20 requests/s (burst 30), which alone paces the creation of the
+// reservation pods (the StatefulSet controller's): 5,000 pods take 250 s at
+// 20/s, whatever the agent does. Large clusters raise it as well.
+var scaleKCMFlags = []string{"--kube-api-qps=200", "--kube-api-burst=400"}
+
+// startScaleCluster is framework.Start with Harness, the spoke CRDs and the
+// agent's namespace, on a cluster whose controller-manager has
+// scaleKCMFlags.
+func startScaleCluster(ctx context.Context) (_ *framework.Environment, err error) {
+	cluster, err := harness.Start(ctx, harness.Options{Name: "spoke-at-scale", ControllerManagerFlags: scaleKCMFlags})
+	if err != nil {
+		return nil, err
+	}
+	env := &framework.Environment{Config: cluster.Config, Cluster: cluster}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, env.Stop())
+		}
+	}()
+	root, err := repo.Root()
+	if err != nil {
+		return nil, err
+	}
+	for _, dir := range framework.SpokeCRDs {
+		if err := cluster.InstallCRDs(ctx, filepath.Join(root, dir)); err != nil {
+			return nil, err
+		}
+	}
+	if env.Scheme, err = schemes.Spoke(); err != nil {
+		return nil, err
+	}
+	if env.Client, err = client.New(env.Config, client.Options{Scheme: env.Scheme}); err != nil {
+		return nil, err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+func scaleGroup(m int) string { return fmt.Sprintf("scale-%02d", m) }
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// parallel runs do(0..n-1) on workers goroutines and returns the errors.
+func parallel(workers, n int, do func(i int) error) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		next atomic.Int64
+	)
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				if err := do(i); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// waitPodsRunning waits until namespace has want Running pods.
+func waitPodsRunning(ctx context.Context, c client.Client, namespace string, want int) error {
+	var running int
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 15*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace(namespace)); err != nil {
+			return false, err
+		}
+		running = 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %d running guests (%d): %w", want, running, err)
+	}
+	return nil
+}
+
+// nodesLabelled reports whether all want nodes are node-pool=ready.
+func nodesLabelled(ctx context.Context, c client.Client, want int) (bool, error) {
+	nodes := &metav1.PartialObjectMetadataList{}
+	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := c.List(ctx, nodes); err != nil {
+		return false, err
+	}
+	n := 0
+	for _, node := range nodes.Items {
+		if node.Labels[imperatorv1alpha1.NodePoolKey] == string(imperatorv1alpha1.NodePoolReady) {
+			n++
+		}
+	}
+	return n == want, nil
+}
+
+// reservationsRunning reports whether each of the machines reservation
+// StatefulSets wants and has replicas ready pods.
+func reservationsRunning(ctx context.Context, c client.Client, machines int, replicas int32) (bool, error) {
+	sets := &appsv1.StatefulSetList{}
+	if err := c.List(ctx, sets, client.InNamespace(agentNamespace)); err != nil {
+		return false, err
+	}
+	n := 0
+	for _, s := range sets.Items {
+		if s.Spec.Replicas != nil && *s.Spec.Replicas == replicas && s.Status.ReadyReplicas == replicas && s.Status.Replicas == replicas {
+			n++
+		}
+	}
+	return n == machines, nil
+}
+
+// buckets are the cumulative counts of controller-runtime's reconcile-time
+// histogram, summed over every controller, by upper bound.
+type buckets struct {
+	bounds []float64
+	counts []uint64
+	total  uint64
+}
+
+func reconcileBuckets() (buckets, error) {
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		return buckets{}, err
+	}
+	var out buckets
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_time_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			h := m.GetHistogram()
+			if out.bounds == nil {
+				for _, bk := range h.GetBucket() {
+					out.bounds = append(out.bounds, bk.GetUpperBound())
+				}
+				out.counts = make([]uint64, len(out.bounds))
+			}
+			for i, bk := range h.GetBucket() {
+				if i < len(out.counts) {
+					out.counts[i] += bk.GetCumulativeCount()
+				}
+			}
+			out.total += h.GetSampleCount()
+		}
+	}
+	return out, nil
+}
+
+func (a buckets) since(b buckets) buckets {
+	out := buckets{bounds: a.bounds, counts: make([]uint64, len(a.counts)), total: a.total - b.total}
+	for i := range a.counts {
+		out.counts[i] = a.counts[i]
+		if i < len(b.counts) {
+			out.counts[i] -= b.counts[i]
+		}
+	}
+	return out
+}
+
+// quantile interpolates the q-quantile within its bucket, as PromQL's
+// histogram_quantile does, and returns it with the sample count (0, 0
+// without samples; the last finite bound for samples beyond it).
+func (a buckets) quantile(q float64) (float64, uint64) {
+	if a.total == 0 {
+		return 0, 0
+	}
+	rank := q * float64(a.total)
+	lower, below := 0.0, uint64(0)
+	for i, bound := range a.bounds {
+		if float64(a.counts[i]) >= rank {
+			in := a.counts[i] - below
+			if in == 0 || math.IsInf(bound, 1) {
+				return lower, a.total
+			}
+			return lower + (bound-lower)*(rank-float64(below))/float64(in), a.total
+		}
+		lower, below = bound, a.counts[i]
+	}
+	return lower, a.total
+}
+
+// residentMiB is VmRSS of this process.
+func residentMiB() (float64, error) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc/self/status")
+}
