@@ -407,11 +407,12 @@ var _ = Describe("The Helm charts", func() {
 		Entry("a cluster name that is not a DNS label", "imperator-spoke", []string{"hub.address=h:9443", "hub.clusterName=Spoke_A", "hub.ca=x"}, "at '/hub/clusterName'"),
 		Entry("a cert-manager issuer without its kind", "imperator-spoke", []string{"webhook.certManager.enabled=true", "webhook.certManager.issuerRef.name=ca"}, "missing property 'kind'"),
 		Entry("a hosted mode the agent does not have", "imperator-spoke", []string{"hosted.mode=edge"}, "at '/hosted/mode'"),
-		Entry("a hosted agent without the URL its members call", "imperator-spoke", []string{"hosted.mode=management"}, "hosted.webhookURL: required with hosted.mode=management"),
+		Entry("a hosted agent without the URL its members call", "imperator-spoke", []string{"hosted.mode=management"}, "at '/hosted/webhookURL'"),
 		Entry("a hosted agent's webhook URL without TLS", "imperator-spoke", []string{"hosted.mode=management", "hosted.webhookURL=http://webhooks.example.com"}, "at '/hosted/webhookURL'"),
-		Entry("a hosted agent given one member's join token", "imperator-spoke", []string{"hosted.mode=management", "hosted.webhookURL=https://w.example.com", "hub.address=h:9443", "hub.ca=x", "hub.joinToken=a.b"}, "hub.clusterName, hub.joinToken: not with hosted.mode=management"),
-		Entry("a member given a hub to join", "imperator-spoke", []string{"hosted.mode=member", "hub.address=h:9443", "hub.clusterName=a", "hub.ca=x"}, "hub: leave empty with hosted.mode=member"),
-		Entry("a hosted agent's flag without hosted mode", "imperator-spoke", []string{"hosted.webhookURL=https://w.example.com"}, "only with hosted.mode=management"),
+		Entry("a hosted agent given one member's join token", "imperator-spoke", []string{"hosted.mode=management", "hosted.webhookURL=https://w.example.com", "hub.address=h:9443", "hub.ca=x", "hub.joinToken=a.b"}, "at '/hub/joinToken'"),
+		Entry("a member given a hub to join", "imperator-spoke", []string{"hosted.mode=member", "hub.address=h:9443", "hub.clusterName=a", "hub.ca=x"}, "at '/hub/address'"),
+		Entry("a hosted agent's flag without hosted mode", "imperator-spoke", []string{"hosted.webhookURL=https://w.example.com"}, "at '/hosted/webhookURL'"),
+		Entry("a hosted agent with a cert-manager certificate", "imperator-spoke", []string{"hosted.mode=management", "hosted.webhookURL=https://w.example.com", "webhook.certManager.enabled=true"}, "at '/webhook/certManager/enabled'"),
 	)
 
 	It("print the next command after install: the hub how to join a spoke, the spoke how to check the join", func(ctx context.Context) {

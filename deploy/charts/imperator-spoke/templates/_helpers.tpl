@@ -45,35 +45,3 @@ file's name.
 {{- end -}}
 {{- toJson $objs -}}
 {{- end }}
-
-{{/*
-imperator-spoke.validateHosted fails the render, naming the value, when the
-hosted values contradict each other (README, Hosted mode).
-*/}}
-{{- define "imperator-spoke.validateHosted" -}}
-{{- $hosted := .Values.hosted -}}
-{{- if eq $hosted.mode "management" -}}
-{{- if not $hosted.webhookURL -}}
-{{- fail "hosted.webhookURL: required with hosted.mode=management (the https URL at which the members' API servers reach the agent's webhooks)" -}}
-{{- end -}}
-{{- if not (hasPrefix "https://" $hosted.webhookURL) -}}
-{{- fail (printf "hosted.webhookURL %q: must be an https:// URL" $hosted.webhookURL) -}}
-{{- end -}}
-{{- if or .Values.hub.clusterName .Values.hub.joinToken -}}
-{{- fail "hub.clusterName, hub.joinToken: not with hosted.mode=management (each member's name and join token are in its Secret)" -}}
-{{- end -}}
-{{- if .Values.webhook.certManager.enabled -}}
-{{- fail "webhook.certManager.enabled: not supported with hosted.mode=management (the agent puts its own CA bundle into every member's webhook configurations)" -}}
-{{- end -}}
-{{- else if eq $hosted.mode "member" -}}
-{{- if or .Values.hub.address .Values.hub.ca .Values.hub.joinToken .Values.hub.existingSecret -}}
-{{- fail "hub: leave empty with hosted.mode=member (the hosted agent joins for the member with the token in the member's Secret in the management cluster)" -}}
-{{- end -}}
-{{- if .Values.webhook.certManager.enabled -}}
-{{- fail "webhook.certManager.enabled: not with hosted.mode=member (no agent runs in a member)" -}}
-{{- end -}}
-{{- end -}}
-{{- if and (ne $hosted.mode "management") (or $hosted.webhookURL $hosted.webhookHosts $hosted.kubeconfigNamespace $hosted.loadBalancerSourceRanges) -}}
-{{- fail "hosted.webhookURL, webhookHosts, kubeconfigNamespace, loadBalancerSourceRanges: only with hosted.mode=management" -}}
-{{- end -}}
-{{- end }}
