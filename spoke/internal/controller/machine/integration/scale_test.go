@@ -60,8 +60,12 @@ const (
 // and 100 guests bound to its nodes; 10 pods a node in all, half guests and
 // half reservations. It reports
 //   - converge-s: from the controllers' start until every node carries its
-//     node-pool label and every reservation pod runs (nodes-labelled-s: the
-//     nodes alone);
+//     node-pool label and every reservation pod runs, and when each phase
+//     was first seen done: nodes-labelled-s and reservations-declared-s (the
+//     StatefulSets ask for every pod: the agent's part),
+//     reservations-created-s (the controller-manager's),
+//     reservations-bound-s (the scheduler's, seen at most once a second)
+//     and reservations-ready-s (kwok's);
 //   - after 10 s of quiet, a steady window (60 s at 1,000 nodes, else 15 s)
 //     in which every Machine is touched once (an annotation): the p99 of
 //     controller-runtime's reconcile-time histogram of all controllers over
@@ -172,24 +176,49 @@ func benchmarkSpokeAtScale(b *testing.B, nodes int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var labelled time.Duration
+	// The phases, each the time since start when it was first seen done:
+	// nodes labelled (the agent), reservation StatefulSets asking for their
+	// replicas (the agent), their pods created (the controller-manager),
+	// bound (the scheduler), ready (kwok).
+	var phases [5]time.Duration
+	want := available - int32(guestsPerMachine)
+	var lastBound time.Time
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if labelled == 0 {
+		if phases[0] == 0 {
 			ok, err := nodesLabelled(ctx, env.Client, nodes)
-			if err != nil || !ok {
+			if err != nil {
 				return false, err
 			}
-			labelled = time.Since(start)
+			if ok {
+				phases[0] = time.Since(start)
+			}
 		}
-		return reservationsRunning(ctx, env.Client, machines, available-int32(guestsPerMachine))
+		// Listing the reservation pods (to see them bound) loads the API
+		// server: once a second at most.
+		countBound := time.Since(lastBound) >= time.Second
+		if countBound {
+			lastBound = time.Now()
+		}
+		p, err := reservationPhases(ctx, env.Client, machines, want, countBound)
+		if err != nil {
+			return false, err
+		}
+		for i, done := range p {
+			if done && phases[i+1] == 0 {
+				phases[i+1] = time.Since(start)
+			}
+		}
+		return phases[0] != 0 && phases[4] != 0, nil
 	})
 	converge := time.Since(start)
 	b.StopTimer()
 	if err != nil {
-		b.Fatalf("not converged after %s (nodes labelled after %s): %v", converge.Round(time.Millisecond), labelled.Round(time.Millisecond), err)
+		b.Fatalf("not converged after %s (phases: labelled, declared, created, bound, ready %v): %v", converge.Round(time.Millisecond), phases, err)
 	}
 	b.ReportMetric(converge.Seconds(), "converge-s")
-	b.ReportMetric(labelled.Seconds(), "nodes-labelled-s")
+	for i, name := range []string{"nodes-labelled-s", "reservations-declared-s", "reservations-created-s", "reservations-bound-s", "reservations-ready-s"} {
+		b.ReportMetric(phases[i].Seconds(), name)
+	}
 
 	time.Sleep(10 * time.Second)
 	window := 15 * time.Second
@@ -336,20 +365,45 @@ func nodesLabelled(ctx context.Context, c client.Client, want int) (bool, error)
 	return n == want, nil
 }
 
-// reservationsRunning reports whether each of the machines reservation
-// StatefulSets wants and has replicas ready pods.
-func reservationsRunning(ctx context.Context, c client.Client, machines int, replicas int32) (bool, error) {
+// reservationPhases reports whether each of the machines reservation
+// StatefulSets asks for replicas pods (declared), has them (created), bound
+// to nodes (only counted with countBound) and ready.
+func reservationPhases(ctx context.Context, c client.Client, machines int, replicas int32, countBound bool) ([4]bool, error) {
+	var done [4]bool
 	sets := &appsv1.StatefulSetList{}
 	if err := c.List(ctx, sets, client.InNamespace(agentNamespace)); err != nil {
-		return false, err
+		return done, err
 	}
-	n := 0
+	var declared, created, ready int
 	for _, s := range sets.Items {
-		if s.Spec.Replicas != nil && *s.Spec.Replicas == replicas && s.Status.ReadyReplicas == replicas && s.Status.Replicas == replicas {
-			n++
+		if s.Spec.Replicas == nil || *s.Spec.Replicas != replicas {
+			continue
+		}
+		declared++
+		if s.Status.Replicas == replicas {
+			created++
+		}
+		if s.Status.Replicas == replicas && s.Status.ReadyReplicas == replicas {
+			ready++
 		}
 	}
-	return n == machines, nil
+	done[0], done[1], done[3] = declared == machines, created == machines, ready == machines
+	if done[1] && countBound {
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace(agentNamespace)); err != nil {
+			return done, err
+		}
+		bound := 0
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+				bound++
+			}
+		}
+		done[2] = bound == machines*int(replicas)
+	}
+	// Ready implies bound, also when a poll missed the moment.
+	done[2] = done[2] || done[3]
+	return done, nil
 }
 
 // buckets are the cumulative counts of controller-runtime's reconcile-time
