@@ -16,21 +16,14 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/imperator-federation/imperator/hub/hubtest"
 	"github.com/imperator-federation/imperator/hub/internal/config"
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/query"
-	"github.com/imperator-federation/imperator/internal/schemes"
-	"github.com/imperator-federation/imperator/test/util/harness"
-	"github.com/imperator-federation/imperator/test/util/repo"
+	"github.com/imperator-federation/imperator/test/util/framework"
 )
 
 var update = flag.Bool("update", false, "Rewrite the golden files of imperatorctl's output.")
@@ -41,12 +34,13 @@ func TestQuery(t *testing.T) {
 }
 
 const (
-	hubNamespace = "imperator-system"
+	// hubNamespace is where hubtest.ClusterOptions has the hub keep its CA
+	// and tokens.
+	hubNamespace = framework.AgentNamespace
 	gracePeriod  = 2 * time.Second
 )
 
 var (
-	env       *envtest.Environment
 	hubClient client.Client
 	// hubClientConfig reaches the hub cluster, for more hub replicas.
 	hubClientConfig *rest.Config
@@ -58,7 +52,7 @@ var (
 )
 
 var _ = BeforeSuite(func(ctx context.Context) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	framework.SetLogger(0)
 	stop, err := startHubCluster(ctx)
 	DeferCleanup(stop)
 	Expect(err).NotTo(HaveOccurred())
@@ -83,39 +77,27 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	viewerConf = writeConfig("viewer")
 }, NodeTimeout(3*time.Minute))
 
-// startHubCluster starts the hub cluster's API server (envtest with the hub
-// CRDs) and sets hubClient, hubClientConfig and caPEM (the hub CA, created
-// in hubNamespace). stop undoes it, also after an error.
+// startHubCluster starts the hub cluster's API server (test/util/framework
+// with the hub's CRDs, scheme and namespace) and sets hubClient,
+// hubClientConfig and caPEM (the hub CA, created in hubNamespace). stop
+// undoes it, also after an error.
 func startHubCluster(ctx context.Context) (stop func() error, err error) {
-	root, err := repo.Root()
+	opts, err := hubtest.ClusterOptions()
 	if err != nil {
 		return func() error { return nil }, err
 	}
-	env = &envtest.Environment{
-		BinaryAssetsDirectory: harness.BinDir(),
-		CRDDirectoryPaths:     []string{filepath.Join(root, "deploy/hub/crd"), filepath.Join(root, "deploy/hub/crd/ocm")},
-		ErrorIfCRDPathMissing: true,
-	}
-	stop = env.Stop
-	if hubClientConfig, err = env.Start(); err != nil {
-		return stop, fmt.Errorf("starting the hub cluster: %w", err)
-	}
-	scheme, err := schemes.Hub()
+	hubCluster, err := framework.Start(ctx, opts)
 	if err != nil {
-		return stop, err
+		// Start stopped what it had started.
+		return func() error { return nil }, fmt.Errorf("starting the hub cluster: %w", err)
 	}
-	if hubClient, err = client.New(hubClientConfig, client.Options{Scheme: scheme}); err != nil {
-		return stop, err
-	}
-	if err := hubClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hubNamespace}}); err != nil {
-		return stop, err
-	}
+	hubClient, hubClientConfig = hubCluster.Client, hubCluster.Config
 	ca, err := hubca.LoadOrCreate(ctx, hubClient, hubNamespace, config.Default().CASecret)
 	if err != nil {
-		return stop, err
+		return hubCluster.Stop, err
 	}
 	caPEM = ca.CertPEM
-	return stop, nil
+	return hubCluster.Stop, nil
 }
 
 // writeConfig writes an imperatorctl configuration file for the hub with

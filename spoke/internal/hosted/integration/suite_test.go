@@ -33,7 +33,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/imperator-federation/imperator/hub/hubtest"
-	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/spoke/internal/hosted"
 	"github.com/imperator-federation/imperator/test/util/fleet"
 	"github.com/imperator-federation/imperator/test/util/framework"
@@ -76,9 +75,9 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	out, err := build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), string(out))
 
-	hubScheme, err := schemes.Hub()
+	hubCluster, err := hubtest.ClusterOptions()
 	Expect(err).NotTo(HaveOccurred())
-	hubEnv, err = framework.Start(ctx, framework.Options{Scheme: hubScheme, CRDs: framework.HubCRDs, Namespaces: []string{agentNamespace}})
+	hubEnv, err = framework.Start(ctx, hubCluster)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(hubEnv.Stop)
 	caFile, err := hubtest.WriteCAFile(ctx, hubEnv.Client, agentNamespace, GinkgoT().TempDir())
