@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net/url"
 	"slices"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/hosted"
+	"github.com/imperator-federation/imperator/test/util/faultproxy"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -215,6 +218,74 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 			c, _ := hub.Cluster("alpha")
 			g.Expect(c.State).To(BeEquivalentTo("Available"))
 		}).WithTimeout(10 * time.Second).Should(Succeed())
+	})
+
+	It("keeps reconciling one member at its usual pace while another member's API server answers slowly", func(ctx context.Context) {
+		const (
+			samples = 5
+			// Every chunk either way waits this long: a request to gamma
+			// takes at least twice as long, well within the agent's 5 s
+			// request timeout, so gamma is slow, not down.
+			latency = time.Second
+		)
+		By("sending the agent's requests to gamma through a fault proxy")
+		server, err := url.Parse(members["gamma"].Config.Host)
+		Expect(err).NotTo(HaveOccurred())
+		proxy, err := faultproxy.Start(server.Host)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(proxy.Close)
+		key := client.ObjectKey{Namespace: membersNamespace, Name: "gamma"}
+		setKubeconfig := func(ctx context.Context, kubeconfig []byte) {
+			GinkgoHelper()
+			secret := &corev1.Secret{}
+			Expect(management.Client.Get(ctx, key, secret)).To(Succeed())
+			patch := client.MergeFrom(secret.DeepCopy())
+			secret.Data[hosted.KubeconfigKey] = kubeconfig
+			Expect(management.Client.Patch(ctx, secret, patch)).To(Succeed())
+		}
+		direct := inlineKubeconfig("gamma")
+		proxy.SetLatency(latency)
+		// A changed kubeconfig restarts the member, now through the proxy;
+		// the API server's certificate names 127.0.0.1, whatever the port.
+		setKubeconfig(ctx, bytes.ReplaceAll(direct, []byte(server.Host), []byte(proxy.Addr())))
+		DeferCleanup(func(ctx context.Context) {
+			proxy.SetLatency(0)
+			setKubeconfig(ctx, direct)
+		})
+
+		By("waiting until gamma is served through the proxy: its own reconciles pay the latency")
+		// While gamma restarts its webhooks answer 503 (not served yet),
+		// and a Machine the old incarnation reconciled is fast: try again.
+		gamma := members["gamma"].Client
+		var slow time.Duration
+		attempt := 0
+		Eventually(func(g Gomega) {
+			attempt++
+			name := fmt.Sprintf("slow-%d", attempt)
+			start := time.Now()
+			g.Expect(gamma.Create(ctx, wrappers.MakeMachine(name, name).Type(xlarge, "4", "8Gi", 1).Obj())).To(Succeed())
+			g.Eventually(func(g Gomega) {
+				m := &imperatorv1alpha1.Machine{}
+				g.Expect(gamma.Get(ctx, client.ObjectKey{Name: name}, m)).To(Succeed())
+				g.Expect(m.Status.ObservedGeneration).To(Equal(m.Generation))
+				g.Expect(meta.FindStatusCondition(m.Status.Conditions, imperatorv1alpha1.ConditionReady)).NotTo(BeNil())
+			}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(10 * time.Millisecond).Should(Succeed())
+			slow = time.Since(start)
+			// One round trip through the proxy is 2 × latency; a reconcile
+			// of the old, direct incarnation takes tens of milliseconds.
+			g.Expect(slow).To(BeNumerically(">", latency), "gamma's reconcile went through the proxy")
+		}).WithContext(ctx).WithTimeout(90 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+
+		var others []time.Duration
+		for i := range samples {
+			others = append(others, reconcileLatency(ctx, "alpha", fmt.Sprintf("beside-slow-%d", i)))
+		}
+		figures := fmt.Sprintf("gamma's API server %s slower each way: a new Machine in gamma reconciled in %s; in alpha, %d samples, p50 %s max %s",
+			latency, slow.Round(time.Millisecond), samples, percentile(others, 0.5).Round(time.Millisecond), percentile(others, 1).Round(time.Millisecond))
+		AddReportEntry("isolation from a slow member", figures)
+		GinkgoWriter.Println(figures)
+		// alpha does not wait for gamma.
+		Expect(percentile(others, 1)).To(BeNumerically("<", latency), figures)
 	})
 
 	It("stops serving a member whose Secret is removed; the hub shows it Unknown after the grace period", func(ctx context.Context) {
