@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,8 +24,9 @@ import (
 // then measures rounds in which every spoke sends a Delta at once. ns/op is
 // one round of the whole fleet; the extra metrics are the connect time of
 // the fleet, the per-update propagation (send → applied in the index → Ack
-// received, an upper bound of ingest-to-queryable) and the process's CPU and
-// RSS. Spokes run in the same process, so CPU and RSS include them.
+// received, an upper bound of ingest-to-queryable) and the hub's CPU and
+// RSS. The spokes run in load-generator processes (loadgen_test.go), so the
+// hub's figures are its own; the processes share the machine's cores.
 //
 //	go test -run '^$' -bench BenchmarkFleet -benchtime 20x ./hub/internal/server/
 //
@@ -79,83 +79,35 @@ func benchmarkFleet(b *testing.B, n int) {
 		o.Limits.MaxAuthenticatedConnectionsPerSource = n + 256
 		o.Limits.MaxAnonymousConnectionsPerSource = o.Limits.MaxHandshakes
 	})
-	certs := make([]*tls.Certificate, n)
-	for i := range certs {
-		certs[i] = h.certificate(b, "spoke-"+strconv.Itoa(i), identity.SpokeOrganization)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	spokes := make([]*benchSpoke, n)
-	connectTimes := make([]time.Duration, n)
+	gens := startLoadGenerators(b, h, n)
+
 	cpuStart := cpuTime()
 	start := time.Now()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
-	errs := make(chan error, n)
-	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			t0 := time.Now()
-			s, err := connectSpoke(ctx, h, certs[i], "spoke-"+strconv.Itoa(i))
-			if err != nil {
-				errs <- err
-				return
-			}
-			spokes[i] = s
-			connectTimes[i] = time.Since(t0)
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	connectTimes, err := gens.do("connect")
+	if err != nil {
 		b.Fatal(err)
 	}
 	connectTotal := time.Since(start)
 	connectCPU := cpuTime() - cpuStart
-	b.Cleanup(func() {
-		for _, s := range spokes {
-			_ = s.conn.Close()
-		}
-	})
 
-	var (
-		mu        sync.Mutex
-		latencies []time.Duration
-	)
+	var latencies []time.Duration
 	b.ResetTimer()
 	roundCPUStart := cpuTime()
 	for round := range b.N {
-		var rwg sync.WaitGroup
-		for _, s := range spokes {
-			rwg.Add(1)
-			go func() {
-				defer rwg.Done()
-				s.gen++
-				t0 := time.Now()
-				if err := s.stream.Send(deltaMsg(s.gen, benchMachine(int32(3+round%5)))); err != nil {
-					b.Error(err)
-					return
-				}
-				if _, err := s.stream.Recv(); err != nil {
-					b.Error(err)
-					return
-				}
-				d := time.Since(t0)
-				mu.Lock()
-				latencies = append(latencies, d)
-				mu.Unlock()
-			}()
+		got, err := gens.do("round " + strconv.Itoa(round))
+		if err != nil {
+			b.Fatal(err)
 		}
-		rwg.Wait()
+		latencies = append(latencies, got...)
 	}
 	b.StopTimer()
 	roundCPU := cpuTime() - roundCPUStart
 
 	if got := len(h.store.List()); got != n {
 		b.Fatalf("hub index holds %d clusters, want %d", got, n)
+	}
+	if len(connectTimes) != n || len(latencies) != n*b.N {
+		b.Fatalf("load generators answered for %d connects and %d updates, want %d and %d", len(connectTimes), len(latencies), n, n*b.N)
 	}
 	slices.Sort(connectTimes)
 	slices.Sort(latencies)
@@ -168,8 +120,8 @@ func benchmarkFleet(b *testing.B, n int) {
 	b.ReportMetric(float64(rssBytes())/(1<<20), "rss-MiB")
 }
 
-func connectSpoke(ctx context.Context, h *testHub, cert *tls.Certificate, cluster string) (*benchSpoke, error) {
-	cfg, err := identity.ClientTLS(h.ca.CertPEM, cert, "127.0.0.1")
+func connectSpoke(ctx context.Context, h *testHub, caPEM []byte, cert *tls.Certificate, cluster string) (*benchSpoke, error) {
+	cfg, err := identity.ClientTLS(caPEM, cert, "127.0.0.1")
 	if err != nil {
 		return nil, err
 	}

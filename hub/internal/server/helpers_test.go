@@ -147,19 +147,27 @@ func (h *testHub) certificate(tb testing.TB, cn string, organizations ...string)
 // and exactly the URI SANs uris.
 func (h *testHub) certificateWithURIs(tb testing.TB, cn string, organizations []string, uris ...*url.URL) *tls.Certificate {
 	tb.Helper()
-	csrPEM, keyPEM, err := pki.NewCSR(cn)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	certPEM, err := h.ca.SignClientCSR(csrPEM, cn, organizations, uris, time.Hour)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	certPEM, keyPEM := h.certificatePEM(tb, cn, organizations, uris...)
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return &cert
+}
+
+// certificatePEM issues a client certificate for cn with organizations and
+// exactly the URI SANs uris, PEM-encoded with its key.
+func (h *testHub) certificatePEM(tb testing.TB, cn string, organizations []string, uris ...*url.URL) (certPEM, keyPEM []byte) {
+	tb.Helper()
+	csrPEM, keyPEM, err := pki.NewCSR(cn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	certPEM, err = h.ca.SignClientCSR(csrPEM, cn, organizations, uris, time.Hour)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return certPEM, keyPEM
 }
 
 // client dials the hub with cert (nil: none).
