@@ -24,7 +24,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -121,7 +120,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	st := store.New(clk, cfg.GracePeriod)
 	st.SetReplica(replica)
 	campaign, leading := leaderCampaign(cfg, restConfig, replica, log)
-	persister := persist.New(mgr.GetClient(), st, persist.Options{Interval: cfg.PersistInterval, Leading: leading, Reader: mgr.GetAPIReader(), Clock: clk, Log: log.WithName("persist")})
+	persister := persist.New(mgr.GetClient(), st, persist.Options{Interval: cfg.PersistInterval, Leading: leading, Reader: mgr.GetAPIReader(), Clock: clk, Log: log.WithName("persist"), Namespace: cfg.Namespace})
 	if err := persister.Restore(ctx, direct); err != nil {
 		return err
 	}
@@ -228,7 +227,7 @@ func managerOptions(cfg config.Config, scheme *runtime.Scheme, opts Options) ctr
 		Metrics:                metricsserver.Options{BindAddress: cfg.MetricsAddr},
 		HealthProbeBindAddress: cfg.HealthAddr,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&coordinationv1.Lease{}:        {Field: fields.OneTermEqualSelector("metadata.name", persist.LeaseName)},
+			&coordinationv1.Lease{}:        persist.LeaseCache(cfg.Namespace),
 			&imperatorv1alpha1.FleetHold{}: {Namespaces: map[string]cache.Config{cfg.Namespace: {}}},
 		}},
 		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(opts.SharedProcess)},

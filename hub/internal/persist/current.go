@@ -117,7 +117,10 @@ func (p *Persister) writeFailed(ctx context.Context, c *store.Cluster, inv *impe
 	if perr := p.client.Status().Patch(ctx, only, client.MergeFromWithOptions(inv, client.MergeFromWithOptimisticLock{})); perr != nil {
 		delete(p.last, name)
 		p.withheld[name] = true
-		p.log.Error(perr, "Could not mark the cluster's inventory not current either; withholding its heartbeat Lease", "cluster", name)
+		p.log.Error(perr, "Could not mark the cluster's inventory not current either; releasing its Lease", "cluster", name)
+		if rerr := p.releaseLease(ctx, c); rerr != nil {
+			p.log.Error(rerr, "Could not release the cluster's Lease either; trying again with the next write", "cluster", name)
+		}
 		return
 	}
 	p.last[name] = only

@@ -3,6 +3,7 @@ package persist
 import (
 	"bytes"
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -79,14 +80,14 @@ func (api *failingAPI) inventory(t *testing.T) *imperatorv1alpha1.ClusterInvento
 	return inv
 }
 
-func (api *failingAPI) leaseRenewTime(t *testing.T) time.Time {
+func (api *failingAPI) leaseHolder(t *testing.T) string {
 	t.Helper()
 	lease := &coordinationv1.Lease{}
 	if err := api.Get(context.Background(), client.ObjectKey{Namespace: "a", Name: LeaseName}, lease); err != nil {
 		t.Fatal(err)
 	}
-	_, renewed := leaseHolder(lease)
-	return renewed
+	holder, _ := leaseHolder(lease)
+	return holder
 }
 
 func gpuMachine(available int32) *federationv1.Machine {
@@ -158,16 +159,19 @@ func TestInventoryTheAPIRefusesIsNotServedAsLiveByOtherReplicas(t *testing.T) {
 	}
 }
 
-// When not even the condition can be written, the serving replica stops
-// renewing the cluster's Lease: the other replicas see the cluster go silent
-// instead of serving figures nobody could update. It renews again once a
-// write goes through.
-func TestLeaseIsWithheldWhileNothingCanBeWritten(t *testing.T) {
+// When not even the condition can be written, the serving replica releases
+// the cluster's Lease: the other replicas, which keep the cluster live on
+// the holder's replica Lease, see it go silent instead of serving figures
+// nobody could update. It takes the Lease again once a write goes through.
+func TestLeaseIsReleasedWhileNothingCanBeWritten(t *testing.T) {
 	ctx := context.Background()
 	api, clk, st, p := servingReplica(t)
 	start := clk.Now()
 	if err := p.sync(ctx, "a"); err != nil {
 		t.Fatalf("first sync: %v", err)
+	}
+	if got := api.leaseHolder(t); got != "hub-a" {
+		t.Fatalf("after the first write the Lease is held by %q, want hub-a", got)
 	}
 
 	api.refuse = apierrors.NewInternalError(context.DeadlineExceeded)
@@ -176,29 +180,72 @@ func TestLeaseIsWithheldWhileNothingCanBeWritten(t *testing.T) {
 	if err := p.sync(ctx, "a"); err == nil {
 		t.Fatal("sync returned no error while every status write fails")
 	}
-	// That sync renewed the Lease before the write failed; no renewal after.
-	lastRenewal := api.leaseRenewTime(t)
-	clk.SetTime(start.Add(20 * time.Second))
-	st.Heartbeat("a", 1, &federationv1.Heartbeat{Generation: 2})
-	if err := p.renew(ctx, "a"); err != nil {
-		t.Fatalf("renew: %v", err)
+	if got := api.leaseHolder(t); got != "" {
+		t.Errorf("Lease held by %q while nothing could be written, want it released", got)
 	}
-	if err := p.sync(ctx, "a"); err == nil {
-		t.Fatal("sync returned no error while every status write fails")
+	// Another replica that sees hub-a running: silent a grace period later.
+	other := store.New(clk, 40*time.Second)
+	other.SetReplica("hub-b")
+	other.ReplicaRenewed("hub-a")
+	lease := &coordinationv1.Lease{}
+	if err := api.Get(ctx, client.ObjectKey{Namespace: "a", Name: LeaseName}, lease); err != nil {
+		t.Fatal(err)
 	}
-	if got := api.leaseRenewTime(t); !got.Equal(lastRenewal) {
-		t.Errorf("Lease renewed at %v while nothing could be written, want it left at %v", got, lastRenewal)
+	other.Observe("a", peerOf(api.inventory(t), lease, start.Add(-time.Minute)))
+	clk.SetTime(start.Add(51 * time.Second))
+	other.ReplicaRenewed("hub-a")
+	other.EvaluateLiveness()
+	if c, _ := other.Get("a"); c.State != store.StateUnknown {
+		t.Errorf("another replica sees the cluster of a released Lease as %s 41s later, want Unknown", c.State)
 	}
 
+	clk.SetTime(start.Add(60 * time.Second))
+	st.Heartbeat("a", 1, &federationv1.Heartbeat{Generation: 2})
 	api.refuse = nil
 	if err := p.sync(ctx, "a"); err != nil {
 		t.Fatalf("sync once the API works: %v", err)
 	}
-	if err := p.renew(ctx, "a"); err != nil {
-		t.Fatalf("renew: %v", err)
+	if got := api.leaseHolder(t); got != "hub-a" {
+		t.Errorf("Lease held by %q after the API recovered, want hub-a again", got)
 	}
-	if got, want := api.leaseRenewTime(t), start.Add(20*time.Second); !got.Equal(want) {
-		t.Errorf("Lease renewed at %v after the API recovered, want %v", got, want)
+}
+
+// Heartbeats write nothing: neither the cluster's Lease nor its inventory
+// nor its ManagedCluster, however long the spoke heartbeats.
+func TestHeartbeatsWriteNothing(t *testing.T) {
+	ctx := context.Background()
+	api, clk, st, p := servingReplica(t)
+	start := clk.Now()
+	if err := p.sync(ctx, "a"); err != nil {
+		t.Fatalf("first sync: %v", err)
+	}
+	versions := func() []string {
+		var out []string
+		for _, obj := range []client.Object{&coordinationv1.Lease{}, &imperatorv1alpha1.ClusterInventory{}, &clusterv1.ManagedCluster{}} {
+			key := client.ObjectKey{Namespace: "a", Name: "a"}
+			switch obj.(type) {
+			case *coordinationv1.Lease:
+				key.Name = LeaseName
+			case *clusterv1.ManagedCluster:
+				key.Namespace = ""
+			}
+			if err := api.Get(ctx, key, obj); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, obj.GetResourceVersion())
+		}
+		return out
+	}
+	before := versions()
+	for at := 5 * time.Second; at <= 10*time.Minute; at += 5 * time.Second {
+		clk.SetTime(start.Add(at))
+		st.Heartbeat("a", 1, &federationv1.Heartbeat{Generation: 1})
+		if err := p.renew(ctx, "a"); err != nil {
+			t.Fatalf("renew at %s: %v", at, err)
+		}
+	}
+	if after := versions(); !slices.Equal(before, after) {
+		t.Errorf("resourceVersions of Lease, inventory, ManagedCluster went from %v to %v with heartbeats alone, want no write", before, after)
 	}
 }
 

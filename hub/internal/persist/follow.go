@@ -3,6 +3,7 @@ package persist
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -21,11 +22,14 @@ import (
 )
 
 // Follower feeds the store with what other hub replicas write: the
-// inventories and heartbeat Leases of the clusters whose streams they hold.
-// Every replica runs one, so that each answers queries about the whole fleet.
+// inventories and Leases of the clusters whose streams they hold, and the
+// replicas' own Leases, whose renewals keep those clusters live (see
+// Store.ReplicaRenewed). Every replica runs one, so that each answers
+// queries about the whole fleet.
 type Follower struct {
 	// Client reads from the manager's cache, which must hold
-	// ClusterInventories, ManagedClusters and the Leases named LeaseName.
+	// ClusterInventories, ManagedClusters, the Leases named LeaseName and
+	// the replica Leases of the hub's namespace.
 	Client client.Client
 	Store  *store.Store
 	// Started is when this replica started: Leases renewed earlier do not
@@ -35,9 +39,15 @@ type Follower struct {
 	// spoke reports to another replica now (optional).
 	EndStream func(cluster string)
 
-	// running are the replicas seen renewing a Lease since Started; only
-	// the controller's single worker touches it.
-	running map[string]bool
+	// replicas are the replica Leases as last seen, by name; only the
+	// controller's single worker touches it.
+	replicas map[string]replicaRenewal
+}
+
+// replicaRenewal is who holds a replica Lease and when it renewed it.
+type replicaRenewal struct {
+	holder  string
+	renewed time.Time
 }
 
 // SetupWithManager runs the Follower on every replica, leader or not.
@@ -46,6 +56,9 @@ func (f *Follower) SetupWithManager(mgr ctrl.Manager) error {
 		Named("replica-follower").
 		For(&imperatorv1alpha1.ClusterInventory{}).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+			if IsReplicaLease(obj) {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}}}
+			}
 			if obj.GetName() != LeaseName {
 				return nil
 			}
@@ -61,9 +74,46 @@ func (f *Follower) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(f)
 }
 
+// replicaLease tells the store when another replica renewed its replica
+// Lease, as this replica sees it: a renewal counts from when it is seen,
+// not by the time written in it (the replicas' clocks may disagree), except
+// the first one seen, which counts only when written after Started.
+func (f *Follower) replicaLease(ctx context.Context, key types.NamespacedName) error {
+	lease := &coordinationv1.Lease{}
+	if err := f.Client.Get(ctx, key, lease); err != nil {
+		if apierrors.IsNotFound(err) {
+			// The replica stopped: its clusters go silent unless their
+			// spokes report elsewhere within the grace period.
+			delete(f.replicas, key.Name)
+			return nil
+		}
+		return fmt.Errorf("getting Lease %s: %w", key, err)
+	}
+	holder, renewed := leaseHolder(lease)
+	prev, seen := f.replicas[key.Name]
+	if f.replicas == nil {
+		f.replicas = map[string]replicaRenewal{}
+	}
+	f.replicas[key.Name] = replicaRenewal{holder: holder, renewed: renewed}
+	switch {
+	case holder == "" || holder == f.Store.Replica():
+	case seen && prev.holder == holder && prev.renewed.Equal(renewed):
+		// Nothing new (a resync of the cache).
+	case !seen && !renewed.After(f.Started):
+		// Written before this replica started: it proves nothing yet.
+	default:
+		f.Store.ReplicaRenewed(holder)
+	}
+	return nil
+}
+
 // Reconcile hands a cluster's inventory and Lease to the store, which keeps
 // its own figures for the clusters whose streams this replica holds.
 func (f *Follower) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if req.Namespace != req.Name && strings.HasPrefix(req.Name, ReplicaLeasePrefix) {
+		// An inventory is named like its namespace; a replica Lease is not.
+		return reconcile.Result{}, f.replicaLease(ctx, req.NamespacedName)
+	}
 	inv := &imperatorv1alpha1.ClusterInventory{}
 	if err := f.Client.Get(ctx, req.NamespacedName, inv); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -89,26 +139,8 @@ func (f *Follower) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 		return reconcile.Result{}, fmt.Errorf("getting Lease %s/%s: %w", name, LeaseName, err)
 	}
 	peer := peerOf(inv, lease, f.Started)
-	if peer.Live && peer.Replica != "" && !f.running[peer.Replica] {
-		// One renewal proves the replica runs: its other clusters are
-		// current too, without waiting for each of their renewals.
-		if f.running == nil {
-			f.running = map[string]bool{}
-		}
-		f.running[peer.Replica] = true
-		f.Store.ConfirmReplica(peer.Replica)
-	}
-	peer.Live = peer.Live || f.running[peer.Replica]
+	peer.Live = peer.Live || f.Store.ReplicaLive(peer.Replica)
 	superseded := f.Store.Observe(name, peer)
-	if c, ok := f.Store.Get(name); ok && c.Phase == store.PhaseRemote && c.Replica != "" && !f.running[c.Replica] {
-		// The store saw the replica renew (whatever its clock says): its
-		// other clusters are current too.
-		if f.running == nil {
-			f.running = map[string]bool{}
-		}
-		f.running[c.Replica] = true
-		f.Store.ConfirmReplica(c.Replica)
-	}
 	if superseded {
 		ctrl.LoggerFrom(ctx).Info("Spoke reports to another hub replica now; ending its stream here", "cluster", name, "replica", peer.Replica)
 		if f.EndStream != nil {

@@ -16,10 +16,13 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/store"
 )
 
-// LeaseName is the Lease in a cluster's namespace that the hub replica
-// holding the cluster's Report stream renews with the spoke's heartbeats:
-// holderIdentity names the replica, renewTime is when it last heard from the
-// spoke. Other replicas judge the cluster's liveness from it.
+// LeaseName is the Lease in a cluster's namespace that says which hub
+// replica holds the cluster's Report stream: holderIdentity names the
+// replica, acquireTime and renewTime are when it took the Lease (when the
+// spoke's stream opened there). It is written only when the holder changes
+// (or is withheld, see writeFailed), never with heartbeats: the holder's
+// replica Lease (ReplicaLeaseName) says that the holder still runs, and the
+// cluster's inventory says when the holder found its spoke silent.
 const LeaseName = "imperator-spoke"
 
 // Only the spokes' Leases (list and watch by metadata.name field selector);
@@ -27,12 +30,12 @@ const LeaseName = "imperator-spoke"
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,resourceNames=imperator-spoke,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=create
 
-// RenewInterval is how often the serving replica looks at a cluster's Lease
-// while heartbeats arrive, and how much newer than the Lease a heartbeat
-// must be to be written: an eighth of the grace period. A renewal is then at
-// most two intervals and one spoke heartbeat old when written (15 s of the
-// default 40 s grace with 5 s heartbeats), which leaves room for a slow API
-// server before other replicas would think the cluster silent.
+// RenewInterval is how often a replica renews its replica Lease, and how
+// often the serving replica looks at a cluster whose stream is open here
+// (to put right a condition someone else wrote): an eighth of the grace
+// period, 5 s of the default 40 s. Other replicas judge a renewal by when
+// they see it, so a replica seen renewing within the grace period has
+// missed at most seven renewals, which leaves room for a slow API server.
 func RenewInterval(grace time.Duration) time.Duration { return max(grace/8, 100*time.Millisecond) }
 
 // leaseHolder is who holds a Lease and when it was renewed.
@@ -65,12 +68,13 @@ func (p *Persister) movedAway(ctx context.Context, c *store.Cluster) (bool, erro
 	return false, nil
 }
 
-// renewLease writes the cluster's Lease when this replica does not hold it
-// yet, or when the spoke's last heartbeat is RenewInterval newer than it.
-// It never takes the Lease from a replica that heard from the spoke later
-// (moved is then true: the stream open here is a leftover), judged by when
-// this replica saw that replica's renewal. Writes carry the
-// Lease's resourceVersion, so that a stale copy never hides the holder.
+// renewLease takes the cluster's Lease when this replica does not hold it
+// yet; while it does, nothing is written (heartbeats are not: the replica
+// Lease says this replica runs). It never takes the Lease from a replica
+// that heard from the spoke later (moved is then true: the stream open here
+// is a leftover), judged by when this replica saw that replica take it.
+// Writes carry the Lease's resourceVersion, so that a stale copy never hides
+// the holder.
 func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *clusterv1.ManagedCluster) (moved bool, err error) {
 	self := p.store.Replica()
 	renew := metav1.NewMicroTime(c.LastHeartbeat)
@@ -107,7 +111,7 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 	}
 	holder, renewed := leaseHolder(cur)
 	switch {
-	case holder != self && !c.LastHeartbeat.After(p.store.LeaseSeenAt(c, holder, renewed)):
+	case holder != "" && holder != self && !c.LastHeartbeat.After(p.store.LeaseSeenAt(c, holder, renewed)):
 		// Another replica renewed it after this one last heard from the
 		// spoke, as far as this replica has seen (not by the times written
 		// in it: the holder's clock may not agree with this one's). A
@@ -115,7 +119,7 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 		p.forget(c.Name)
 		p.log.Info("Spoke reports to another hub replica now; leaving its Lease", "cluster", c.Name, "replica", holder)
 		return true, nil
-	case holder == self && c.LastHeartbeat.Sub(renewed) < RenewInterval(p.store.GracePeriod()):
+	case holder == self:
 		p.leases[c.Name] = cur
 		return false, nil
 	}
@@ -136,10 +140,34 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 	return false, nil
 }
 
+// releaseLease frees the cluster's Lease when this replica holds it, so that
+// the other replicas stop judging the cluster by this replica's own Lease
+// (see writeFailed): they see it go silent within the grace period.
+func (p *Persister) releaseLease(ctx context.Context, c *store.Cluster) error {
+	cur, ok := p.leases[c.Name]
+	if !ok {
+		cur = &coordinationv1.Lease{}
+		if err := p.reader.Get(ctx, client.ObjectKey{Namespace: c.Name, Name: LeaseName}, cur); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+	}
+	if holder, _ := leaseHolder(cur); holder != p.store.Replica() {
+		return nil
+	}
+	next := cur.DeepCopy()
+	next.Spec.HolderIdentity = nil
+	if err := p.client.Patch(ctx, next, client.MergeFromWithOptions(cur, client.MergeFromWithOptimisticLock{})); err != nil {
+		delete(p.leases, c.Name)
+		return fmt.Errorf("releasing Lease %s/%s: %w", c.Name, LeaseName, err)
+	}
+	p.leases[c.Name] = next
+	return nil
+}
+
 // peerOf is what an inventory and its Lease say about a cluster; the Lease
-// is live when it was renewed after started.
+// is live when it was taken after started.
 func peerOf(inv *imperatorv1alpha1.ClusterInventory, lease *coordinationv1.Lease, started time.Time) store.Peer {
-	peer := store.Peer{Inventory: clusterFromInventory(inv), Outdated: outdatedOf(inv)}
+	peer := store.Peer{Inventory: clusterFromInventory(inv), Outdated: outdatedOf(inv), Silent: availableStatus(inv) == metav1.ConditionUnknown}
 	if lease != nil {
 		peer.Replica, peer.RenewTime = leaseHolder(lease)
 		peer.Live = !started.IsZero() && peer.RenewTime.After(started)

@@ -130,6 +130,10 @@ type Cluster struct {
 	// renewalsSinceConnect counts the renewals of the Lease by other
 	// replicas seen since the stream open here opened.
 	renewalsSinceConnect int
+	// holderSilent is true while the replica serving the cluster says (in
+	// the persisted inventory) that its spoke went silent: that replica's
+	// own Lease renewals then say nothing about the cluster.
+	holderSilent bool
 }
 
 // Stale is true when the figures may not reflect the cluster any more:
@@ -198,6 +202,9 @@ type Store struct {
 	listenerIDs []uint64
 	nextID      uint64
 	limits      ingest.Limits
+	// replicaSeen is when this replica last saw each other replica renew
+	// its replica Lease, by its own clock.
+	replicaSeen map[string]time.Time
 }
 
 // New returns an empty store whose clusters become Unknown after grace
@@ -209,7 +216,7 @@ func New(clk clock.PassiveClock, grace time.Duration) *Store {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Store{clock: clk, grace: grace, clusters: map[string]*Cluster{}, limits: ingest.DefaultLimits()}
+	return &Store{clock: clk, grace: grace, clusters: map[string]*Cluster{}, limits: ingest.DefaultLimits(), replicaSeen: map[string]time.Time{}}
 }
 
 // SetLimits replaces the limits spoke messages are checked against
@@ -660,9 +667,14 @@ type Peer struct {
 	Replica string
 	// RenewTime is when the lease holder last heard from the spoke.
 	RenewTime time.Time
-	// Live is true when the lease was renewed after this replica started,
-	// so its holder is running and the inventory is current.
+	// Live is true when the lease holder is seen running (its replica
+	// Lease renewed within the grace period, or the cluster's Lease taken
+	// after this replica started), so the inventory is current.
 	Live bool
+	// Silent is true when the holder marked the cluster Unknown (the
+	// inventory's Available condition): its spoke went silent, or the
+	// leader found the holder gone.
+	Silent bool
 	// Outdated is non-empty when the serving replica reported that the
 	// persisted inventory is older than the spoke's: why (see
 	// Cluster.Outdated).
@@ -741,6 +753,20 @@ func (s *Store) Observe(name string, p Peer) (superseded bool) {
 				c.LastHeartbeat = now
 			}
 		}
+		// A holder that just took the Lease heard from the spoke just now,
+		// whatever the inventory written before says.
+		c.holderSilent = p.Silent && !(renewal && !firstSight)
+		if c.holderSilent {
+			// Unknown, however fresh the holder's own Lease is.
+			if late := now.Add(-s.grace - livenessSlack); c.LastHeartbeat.After(late) {
+				c.LastHeartbeat = late
+			}
+		} else if seen, ok := s.replicaSeen[p.Replica]; ok && p.Replica != "" && seen.After(c.LastHeartbeat) {
+			// The holder hears from the spoke as long as it runs and does
+			// not say otherwise: the last renewal of its replica Lease
+			// this replica saw.
+			c.LastHeartbeat = seen
+		}
 		c.Replica = p.Replica
 		c.State = s.stateAt(c.LastHeartbeat, now)
 		c.Outdated = p.Outdated
@@ -796,6 +822,50 @@ func (s *Store) ConfirmReplica(replica string) {
 	s.mu.Unlock()
 	sort.Strings(changed)
 	notify(listeners, changed...)
+}
+
+// ReplicaRenewed records that this replica saw the replica named replica
+// renew its replica Lease just now: every cluster that replica serves and
+// has not marked silent was heard from now (by this replica's clock), and
+// their figures are current (see ConfirmReplica). It is what keeps other
+// replicas' clusters live without a write per cluster.
+func (s *Store) ReplicaRenewed(replica string) {
+	now := s.clock.Now()
+	s.mu.Lock()
+	if replica == "" || replica == s.replica {
+		s.mu.Unlock()
+		return
+	}
+	s.replicaSeen[replica] = now
+	var changed []string
+	for name, c := range s.clusters {
+		if c.Replica != replica || (c.Phase != PhaseRemote && c.Phase != PhaseRestored) {
+			continue
+		}
+		next := *c
+		next.fire(EventConfirmReplica)
+		if !next.holderSilent {
+			next.LastHeartbeat = now
+		}
+		next.setState(s.stateAt(next.LastHeartbeat, now))
+		s.clusters[name] = &next
+		if next.Phase != c.Phase || next.State != c.State {
+			changed = append(changed, name)
+		}
+	}
+	listeners := s.listeners
+	s.mu.Unlock()
+	sort.Strings(changed)
+	notify(listeners, changed...)
+}
+
+// ReplicaLive reports whether this replica saw the replica named replica
+// renew its replica Lease within the grace period.
+func (s *Store) ReplicaLive(replica string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	seen, ok := s.replicaSeen[replica]
+	return ok && s.clock.Since(seen) <= s.grace
 }
 
 // EvaluateLiveness turns clusters silent past the grace period Unknown and

@@ -1,0 +1,63 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// Another replica's clusters stay live on its replica Lease alone: no
+// per-cluster write while it runs, Unknown a grace period after this
+// replica last saw it renew, and Unknown at once when it says the spoke
+// went silent, however fresh its own Lease.
+func TestOtherReplicasClustersLiveWhileItsReplicaLeaseIsRenewed(t *testing.T) {
+	start := time.Unix(10_000, 0)
+	clk := clocktesting.NewFakeClock(start)
+	s := New(clk, 40*time.Second)
+	s.SetReplica("hub-a")
+	// The Leases of x and y were taken once, long ago by this replica's clock.
+	for _, name := range []string{"x", "y"} {
+		s.Observe(name, Peer{Inventory: Cluster{Generation: 1, LastHeartbeat: start.Add(-time.Hour)}, Replica: "hub-b", RenewTime: start.Add(-time.Hour)})
+	}
+	state := func(name string) State {
+		c, _ := s.Get(name)
+		return c.State
+	}
+	if state("x") != StateUnknown {
+		t.Fatalf("before hub-b is seen running: x is %s, want Unknown", state("x"))
+	}
+
+	for at := time.Duration(0); at <= 2*time.Minute; at += 5 * time.Second {
+		clk.SetTime(start.Add(at))
+		s.ReplicaRenewed("hub-b")
+		s.EvaluateLiveness()
+		if state("x") != StateAvailable || state("y") != StateAvailable {
+			t.Fatalf("%s in, hub-b renewing every 5s: x %s, y %s, want both Available", at, state("x"), state("y"))
+		}
+	}
+	if c, _ := s.Get("x"); c.Stale() || !c.Connected || !s.ReplicaLive("hub-b") {
+		t.Errorf("x while hub-b runs: stale=%t connected=%t replicaLive=%t, want current, connected, live", c.Stale(), c.Connected, s.ReplicaLive("hub-b"))
+	}
+
+	last := start.Add(2 * time.Minute)
+	// hub-b says y's spoke went silent: y is Unknown at once, x is not.
+	s.Observe("y", Peer{Inventory: Cluster{Generation: 1, LastHeartbeat: last.Add(-41 * time.Second)}, Replica: "hub-b", RenewTime: start.Add(-time.Hour), Live: true, Silent: true})
+	s.ReplicaRenewed("hub-b")
+	s.EvaluateLiveness()
+	if state("y") != StateUnknown || state("x") != StateAvailable {
+		t.Errorf("after hub-b marked y silent: x %s, y %s, want Available and Unknown", state("x"), state("y"))
+	}
+
+	// hub-b stops renewing: x turns Unknown just after the grace period.
+	clk.SetTime(last.Add(40 * time.Second))
+	s.EvaluateLiveness()
+	if state("x") != StateAvailable {
+		t.Errorf("40s after the last renewal seen: x %s, want Available (the grace period is 40s)", state("x"))
+	}
+	clk.SetTime(last.Add(41 * time.Second))
+	s.EvaluateLiveness()
+	if c, _ := s.Get("x"); c.State != StateUnknown || c.Connected || s.ReplicaLive("hub-b") {
+		t.Errorf("41s after the last renewal seen: x %s connected=%t replicaLive=%t, want Unknown, not connected, not live", c.State, c.Connected, s.ReplicaLive("hub-b"))
+	}
+}
