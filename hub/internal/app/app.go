@@ -218,8 +218,9 @@ func loadCA(ctx context.Context, cfg config.Config, direct client.Client, clk cl
 // managerOptions configure the hub's manager. It runs on every replica
 // without leader election: losing the lead would end the manager, and with
 // it every spoke stream and query; the leader's work runs under
-// leader.Campaign instead (leaderCampaign). Its cache holds only the spokes'
-// heartbeat Leases, not every Lease of the cluster, and the fleet holds of
+// leader.Campaign instead (leaderCampaign). Its cache holds only the
+// clusters' and the hub replicas' Leases (persist.LeaseCache), not every
+// Lease of the cluster, and the fleet holds of
 // the hub's namespace, where its Role reads them.
 func managerOptions(cfg config.Config, scheme *runtime.Scheme, opts Options) ctrl.Options {
 	return ctrl.Options{

@@ -18,7 +18,7 @@ import (
 // ConditionInventoryCurrent is the ClusterInventory condition that says
 // whether its status holds the spoke's current inventory. Other replicas
 // honour it: while it is False they serve the cluster's figures as stale
-// (never as free capacity), however fresh the heartbeat Lease is.
+// (never as free capacity), however fresh the serving replica's Lease is.
 const ConditionInventoryCurrent = "InventoryCurrent"
 
 // Reasons of ConditionInventoryCurrent.

@@ -298,7 +298,7 @@ func (p *Persister) Restore(ctx context.Context, r client.Reader) error {
 	}
 	var leases coordinationv1.LeaseList
 	if err := r.List(ctx, &leases, client.MatchingFields{"metadata.name": LeaseName}); err != nil {
-		return fmt.Errorf("listing heartbeat Leases: %w", err)
+		return fmt.Errorf("listing the clusters' Leases: %w", err)
 	}
 	leaseOf := make(map[string]*coordinationv1.Lease, len(leases.Items))
 	for i := range leases.Items {

@@ -117,7 +117,7 @@ type Cluster struct {
 	// it. Only the replica holding the stream knows it.
 	APIServerUnreachableSince time.Time
 
-	// LeaseHolder and LeaseRenewTime are the cluster's heartbeat Lease as
+	// LeaseHolder and LeaseRenewTime are the cluster's Lease (who serves it) as
 	// this replica last saw it (RenewTime by the holder's clock), and
 	// LeaseSeenAt when it first saw that renewal, by its own clock.
 	LeaseHolder    string
