@@ -79,7 +79,11 @@ func Inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine) (*corev1.Pod, *
 }
 
 // inject is Inject taking the machine type's contract from contracts, which
-// may be nil.
+// may be nil. With a cache, the node selector requirements added to the
+// returned pod share their Values with the cached contract, which every
+// admission of the type reads: the handler only encodes the returned pod
+// into its patch, and nothing may modify it. (Inject passes no cache: its
+// caller owns every value it gets.)
 func inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine, contracts *contractCache) (*corev1.Pod, *Record, error) {
 	if pod == nil {
 		return nil, nil, denied("no pod in the request")
