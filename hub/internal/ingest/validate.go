@@ -118,26 +118,83 @@ var (
 	DeltaPath    = field.NewPath("delta")
 )
 
+// The validators below walk a message with a fieldPath, which becomes a
+// *field.Path only when a problem is reported: building the path of every
+// field checked was a third of the hub's CPU per Delta (issue 21), and
+// nearly every message is valid.
+var (
+	snapshotRoot = fieldPath{}.Child("snapshot")
+	deltaRoot    = fieldPath{}.Child("delta")
+)
+
+// fieldPath is a field path held by value, in a fixed array: passing and
+// extending it allocates nothing. Paths deeper than its array (none the
+// validators build) keep their first maxPathDepth segments.
+type fieldPath struct {
+	n   int
+	seg [maxPathDepth]pathSegment
+}
+
+// maxPathDepth is the depth of the deepest path the validators name, e.g.
+// delta.upserts[3].types[0].usage.held: six segments, the indexes included.
+const maxPathDepth = 8
+
+// pathSegment is a field name, or an index when name is empty.
+type pathSegment struct {
+	name  string
+	index int
+}
+
+// Child is p extended by the field name.
+func (p fieldPath) Child(name string) fieldPath { return p.with(pathSegment{name: name}) }
+
+// Index is p extended by the list index i.
+func (p fieldPath) Index(i int) fieldPath { return p.with(pathSegment{index: i}) }
+
+func (p fieldPath) with(s pathSegment) fieldPath {
+	if p.n < maxPathDepth {
+		p.seg[p.n] = s
+		p.n++
+	}
+	return p
+}
+
+// Path is p as the API machinery's field path.
+func (p fieldPath) Path() *field.Path {
+	var path *field.Path
+	for _, s := range p.seg[:p.n] {
+		switch {
+		case s.name == "":
+			path = path.Index(s.index)
+		case path == nil:
+			path = field.NewPath(s.name)
+		default:
+			path = path.Child(s.name)
+		}
+	}
+	return path
+}
+
 // ValidateSnapshot checks snap on its own and against the per-cluster caps.
 func ValidateSnapshot(snap *federationv1.Snapshot, l Limits) error {
 	var errs errorList
 	machines := snap.GetMachines()
 	if len(machines) > l.MaxMachines {
 		// Refused before looking further: a cap, not a list to walk.
-		errs.add(field.TooMany(SnapshotPath.Child("machines"), len(machines), l.MaxMachines))
+		errs.add(field.TooMany(snapshotRoot.Child("machines").Path(), len(machines), l.MaxMachines))
 		return errs.err()
 	}
-	validateTimestamp(&errs, SnapshotPath.Child("observedAt"), snap.GetObservedAt())
+	validateTimestamp(&errs, snapshotRoot.Child("observedAt"), snap.GetObservedAt())
 	var totals Totals
 	seen := make(map[string]int, len(machines))
-	path := SnapshotPath.Child("machines")
+	path := snapshotRoot.Child("machines")
 	for i, m := range machines {
 		if errs.full() {
 			break
 		}
 		validateMachine(&errs, path.Index(i), m, l)
 		if j, dup := seen[m.GetName()]; dup && len(m.GetName()) <= validation.DNS1123SubdomainMaxLength {
-			errs.add(field.Duplicate(path.Index(i).Child("name"), fmt.Sprintf("%s (also machines[%d])", m.GetName(), j)))
+			errs.add(field.Duplicate(path.Index(i).Child("name").Path(), fmt.Sprintf("%s (also machines[%d])", m.GetName(), j)))
 		}
 		seen[m.GetName()] = i
 		totals.Add(m)
@@ -154,35 +211,35 @@ func ValidateDelta(delta *federationv1.Delta, l Limits) error {
 	var errs errorList
 	upserts, removals := delta.GetUpserts(), delta.GetRemovals()
 	if len(upserts) > l.MaxMachines {
-		errs.add(field.TooMany(DeltaPath.Child("upserts"), len(upserts), l.MaxMachines))
+		errs.add(field.TooMany(deltaRoot.Child("upserts").Path(), len(upserts), l.MaxMachines))
 	}
 	if len(removals) > l.MaxMachines {
-		errs.add(field.TooMany(DeltaPath.Child("removals"), len(removals), l.MaxMachines))
+		errs.add(field.TooMany(deltaRoot.Child("removals").Path(), len(removals), l.MaxMachines))
 	}
 	if err := errs.err(); err != nil {
 		return err
 	}
-	validateTimestamp(&errs, DeltaPath.Child("observedAt"), delta.GetObservedAt())
+	validateTimestamp(&errs, deltaRoot.Child("observedAt"), delta.GetObservedAt())
 	upserted := make(map[string]int, len(upserts))
-	path := DeltaPath.Child("upserts")
+	path := deltaRoot.Child("upserts")
 	for i, m := range upserts {
 		if errs.full() {
 			break
 		}
 		validateMachine(&errs, path.Index(i), m, l)
 		if j, dup := upserted[m.GetName()]; dup && len(m.GetName()) <= validation.DNS1123SubdomainMaxLength {
-			errs.add(field.Duplicate(path.Index(i).Child("name"), fmt.Sprintf("%s (also upserts[%d])", m.GetName(), j)))
+			errs.add(field.Duplicate(path.Index(i).Child("name").Path(), fmt.Sprintf("%s (also upserts[%d])", m.GetName(), j)))
 		}
 		upserted[m.GetName()] = i
 	}
-	path = DeltaPath.Child("removals")
+	path = deltaRoot.Child("removals")
 	for i, name := range removals {
 		if errs.full() {
 			break
 		}
 		validateName(&errs, path.Index(i), name, validation.DNS1123SubdomainMaxLength, validation.IsDNS1123Subdomain)
 		if j, both := upserted[name]; both && len(name) <= validation.DNS1123SubdomainMaxLength {
-			errs.add(field.Invalid(path.Index(i), name, fmt.Sprintf("is also upserts[%d]: a Delta either changes or removes a Machine", j)))
+			errs.add(field.Invalid(path.Index(i).Path(), name, fmt.Sprintf("is also upserts[%d]: a Delta either changes or removes a Machine", j)))
 		}
 	}
 	return errs.err()
@@ -199,35 +256,35 @@ func ValidateHello(hello *federationv1.Hello) error {
 	return errs.err()
 }
 
-func validateTimestamp(errs *errorList, path *field.Path, ts *timestamppb.Timestamp) {
+func validateTimestamp(errs *errorList, path fieldPath, ts *timestamppb.Timestamp) {
 	if ts == nil {
 		return
 	}
 	// Out of the years 0001–9999 a time cannot be written to the API.
 	if err := ts.CheckValid(); err != nil {
-		errs.add(field.Invalid(path, ts.String(), err.Error()))
+		errs.add(field.Invalid(path.Path(), ts.String(), err.Error()))
 	}
 }
 
 // validateName checks a name with check, whose names are at most maxLength
 // long; a longer one is refused without echoing it.
-func validateName(errs *errorList, path *field.Path, name string, maxLength int, check func(string) []string) {
+func validateName(errs *errorList, path fieldPath, name string, maxLength int, check func(string) []string) {
 	switch {
 	case name == "":
-		errs.add(field.Required(path, ""))
+		errs.add(field.Required(path.Path(), ""))
 		return
 	case len(name) > maxLength:
-		errs.add(field.TooLong(path, "", maxLength))
+		errs.add(field.TooLong(path.Path(), "", maxLength))
 		return
 	}
 	for _, msg := range check(name) {
-		errs.add(field.Invalid(path, name, msg))
+		errs.add(field.Invalid(path.Path(), name, msg))
 	}
 }
 
-func validateMachine(errs *errorList, path *field.Path, m *federationv1.Machine, l Limits) {
+func validateMachine(errs *errorList, path fieldPath, m *federationv1.Machine, l Limits) {
 	if m == nil {
-		errs.add(field.Required(path, ""))
+		errs.add(field.Required(path.Path(), ""))
 		return
 	}
 	// Machines are cluster-scoped objects.
@@ -239,12 +296,12 @@ func validateMachine(errs *errorList, path *field.Path, m *federationv1.Machine,
 	nonNegative(errs, path.Child("objectGeneration"), m.GetObjectGeneration())
 	nonNegative(errs, path.Child("observedGeneration"), m.GetObservedGeneration())
 	if _, known := federationv1.ConditionStatus_name[int32(m.GetReady())]; !known {
-		errs.add(field.NotSupported(path.Child("ready"), int32(m.GetReady()), conditionStatusNames))
+		errs.add(field.NotSupported(path.Child("ready").Path(), int32(m.GetReady()), conditionStatusNames))
 	}
 
 	types := m.GetTypes()
 	if len(types) > l.MaxTypesPerMachine {
-		errs.add(field.TooMany(path.Child("types"), len(types), l.MaxTypesPerMachine))
+		errs.add(field.TooMany(path.Child("types").Path(), len(types), l.MaxTypesPerMachine))
 		return
 	}
 	typeNames := make(map[string]int, len(types))
@@ -252,40 +309,40 @@ func validateMachine(errs *errorList, path *field.Path, m *federationv1.Machine,
 		tp := path.Child("types").Index(i)
 		validateType(errs, tp, t)
 		if j, dup := typeNames[t.GetName()]; dup && len(t.GetName()) <= validation.DNS1123LabelMaxLength {
-			errs.add(field.Duplicate(tp.Child("name"), fmt.Sprintf("%s (also types[%d])", t.GetName(), j)))
+			errs.add(field.Duplicate(tp.Child("name").Path(), fmt.Sprintf("%s (also types[%d])", t.GetName(), j)))
 		}
 		typeNames[t.GetName()] = i
 	}
 
 	nodes := m.GetNodes()
 	if len(nodes) > l.MaxNodesPerMachine {
-		errs.add(field.TooMany(path.Child("nodes"), len(nodes), l.MaxNodesPerMachine))
+		errs.add(field.TooMany(path.Child("nodes").Path(), len(nodes), l.MaxNodesPerMachine))
 		return
 	}
 	nodeNames := make(map[string]int, len(nodes))
 	for i, n := range nodes {
 		np := path.Child("nodes").Index(i)
 		if n == nil {
-			errs.add(field.Required(np, ""))
+			errs.add(field.Required(np.Path(), ""))
 			continue
 		}
 		validateName(errs, np.Child("name"), n.GetName(), validation.DNS1123SubdomainMaxLength, validation.IsDNS1123Subdomain)
 		if j, dup := nodeNames[n.GetName()]; dup && len(n.GetName()) <= validation.DNS1123SubdomainMaxLength {
-			errs.add(field.Duplicate(np.Child("name"), fmt.Sprintf("%s (also nodes[%d])", n.GetName(), j)))
+			errs.add(field.Duplicate(np.Child("name").Path(), fmt.Sprintf("%s (also nodes[%d])", n.GetName(), j)))
 		}
 		nodeNames[n.GetName()] = i
 		if mt := n.GetMachineType(); mt != "" {
 			validateName(errs, np.Child("machineType"), mt, validation.DNS1123LabelMaxLength, validation.IsDNS1123Label)
 		}
 		if c := n.GetCondition(); c == federationv1.NodeCondition_NODE_CONDITION_UNSPECIFIED || federationv1.NodeCondition_name[int32(c)] == "" {
-			errs.add(field.NotSupported(np.Child("condition"), int32(c), nodeConditionNames))
+			errs.add(field.NotSupported(np.Child("condition").Path(), int32(c), nodeConditionNames))
 		}
 	}
 }
 
-func validateType(errs *errorList, path *field.Path, t *federationv1.MachineType) {
+func validateType(errs *errorList, path fieldPath, t *federationv1.MachineType) {
 	if t == nil {
-		errs.add(field.Required(path, ""))
+		errs.add(field.Required(path.Path(), ""))
 		return
 	}
 	validateName(errs, path.Child("name"), t.GetName(), validation.DNS1123LabelMaxLength, validation.IsDNS1123Label)
@@ -295,16 +352,16 @@ func validateType(errs *errorList, path *field.Path, t *federationv1.MachineType
 		gp := path.Child("gpu")
 		switch typ := g.GetType(); {
 		case typ == "":
-			errs.add(field.Required(gp.Child("type"), ""))
+			errs.add(field.Required(gp.Child("type").Path(), ""))
 		case len(typ) > maxResourceNameLength:
-			errs.add(field.TooLong(gp.Child("type"), "", maxResourceNameLength))
+			errs.add(field.TooLong(gp.Child("type").Path(), "", maxResourceNameLength))
 		}
 		if g.GetNum() < 1 {
-			errs.add(field.Invalid(gp.Child("num"), g.GetNum(), "must be at least 1"))
+			errs.add(field.Invalid(gp.Child("num").Path(), g.GetNum(), "must be at least 1"))
 		}
 		for _, selector := range []struct{ name, value string }{{"product", g.GetProduct()}, {"family", g.GetFamily()}, {"machine", g.GetMachine()}} {
 			if len(selector.value) > maxGPUSelectorLength {
-				errs.add(field.TooLong(gp.Child(selector.name), "", maxGPUSelectorLength))
+				errs.add(field.TooLong(gp.Child(selector.name).Path(), "", maxGPUSelectorLength))
 			}
 		}
 	}
@@ -320,12 +377,12 @@ func validateType(errs *errorList, path *field.Path, t *federationv1.MachineType
 		// report with more queued than waiting would make free count slots
 		// those guests are about to take.
 		if u.GetQueued() > u.GetWaiting() && u.GetWaiting() >= 0 {
-			errs.add(field.Invalid(up.Child("queued"), u.GetQueued(), fmt.Sprintf("must not exceed usage.waiting (%d): queued guests are part of waiting", u.GetWaiting())))
+			errs.add(field.Invalid(up.Child("queued").Path(), u.GetQueued(), fmt.Sprintf("must not exceed usage.waiting (%d): queued guests are part of waiting", u.GetWaiting())))
 		}
 		// Held units are reserved slots set aside for capacity holds.
 		nonNegative(errs, up.Child("held"), u.GetHeld())
 		if u.GetHeld() > u.GetMaximum() && u.GetMaximum() >= 0 {
-			errs.add(field.Invalid(up.Child("held"), u.GetHeld(), fmt.Sprintf("must not exceed usage.maximum (%d): held units are units of the type", u.GetMaximum())))
+			errs.add(field.Invalid(up.Child("held").Path(), u.GetHeld(), fmt.Sprintf("must not exceed usage.maximum (%d): held units are units of the type", u.GetMaximum())))
 		}
 	}
 	if n := t.GetNodes(); n != nil {
@@ -338,30 +395,30 @@ func validateType(errs *errorList, path *field.Path, t *federationv1.MachineType
 	}
 }
 
-func nonNegative[T int32 | int64](errs *errorList, path *field.Path, v T) {
+func nonNegative[T int32 | int64](errs *errorList, path fieldPath, v T) {
 	if v < 0 {
-		errs.add(field.Invalid(path, v, "must not be negative"))
+		errs.add(field.Invalid(path.Path(), v, "must not be negative"))
 	}
 }
 
 // positiveQuantity checks a cpu or memory quantity as the Machine validator
 // does: it parses and is positive.
-func positiveQuantity(errs *errorList, path *field.Path, s string) {
+func positiveQuantity(errs *errorList, path fieldPath, s string) {
 	switch {
 	case s == "":
-		errs.add(field.Required(path, "a Kubernetes quantity, e.g. 40 or 128Gi"))
+		errs.add(field.Required(path.Path(), "a Kubernetes quantity, e.g. 40 or 128Gi"))
 		return
 	case len(s) > maxQuantityLength:
-		errs.add(field.TooLong(path, "", maxQuantityLength))
+		errs.add(field.TooLong(path.Path(), "", maxQuantityLength))
 		return
 	}
 	q, err := resource.ParseQuantity(s)
 	if err != nil {
-		errs.add(field.Invalid(path, s, err.Error()))
+		errs.add(field.Invalid(path.Path(), s, err.Error()))
 		return
 	}
 	if q.Sign() <= 0 {
-		errs.add(field.Invalid(path, s, "must be positive"))
+		errs.add(field.Invalid(path.Path(), s, "must be positive"))
 	}
 }
 
