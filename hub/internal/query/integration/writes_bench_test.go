@@ -37,6 +37,11 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkHubAPIWrites -benchtime 1x ./hub/internal/query/integration/
 //
+// Measured on 2 cores: 39.1 writes/s at 200 spokes and 154.1 at 1,000 with
+// a Lease renewal per spoke; 1.0 at both (replica Leases 0.4, leader Lease
+// 0.6) with per-replica Leases. The window misses the placement scores'
+// refresh, one write per cluster every 15 minutes (N/900 writes/s).
+//
 // IMPERATOR_BENCH_SPOKES chooses the fleet sizes (default 200,1000),
 // IMPERATOR_BENCH_WINDOW the window (default 30s); make bench runs 200,1000
 // and, with BENCH_FULL=1, 10000.
