@@ -3,6 +3,7 @@ package persist
 import (
 	"bytes"
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clienttesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -39,6 +41,9 @@ type failingAPI struct {
 	client.Client
 	refuse       error
 	onlyMachines bool
+	// refuseManagedCluster, when set, fails every ManagedCluster status
+	// apply (an OCM webhook down, a missing permission).
+	refuseManagedCluster error
 }
 
 func newFailingAPI(t *testing.T) *failingAPI {
@@ -54,6 +59,8 @@ func newFailingAPI(t *testing.T) *failingAPI {
 	api.Client = fake.NewClientBuilder().WithScheme(scheme).WithObjectTracker(tracker).
 		WithObjects(&clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "uid-a"}}).
 		WithStatusSubresource(&imperatorv1alpha1.ClusterInventory{}, &clusterv1.ManagedCluster{}).
+		// Restore lists the clusters' Leases by name, as the API server can.
+		WithIndex(&coordinationv1.Lease{}, "metadata.name", func(o client.Object) []string { return []string{o.GetName()} }).
 		WithInterceptorFuncs(interceptor.Funcs{
 			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 				if _, ok := obj.(*imperatorv1alpha1.ClusterInventory); ok && api.refuse != nil {
@@ -66,6 +73,12 @@ func newFailingAPI(t *testing.T) *failingAPI {
 					}
 				}
 				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+			SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+				if api.refuseManagedCluster != nil {
+					return api.refuseManagedCluster
+				}
+				return c.SubResource(sub).Apply(ctx, obj, opts...)
 			},
 		}).Build()
 	return api
@@ -340,4 +353,68 @@ func servingReplica(t *testing.T) (*failingAPI, *clocktesting.FakePassiveClock, 
 	st.Connect("a", &federationv1.Hello{ClusterName: "a", Epoch: 1})
 	st.ApplySnapshot("a", 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{gpuMachine(2)}})
 	return api, clk, st, p
+}
+
+// The other replicas take the serving replica's clusters as live while its
+// replica Lease is renewed, until the inventory says otherwise: a spoke
+// gone silent must be marked Unknown in the inventory even when the
+// ManagedCluster cannot be written, or it would be shown live forever.
+func TestSilentClusterIsUnknownInItsInventoryWhenTheManagedClusterCannotBeWritten(t *testing.T) {
+	ctx := context.Background()
+	api, clk, st, p := servingReplica(t)
+	if err := p.sync(ctx, "a"); err != nil {
+		t.Fatalf("first sync: %v", err)
+	}
+	clk.SetTime(clk.Now().Add(time.Minute))
+	st.EvaluateLiveness()
+	api.refuseManagedCluster = errors.New("admission webhook unavailable")
+	if err := p.sync(ctx, "a"); err == nil {
+		t.Errorf("sync of a silent cluster whose ManagedCluster cannot be written returned no error: the write would not be retried")
+	}
+	if got := availableStatus(api.inventory(t)); got != metav1.ConditionUnknown {
+		t.Errorf("inventory Available = %q, want %q: the other replicas would keep the silent cluster live", got, metav1.ConditionUnknown)
+	}
+}
+
+// A replica that starts (a rolling update) restores the idle clusters of a
+// replica that keeps running as Available: their inventories were written
+// long ago, but that replica's Lease was renewed just now. Before, they came
+// back Unknown, and a replica elected leader in its first seconds marked
+// them all Unknown.
+func TestStartingReplicaKeepsTheIdleClustersOfARunningReplicaAvailable(t *testing.T) {
+	ctx := context.Background()
+	api, clk, _, p := servingReplica(t)
+	if err := p.sync(ctx, "a"); err != nil {
+		t.Fatalf("first sync: %v", err)
+	}
+	// An hour of heartbeats writes nothing; hub-a's Lease is renewed.
+	clk.SetTime(clk.Now().Add(time.Hour))
+	renewed := metav1.NewMicroTime(clk.Now().Add(-2 * time.Second))
+	if err := api.Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "imperator-system", Name: ReplicaLeaseName("hub-a"), Labels: map[string]string{ReplicaLabel: "true"}},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("hub-a"), RenewTime: &renewed},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	started := store.New(clk, 40*time.Second)
+	started.SetReplica("hub-c")
+	if err := New(api, started, Options{Log: logr.Discard(), Namespace: "imperator-system", Clock: clk}).Restore(ctx, api); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	c, ok := started.Get("a")
+	if !ok || c.State != store.StateAvailable {
+		t.Fatalf("restored cluster a: %+v (found %v), want Available: its replica renewed its Lease 2s ago", c, ok)
+	}
+
+	// hub-a's Lease renewed more than the grace period ago proves nothing.
+	gone := store.New(clk, 40*time.Second)
+	gone.SetReplica("hub-d")
+	clk.SetTime(clk.Now().Add(time.Minute))
+	if err := New(api, gone, Options{Log: logr.Discard(), Namespace: "imperator-system", Clock: clk}).Restore(ctx, api); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if c, _ := gone.Get("a"); c.State == store.StateAvailable {
+		t.Errorf("restored cluster a Available although its replica's Lease was last renewed over a minute ago")
+	}
 }

@@ -82,8 +82,12 @@ func (f *Follower) replicaLease(ctx context.Context, key types.NamespacedName) e
 	lease := &coordinationv1.Lease{}
 	if err := f.Client.Get(ctx, key, lease); err != nil {
 		if apierrors.IsNotFound(err) {
-			// The replica stopped: its clusters go silent unless their
-			// spokes report elsewhere within the grace period.
+			// The replica stopped (or its Lease was swept): its clusters
+			// go silent unless their spokes report elsewhere within the
+			// grace period, and the store forgets it.
+			if prev, ok := f.replicas[key.Name]; ok {
+				f.Store.ReplicaGone(prev.holder)
+			}
 			delete(f.replicas, key.Name)
 			return nil
 		}

@@ -21,7 +21,7 @@ const (
 // status), by result.
 var persistDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Name: "imperator_hub_inventory_persist_duration_seconds",
-	Help: "Time to write one cluster (ManagedCluster condition, heartbeat Lease, ClusterInventory status) to the hub cluster's API, " +
+	Help: "Time to write one cluster (ManagedCluster condition, the cluster's Lease when its serving replica changes, ClusterInventory status) to the hub cluster's API, " +
 		"by result: success, conflict (retried at once) or error.",
 	Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 10),
 }, []string{"result"})

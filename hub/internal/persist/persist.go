@@ -209,7 +209,15 @@ func (p *Persister) SetupWithManager(mgr ctrl.Manager) error {
 		})).
 		// One worker: the store orders a cluster's changes, and the
 		// API's optimistic locks order the replicas'.
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), RecoverPanic: ptr.To(true), MaxConcurrentReconciles: 1}).
+		WithOptions(controller.Options{
+			NeedLeaderElection: ptr.To(false), RecoverPanic: ptr.To(true), MaxConcurrentReconciles: 1,
+			// A failed write is tried again within RenewInterval, however
+			// long the failures lasted: the other replicas take this one's
+			// clusters as live while its Lease is renewed, so a silent
+			// cluster's Unknown must not wait out a long backoff (the
+			// default grows to 1,000 s) once the API server is back.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, RenewInterval(p.store.GracePeriod())),
+		}).
 		Complete(p)
 	if err != nil {
 		return err
@@ -304,6 +312,9 @@ func (p *Persister) Restore(ctx context.Context, r client.Reader) error {
 	for i := range leases.Items {
 		leaseOf[leases.Items[i].Namespace] = &leases.Items[i]
 	}
+	if err := p.restoreReplicaSightings(ctx, r); err != nil {
+		return err
+	}
 	restored := 0
 	for i := range list.Items {
 		inv := &list.Items[i]
@@ -317,6 +328,32 @@ func (p *Persister) Restore(ctx context.Context, r client.Reader) error {
 		restored++
 	}
 	p.log.Info("Restored inventories", "clusters", restored)
+	return nil
+}
+
+// restoreReplicaSightings counts every other replica whose Lease was
+// renewed within the grace period (by its own clock, the one thing a
+// replica just started can go by) as seen now, before the inventories are
+// restored. Without it, every idle cluster of a running replica would come
+// back Unknown (its inventory is written only on change), and a replica
+// elected leader in its first seconds, as in a rolling update, would mark
+// them all Unknown before it saw their replica's next renewal. A replica
+// that is in fact gone has the grace period to show it, as after any
+// sighting.
+func (p *Persister) restoreReplicaSightings(ctx context.Context, r client.Reader) error {
+	if p.namespace == "" {
+		return nil
+	}
+	var leases coordinationv1.LeaseList
+	if err := r.List(ctx, &leases, client.InNamespace(p.namespace), client.MatchingLabels{ReplicaLabel: "true"}); err != nil {
+		return fmt.Errorf("listing the replica Leases: %w", err)
+	}
+	for i := range leases.Items {
+		holder, renewed := leaseHolder(&leases.Items[i])
+		if holder != "" && !renewed.IsZero() && p.clock.Since(renewed) <= p.store.GracePeriod() {
+			p.store.ReplicaRenewed(holder)
+		}
+	}
 	return nil
 }
 
@@ -394,8 +431,16 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	}
 	available := c.State == store.StateAvailable
 	msg := availabilityMessage(available, p.store.GracePeriod())
+	// setErr is a failure to mark the ManagedCluster Unknown. The other
+	// replicas judge the cluster by its inventory's Available condition
+	// (this replica's own Lease keeps being renewed), so the inventory is
+	// written all the same, and the ManagedCluster tried again.
+	var setErr error
 	if _, err := registry.SetAvailable(ctx, p.client, name, liveness(c, p.store.GracePeriod())); err != nil {
-		return err
+		if available {
+			return err
+		}
+		setErr = err
 	}
 	if available && !c.Synced() && c.Outdated == "" {
 		// Hello without its Snapshot yet: the Snapshot, a moment later,
@@ -423,7 +468,7 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	heartbeat := next.Status.LastHeartbeatTime
 	next.Status.LastHeartbeatTime = inv.Status.LastHeartbeatTime
 	if equality.Semantic.DeepEqual(inv.Status, next.Status) {
-		return nil
+		return setErr
 	}
 	next.Status.LastHeartbeatTime = metaTime(c.LastHeartbeat)
 	if next.Status.LastHeartbeatTime == nil {
@@ -451,7 +496,7 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 		}
 	}
 	p.log.V(2).Info("Persisted inventory", "cluster", name, "generation", c.Generation)
-	return nil
+	return setErr
 }
 
 // managedCluster returns the cluster's ManagedCluster, from the cache or
@@ -493,8 +538,9 @@ func (p *Persister) renew(ctx context.Context, name string) error {
 	// cluster Unknown, taking this replica for gone): heartbeats alone
 	// change nothing in the store, so no sync would write them, and the
 	// other replicas take the inventory's condition for the truth. Nothing
-	// is written when they agree.
-	if _, err := registry.SetAvailable(ctx, p.client, name, liveness(c, p.store.GracePeriod())); err != nil {
+	// is written when they agree. When the ManagedCluster cannot be marked
+	// Unknown, the inventory is all the same (sync; see there).
+	if _, err := registry.SetAvailable(ctx, p.client, name, liveness(c, p.store.GracePeriod())); err != nil && c.State == store.StateAvailable {
 		return err
 	}
 	inv := &imperatorv1alpha1.ClusterInventory{}

@@ -87,8 +87,10 @@ func (p *Persister) runReplicaLease(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			// Gone: the other replicas stop counting on it at once rather
-			// than when the Lease runs out (the spokes move meanwhile).
+			// Gone: the Lease goes with it, so that the other replicas
+			// forget it (its clusters go Unknown when the grace period
+			// since its last renewal runs out, unless their spokes report
+			// elsewhere first) and nobody has to sweep it.
 			delCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: name}}

@@ -61,3 +61,24 @@ func TestOtherReplicasClustersLiveWhileItsReplicaLeaseIsRenewed(t *testing.T) {
 		t.Errorf("41s after the last renewal seen: x %s connected=%t replicaLive=%t, want Unknown, not connected, not live", c.State, c.Connected, s.ReplicaLive("hub-b"))
 	}
 }
+
+// A replica whose Lease is gone is forgotten: the store keeps no entry per
+// replica ever seen (replicas get new names when they restart), and its
+// clusters go Unknown a grace period after its last renewal seen.
+func TestReplicaGoneIsForgotten(t *testing.T) {
+	start := time.Unix(10_000, 0)
+	clk := clocktesting.NewFakeClock(start)
+	s := New(clk, 40*time.Second)
+	s.SetReplica("hub-a")
+	s.ReplicaRenewed("hub-b")
+	if !s.ReplicaLive("hub-b") {
+		t.Fatal("hub-b not live right after its renewal was seen")
+	}
+	s.ReplicaGone("hub-b")
+	if s.ReplicaLive("hub-b") {
+		t.Error("hub-b still live after its Lease was deleted")
+	}
+	if n := len(s.replicaSeen); n != 0 {
+		t.Errorf("store keeps %d replicas it saw, want 0 once they are gone", n)
+	}
+}

@@ -657,7 +657,7 @@ func unreachableSince(hb *federationv1.Heartbeat, held, now time.Time) time.Time
 }
 
 // Peer is what the hub cluster's API says about a cluster: the inventory last
-// persisted by the replica serving it, and that replica's heartbeat lease.
+// persisted by the replica serving it, and the cluster's Lease (who serves it).
 type Peer struct {
 	// Inventory holds the persisted figures: AgentVersion, AgentMode,
 	// InjectionUnavailable, Epoch,
@@ -665,7 +665,8 @@ type Peer struct {
 	Inventory Cluster
 	// Replica is the lease holder: the replica holding the cluster's stream.
 	Replica string
-	// RenewTime is when the lease holder last heard from the spoke.
+	// RenewTime is when the holder took the cluster's Lease (by its clock);
+	// its later renewals are of its replica Lease (ReplicaRenewed).
 	RenewTime time.Time
 	// Live is true when the lease holder is seen running (its replica
 	// Lease renewed within the grace period, or the cluster's Lease taken
@@ -857,6 +858,17 @@ func (s *Store) ReplicaRenewed(replica string) {
 	s.mu.Unlock()
 	sort.Strings(changed)
 	notify(listeners, changed...)
+}
+
+// ReplicaGone forgets the replica named replica, whose Lease is gone: its
+// clusters keep the heartbeat time of its last renewal seen, and go
+// Unknown when the grace period since then runs out, unless their spokes
+// report elsewhere. Replicas get new names when they restart, so without
+// this the store would keep one entry per replica ever seen.
+func (s *Store) ReplicaGone(replica string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.replicaSeen, replica)
 }
 
 // ReplicaLive reports whether this replica saw the replica named replica
