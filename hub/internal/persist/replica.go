@@ -29,7 +29,7 @@ import (
 // ReplicaLeasePrefix starts the name of every replica Lease.
 const ReplicaLeasePrefix = "imperator-replica-"
 
-// ReplicaLabel, "true", marks a replica Lease (the replica's name is in
+// ReplicaLabel marks a replica Lease with "true" (the replica's name is in
 // holderIdentity).
 const ReplicaLabel = imperatorv1alpha1.Prefix + "hub-replica"
 

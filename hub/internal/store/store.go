@@ -756,7 +756,7 @@ func (s *Store) Observe(name string, p Peer) (superseded bool) {
 		}
 		// A holder that just took the Lease heard from the spoke just now,
 		// whatever the inventory written before says.
-		c.holderSilent = p.Silent && !(renewal && !firstSight)
+		c.holderSilent = p.Silent && (!renewal || firstSight)
 		if c.holderSilent {
 			// Unknown, however fresh the holder's own Lease is.
 			if late := now.Add(-s.grace - livenessSlack); c.LastHeartbeat.After(late) {

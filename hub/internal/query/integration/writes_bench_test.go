@@ -92,7 +92,8 @@ func startIdleSpoke(s *simSpoke, every time.Duration) (*idleSpoke, error) {
 	}
 	sp := &idleSpoke{conn: conn, cancel: cancel, done: make(chan struct{})}
 	send := func(m *federationv1.SpokeMessage) error { return stream.Send(m) }
-	if err := send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{ClusterName: s.name, AgentVersion: "v0.1.0", Epoch: uint64(time.Now().UnixNano())}}}); err == nil {
+	err = send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{ClusterName: s.name, AgentVersion: "v0.1.0", Epoch: uint64(time.Now().UnixNano())}}})
+	if err == nil {
 		err = send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Snapshot{Snapshot: &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.Now(), Machines: []*federationv1.Machine{gpuMachine("g", 1000, 0)}}}})
 	}
 	if err != nil {
