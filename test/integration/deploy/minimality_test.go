@@ -130,9 +130,13 @@ var ruleNeeds = []ruleNeed{
 	{side: "hub", kind: "ClusterRole", resource: "leases", resourceName: "imperator-spoke", group: "hub-follow-leases",
 		scenario:  "replicas cannot follow which replica serves a cluster",
 		forbidden: forbiddenFor("hub", "list|watch|get", "leases")},
+	// The hub namespace's Leases are the leader's and the replicas' own
+	// (persist.ReplicaLeaseName): a replica starting lists the others'
+	// before it restores the inventories, so without the rule it refuses
+	// to start, and none would become leader either.
 	{side: "hub", kind: "Role", resource: "leases", group: "hub-leader",
-		scenario:  "no hub replica becomes leader: no scores, no Unknown marking",
-		forbidden: forbiddenFor("hub", "get|create", "leases") + ` in API group "coordination.k8s.io" in the namespace "imperator-system"`},
+		scenario:  "no hub replica starts (it cannot see which replicas run) nor becomes leader: no scores, no Unknown marking",
+		forbidden: forbiddenFor("hub", "list|get|create", "leases") + ` in API group "coordination.k8s.io" in the namespace "imperator-system"`},
 	// Fleet holds: the expiry controller follows them from the start; a
 	// Held one past validUntil, created by the admin, is recorded Expired.
 	{side: "hub", kind: "Role", resource: "fleetholds", group: "hub-fleetholds",
