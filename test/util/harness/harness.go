@@ -82,6 +82,10 @@ type Options struct {
 	// "--kube-api-qps=200" (its default of 20 paces the pods of every
 	// StatefulSet it creates).
 	ControllerManagerFlags []string
+	// SchedulerFlags are extra kube-scheduler flags, e.g.
+	// "--kube-api-qps=200" (its default of 50 paces the binding of a
+	// burst of pods).
+	SchedulerFlags []string
 }
 
 // Cluster is a running control plane with simulated nodes.
@@ -283,7 +287,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	if err := c.startAfterAPIServer(opts.ControllerManagerFlags); err != nil {
+	if err := c.startAfterAPIServer(opts.ControllerManagerFlags, opts.SchedulerFlags); err != nil {
 		return err
 	}
 	// The controller-manager creates every namespace's default ServiceAccount:
@@ -358,7 +362,9 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	return c.waitAPIServerReady(ctx)
 }
 
-func (c *Cluster) startAfterAPIServer(controllerManagerFlags []string) error {
+// startAfterAPIServer starts the controller-manager, the scheduler and kwok,
+// each with its extra flags.
+func (c *Cluster) startAfterAPIServer(controllerManagerFlags, schedulerFlags []string) error {
 	path := func(name string) string { return filepath.Join(c.Dir, name) }
 	kubeconfig := "--kubeconfig=" + c.KubeconfigPath
 	stagesPath := path("kwok-stages.yaml")
@@ -380,7 +386,7 @@ func (c *Cluster) startAfterAPIServer(controllerManagerFlags []string) error {
 			"--cluster-signing-key-file=" + path("ca.key"),
 			"--concurrent-statefulset-syncs=10",
 		}, controllerManagerFlags...)},
-		{"kube-scheduler", []string{kubeconfig, "--secure-port=0", "--leader-elect=false"}},
+		{"kube-scheduler", append([]string{kubeconfig, "--secure-port=0", "--leader-elect=false"}, schedulerFlags...)},
 		{"kwok", []string{
 			kubeconfig,
 			"--config=" + stagesPath,
