@@ -1,9 +1,6 @@
 package server
 
 import (
-	"context"
-	"crypto/tls"
-	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -12,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-
 	"github.com/imperator-federation/imperator/internal/identity"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+	"github.com/imperator-federation/imperator/test/util/loadgen"
 )
 
 // BenchmarkFleet connects N simulated spokes (each its own TLS connection and
@@ -25,7 +20,7 @@ import (
 // one round of the whole fleet; the extra metrics are the connect time of
 // the fleet, the per-update propagation (send → applied in the index → Ack
 // received, an upper bound of ingest-to-queryable) and the hub's CPU and
-// RSS. The spokes run in load-generator processes (loadgen_test.go), so the
+// RSS. The spokes run in load-generator processes (test/util/loadgen), so the
 // hub's figures are its own; the processes share the machine's cores.
 //
 //	go test -run '^$' -bench BenchmarkFleet -benchtime 20x ./hub/internal/server/
@@ -33,16 +28,9 @@ import (
 // IMPERATOR_BENCH_SPOKES chooses the fleet sizes (default 100,1000,5000);
 // make bench runs 100,1000 and, with BENCH_FULL=1, 1000,5000,10000.
 func BenchmarkFleet(b *testing.B) {
-	sizes := []int{100, 1000, 5000}
-	if v := os.Getenv("IMPERATOR_BENCH_SPOKES"); v != "" {
-		sizes = sizes[:0]
-		for _, f := range strings.Split(v, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				b.Fatalf("IMPERATOR_BENCH_SPOKES=%q: %q is not a number of spokes", v, f)
-			}
-			sizes = append(sizes, n)
-		}
+	sizes, err := loadgen.FleetSizes(100, 1000, 5000)
+	if err != nil {
+		b.Fatal(err)
 	}
 	for _, n := range sizes {
 		b.Run("spokes="+strconv.Itoa(n), func(b *testing.B) { benchmarkFleet(b, n) })
@@ -62,12 +50,6 @@ func benchMachine(available int32) *federationv1.Machine {
 	return m
 }
 
-type benchSpoke struct {
-	conn   *grpc.ClientConn
-	stream federationv1.Federation_ReportClient
-	gen    uint64
-}
-
 func benchmarkFleet(b *testing.B, n int) {
 	h := startTestHubWith(b, func(o *Options) {
 		// Every simulated spoke dials from 127.0.0.1, where a real fleet
@@ -79,11 +61,23 @@ func benchmarkFleet(b *testing.B, n int) {
 		o.Limits.MaxAuthenticatedConnectionsPerSource = n + 256
 		o.Limits.MaxAnonymousConnectionsPerSource = o.Limits.MaxHandshakes
 	})
-	gens := startLoadGenerators(b, h, n)
+	job := loadgen.Job{Addr: h.addr, CAPEM: h.ca.CertPEM, AgentVersion: "test", Snapshot: []*federationv1.Machine{benchMachine(4)}}
+	for available := range int32(5) {
+		job.Rounds = append(job.Rounds, benchMachine(3+available))
+	}
+	for i := range n {
+		cluster := "spoke-" + strconv.Itoa(i)
+		certPEM, keyPEM := h.certificatePEM(b, cluster, []string{identity.SpokeOrganization}, identity.RegistrationURI(cluster, testUID(cluster)))
+		job.Spokes = append(job.Spokes, loadgen.Spoke{Cluster: cluster, CertPEM: certPEM, KeyPEM: keyPEM})
+	}
+	gens, err := loadgen.Start(b, job)
+	if err != nil {
+		b.Fatal(err)
+	}
 
 	cpuStart := cpuTime()
 	start := time.Now()
-	connectTimes, err := gens.do("connect")
+	connectTimes, err := gens.Connect()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -94,7 +88,7 @@ func benchmarkFleet(b *testing.B, n int) {
 	b.ResetTimer()
 	roundCPUStart := cpuTime()
 	for round := range b.N {
-		got, err := gens.do("round " + strconv.Itoa(round))
+		got, err := gens.Round(round)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -118,31 +112,6 @@ func benchmarkFleet(b *testing.B, n int) {
 	b.ReportMetric(ms(percentile(latencies, 0.99)), "propagation-p99-ms")
 	b.ReportMetric(roundCPU.Seconds()/float64(b.N), "cpu-s/round")
 	b.ReportMetric(float64(rssBytes())/(1<<20), "rss-MiB")
-}
-
-func connectSpoke(ctx context.Context, h *testHub, caPEM []byte, cert *tls.Certificate, cluster string) (*benchSpoke, error) {
-	cfg, err := identity.ClientTLS(caPEM, cert, "127.0.0.1")
-	if err != nil {
-		return nil, err
-	}
-	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
-	if err != nil {
-		return nil, err
-	}
-	stream, err := federationv1.NewFederationClient(conn).Report(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("opening stream of %s: %w", cluster, err)
-	}
-	if err := stream.Send(hello(cluster, 1)); err != nil {
-		return nil, err
-	}
-	if err := stream.Send(snapshotMsg(1, benchMachine(4))); err != nil {
-		return nil, err
-	}
-	if _, err := stream.Recv(); err != nil {
-		return nil, fmt.Errorf("waiting for the snapshot ack of %s: %w", cluster, err)
-	}
-	return &benchSpoke{conn: conn, stream: stream, gen: 1}, nil
 }
 
 func percentile(sorted []time.Duration, p float64) time.Duration {
