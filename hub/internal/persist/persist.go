@@ -543,18 +543,34 @@ func (p *Persister) renew(ctx context.Context, name string) error {
 	if _, err := registry.SetAvailable(ctx, p.client, name, liveness(c, p.store.GracePeriod())); err != nil && c.State == store.StateAvailable {
 		return err
 	}
-	inv := &imperatorv1alpha1.ClusterInventory{}
-	if err := p.client.Get(ctx, client.ObjectKey{Namespace: name, Name: InventoryName(name)}, inv); err != nil {
+	got, err := p.availableInCache(ctx, name)
+	if err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	want := metav1.ConditionTrue
 	if c.State != store.StateAvailable {
 		want = metav1.ConditionUnknown
 	}
-	if got := availableStatus(inv); got != "" && got != want {
+	if got != "" && got != want {
 		return p.sync(ctx, name)
 	}
 	return nil
+}
+
+// availableInCache is the status of the Available condition of the
+// cluster's inventory as the client's cache holds it: what the last writer
+// says, maybe the leader marking the cluster Unknown. What this replica
+// holds (p.last) cannot tell that another replica wrote since, so the cache
+// is read on every renewal of every cluster streaming here, in place: the
+// inventory is not copied (its Machines are the bulk of it, and one
+// condition is all that is read), and nothing read is changed. A client
+// without a cache copies as usual.
+func (p *Persister) availableInCache(ctx context.Context, name string) (metav1.ConditionStatus, error) {
+	cached := &imperatorv1alpha1.ClusterInventory{}
+	if err := p.client.Get(ctx, client.ObjectKey{Namespace: name, Name: InventoryName(name)}, cached, client.UnsafeDisableDeepCopy); err != nil {
+		return "", err
+	}
+	return availableStatus(cached), nil
 }
 
 // liveness is what the ManagedCluster's Available condition says of c.
@@ -626,9 +642,8 @@ func (p *Persister) inventory(ctx context.Context, mc *clusterv1.ManagedCluster)
 	if inv, ok := p.last[name]; ok {
 		// Another replica (the leader marking it Unknown while the spoke
 		// was away) may have written since: then start from that.
-		cached := &imperatorv1alpha1.ClusterInventory{}
-		err := p.client.Get(ctx, client.ObjectKeyFromObject(inv), cached)
-		if err == nil && availableStatus(cached) == availableStatus(inv) {
+		cached, err := p.availableInCache(ctx, name)
+		if err == nil && cached == availableStatus(inv) {
 			return inv, nil
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
