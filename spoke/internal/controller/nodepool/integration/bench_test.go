@@ -3,6 +3,7 @@ package nodepool_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/test/util/framework"
+	"github.com/imperator-federation/imperator/test/util/harness"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -25,7 +27,9 @@ const benchNodes = 100
 // creating a Machine listing benchNodes existing nodes until every one of
 // them carries its node-pool label, and the time from deleting it (and its
 // MachineNodePool, as the garbage collector would) until every label is gone.
-// Run with `go test -run '^$' -bench ConfigurePool -benchtime 5x`.
+// Run with `go test -run '^$' -bench ConfigurePool -benchtime 5x`; with
+// IMPERATOR_BENCH_PROFILE_DIR set, rounds then repeat for another
+// profileWindow while the API server and the agent are profiled.
 func BenchmarkConfigurePool(b *testing.B) {
 	ctx := context.Background()
 	e, err := framework.Start(ctx, environment("nodepool-bench", false))
@@ -120,7 +124,7 @@ func BenchmarkConfigurePool(b *testing.B) {
 	}
 
 	var configure, release, created, finalized time.Duration
-	for round := 0; b.Loop(); round++ {
+	runRound := func(round int) {
 		// A new name every round: the controllers' per-name state (requeue
 		// backoff of the Machine deleted a moment ago) is not measured.
 		m := machine.Obj()
@@ -156,8 +160,63 @@ func BenchmarkConfigurePool(b *testing.B) {
 			b.Fatalf("waiting for the MachineNodePool to go: %v", err)
 		}
 	}
+	round := 0
+	for ; b.Loop(); round++ {
+		runRound(round)
+	}
 	b.ReportMetric(float64(created.Milliseconds())/float64(b.N), "ms-pool-created/op")
 	b.ReportMetric(float64(finalized.Milliseconds())/float64(b.N), "ms-pool-finalized/op")
 	b.ReportMetric(float64(configure.Milliseconds())/float64(b.N), "ms-configure/op")
 	b.ReportMetric(float64(release.Milliseconds())/float64(b.N), "ms-release/op")
+
+	if dir := os.Getenv(harness.ProfileDirEnv); dir != "" {
+		before, err := harness.ReadStages(ctx, e.Config, poolStages)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rounds := 0
+		created, finalized, configure, release = 0, 0, 0, 0
+		err = harness.ProfileWindow(ctx, e.Config, dir, "configurepool", profileWindow, func(ctx context.Context) error {
+			for ; ctx.Err() == nil; rounds++ {
+				runRound(round + rounds)
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		after, err := harness.ReadStages(ctx, e.Config, poolStages)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("profiled %d rounds (configure and release) over %s into %s/configurepool.*.pprof; per round %d ms pool created, %d ms configured, %d ms released; means:",
+			rounds, profileWindow, dir, created.Milliseconds()/int64(rounds), configure.Milliseconds()/int64(rounds), release.Milliseconds()/int64(rounds))
+		for _, line := range harness.StageMeans(poolStages, before, after) {
+			b.Logf("  %s", line)
+		}
+	}
 }
+
+// poolStages are the histograms that time the stages of configuring a
+// pool, in the API server and in the agent's controllers.
+var poolStages = []harness.Stage{
+	{Label: "apiserver: PATCH nodes (apiserver_request_duration_seconds)", Family: "apiserver_request_duration_seconds",
+		Match: map[string]string{"verb": "PATCH", "resource": "nodes"}},
+	{Label: "apiserver: etcd update (etcd_request_duration_seconds)", Family: "etcd_request_duration_seconds",
+		Match: map[string]string{"operation": "update"}},
+	{Label: "apiserver: POST machinenodepools", Family: "apiserver_request_duration_seconds",
+		Match: map[string]string{"verb": "POST", "resource": "machinenodepools"}},
+	{Label: "apiserver: POST machines", Family: "apiserver_request_duration_seconds",
+		Match: map[string]string{"verb": "POST", "resource": "machines"}},
+	{Label: "agent: pool-sync queue wait (workqueue_queue_duration_seconds)", Family: "workqueue_queue_duration_seconds",
+		Match: map[string]string{"name": "machinenodepool_sync"}, InProcess: true},
+	{Label: "agent: pool-sync reconcile (controller_runtime_reconcile_time_seconds)", Family: "controller_runtime_reconcile_time_seconds",
+		Match: map[string]string{"controller": "machinenodepool_sync"}, InProcess: true},
+	{Label: "agent: node-pool queue wait (workqueue_queue_duration_seconds)", Family: "workqueue_queue_duration_seconds",
+		Match: map[string]string{"name": "nodepool"}, InProcess: true},
+	{Label: "agent: node-pool reconcile (controller_runtime_reconcile_time_seconds)", Family: "controller_runtime_reconcile_time_seconds",
+		Match: map[string]string{"controller": "nodepool"}, InProcess: true},
+}
+
+// profileWindow is how long the profiled phase of a benchmark runs.
+const profileWindow = 10 * time.Second

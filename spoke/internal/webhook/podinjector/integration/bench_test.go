@@ -3,6 +3,7 @@ package podinjector_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/podinjector"
+	"github.com/imperator-federation/imperator/test/util/harness"
 	"github.com/imperator-federation/imperator/test/util/webhookenv"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
@@ -23,7 +25,9 @@ import (
 // BenchmarkPodCreate measures the latency of creating a guest pod through the
 // API server with the injector in the path (an enabled namespace) and without
 // it (a namespace without the label), side by side on one API server. Run with
-// `go test -run '^$' -bench PodCreate`.
+// `go test -run '^$' -bench PodCreate`; with IMPERATOR_BENCH_PROFILE_DIR set,
+// each case then creates pods for another profileWindow while the API
+// server and the webhook server are profiled.
 func BenchmarkPodCreate(b *testing.B) {
 	e := startWithGeneralMachine(b)
 	ctx := context.Background()
@@ -66,6 +70,9 @@ func BenchmarkPodCreate(b *testing.B) {
 				b.ReportMetric(float64(latencies[n/2].Microseconds()), "p50-µs")
 				b.ReportMetric(float64(latencies[n*99/100].Microseconds()), "p99-µs")
 			}
+			if dir := os.Getenv(harness.ProfileDirEnv); dir != "" {
+				profilePodCreate(b, e, dir, "podcreate-"+bc.name, template)
+			}
 			// Unscheduled pods are deleted at once: keep etcd small between runs.
 			if err := e.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(bc.namespace)); err != nil {
 				b.Fatal(err)
@@ -73,6 +80,73 @@ func BenchmarkPodCreate(b *testing.B) {
 		})
 	}
 }
+
+// profilePodCreate creates pods from template for profileWindow while the
+// API server and this process (the webhook server) are profiled
+// (harness.ProfileWindow), and logs where a creation's time goes: the mean
+// of each stage the API server and the webhook server measure, over the
+// window.
+func profilePodCreate(b *testing.B, e *webhookenv.Environment, dir, name string, template *corev1.Pod) {
+	b.Helper()
+	ctx := context.Background()
+	before, err := harness.ReadStages(ctx, e.Config, creationStages)
+	if err != nil {
+		b.Fatal(err)
+	}
+	created := 0
+	var elapsed time.Duration
+	err = harness.ProfileWindow(ctx, e.Config, dir, name, profileWindow, func(ctx context.Context) error {
+		for ctx.Err() == nil {
+			start := time.Now()
+			if err := e.Client.Create(ctx, template.DeepCopy()); err != nil {
+				return ctxErrOrNil(ctx, err)
+			}
+			elapsed += time.Since(start)
+			created++
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	after, err := harness.ReadStages(ctx, e.Config, creationStages)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("profiled %d pod creations over %s into %s/%s.*.pprof; mean per creation:", created, profileWindow, dir, name)
+	b.Logf("  %-72s %8.0f µs", "client: Create round trip", float64(elapsed.Microseconds())/float64(max(created, 1)))
+	for _, line := range harness.StageMeans(creationStages, before, after) {
+		b.Logf("  %s", line)
+	}
+}
+
+// creationStages are the histograms that time the stages of a pod
+// creation, in the API server and in the webhook server.
+var creationStages = []harness.Stage{
+	{Label: "apiserver: POST pods (apiserver_request_duration_seconds)", Family: "apiserver_request_duration_seconds",
+		Match: map[string]string{"verb": "POST", "resource": "pods"}},
+	{Label: "apiserver: mutating admission (apiserver_admission_step_admission_duration_seconds)", Family: "apiserver_admission_step_admission_duration_seconds",
+		Match: map[string]string{"type": "admit", "operation": "CREATE"}},
+	{Label: "apiserver: validating admission (same, type=validate)", Family: "apiserver_admission_step_admission_duration_seconds",
+		Match: map[string]string{"type": "validate", "operation": "CREATE"}},
+	{Label: "apiserver: injector webhook call (apiserver_admission_webhook_admission_duration_seconds)", Family: "apiserver_admission_webhook_admission_duration_seconds",
+		Match: map[string]string{"name": podinjector.WebhookName}},
+	{Label: "apiserver: etcd create (etcd_request_duration_seconds)", Family: "etcd_request_duration_seconds",
+		Match: map[string]string{"operation": "create"}},
+	{Label: "webhook server: request (controller_runtime_webhook_latency_seconds)", Family: "controller_runtime_webhook_latency_seconds",
+		Match: map[string]string{"webhook": podinjector.WebhookPath}, InProcess: true},
+}
+
+// ctxErrOrNil is nil when err is the end of ctx's window, else err.
+func ctxErrOrNil(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// profileWindow is how long a profiled phase of a benchmark runs.
+const profileWindow = 10 * time.Second
 
 // BenchmarkHandleFromCache measures the injector's handler as the agent runs
 // it: one CREATE admission of a guest pod (a named container, a request of
