@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -80,5 +81,55 @@ func TestReplicaGoneIsForgotten(t *testing.T) {
 	}
 	if n := len(s.replicaSeen); n != 0 {
 		t.Errorf("store keeps %d replicas it saw, want 0 once they are gone", n)
+	}
+}
+
+// A renewal of another replica's Lease makes a new snapshot only of the
+// clusters it changes: those that replica says are silent keep theirs (a
+// snapshot is an allocation per cluster, every RenewInterval), the others
+// show the renewal as their last heartbeat.
+func TestReplicaRenewalCopiesOnlyTheClustersItChanges(t *testing.T) {
+	start := time.Unix(10_000, 0)
+	clk := clocktesting.NewFakeClock(start)
+	s := New(clk, 40*time.Second)
+	s.SetReplica("hub-a")
+	s.Observe("live", Peer{Inventory: Cluster{Generation: 1, LastHeartbeat: start.Add(-time.Second)}, Replica: "hub-b", RenewTime: start.Add(-time.Second), Live: true})
+	s.Observe("silent", Peer{Inventory: Cluster{Generation: 1, LastHeartbeat: start.Add(-time.Minute)}, Replica: "hub-b", RenewTime: start.Add(-time.Hour), Live: true, Silent: true})
+	clk.SetTime(start.Add(5 * time.Second))
+	s.ReplicaRenewed("hub-b")
+	silentBefore, _ := s.Get("silent")
+	liveBefore, _ := s.Get("live")
+
+	clk.SetTime(start.Add(10 * time.Second))
+	s.ReplicaRenewed("hub-b")
+	silent, _ := s.Get("silent")
+	live, _ := s.Get("live")
+	if silent != silentBefore {
+		t.Errorf("a renewal made a new snapshot of a cluster its replica says is silent")
+	}
+	if silent.State != StateUnknown || !silent.LastHeartbeat.Equal(start.Add(-time.Minute)) {
+		t.Errorf("silent cluster after a renewal: %s, last heartbeat %s, want Unknown and %s", silent.State, silent.LastHeartbeat, start.Add(-time.Minute))
+	}
+	if live == liveBefore || !live.LastHeartbeat.Equal(start.Add(10*time.Second)) || !liveBefore.LastHeartbeat.Equal(start.Add(5*time.Second)) {
+		t.Errorf("live cluster's last heartbeat %s after the renewal (snapshot held before: %s), want %s (and %s unchanged)",
+			live.LastHeartbeat, liveBefore.LastHeartbeat, start.Add(10*time.Second), start.Add(5*time.Second))
+	}
+}
+
+// BenchmarkReplicaRenewed is one renewal seen of a replica serving 5,000
+// clusters, one in ten of them silent, in a store of 10,000.
+func BenchmarkReplicaRenewed(b *testing.B) {
+	start := time.Unix(10_000, 0)
+	clk := clocktesting.NewFakeClock(start)
+	s := New(clk, 40*time.Second)
+	s.SetReplica("hub-a")
+	for i := range 10_000 {
+		replica := []string{"hub-b", "hub-c"}[i%2]
+		s.Observe(fmt.Sprintf("c%05d", i), Peer{Inventory: Cluster{Generation: 1, LastHeartbeat: start}, Replica: replica, RenewTime: start, Live: true, Silent: i%20 == 0})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		clk.Step(time.Millisecond)
+		s.ReplicaRenewed("hub-b")
 	}
 }

@@ -849,8 +849,18 @@ func (s *Store) ReplicaRenewed(replica string) {
 			next.LastHeartbeat = now
 		}
 		next.setState(s.stateAt(next.LastHeartbeat, now))
-		s.clusters[name] = &next
-		if next.Phase != c.Phase || next.State != c.State {
+		phaseOrState := next.Phase != c.Phase || next.State != c.State
+		if !phaseOrState && next.LastHeartbeat.Equal(c.LastHeartbeat) {
+			// Nothing to show (a cluster its replica says is silent):
+			// no new snapshot.
+			continue
+		}
+		// Readers outside the store (the query API's heartbeat time and
+		// age, the persister) read LastHeartbeat from the snapshot: a
+		// renewal that moves it needs a new one.
+		updated := next
+		s.clusters[name] = &updated
+		if phaseOrState {
 			changed = append(changed, name)
 		}
 	}
