@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -116,49 +115,29 @@ func (f *Fleet) startHostedLocked(ctx context.Context) error {
 	if a := f.agents[first]; a != nil && a.proc.Running() {
 		return nil
 	}
-	ports, err := harness.FreePorts(3)
-	if err != nil {
-		return err
-	}
 	// One process dials for all its members: through the first hosted
 	// spoke's fault proxy when the fleet has them.
 	hubAddress, err := f.agentHubAddressLocked(first)
 	if err != nil {
 		return err
 	}
-	a := &agentProcess{webhookPort: ports[0], healthPort: ports[1], metricsPort: ports[2]}
-	if old := f.agents[first]; old != nil {
-		a.webhookPort = old.webhookPort
-	}
 	dir := filepath.Join(f.opts.Dir, hostedAgentDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
-	args := []string{
-		"--namespace", Namespace,
-		"--clusters-from", "kubeconfig-secrets",
-		"--kubeconfig-namespace", HostedNamespace,
-		// Soon told at the hub when a member cannot reach the webhooks.
-		"--member-webhook-probe-interval", "5s",
-		"--webhook-bind-address", "127.0.0.1",
-		"--webhook-port", strconv.Itoa(a.webhookPort),
-		// The members' API servers run on this machine: they reach the
-		// agent on loopback, each at <url>/members/<name>/....
-		"--webhook-url", "https://127.0.0.1:" + strconv.Itoa(a.webhookPort),
-		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(a.healthPort),
-		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(a.metricsPort),
-		"--hub-address", hubAddress,
-		"--hub-ca-file", f.hubCAPath(),
-	}
-	args = append(args, f.opts.AgentArgs...)
-	a.proc, err = harness.StartProcess("imperator-hosted-agent", filepath.Join(f.opts.BinDir, "spoke"), args, dir,
-		"KUBECONFIG="+f.Hub.KubeconfigPath)
+	// The members reach it each at <url>/members/<name>/....
+	a, err := f.startAgentProcess(ctx, agentStart{
+		name: "imperator-hosted-agent", what: "hosted agent", dir: dir, kubeconfig: f.Hub.KubeconfigPath,
+		hubAddress: hubAddress, previous: f.agents[first],
+		args: []string{
+			"--clusters-from", "kubeconfig-secrets",
+			"--kubeconfig-namespace", HostedNamespace,
+			// Soon told at the hub when a member cannot reach the webhooks.
+			"--member-webhook-probe-interval", "5s",
+		},
+	})
 	if err != nil {
-		return fmt.Errorf("fleet: %w", err)
-	}
-	if err := waitReady(ctx, a.proc, a.healthPort); err != nil {
-		_ = a.proc.Stop()
-		return fmt.Errorf("fleet: hosted agent: %w\n%s", err, a.proc.Tail(30))
+		return err
 	}
 	for _, spoke := range f.opts.Hosted {
 		if err := waitWebhooksRegistered(ctx, a.proc, f.Spokes[spoke]); err != nil {

@@ -269,43 +269,75 @@ func (f *Fleet) StartAgent(ctx context.Context, spoke string) error {
 	if a := f.agents[spoke]; a != nil && a.proc.Running() {
 		return nil
 	}
-	ports, err := harness.FreePorts(3)
-	if err != nil {
-		return err
-	}
 	hubAddress, err := f.agentHubAddressLocked(spoke)
 	if err != nil {
 		return err
 	}
+	a, err := f.startAgentProcess(ctx, agentStart{
+		name: "imperator-agent", what: "agent of " + spoke, dir: cluster.Dir, kubeconfig: cluster.KubeconfigPath,
+		hubAddress: hubAddress, previous: f.agents[spoke],
+		args: []string{"--cluster-name", spoke, "--join-token-file", f.tokenPath(spoke)},
+	})
+	if err != nil {
+		return err
+	}
+	f.agents[spoke] = a
+	return nil
+}
+
+// agentStart is what differs between the agents the fleet starts: one per
+// in-cluster spoke, or the hosted agent serving every hosted spoke.
+type agentStart struct {
+	// name is the process's name in logs; what names it in errors.
+	name, what string
+	// dir is the working directory (the process's log goes there).
+	dir string
+	// kubeconfig reaches the cluster the agent runs in (KUBECONFIG).
+	kubeconfig string
+	// hubAddress is where the agent dials the hub (maybe a fault proxy).
+	hubAddress string
+	// previous is the agent this one replaces, if any: the webhook
+	// configurations point at its webhook port, which is kept.
+	previous *agentProcess
+	// args are the flags of this kind of agent, before Options.AgentArgs.
+	args []string
+}
+
+// startAgentProcess starts the spoke binary as an agent on free loopback
+// ports (webhooks registered at a URL on 127.0.0.1, health, metrics), with
+// the flags every agent takes, then s.args and Options.AgentArgs, and waits
+// until it is ready. On error nothing of it keeps running.
+func (f *Fleet) startAgentProcess(ctx context.Context, s agentStart) (*agentProcess, error) {
+	ports, err := harness.FreePorts(3)
+	if err != nil {
+		return nil, err
+	}
 	a := &agentProcess{webhookPort: ports[0], healthPort: ports[1], metricsPort: ports[2]}
-	if old := f.agents[spoke]; old != nil {
-		// The webhook configuration points at this port: keep it.
-		a.webhookPort = old.webhookPort
+	if s.previous != nil {
+		a.webhookPort = s.previous.webhookPort
 	}
 	args := []string{
 		"--namespace", Namespace,
 		"--webhook-bind-address", "127.0.0.1",
 		"--webhook-port", strconv.Itoa(a.webhookPort),
+		// The spokes' API servers run on this machine: they reach the
+		// agent on loopback.
 		"--webhook-url", "https://127.0.0.1:" + strconv.Itoa(a.webhookPort),
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(a.healthPort),
 		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(a.metricsPort),
-		"--hub-address", hubAddress,
-		"--cluster-name", spoke,
+		"--hub-address", s.hubAddress,
 		"--hub-ca-file", f.hubCAPath(),
-		"--join-token-file", f.tokenPath(spoke),
 	}
-	args = append(args, f.opts.AgentArgs...)
-	a.proc, err = harness.StartProcess("imperator-agent", filepath.Join(f.opts.BinDir, "spoke"), args, cluster.Dir,
-		"KUBECONFIG="+cluster.KubeconfigPath)
+	args = append(append(args, s.args...), f.opts.AgentArgs...)
+	a.proc, err = harness.StartProcess(s.name, filepath.Join(f.opts.BinDir, "spoke"), args, s.dir, "KUBECONFIG="+s.kubeconfig)
 	if err != nil {
-		return fmt.Errorf("fleet: %w", err)
+		return nil, fmt.Errorf("fleet: %w", err)
 	}
 	if err := waitReady(ctx, a.proc, a.healthPort); err != nil {
 		_ = a.proc.Stop()
-		return fmt.Errorf("fleet: agent of %s: %w\n%s", spoke, err, a.proc.Tail(30))
+		return nil, fmt.Errorf("fleet: %s: %w\n%s", s.what, err, a.proc.Tail(30))
 	}
-	f.agents[spoke] = a
-	return nil
+	return a, nil
 }
 
 // StopAgent stops the spoke agent of spoke; its cluster keeps running. For
