@@ -104,7 +104,7 @@ func nodeToPools(reader client.Reader) handler.MapFunc {
 			return reqs
 		}
 		pools := &imperatorv1alpha1.MachineNodePoolList{}
-		if err := reader.List(ctx, pools, client.MatchingFields{PoolMachineGroupKey: group}); err != nil {
+		if err := reader.List(ctx, pools, client.MatchingFields{PoolMachineGroupKey: group}, client.UnsafeDisableDeepCopy); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Listing the MachineNodePools of a machine group failed", "machineGroup", group)
 			return reqs
 		}
@@ -137,7 +137,8 @@ func poolToPeers(reader client.Reader) handler.MapFunc {
 
 func poolsListing(ctx context.Context, reader client.Reader, node, except string) []reconcile.Request {
 	pools := &imperatorv1alpha1.MachineNodePoolList{}
-	if err := reader.List(ctx, pools, client.MatchingFields{PoolNodeNameKey: node}); err != nil {
+	// Only names are read: no deep copy of each pool per node event.
+	if err := reader.List(ctx, pools, client.MatchingFields{PoolNodeNameKey: node}, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing the MachineNodePools of a node failed", "node", node)
 		return nil
 	}
@@ -394,10 +395,12 @@ func releaseNode(ctx context.Context, c client.Client, pool *imperatorv1alpha1.M
 }
 
 // ownerOf is the oldest live pool listing node (ties broken by name), or nil
-// when none does.
+// when none does. The pool is the cache's own object: read it only.
 func ownerOf(ctx context.Context, c client.Reader, node string) (*imperatorv1alpha1.MachineNodePool, error) {
 	pools := &imperatorv1alpha1.MachineNodePoolList{}
-	if err := c.List(ctx, pools, client.MatchingFields{PoolNodeNameKey: node}); err != nil {
+	// Only read: the cache hands out its own objects instead of a deep copy
+	// of every listing pool (with a large spec and status) per node.
+	if err := c.List(ctx, pools, client.MatchingFields{PoolNodeNameKey: node}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing the MachineNodePools of node %s: %w", node, err)
 	}
 	var owner *imperatorv1alpha1.MachineNodePool
