@@ -53,11 +53,16 @@ import (
 // Lease's holderIdentity and the agent's log say which replica leads.
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=imperator-system,resources=leases,verbs=get;create;update
 
-// hostedWorkers is how many reconciles of each controller run at once in
-// hosted mode, where one controller serves every member: a member whose API
-// server is slow holds a worker for at most --member-request-timeout, and the
-// other workers go on with the other members.
-const hostedWorkers = 4
+// ControllerWorkers is how many reconciles of each controller run at once.
+// The keys of every controller are independent (one Machine, one pool, one
+// hold, and the nodes of two live pools never overlap), and what they share
+// in memory is locked. A reconcile mostly waits on the API server: with one
+// worker, the 50 pools of a 1,000-node cluster were configured one after
+// the other (BenchmarkSpokeAtScale). In hosted mode, where one controller
+// serves every member, a member whose API server is slow holds a worker for
+// at most --member-request-timeout while the others go on with the other
+// members.
+const ControllerWorkers = 4
 
 // certificateWait bounds how long the agent waits for its webhook
 // certificate at start: the API server may still be coming up.
@@ -190,13 +195,11 @@ func localManagerOptions(cfg config.Config, scheme *runtime.Scheme, certManager 
 }
 
 // termManagerOptions configure the manager of a leader term (and the base
-// of the main manager's): the agent's scheme and caches, and in hosted mode
-// hostedWorkers reconciles at once.
+// of the main manager's): the agent's scheme and caches, and
+// ControllerWorkers reconciles at once.
 func termManagerOptions(cfg config.Config, scheme *runtime.Scheme) ctrl.Options {
 	opts := ctrl.Options{Scheme: scheme, Cache: cacheOptions(cfg)}
-	if cfg.IsHosted() {
-		opts.Controller.MaxConcurrentReconciles = hostedWorkers
-	}
+	opts.Controller.MaxConcurrentReconciles = ControllerWorkers
 	return opts
 }
 

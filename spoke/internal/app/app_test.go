@@ -125,8 +125,8 @@ func TestCachesAndWorkersFollowTheMode(t *testing.T) {
 		wantCached  []client.Object
 		wantWorkers int
 	}{
-		"in-cluster": {edit: func(*config.Config) {}, wantCached: []client.Object{&corev1.Pod{}, &appsv1.StatefulSet{}, &corev1.Service{}}},
-		"hosted":     {edit: hostedMode, wantCached: []client.Object{&corev1.Secret{}}, wantWorkers: hostedWorkers},
+		"in-cluster": {edit: func(*config.Config) {}, wantCached: []client.Object{&corev1.Pod{}, &appsv1.StatefulSet{}, &corev1.Service{}}, wantWorkers: ControllerWorkers},
+		"hosted":     {edit: hostedMode, wantCached: []client.Object{&corev1.Secret{}}, wantWorkers: ControllerWorkers},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -99,6 +99,9 @@ type ManagerOptions struct {
 	SetupMulticluster func(mgr mcmanager.Manager) error
 	// Cache restricts the manager's cache.
 	Cache cache.Options
+	// MaxConcurrentReconciles is each controller's worker count; 0 is
+	// controller-runtime's default of one.
+	MaxConcurrentReconciles int
 }
 
 // Environment is a running control plane and, when asked for, its manager.
@@ -236,7 +239,7 @@ func (e *Environment) StartManager(ctx context.Context, opts ManagerOptions) (_ 
 		HealthProbeBindAddress: "0",
 		Cache:                  opts.Cache,
 		// Suites and benchmarks start several managers in one process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: opts.MaxConcurrentReconciles},
 	}
 	if e.webhookOptions != nil {
 		ctrlOpts.WebhookServer = webhook.NewServer(*e.webhookOptions)

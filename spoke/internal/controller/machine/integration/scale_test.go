@@ -34,6 +34,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/internal/schemes"
+	"github.com/imperator-federation/imperator/spoke/internal/app"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
@@ -54,10 +55,10 @@ const (
 )
 
 // BenchmarkSpokeAtScale starts the agent's controllers (node pool, Machine,
-// CapacityHold, as spoke/internal/app runs them, without client-side rate
-// limit as ctrl.GetConfig leaves it) on a harness cluster that already holds
-// its nodes, Machines and guests, as after an agent restart or install on a
-// busy cluster. With IMPERATOR_BENCH_SPOKE_NODES nodes (default 100; make
+// CapacityHold, as spoke/internal/app runs them, with its worker count and
+// without client-side rate limit as ctrl.GetConfig leaves it) on a harness
+// cluster that already holds its nodes, Machines and guests, as after an
+// agent restart or install on a busy cluster. With IMPERATOR_BENCH_SPOKE_NODES nodes (default 100; make
 // bench's BENCH_FULL run 1,000), waiting IMPERATOR_BENCH_CONVERGE_TIMEOUT
 // (default 10m) at most: nodes/20 Machines, each with a pool of 20
 // tainted ready nodes of 8 CPUs and one type of 500m/2Gi with 200 available,
@@ -188,7 +189,8 @@ func benchmarkSpokeAtScale(b *testing.B, nodes int, convergeTimeout time.Duratio
 	b.StartTimer()
 	start := time.Now()
 	mgr, err = agent.StartManager(ctx, framework.ManagerOptions{
-		Cache: cache.Options{ByObject: machine.CacheOptions(agentNamespace)},
+		Cache:                   cache.Options{ByObject: machine.CacheOptions(agentNamespace)},
+		MaxConcurrentReconciles: app.ControllerWorkers,
 		SetupMulticluster: func(mc mcmanager.Manager) error {
 			return errors.Join(nodepool.SetupWithManager(mc), capacityhold.SetupWithManager(mc), machine.SetupWithManager(mc, machine.Options{Namespace: agentNamespace}))
 		},
