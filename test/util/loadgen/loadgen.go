@@ -91,7 +91,10 @@ type Job struct {
 	// HeartbeatInterval, when set, makes every spoke heartbeat at that
 	// interval once connected, as the agent's reporter does (its default is
 	// 5 s), the first at a random point of the first interval, as a fleet's
-	// agents are spread; the hub's answers are read and dropped.
+	// agents are spread; the hub's answers are read and dropped. Unlike the
+	// reporter, a spoke whose stream ends does not reconnect (the hub's
+	// maximum connection age, 30 minutes by default, is longer than the
+	// benchmarks): it stops, and the hub sees it go silent.
 	HeartbeatInterval time.Duration
 	// Spokes are the spokes to play.
 	Spokes []Spoke
