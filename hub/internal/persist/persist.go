@@ -501,10 +501,12 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 
 // managedCluster returns the cluster's ManagedCluster, from the cache or
 // else the API server; nil when it does not exist (deregistered: nothing of
-// it is written any more).
+// it is written any more). It is read on every renewal and only its name
+// and UID are used: it shares its fields with the cache and must not be
+// changed.
 func (p *Persister) managedCluster(ctx context.Context, name string) (*clusterv1.ManagedCluster, error) {
 	mc := &clusterv1.ManagedCluster{}
-	err := p.client.Get(ctx, client.ObjectKey{Name: name}, mc)
+	err := p.client.Get(ctx, client.ObjectKey{Name: name}, mc, client.UnsafeDisableDeepCopy)
 	if apierrors.IsNotFound(err) {
 		// Just joined: the cache may not have seen it yet.
 		err = p.reader.Get(ctx, client.ObjectKey{Name: name}, mc)

@@ -29,7 +29,7 @@ import (
 // size of their inventories. Before, each look deep-copied the cluster's
 // whole ClusterInventory out of the cache to read one condition: 4,044
 // allocations for 2,000 Machines (46 for one), every 5 s, for every
-// cluster; now 32 for either.
+// cluster; now 24 for either.
 func TestRenewalCostDoesNotGrowWithTheInventory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an API server")
