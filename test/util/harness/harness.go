@@ -594,7 +594,18 @@ func writeKwokConfig(path string, podParallelism uint) error {
 		all = append(all, data...)
 	}
 	if podParallelism > 0 {
-		all = fmt.Appendf(all, "---\napiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n  podPlayStageParallelism: %d\n", podParallelism)
+		// kwok defaults its options only when no KwokConfiguration is
+		// given: the others keep their defaults here.
+		all = fmt.Appendf(all, `---
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  podPlayStageParallelism: %d
+  nodePlayStageParallelism: 4
+  nodeLeaseParallelism: 4
+  podsOnNodeSyncParallelism: 1
+  enablePodsOnNodeSyncListPager: true
+`, podParallelism)
 	}
 	if err := os.WriteFile(path, all, 0o644); err != nil {
 		return fmt.Errorf("writing kwok stages: %w", err)
