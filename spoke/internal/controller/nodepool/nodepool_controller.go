@@ -59,11 +59,13 @@ type Reconciler struct {
 
 // nodeWorkers is how many nodes of one pool are written at a time. A
 // node patch is a round trip that mostly waits on the API server. On a
-// two-core test machine, where the API server's own CPU is soon the limit,
-// four in flight configure a 100-node pool in about 0.7 of the time one
-// after the other takes (BenchmarkConfigurePool: ~690 ms down to ~500 ms)
-// and eight do no better; four also keeps one pool's burst of writes small
-// next to the other writers of a busy cluster's API server.
+// two-core test machine, where the API server's own CPU is soon the limit
+// (about 1.6 ms of it per node patch, in its profile), four in flight
+// configure a 100-node pool in about 0.7 of the time one after the other
+// takes, and eight measured no better than the noise
+// (BenchmarkConfigurePool); four also keeps one pool's burst of writes
+// small next to the other writers of a busy cluster's API server, where
+// ControllerWorkers pools may be written at once.
 const nodeWorkers = 4
 
 // NewReconciler returns a node-pool Reconciler for the clusters of mgr.
