@@ -55,8 +55,8 @@ import (
 
 // ControllerWorkers is how many reconciles of each controller run at once.
 // The keys of every controller are independent (one Machine, one pool, one
-// hold, and the nodes of two live pools never overlap), and what they share
-// in memory is locked. A reconcile mostly waits on the API server: with one
+// hold; a node listed by two pools belongs to the oldest, and node writes
+// carry the resourceVersion), and what they share in memory is locked. A reconcile mostly waits on the API server: with one
 // worker, the 50 pools of a 1,000-node cluster were configured one after
 // the other (BenchmarkSpokeAtScale). In hosted mode, where one controller
 // serves every member, a member whose API server is slow holds a worker for

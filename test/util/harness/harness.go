@@ -86,10 +86,12 @@ type Options struct {
 	// "--kube-api-qps=200" (its default of 50 paces the binding of a
 	// burst of pods).
 	SchedulerFlags []string
-	// KwokPodParallelism is how many pod stages (a status write each)
-	// kwok plays at once; 0 keeps kwok's default of 4, which starts about
-	// 20 pods a second on a busy 2-core machine.
-	KwokPodParallelism uint
+	// KwokParallelism is how many pod stages, node stages and node Lease
+	// renewals (a write each) kwok plays at once, each; 0 keeps kwok's
+	// default of 4, which on a busy 2-core machine starts about 20 pods a
+	// second and lets the Leases of 1,000 nodes expire (the nodes go
+	// NotReady, and the controller-manager marks their pods not ready).
+	KwokParallelism uint
 }
 
 // Cluster is a running control plane with simulated nodes.
@@ -372,7 +374,7 @@ func (c *Cluster) startAfterAPIServer(opts Options) error {
 	path := func(name string) string { return filepath.Join(c.Dir, name) }
 	kubeconfig := "--kubeconfig=" + c.KubeconfigPath
 	stagesPath := path("kwok.yaml")
-	if err := writeKwokConfig(stagesPath, opts.KwokPodParallelism); err != nil {
+	if err := writeKwokConfig(stagesPath, opts.KwokParallelism); err != nil {
 		return err
 	}
 	for _, p := range []struct {
@@ -577,9 +579,9 @@ func (c *Cluster) writeKubeconfig() error {
 }
 
 // writeKwokConfig writes kwok's configuration into one file: the embedded
-// Stages the harness runs with and, when podParallelism is set, a
+// Stages the harness runs with and, when parallelism is set, a
 // KwokConfiguration with it.
-func writeKwokConfig(path string, podParallelism uint) error {
+func writeKwokConfig(path string, parallelism uint) error {
 	entries, err := stages.ReadDir("stages")
 	if err != nil {
 		return fmt.Errorf("reading embedded kwok stages: %w", err)
@@ -593,19 +595,19 @@ func writeKwokConfig(path string, podParallelism uint) error {
 		all = append(all, "---\n"...)
 		all = append(all, data...)
 	}
-	if podParallelism > 0 {
+	if parallelism > 0 {
 		// kwok defaults its options only when no KwokConfiguration is
 		// given: the others keep their defaults here.
 		all = fmt.Appendf(all, `---
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
 options:
-  podPlayStageParallelism: %d
-  nodePlayStageParallelism: 4
-  nodeLeaseParallelism: 4
+  podPlayStageParallelism: %[1]d
+  nodePlayStageParallelism: %[1]d
+  nodeLeaseParallelism: %[1]d
   podsOnNodeSyncParallelism: 1
   enablePodsOnNodeSyncListPager: true
-`, podParallelism)
+`, parallelism)
 	}
 	if err := os.WriteFile(path, all, 0o644); err != nil {
 		return fmt.Errorf("writing kwok stages: %w", err)

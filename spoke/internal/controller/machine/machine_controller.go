@@ -277,10 +277,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 			errs = append(errs, err)
 		}
 	}
+	// A Machine whose reservation names another Machine controls (two
+	// Machines of one group: the validator refuses the second, but two
+	// admissions can race) admits no guest: the group's guests are the
+	// other's, and two Machines granting at once could let in more than
+	// either has available.
+	var conflict *conflictError
+	owner := !errors.As(errors.Join(errs...), &conflict)
 	errs = append(errs, r.prune(ctx, c, machine, keep))
 	// The reservations are scaled for every waiting guest first; the gates
 	// open only once the reservation pods are gone.
-	errs = append(errs, r.grantSlots(ctx, c, recorder, machine, group, usage, seriesKey))
+	if owner {
+		errs = append(errs, r.grantSlots(ctx, c, recorder, machine, group, usage, seriesKey))
+	}
 	errs = append(errs, r.tellStranded(ctx, c, recorder, machine, usage, typeGone))
 	requeue := untilNextStuck(usage, time.Now())
 	if untilExpiry > 0 && (requeue == 0 || untilExpiry < requeue) {

@@ -9,6 +9,7 @@ import (
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/app"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
 	"github.com/imperator-federation/imperator/test/util/fleet"
@@ -66,10 +67,12 @@ func poolNodes() []*corev1.Node {
 }
 
 // controllers are the agent's Machine and CapacityHold controllers, without
-// a provider (the local cluster only), as spoke/main.go runs them, with the
-// cache restricted by machine.CacheOptions.
+// a provider (the local cluster only), as spoke/internal/app runs them, with
+// the cache restricted by machine.CacheOptions and app.ControllerWorkers
+// reconciles at once.
 var controllers = framework.ManagerOptions{
-	Cache: cache.Options{ByObject: machine.CacheOptions(agentNamespace)},
+	Cache:                   cache.Options{ByObject: machine.CacheOptions(agentNamespace)},
+	MaxConcurrentReconciles: app.ControllerWorkers,
 	SetupMulticluster: func(mgr mcmanager.Manager) error {
 		return errors.Join(machine.SetupWithManager(mgr, machine.Options{Namespace: agentNamespace}), capacityhold.SetupWithManager(mgr))
 	},

@@ -227,20 +227,29 @@ func benchmarkSpokeAtScale(b *testing.B, nodes int, convergeTimeout time.Duratio
 	})
 	converge := time.Since(start)
 	b.StopTimer()
-	// A run that does not converge still reports what it measured: the
-	// phases done, and the time waited as converge-s (a lower bound, which
-	// fails the goal), so that the table shows how far it got.
+	// At the goals' size (1,000 nodes and more) a run that does not
+	// converge still reports what it measured: the phases done, and the
+	// time waited as converge-s (a lower bound, which fails the goal), so
+	// that the table shows how far it got; it measures no steady state.
+	// Smaller runs, as CI's smoke run, fail.
+	converged := err == nil
 	if err != nil {
-		if !wait.Interrupted(err) {
-			b.Fatal(err)
+		msg := fmt.Sprintf("not converged after %s; phases done (labelled, declared, created, bound, ready): %v; %s; reconciles by controller: %s",
+			converge.Round(time.Millisecond), phases, obs.describe(ctx, want), reconcileCounts())
+		if !wait.Interrupted(err) || nodes < 1000 {
+			b.Fatalf("%s: %v", msg, err)
 		}
-		b.Logf("not converged after %s; phases done (labelled, declared, created, bound, ready): %v; %s", converge.Round(time.Millisecond), phases, obs.describe(ctx, want))
+		b.Log(msg)
 	}
 	b.ReportMetric(converge.Seconds(), "converge-s")
 	for i, name := range []string{"nodes-labelled-s", "reservations-declared-s", "reservations-created-s", "reservations-bound-s", "reservations-ready-s"} {
 		if phases[i] != 0 {
 			b.ReportMetric(phases[i].Seconds(), name)
 		}
+	}
+	if !converged {
+		b.ReportMetric(0, "ns/op")
+		return
 	}
 	b.Logf("reconciles until converged, by controller: %s", reconcileCounts())
 
@@ -287,17 +296,18 @@ func benchmarkSpokeAtScale(b *testing.B, nodes int, convergeTimeout time.Duratio
 // kwokctl's scale setups lift them altogether.
 var scaleClientFlags = []string{"--kube-api-qps=200", "--kube-api-burst=400"}
 
-// scaleKwokParallelism lets kwok, which plays every pod's kubelet, start
-// more pods at once than its default of 4 stage writes: with 4, it had
-// started 674 of 5,000 bound reservation pods after 5 minutes of a
-// 1,000-node run.
+// scaleKwokParallelism lets kwok, which plays every node's kubelet, write
+// more at once than its default of 4 pod stages, 4 node stages and 4 node
+// Lease renewals: with 4, it had started 674 of 5,000 bound reservation
+// pods after 5 minutes of a 1,000-node run; with 32 for pods alone, node
+// Leases expired and 744 running reservation pods were marked not ready.
 const scaleKwokParallelism = 32
 
 // startScaleCluster is framework.Start with Harness, the spoke CRDs and the
 // agent's namespace, on a cluster whose controller-manager and scheduler
 // have scaleClientFlags and whose kwok has scaleKwokParallelism.
 func startScaleCluster(ctx context.Context) (_ *framework.Environment, err error) {
-	cluster, err := harness.Start(ctx, harness.Options{Name: "spoke-at-scale", ControllerManagerFlags: scaleClientFlags, SchedulerFlags: scaleClientFlags, KwokPodParallelism: scaleKwokParallelism})
+	cluster, err := harness.Start(ctx, harness.Options{Name: "spoke-at-scale", ControllerManagerFlags: scaleClientFlags, SchedulerFlags: scaleClientFlags, KwokParallelism: scaleKwokParallelism})
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/imperator-federation/imperator/spoke/internal/app"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
 	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/harness"
@@ -23,7 +24,8 @@ func environment(name string, harness bool) framework.Options {
 		Name:    name,
 		Harness: harness,
 		CRDs:    framework.SpokeCRDs,
-		Manager: &framework.ManagerOptions{SetupMulticluster: nodepool.SetupWithManager},
+		// As spoke/internal/app runs them.
+		Manager: &framework.ManagerOptions{SetupMulticluster: nodepool.SetupWithManager, MaxConcurrentReconciles: app.ControllerWorkers},
 	}
 }
 
