@@ -98,8 +98,15 @@ type generator struct {
 }
 
 // spoke is one connected spoke.
+// ackTimeout bounds the wait for the hub's Ack of a connection's Snapshot
+// or of a round's Delta.
+const ackTimeout = 2 * time.Minute
+
 type spoke struct {
 	conn *grpc.ClientConn
+	// cancel ends the stream: when the hub does not answer within
+	// ackTimeout, instead of a benchmark hanging until its own timeout.
+	cancel context.CancelFunc
 	// mu serializes the stream's Sends (rounds, heartbeats).
 	mu         sync.Mutex
 	stream     federationv1.Federation_ReportClient
@@ -134,6 +141,7 @@ func (g *generator) close() {
 	g.heartbeaters.Wait()
 	for _, s := range g.spokes {
 		if s != nil {
+			s.cancel()
 			_ = s.conn.Close()
 		}
 	}
@@ -191,12 +199,16 @@ func (g *generator) connectSpoke(job Spoke) (*spoke, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dialing %s for %s: %w", addr, job.Cluster, err)
 	}
-	stream, err := federationv1.NewFederationClient(conn).Report(g.ctx)
+	ctx, cancel := context.WithCancel(g.ctx)
+	stream, err := federationv1.NewFederationClient(conn).Report(ctx)
 	if err != nil {
+		cancel()
 		_ = conn.Close()
 		return nil, fmt.Errorf("opening the Report stream of %s: %w", job.Cluster, err)
 	}
-	s := &spoke{conn: conn, stream: stream, generation: 1}
+	s := &spoke{conn: conn, cancel: cancel, stream: stream, generation: 1}
+	unanswered := time.AfterFunc(ackTimeout, cancel)
+	defer unanswered.Stop()
 	err = stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{
 		ClusterName: job.Cluster, AgentVersion: g.job.AgentVersion, Capabilities: capabilities, Epoch: g.epoch,
 	}}})
@@ -212,8 +224,9 @@ func (g *generator) connectSpoke(job Spoke) (*spoke, error) {
 		err = recvErr
 	}
 	if err != nil {
+		cancel()
 		_ = conn.Close()
-		return nil, fmt.Errorf("connecting %s (Hello, Snapshot, its Ack): %w", job.Cluster, err)
+		return nil, fmt.Errorf("connecting %s (Hello, Snapshot, its Ack within %s): %w", job.Cluster, ackTimeout, err)
 	}
 	return s, nil
 }
@@ -281,8 +294,11 @@ func (g *generator) round(round int) ([]time.Duration, error) {
 			if err != nil {
 				return fmt.Errorf("round %d: sending a Delta: %w", round, err)
 			}
-			if _, err := s.stream.Recv(); err != nil {
-				return fmt.Errorf("round %d: waiting for the Delta's Ack: %w", round, err)
+			unanswered := time.AfterFunc(ackTimeout, s.cancel)
+			_, err = s.stream.Recv()
+			unanswered.Stop()
+			if err != nil {
+				return fmt.Errorf("round %d: waiting for the Delta's Ack (at most %s): %w", round, ackTimeout, err)
 			}
 			latencies[i] = time.Since(t0)
 			return nil

@@ -230,8 +230,8 @@ func BenchmarkConfigurePool(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Logf("profiled %d rounds (configure and release) over %s into %s/configurepool.*.pprof; per round %d ms pool created, %d ms first node labelled, %d ms configured, %d ms released; means:",
-			rounds, profileWindow, dir, created.Milliseconds()/int64(rounds), firstNode.Milliseconds()/int64(rounds),
-			configure.Milliseconds()/int64(rounds), release.Milliseconds()/int64(rounds))
+			rounds, profileWindow, dir, created.Milliseconds()/int64(max(rounds, 1)), firstNode.Milliseconds()/int64(max(rounds, 1)),
+			configure.Milliseconds()/int64(max(rounds, 1)), release.Milliseconds()/int64(max(rounds, 1)))
 		for _, line := range harness.StageMeans(poolStages, before, after) {
 			b.Logf("  %s", line)
 		}
