@@ -89,6 +89,9 @@ var goals = []goal{
 	{metric: "hub: FindCapacity p99, 10,000 clusters (shape)", bench: "BenchmarkFindCapacity/clusters=10000/shape-gpu-product", unit: "p99-ns", max: 50e6, issue: "21"},
 	{metric: "hub: API writes/s, 1,000 idle spokes on 2 replicas", bench: "BenchmarkHubAPIWrites/spokes=1000", unit: "writes/s", max: 20, issue: "21"},
 	{metric: "hub: API writes/s, 10,000 idle spokes on 2 replicas", bench: "BenchmarkHubAPIWrites/spokes=10000", unit: "writes/s", max: 20, full: true, issue: "21"},
+	// Liveness across replicas: a replica sees the spokes of the other
+	// once that one's persister has written them.
+	{metric: "hub: 10,000 new spokes live on both replicas, after connecting", bench: "BenchmarkHubAPIWrites/spokes=10000", unit: "live-s", max: 60, full: true, issue: "21"},
 	{metric: "reporter: spoke Machine status → hub answer p99", bench: "BenchmarkReportPropagation", unit: "p99-ms", max: 200, issue: "21"},
 	// The handler as the agent runs it, reading Machines from the informer
 	// cache; BenchmarkHandle (fake client, whose List is a JSON round trip
