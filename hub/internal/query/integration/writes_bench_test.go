@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/url"
@@ -14,10 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"golang.org/x/sync/errgroup"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,6 +27,7 @@ import (
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+	"github.com/imperator-federation/imperator/test/util/harness"
 	"github.com/imperator-federation/imperator/test/util/loadgen"
 )
 
@@ -224,7 +221,7 @@ func benchmarkHubAPIWrites(b *testing.B, n int, window time.Duration) {
 
 	// Settle: the writes of joining (ManagedCluster status, the first
 	// inventories) are over once a step sees only Lease renewals.
-	metrics := kubernetes.NewForConfigOrDie(hubClientConfig).RESTClient()
+	metrics := hubClientConfig
 	settleStart := time.Now()
 	last, err := apiWrites(ctx, metrics)
 	if err != nil {
@@ -347,15 +344,10 @@ func registerSpokes(ctx context.Context, names, addrs []string) ([]loadgen.Spoke
 
 // apiWrites reads the API server's apiserver_request_total and sums the
 // write requests by verb and resource.
-func apiWrites(ctx context.Context, c rest.Interface) (map[string]float64, error) {
-	raw, err := c.Get().AbsPath("/metrics").DoRaw(ctx)
+func apiWrites(ctx context.Context, cfg *rest.Config) (map[string]float64, error) {
+	families, err := harness.APIServerMetrics(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
-	if err != nil {
-		return nil, fmt.Errorf("parsing the API server's metrics: %w", err)
+		return nil, err
 	}
 	family, ok := families["apiserver_request_total"]
 	if !ok {
