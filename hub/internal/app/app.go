@@ -136,6 +136,9 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if err := revocations.Load(ctx); err != nil {
 		return err
 	}
+	// Join and Renew tell the admitter of their writes: a certificate they
+	// retire is not admitted here by a cache that does not show them yet.
+	admitter := registry.NewAdmitter(cached, apiReader, clk)
 	srv, err := server.New(server.Options{
 		Listener:      opts.Listener,
 		ListenAddress: cfg.ListenAddress,
@@ -150,8 +153,9 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 			HubNamespace:   cfg.Namespace,
 			RenewalOverlap: cfg.RenewalOverlap,
 			Clock:          clk,
+			RecordWritten:  admitter.Wrote,
 		},
-		Admit:           registry.Admitter(cached, apiReader, clk),
+		Admit:           admitter.Admit,
 		Metrics:         metrics,
 		Log:             log.WithName("grpc"),
 		MaxRecvMsgBytes: cfg.MaxRecvMsgBytes,

@@ -58,6 +58,13 @@ type Service struct {
 	RenewalOverlap time.Duration
 	// Clock is the time of renewal overlaps and rates (the real clock when nil).
 	Clock clock.PassiveClock
+	// RecordWritten, when set, is told the cluster and the new
+	// resourceVersion of every write of a registration's certificate record
+	// (registry.RecordJoin, registry.RecordRenewal), before the Join or
+	// Renew is answered: the hub wires its registry.Admitter's Wrote, so
+	// that a certificate this answer retires is not admitted by a cache
+	// that does not show the write yet.
+	RecordWritten func(cluster, resourceVersion string)
 
 	// renewals holds a cluster's Renew budget (*rate.Limiter), by name.
 	renewalsMu sync.Mutex
@@ -181,7 +188,11 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 		certPEM, cert, err = s.sign(req.GetCsr(), identity.Spoke{Cluster: req.GetClusterName(), RegistrationUID: string(uid)})
 	}
 	if err == nil {
-		err = registry.RecordJoin(ctx, s.Client, req.GetClusterName(), uid, identity.SerialOf(cert), registry.KeyDigest(cert.RawSubjectPublicKeyInfo), cert.NotBefore)
+		var written string
+		written, err = registry.RecordJoin(ctx, s.Client, req.GetClusterName(), uid, identity.SerialOf(cert), registry.KeyDigest(cert.RawSubjectPublicKeyInfo), cert.NotBefore)
+		if err == nil {
+			s.recordWritten(req.GetClusterName(), written)
+		}
 	}
 	if err != nil {
 		// The join did not happen. Before the registration exists, the
@@ -274,17 +285,26 @@ func (s *Service) Renew(ctx context.Context, spoke identity.Spoke, req *federati
 	if overlap <= 0 {
 		overlap = DefaultRenewalOverlap
 	}
-	if err := registry.RecordRenewal(ctx, s.Client, spoke.Cluster, types.UID(spoke.RegistrationUID), spoke,
-		identity.SerialOf(cert), registry.KeyDigest(cert.RawSubjectPublicKeyInfo), clk.Now(), overlap); err != nil {
+	written, err := registry.RecordRenewal(ctx, s.Client, spoke.Cluster, types.UID(spoke.RegistrationUID), spoke,
+		identity.SerialOf(cert), registry.KeyDigest(cert.RawSubjectPublicKeyInfo), clk.Now(), overlap)
+	if err != nil {
 		var refused *registry.RefusedError
 		if errors.As(err, &refused) {
 			return nil, status.Error(codes.PermissionDenied, err.Error())
 		}
 		return nil, status.Errorf(codes.Unavailable, "recording the renewed certificate: %v", err)
 	}
+	s.recordWritten(spoke.Cluster, written)
 	ctrl.LoggerFrom(ctx).Info("Renewed cluster certificate", "cluster", spoke.Cluster, "registration", spoke.RegistrationUID,
 		"serial", identity.SerialOf(cert), "replaced", spoke.Serial, "notAfter", cert.NotAfter)
 	return &federationv1.RenewResponse{Certificate: certPEM, Ca: s.CA.CertPEM, NotAfter: timestamppb.New(cert.NotAfter)}, nil
+}
+
+// recordWritten tells RecordWritten, if set, of a write of cluster's record.
+func (s *Service) recordWritten(cluster, resourceVersion string) {
+	if s.RecordWritten != nil {
+		s.RecordWritten(cluster, resourceVersion)
+	}
 }
 
 // Per-cluster rate of Renew: every renewal issues a certificate and writes

@@ -558,3 +558,40 @@ func TestRenewInALoopIsLimitedPerCluster(t *testing.T) {
 		t.Errorf("renewal after %s = %v, want a certificate", RenewIntervalPerCluster, err)
 	}
 }
+
+func TestJoinAndRenewTellTheReplicasAdmissionWhichRecordTheyWrote(t *testing.T) {
+	ctx := context.Background()
+	svc, tokens := newJoinService(t, interceptor.Funcs{})
+	type write struct{ cluster, resourceVersion string }
+	var told []write
+	svc.RecordWritten = func(cluster, resourceVersion string) { told = append(told, write{cluster, resourceVersion}) }
+	// wantTold checks that the last call told the ManagedCluster's
+	// resourceVersion as the call left it.
+	wantTold := func(call string) {
+		t.Helper()
+		var mc clusterv1.ManagedCluster
+		if err := svc.Client.Get(ctx, client.ObjectKey{Name: "prod-a"}, &mc); err != nil {
+			t.Fatal(err)
+		}
+		if len(told) == 0 || told[len(told)-1] != (write{"prod-a", mc.ResourceVersion}) {
+			t.Errorf("after %s the admission was told %v, want last {prod-a %s}: a certificate it retired would be admitted from a stale cache", call, told, mc.ResourceVersion)
+		}
+	}
+
+	joined, err := svc.Join(ctx, joinRequest(t, "prod-a", createToken(t, tokens)))
+	if err != nil {
+		t.Fatalf("Join() = %v", err)
+	}
+	wantTold("Join")
+	csr, _, err := pki.NewCSR("prod-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Renew(ctx, issuedSpoke(t, joined.GetCertificate()), &federationv1.RenewRequest{Csr: csr}); err != nil {
+		t.Fatalf("Renew() = %v", err)
+	}
+	wantTold("Renew")
+	if len(told) != 2 {
+		t.Errorf("a Join and a Renew told %d writes, want 2", len(told))
+	}
+}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
@@ -134,27 +136,73 @@ const (
 	maxRememberedRefusals = 4096
 )
 
-// Admitter returns Admit reading the ManagedCluster from cached and, only
-// when the cache could be stale in the certificate's favour (see
-// mayBeNewerThan), again from live: a cluster that has just joined, or
-// registered again, or a certificate just renewed, may not be in the cache
-// yet. A refusal from live is remembered for the certificate's serial for a
-// few seconds, so that a retired or deregistered certificate calling in a
-// loop costs the API server at most one read per serial every
-// refusalMemory. A context from CacheOnly never reaches live. Time is read
-// from clk (the real clock when nil).
-func Admitter(cached, live client.Reader, clk clock.PassiveClock) func(ctx context.Context, spoke identity.Spoke) error {
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	return newAdmitter(cached, live, clk).admit
-}
+// Bounds of Admitter's memory of its own writes (Wrote).
+const (
+	// cacheLagAllowance is how long Admitter waits at most for its cache to
+	// show a write: far longer than an informer's watch lag (milliseconds,
+	// seconds while the API server is loaded). A cache that lags longer is
+	// trusted again; a write then admits nothing new before the cache shows
+	// it, but a certificate it retired is admitted from the stale cache
+	// until then.
+	cacheLagAllowance = 30 * time.Second
+	// maxPendingWrites bounds the clusters remembered; the least recently
+	// written is forgotten first. Entries go as soon as the cache shows the
+	// write, so this many are held only when more than 16,384 Joins and
+	// Renews are answered within one cache lag.
+	maxPendingWrites = 16384
+)
 
-type admitter struct {
+// ErrCacheBehindWrite is why Admit does not decide a CacheOnly admission of
+// a cluster whose registration this replica wrote and its cache does not
+// show yet. It is no refusal: the caller retries (the server answers
+// Unavailable), and within the cache's lag it is decided.
+var ErrCacheBehindWrite = errors.New("the hub's cache does not show its latest write of the cluster's registration yet; retry in a moment")
+
+// Admitter is Admit reading the ManagedCluster from a cache and, only when
+// the cache could be stale in the certificate's favour, again from the API
+// server (live):
+//
+//   - a cluster that has just joined, or registered again, or a certificate
+//     just renewed, may not be in the cache yet (see mayBeNewerThan);
+//   - after a write of a cluster's certificate record by this replica (a
+//     Join or Renew, reported with Wrote before its answer goes out), the
+//     cache may still show the record before it, which admits the
+//     certificates that write retired. Until the cache shows the write
+//     (or for cacheLagAllowance at most), that cluster is decided live.
+//
+// A refusal from live is remembered for the certificate's serial for
+// refusalMemory, so that a retired or deregistered certificate calling in a
+// loop costs the API server at most one read per serial every
+// refusalMemory, also while the cache is behind a write. A context from
+// CacheOnly never reaches live.
+//
+// What this guarantees once a Join or Renew that retires a certificate has
+// answered (see also README.md, "Trust"):
+//   - on the replica that answered, every admission after the answer
+//     refuses the retired certificate: a Report stream or Renew it opens,
+//     a query-API call, and the Heartbeat of a Report stream it opened
+//     before, which ends that stream; a health check or reflection call
+//     (CacheOnly) gets ErrCacheBehindWrite until the cache shows the write,
+//     then the refusal;
+//   - on another replica, the same once that replica's cache shows the
+//     write: within its watch lag, which nothing this replica does can
+//     shorten;
+//   - a Report stream already open is not re-admitted when the
+//     ManagedCluster changes, only at each Heartbeat it sends (the agent
+//     sends one every 5 s), when a newer stream of its cluster opens on the
+//     same replica (which replaces it), and when its connection reaches
+//     --max-connection-age; the Snapshots and Deltas it sends in between
+//     are applied. Deleting the ManagedCluster ends it at once.
+type Admitter struct {
 	cached, live client.Reader
 	clock        clock.PassiveClock
 	// refused maps a serial to its rememberedRefusal.
 	refused *lru.Cache
+	// writesMu makes the check and removal of a pendingWrite atomic
+	// against Wrote.
+	writesMu sync.Mutex
+	// writes maps a cluster to the pendingWrite its cache must show.
+	writes *lru.Cache
 }
 
 type rememberedRefusal struct {
@@ -162,11 +210,76 @@ type rememberedRefusal struct {
 	until time.Time
 }
 
-func newAdmitter(cached, live client.Reader, clk clock.PassiveClock) *admitter {
-	return &admitter{cached: cached, live: live, clock: clk, refused: lru.New(maxRememberedRefusals)}
+// pendingWrite is a write of a cluster's ManagedCluster that the cache must
+// show (its resourceVersion or a later one) before it decides for the
+// cluster; it is forgotten at until.
+type pendingWrite struct {
+	resourceVersion string
+	until           time.Time
 }
 
-func (a *admitter) admit(ctx context.Context, spoke identity.Spoke) error {
+// NewAdmitter returns an Admitter reading cached first and live when needed;
+// time is read from clk (the real clock when nil).
+func NewAdmitter(cached, live client.Reader, clk clock.PassiveClock) *Admitter {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Admitter{cached: cached, live: live, clock: clk, refused: lru.New(maxRememberedRefusals), writes: lru.New(maxPendingWrites)}
+}
+
+// Wrote tells a that this replica wrote cluster's ManagedCluster (its
+// certificate record), which now has resourceVersion: until the cache shows
+// it, a decides the cluster live. Call it after the write and before the
+// answer that depends on it goes out (join.Service.RecordWritten).
+func (a *Admitter) Wrote(cluster, resourceVersion string) {
+	if cluster == "" || resourceVersion == "" {
+		return
+	}
+	a.writesMu.Lock()
+	defer a.writesMu.Unlock()
+	if v, ok := a.writes.Get(cluster); ok {
+		// Two writes answered out of order: wait for the later one.
+		if prev := v.(pendingWrite).resourceVersion; resourceVersionShows(prev, resourceVersion) {
+			resourceVersion = prev
+		}
+	}
+	a.writes.Add(cluster, pendingWrite{resourceVersion: resourceVersion, until: a.clock.Now().Add(cacheLagAllowance)})
+}
+
+// cacheBehind reports whether the cache, which shows mc for cluster (nil:
+// nothing), does not show a write of this replica yet. A write the cache
+// shows, or one waited for long enough, is forgotten.
+func (a *Admitter) cacheBehind(cluster string, mc *clusterv1.ManagedCluster, now time.Time) bool {
+	a.writesMu.Lock()
+	defer a.writesMu.Unlock()
+	v, ok := a.writes.Get(cluster)
+	if !ok {
+		return false
+	}
+	w := v.(pendingWrite)
+	if !now.Before(w.until) || (mc != nil && resourceVersionShows(mc.ResourceVersion, w.resourceVersion)) {
+		a.writes.Remove(cluster)
+		return false
+	}
+	return true
+}
+
+// resourceVersionShows reports whether an object at resourceVersion seen
+// includes the write that made written: the same, or a later one of the
+// same object. Resource versions are compared as the API server defines
+// them (integers); ones that are not are only equal or not.
+func resourceVersionShows(seen, written string) bool {
+	order, err := resourceversion.CompareResourceVersion(seen, written)
+	if err != nil {
+		return seen == written
+	}
+	return order >= 0
+}
+
+// Admit decides whether spoke may talk to the hub, as the package-level
+// Admit does: nil, a *RefusedError, or the error that kept it from
+// deciding (ErrCacheBehindWrite for a CacheOnly ctx).
+func (a *Admitter) Admit(ctx context.Context, spoke identity.Spoke) error {
 	now := a.clock.Now()
 	var mc clusterv1.ManagedCluster
 	switch err := a.cached.Get(ctx, client.ObjectKey{Name: spoke.Cluster}, &mc); {
@@ -174,6 +287,18 @@ func (a *admitter) admit(ctx context.Context, spoke identity.Spoke) error {
 		cachedMC := &mc
 		if err != nil {
 			cachedMC = nil
+		}
+		if a.cacheBehind(spoke.Cluster, cachedMC, now) {
+			if isCacheOnly(ctx) {
+				// Neither answer the cache could give is right: it would
+				// admit a certificate this replica has just said is
+				// retired, and a refusal is final to an agent (it joins
+				// again), wrong for the certificate the write made
+				// current. Health checks and reflection retry; within the
+				// cache's lag they are decided.
+				return fmt.Errorf("admitting cluster %q from the cache: %w", spoke.Cluster, ErrCacheBehindWrite)
+			}
+			break
 		}
 		decision := Admission(cachedMC, spoke, now)
 		if decision == nil || isCacheOnly(ctx) || !mayBeNewerThan(cachedMC, spoke) {

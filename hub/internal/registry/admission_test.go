@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -150,7 +151,7 @@ func TestAdmitterReadsLiveWhenTheCacheRefuses(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			err := Admitter(tc.cached, tc.live, nil)(context.Background(), tc.spoke)
+			err := NewAdmitter(tc.cached, tc.live, nil).Admit(context.Background(), tc.spoke)
 			var refused *RefusedError
 			var gotRefusal RefusalReason
 			if errors.As(err, &refused) {
@@ -242,7 +243,7 @@ func TestAdmitterReadsTheAPIServerOnlyWhenTheCacheMayBeStaleInTheCertificatesFav
 			}}
 			cached := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.cached...).Build()
 			live := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.live...).WithInterceptorFuncs(counting).Build()
-			admit := newAdmitter(cached, live, clocktesting.NewFakePassiveClock(joinedAt.Add(2*time.Hour))).admit
+			admit := NewAdmitter(cached, live, clocktesting.NewFakePassiveClock(joinedAt.Add(2*time.Hour))).Admit
 			ctx := context.Background()
 			if tc.cacheOnly {
 				ctx = CacheOnly(ctx)
@@ -279,7 +280,7 @@ func TestAdmitterReadsARefusedCertificateAgainAfterItsMemory(t *testing.T) {
 	}}
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	live := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(counting).Build()
-	admit := newAdmitter(fake.NewClientBuilder().WithScheme(scheme).Build(), live, clk).admit
+	admit := NewAdmitter(fake.NewClientBuilder().WithScheme(scheme).Build(), live, clk).Admit
 	spoke := identity.Spoke{Cluster: "a", RegistrationUID: currentUID, Serial: "s1"}
 	for range 3 {
 		_ = admit(context.Background(), spoke)
@@ -295,4 +296,200 @@ func TestAdmitterReadsARefusedCertificateAgainAfterItsMemory(t *testing.T) {
 	if liveReads != 2 {
 		t.Errorf("API server reads = %d, want 2 (one per refusal memory)", liveReads)
 	}
+}
+
+// laggingCache is an informer cache that shows what its Reader holds: a
+// snapshot of the API server until the test swaps in a later one.
+type laggingCache struct{ client.Reader }
+
+// snapshotOf is a reader holding cluster a's ManagedCluster as live has it
+// now, resourceVersion included.
+func snapshotOf(t *testing.T, live client.Reader) client.Reader {
+	t.Helper()
+	scheme, err := schemes.Hub()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mc clusterv1.ManagedCluster
+	if err := live.Get(context.Background(), client.ObjectKey{Name: "a"}, &mc); err != nil {
+		t.Fatal(err)
+	}
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(&mc).Build()
+}
+
+func TestAdmitterRefusesACertificateItsOwnJoinOrRenewRetiredWhileTheCacheShowsTheRecordBefore(t *testing.T) {
+	scheme, err := schemes.Hub()
+	if err != nil {
+		t.Fatal(err)
+	}
+	joinedAt := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	now := joinedAt.Add(time.Hour)
+	joined := identity.Spoke{Cluster: "a", RegistrationUID: currentUID, Serial: "joined", NotBefore: joinedAt}
+	lost := identity.Spoke{Cluster: "a", RegistrationUID: currentUID, Serial: "lost", NotBefore: now.Add(-time.Minute)}
+	cases := map[string]struct {
+		// before are the writes the cache shows; retire is the write this
+		// replica answers, which retires the certificate retired.
+		before      []func(client.Client) (string, error)
+		retire      func(client.Client) (string, error)
+		retired     identity.Spoke
+		current     identity.Spoke
+		wantRefusal RefusalReason
+	}{
+		"re-join of the registration": {
+			retire: func(c client.Client) (string, error) {
+				return RecordJoin(context.Background(), c, "a", currentUID, "rejoined", "key-rejoined", now)
+			},
+			retired:     joined,
+			current:     identity.Spoke{Cluster: "a", RegistrationUID: currentUID, Serial: "rejoined", NotBefore: now},
+			wantRefusal: RefusedEarlierRegistration,
+		},
+		"Renew retried by the replaced certificate, retiring the lost one": {
+			before: []func(client.Client) (string, error){func(c client.Client) (string, error) {
+				return RecordRenewal(context.Background(), c, "a", currentUID, joined, "lost", "key-lost", now.Add(-time.Minute), 10*time.Minute)
+			}},
+			retire: func(c client.Client) (string, error) {
+				return RecordRenewal(context.Background(), c, "a", currentUID, joined, "renewed", "key-renewed", now, 10*time.Minute)
+			},
+			retired:     lost,
+			current:     identity.Spoke{Cluster: "a", RegistrationUID: currentUID, Serial: "renewed", NotBefore: now},
+			wantRefusal: RefusedReplacedCertificate,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			var liveReads int
+			counting := interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				liveReads++
+				return c.Get(ctx, key, obj, opts...)
+			}}
+			mc := managedCluster(true, false)
+			mc.CreationTimestamp = metav1.NewTime(joinedAt.Add(-time.Hour))
+			live := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mc).WithInterceptorFuncs(counting).Build()
+			if _, err := RecordJoin(ctx, live, "a", currentUID, joined.Serial, "key-joined", joined.NotBefore); err != nil {
+				t.Fatal(err)
+			}
+			for _, write := range tc.before {
+				if _, err := write(live); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cache := &laggingCache{Reader: snapshotOf(t, live)}
+			admitter := NewAdmitter(cache, live, clocktesting.NewFakePassiveClock(now))
+			if err := admitter.Admit(ctx, tc.retired); err != nil {
+				t.Fatalf("before the write, the cache admits the certificate it retires: %v", err)
+			}
+
+			written, err := tc.retire(live)
+			if err != nil {
+				t.Fatal(err)
+			}
+			admitter.Wrote("a", written)
+			liveReads = 0
+			for i := range 5 {
+				if got := refusalOf(admitter.Admit(ctx, tc.retired)); got != tc.wantRefusal {
+					t.Fatalf("call %d of the retired certificate after the write, cache still before it: refusal %q, want %q", i, got, tc.wantRefusal)
+				}
+			}
+			if liveReads != 1 {
+				t.Errorf("5 calls of the retired certificate read the API server %d times, want 1", liveReads)
+			}
+			for _, spoke := range []identity.Spoke{tc.retired, tc.current} {
+				if err := admitter.Admit(CacheOnly(ctx), spoke); !errors.Is(err, ErrCacheBehindWrite) {
+					t.Errorf("health check of %s while the cache is behind: %v, want ErrCacheBehindWrite", spoke.Serial, err)
+				}
+			}
+			if err := admitter.Admit(ctx, tc.current); err != nil {
+				t.Errorf("the certificate the write made current is refused while the cache is behind: %v", err)
+			}
+			if liveReads != 2 {
+				t.Errorf("API server reads while the cache is behind = %d, want 2 (one per certificate)", liveReads)
+			}
+
+			cache.Reader = snapshotOf(t, live)
+			liveReads = 0
+			for range 3 {
+				if err := admitter.Admit(ctx, tc.current); err != nil {
+					t.Errorf("the current certificate is refused once the cache shows the write: %v", err)
+				}
+				if err := admitter.Admit(CacheOnly(ctx), tc.current); err != nil {
+					t.Errorf("the current certificate's health check is refused once the cache shows the write: %v", err)
+				}
+				if got := refusalOf(admitter.Admit(CacheOnly(ctx), tc.retired)); got != tc.wantRefusal {
+					t.Errorf("health check of the retired certificate once the cache shows the write: refusal %q, want %q", got, tc.wantRefusal)
+				}
+			}
+			if liveReads != 0 {
+				t.Errorf("once the cache shows the write, admissions read the API server %d times, want 0", liveReads)
+			}
+			if n := admitter.writes.Len(); n != 0 {
+				t.Errorf("%d writes remembered once the cache shows them, want 0", n)
+			}
+		})
+	}
+}
+
+func TestAdmitterForgetsItsWritesWithinBounds(t *testing.T) {
+	scheme, err := schemes.Hub()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := managedCluster(true, false)
+	stale.ResourceVersion = "10"
+	spoke := identity.Spoke{Cluster: "a", RegistrationUID: currentUID, Serial: "s"}
+	newAdmitter := func(clk *clocktesting.FakePassiveClock) (*Admitter, *int) {
+		var liveReads int
+		counting := interceptor.Funcs{Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+			liveReads++
+			return apierrors.NewServiceUnavailable("hub API down")
+		}}
+		cached := fake.NewClientBuilder().WithScheme(scheme).WithObjects(stale.DeepCopy()).Build()
+		live := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(counting).Build()
+		return NewAdmitter(cached, live, clk), &liveReads
+	}
+
+	t.Run("a cache that lags longer than the allowance is trusted again", func(t *testing.T) {
+		clk := clocktesting.NewFakePassiveClock(time.Now())
+		admitter, liveReads := newAdmitter(clk)
+		admitter.Wrote("a", "11")
+		if err := admitter.Admit(context.Background(), spoke); err == nil || *liveReads != 1 {
+			t.Fatalf("while the cache is behind: %v after %d API reads, want the API server's error after 1", err, *liveReads)
+		}
+		clk.SetTime(clk.Now().Add(cacheLagAllowance))
+		if err := admitter.Admit(context.Background(), spoke); err != nil || *liveReads != 1 {
+			t.Errorf("after %s: %v after %d API reads, want the cache's admission after 1", cacheLagAllowance, err, *liveReads)
+		}
+		if n := admitter.writes.Len(); n != 0 {
+			t.Errorf("%d writes remembered after the allowance, want 0", n)
+		}
+	})
+	t.Run("two writes answered out of order wait for the later one", func(t *testing.T) {
+		admitter, _ := newAdmitter(clocktesting.NewFakePassiveClock(time.Now()))
+		admitter.Wrote("a", "12")
+		admitter.Wrote("a", "11")
+		if !admitter.cacheBehind("a", &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "11"}}, time.Now()) {
+			t.Error("a cache at the earlier write is trusted")
+		}
+		if admitter.cacheBehind("a", &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "13"}}, time.Now()) {
+			t.Error("a cache past the later write is not trusted")
+		}
+	})
+	t.Run("writes of more clusters than the bound", func(t *testing.T) {
+		admitter, _ := newAdmitter(clocktesting.NewFakePassiveClock(time.Now()))
+		for i := range maxPendingWrites + 100 {
+			admitter.Wrote(fmt.Sprintf("cluster-%d", i), "11")
+		}
+		if n := admitter.writes.Len(); n != maxPendingWrites {
+			t.Errorf("%d writes remembered, want the bound %d", n, maxPendingWrites)
+		}
+	})
+}
+
+// refusalOf is err's refusal reason, "" for nil or another error.
+func refusalOf(err error) RefusalReason {
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		return refused.Reason
+	}
+	return ""
 }

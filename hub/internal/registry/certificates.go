@@ -120,7 +120,9 @@ func KeyDigest(rawSubjectPublicKeyInfo []byte) string {
 // RecordJoin makes the certificate (serial, notBefore, of the key with
 // KeyDigest key) that a Join issued for registration uid of cluster its
 // only good one: every certificate issued for the name before is retired.
-func RecordJoin(ctx context.Context, c client.Client, cluster string, uid types.UID, serial, key string, notBefore time.Time) error {
+// It returns the resourceVersion of the ManagedCluster it wrote, for
+// Admitter.Wrote.
+func RecordJoin(ctx context.Context, c client.Client, cluster string, uid types.UID, serial, key string, notBefore time.Time) (string, error) {
 	return updateRecord(ctx, c, cluster, uid, func(_ *clusterv1.ManagedCluster, _ *CertificateRecord) (*CertificateRecord, error) {
 		return &CertificateRecord{Current: serial, CurrentKey: key, JoinSerial: serial, JoinedAt: notBefore.UTC()}, nil
 	})
@@ -143,7 +145,10 @@ func RecordJoin(ctx context.Context, c client.Client, cluster string, uid types.
 // holds that key and proves it with the CSR's signature. Only the holder of
 // the current key gets a certificate this way, which it could get anyway;
 // the current certificate is then the replaced one, for the overlap.
-func RecordRenewal(ctx context.Context, c client.Client, cluster string, uid types.UID, replaced identity.Spoke, newSerial, newKey string, now time.Time, overlap time.Duration) error {
+//
+// It returns the resourceVersion of the ManagedCluster it wrote, for
+// Admitter.Wrote.
+func RecordRenewal(ctx context.Context, c client.Client, cluster string, uid types.UID, replaced identity.Spoke, newSerial, newKey string, now time.Time, overlap time.Duration) (string, error) {
 	return updateRecord(ctx, c, cluster, uid, func(mc *clusterv1.ManagedCluster, old *CertificateRecord) (*CertificateRecord, error) {
 		rec := &CertificateRecord{Current: newSerial, CurrentKey: newKey, Replaced: replaced.Serial, ReplacedUntil: ptrTo(now.Add(overlap).UTC())}
 		switch {
@@ -178,9 +183,11 @@ func RecordRenewal(ctx context.Context, c client.Client, cluster string, uid typ
 
 // updateRecord rewrites the record of cluster's ManagedCluster with
 // mutate, under optimistic locking, retrying on conflict; the ManagedCluster
-// must be of registration uid.
-func updateRecord(ctx context.Context, c client.Client, cluster string, uid types.UID, mutate func(*clusterv1.ManagedCluster, *CertificateRecord) (*CertificateRecord, error)) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+// must be of registration uid. It returns the resourceVersion the write
+// gave the ManagedCluster.
+func updateRecord(ctx context.Context, c client.Client, cluster string, uid types.UID, mutate func(*clusterv1.ManagedCluster, *CertificateRecord) (*CertificateRecord, error)) (string, error) {
+	var written string
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var mc clusterv1.ManagedCluster
 		if err := c.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -212,8 +219,10 @@ func updateRecord(ctx context.Context, c client.Client, cluster string, uid type
 		if err := c.Patch(ctx, &mc, patch); err != nil {
 			return fmt.Errorf("recording certificate of ManagedCluster %q: %w", cluster, err)
 		}
+		written = mc.ResourceVersion
 		return nil
 	})
+	return written, err
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -332,7 +332,7 @@ func registerSpokes(ctx context.Context, names, addrs []string) ([]loadgen.Spoke
 			if err != nil {
 				return err
 			}
-			if err := registry.RecordJoin(ctx, c, name, uid, identity.SerialOf(cert), registry.KeyDigest(cert.RawSubjectPublicKeyInfo), cert.NotBefore); err != nil {
+			if _, err := registry.RecordJoin(ctx, c, name, uid, identity.SerialOf(cert), registry.KeyDigest(cert.RawSubjectPublicKeyInfo), cert.NotBefore); err != nil {
 				return fmt.Errorf("recording the certificate of %s: %w", name, err)
 			}
 			spokes[i] = loadgen.Spoke{Cluster: name, Addr: addrs[i], CertPEM: certPEM, KeyPEM: keyPEM}
