@@ -59,6 +59,9 @@ func StartProcess(name, bin string, args []string, dir string, env ...string) (*
 // Name is the name the process was started with.
 func (p *Process) Name() string { return p.name }
 
+// Pid is the process id, e.g. to read its /proc/<pid>/status.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // LogPath is the file that receives the process output.
 func (p *Process) LogPath() string { return p.logPath }
 

@@ -1,13 +1,11 @@
 package machine_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,20 +22,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/internal/schemes"
-	"github.com/imperator-federation/imperator/spoke/internal/app"
-	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
-	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
-	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
 	"github.com/imperator-federation/imperator/test/util/fleet"
 	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/harness"
@@ -54,9 +45,9 @@ const (
 	scaleType            = "slot"
 )
 
-// BenchmarkSpokeAtScale starts the agent's controllers (node pool, Machine,
-// CapacityHold, as spoke/internal/app runs them, with its worker count and
-// without client-side rate limit as ctrl.GetConfig leaves it) on a harness
+// BenchmarkSpokeAtScale starts the spoke agent — the spoke binary as its own
+// process, with deploy/spoke's flags (leader election, its worker count,
+// caches and logging; its webhooks registered), without a hub — on a harness
 // cluster that already holds its nodes, Machines and guests, as after an
 // agent restart or install on a busy cluster. With IMPERATOR_BENCH_SPOKE_NODES nodes (default 100; make
 // bench's BENCH_FULL run 1,000), waiting IMPERATOR_BENCH_CONVERGE_TIMEOUT
@@ -64,7 +55,7 @@ const (
 // tainted ready nodes of 8 CPUs and one type of 500m/2Gi with 200 available,
 // and 100 guests bound to its nodes; 10 pods a node in all, half guests and
 // half reservations. It reports
-//   - converge-s: from the controllers' start until every node carries its
+//   - converge-s: from the agent's start until every node carries its
 //     node-pool label and every reservation pod runs, and when each phase
 //     was first seen done: nodes-labelled-s and reservations-declared-s (the
 //     StatefulSets ask for every pod: the agent's part),
@@ -74,11 +65,15 @@ const (
 //   - after 10 s of quiet, a steady window (60 s at 1,000 nodes, else 15 s)
 //     in which every Machine is touched once (an annotation): the p99 of
 //     controller-runtime's reconcile-time histogram of all controllers over
-//     the window (reconcile-p99-ms, interpolated within its bucket), and the
-//     writes (every request but get, list and watch) the controllers sent in
-//     it (steady-writes; the goal is none);
-//   - rss-MiB: the resident memory of the test process after the window, an
-//     upper bound of the agent's (it also holds the test's clients).
+//     the window (reconcile-p99-ms, interpolated within its bucket, from two
+//     scrapes of the agent's /metrics), and the writes (create, update,
+//     patch, delete) the API server completed for the agent in it, as its
+//     audit log records them, but the leader election's Lease renewals
+//     (steady-writes; the goal is none);
+//   - the agent's own resident memory, VmRSS and its peak VmHWM from
+//     /proc/<pid>/status: converged-rss-MiB and converged-hwm-MiB once
+//     converged, rss-MiB and hwm-MiB after the window. The benchmark's own
+//     informers and clients are in the test process, not counted.
 //
 // Run with
 //
@@ -115,14 +110,30 @@ func benchmarkSpokeAtScale(b *testing.B, nodes int, convergeTimeout time.Duratio
 	available := int32(2 * guestsPerMachine)
 
 	b.StopTimer()
-	env, err := startScaleCluster(ctx)
+	// The spoke binary builds while the cluster starts.
+	tmp := b.TempDir()
+	type built struct {
+		bin string
+		err error
+	}
+	building := make(chan built, 1)
+	go func() {
+		bin, err := buildSpoke(ctx, tmp)
+		building <- built{bin, err}
+	}()
+	auditFlags, auditLog, err := scaleAuditFlags(tmp)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var mgr *framework.Manager
+	env, err := startScaleCluster(ctx, auditFlags)
+	spoke := <-building
+	if err != nil {
+		b.Fatal(err)
+	}
+	var agent *scaleAgent
 	defer func() {
-		if mgr != nil {
-			if err := mgr.Stop(); err != nil {
+		if agent != nil {
+			if err := agent.stop(); err != nil {
 				b.Error(err)
 			}
 		}
@@ -130,6 +141,9 @@ func benchmarkSpokeAtScale(b *testing.B, nodes int, convergeTimeout time.Duratio
 			b.Error(err)
 		}
 	}()
+	if spoke.err != nil {
+		b.Fatal(spoke.err)
+	}
 	if err := fleet.InstallReservationPriorityClass(ctx, env.Cluster); err != nil {
 		b.Fatal(err)
 	}
@@ -172,29 +186,9 @@ func benchmarkSpokeAtScale(b *testing.B, nodes int, convergeTimeout time.Duratio
 		}
 	}
 
-	// The agent: its own rest.Config without client-side rate limit (as
-	// ctrl.GetConfig leaves it), counting what it writes.
-	var writes atomic.Int64
-	agent := *env
-	agent.Config = rest.CopyConfig(env.Config)
-	agent.Config.QPS, agent.Config.Burst = -1, 0
-	agent.Config.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method != http.MethodGet {
-				writes.Add(1)
-			}
-			return rt.RoundTrip(req)
-		})
-	})
 	b.StartTimer()
 	start := time.Now()
-	mgr, err = agent.StartManager(ctx, framework.ManagerOptions{
-		Cache:                   cache.Options{ByObject: machine.CacheOptions(agentNamespace)},
-		MaxConcurrentReconciles: app.ControllerWorkers,
-		SetupMulticluster: func(mc mcmanager.Manager) error {
-			return errors.Join(nodepool.SetupWithManager(mc), capacityhold.SetupWithManager(mc), machine.SetupWithManager(mc, machine.Options{Namespace: agentNamespace}))
-		},
-	})
+	agent, err = startScaleAgent(ctx, env.Cluster, spoke.bin, agentNamespace, auditLog)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -234,8 +228,8 @@ func benchmarkSpokeAtScale(b *testing.B, nodes int, convergeTimeout time.Duratio
 	// Smaller runs, as CI's smoke run, fail.
 	converged := err == nil
 	if err != nil {
-		msg := fmt.Sprintf("not converged after %s; phases done (labelled, declared, created, bound, ready): %v; %s; reconciles by controller: %s",
-			converge.Round(time.Millisecond), phases, obs.describe(ctx, want), reconcileCounts())
+		msg := fmt.Sprintf("not converged after %s; phases done (labelled, declared, created, bound, ready): %v; %s; reconciles by controller: %s; the agent's log ends:\n%s",
+			converge.Round(time.Millisecond), phases, obs.describe(ctx, want), agent.reconcileCounts(ctx), agent.proc.Tail(20))
 		if !wait.Interrupted(err) || nodes < 1000 {
 			b.Fatalf("%s: %v", msg, err)
 		}
@@ -247,22 +241,31 @@ func benchmarkSpokeAtScale(b *testing.B, nodes int, convergeTimeout time.Duratio
 			b.ReportMetric(phases[i].Seconds(), name)
 		}
 	}
+	rss, hwm, err := agent.memory()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rss, "converged-rss-MiB")
+	b.ReportMetric(hwm, "converged-hwm-MiB")
 	if !converged {
 		b.ReportMetric(0, "ns/op")
 		return
 	}
-	b.Logf("reconciles until converged, by controller: %s", reconcileCounts())
+	b.Logf("reconciles until converged, by controller: %s", agent.reconcileCounts(ctx))
 
 	time.Sleep(10 * time.Second)
 	window := 15 * time.Second
 	if nodes >= 1000 {
 		window = 60 * time.Second
 	}
-	before, err := reconcileBuckets()
+	before, err := agent.reconcileBuckets(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
-	writesBefore := writes.Load()
+	writesBefore, err := agent.writes()
+	if err != nil {
+		b.Fatal(err)
+	}
 	windowEnd := time.Now().Add(window)
 	for m := range machines {
 		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{"bench.imperator.tenzen-y.io/touch":"%d"}}}`, time.Now().UnixNano()))
@@ -271,20 +274,37 @@ func benchmarkSpokeAtScale(b *testing.B, nodes int, convergeTimeout time.Duratio
 		}
 	}
 	time.Sleep(time.Until(windowEnd))
-	steadyWrites := writes.Load() - writesBefore
-	after, err := reconcileBuckets()
+	writesAfter, err := agent.writes()
 	if err != nil {
 		b.Fatal(err)
 	}
+	after, err := agent.reconcileBuckets(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The leader election renews its Lease every 2 s: that is not the
+	// controllers' work, which the goal of no writes is about.
+	var steadyWrites int
+	var written []string
+	for _, resource := range slices.Sorted(maps.Keys(writesAfter)) {
+		if n := writesAfter[resource] - writesBefore[resource]; n > 0 {
+			written = append(written, fmt.Sprintf("%s=%d", resource, n))
+			if resource != "leases" {
+				steadyWrites += n
+			}
+		}
+	}
+	b.Logf("the agent's writes in the steady window, by resource: %s", strings.Join(written, " "))
 	p99, count := after.since(before).quantile(0.99)
 	b.ReportMetric(p99*1000, "reconcile-p99-ms")
 	b.ReportMetric(float64(count), "steady-reconciles")
 	b.ReportMetric(float64(steadyWrites), "steady-writes")
-	rss, err := residentMiB()
+	rss, hwm, err = agent.memory()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(rss, "rss-MiB")
+	b.ReportMetric(hwm, "hwm-MiB")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -305,9 +325,10 @@ const scaleKwokParallelism = 32
 
 // startScaleCluster is framework.Start with Harness, the spoke CRDs and the
 // agent's namespace, on a cluster whose controller-manager and scheduler
-// have scaleClientFlags and whose kwok has scaleKwokParallelism.
-func startScaleCluster(ctx context.Context) (_ *framework.Environment, err error) {
-	cluster, err := harness.Start(ctx, harness.Options{Name: "spoke-at-scale", ControllerManagerFlags: scaleClientFlags, SchedulerFlags: scaleClientFlags, KwokParallelism: scaleKwokParallelism})
+// have scaleClientFlags, whose kwok has scaleKwokParallelism and whose API
+// server has apiServerFlags.
+func startScaleCluster(ctx context.Context, apiServerFlags []string) (_ *framework.Environment, err error) {
+	cluster, err := harness.Start(ctx, harness.Options{Name: "spoke-at-scale", APIServerFlags: apiServerFlags, ControllerManagerFlags: scaleClientFlags, SchedulerFlags: scaleClientFlags, KwokParallelism: scaleKwokParallelism})
 	if err != nil {
 		return nil, err
 	}
@@ -340,10 +361,6 @@ func startScaleCluster(ctx context.Context) (_ *framework.Environment, err error
 }
 
 func scaleGroup(m int) string { return fmt.Sprintf("scale-%02d", m) }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // parallel runs do(0..n-1) on workers goroutines and returns the errors.
 func parallel(workers, n int, do func(i int) error) error {
@@ -555,16 +572,13 @@ type buckets struct {
 	total  uint64
 }
 
-func reconcileBuckets() (buckets, error) {
-	families, err := metrics.Registry.Gather()
+func (a *scaleAgent) reconcileBuckets(ctx context.Context) (buckets, error) {
+	families, err := a.metrics(ctx)
 	if err != nil {
 		return buckets{}, err
 	}
 	var out buckets
-	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_time_seconds" {
-			continue
-		}
+	if f, ok := families["controller_runtime_reconcile_time_seconds"]; ok {
 		for _, m := range f.GetMetric() {
 			h := m.GetHistogram()
 			if out.bounds == nil {
@@ -584,10 +598,11 @@ func reconcileBuckets() (buckets, error) {
 	return out, nil
 }
 
-// reconcileCounts lists controller-runtime's reconcile count of each
-// controller, with the workqueue adds, as "name=reconciles/adds".
-func reconcileCounts() string {
-	families, err := metrics.Registry.Gather()
+// reconcileCounts lists controller-runtime's reconcile count of each of
+// the agent's controllers, with the workqueue adds, as
+// "name=reconciles/adds".
+func (a *scaleAgent) reconcileCounts(ctx context.Context) string {
+	families, err := a.metrics(ctx)
 	if err != nil {
 		return err.Error()
 	}
@@ -649,21 +664,4 @@ func (a buckets) quantile(q float64) (float64, uint64) {
 		lower, below = bound, a.counts[i]
 	}
 	return lower, a.total
-}
-
-// residentMiB is VmRSS of this process.
-func residentMiB() (float64, error) {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = f.Close() }() // read only: nothing to lose on close
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024, err
-		}
-	}
-	return 0, errors.New("no VmRSS in /proc/self/status")
 }
