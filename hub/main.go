@@ -169,5 +169,16 @@ func restConfigFor(kubeconfig string) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading --kubeconfig %s: %w", kubeconfig, err)
 	}
+	if cfg.QPS == 0 {
+		// As ctrl.GetConfig does in-cluster: no client-side rate limit,
+		// the API server's priority and fairness decides. client-go's
+		// default (5 requests/s per resource, bursts of 10) would let a
+		// replica take in at most about 2.5 new clusters a second (each is
+		// an inventory create and a status write), 10,000 in over half an
+		// hour on two replicas, whatever the persister's workers. At
+		// steady state the hub writes only on change (about 1 write/s at
+		// 10,000 idle spokes), so the limit bought nothing there.
+		cfg.QPS = -1
+	}
 	return cfg, nil
 }

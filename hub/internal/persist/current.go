@@ -114,22 +114,23 @@ func (p *Persister) writeFailed(ctx context.Context, c *store.Cluster, inv *impe
 	if !setCurrentCondition(only, false, ReasonPersistFailed, msg) {
 		return
 	}
+	state := p.state(name)
 	if perr := p.client.Status().Patch(ctx, only, client.MergeFromWithOptions(inv, client.MergeFromWithOptimisticLock{})); perr != nil {
-		delete(p.last, name)
-		p.withheld[name] = true
+		state.last = nil
+		state.withheld = true
 		p.log.Error(perr, "Could not mark the cluster's inventory not current either; releasing its Lease", "cluster", name)
 		if rerr := p.releaseLease(ctx, c); rerr != nil {
 			p.log.Error(rerr, "Could not release the cluster's Lease either; trying again with the next write", "cluster", name)
 		}
 		return
 	}
-	p.last[name] = only
-	delete(p.withheld, name)
+	state.last = only
+	state.withheld = false
 }
 
 // persisted records that the cluster's current figures were written.
 func (p *Persister) persisted(c *store.Cluster) {
-	delete(p.withheld, c.Name)
+	p.state(c.Name).withheld = false
 	if current, _, _ := currentCondition(c); current {
 		inventoryNotCurrent.DeleteLabelValues(c.Name)
 	} else {

@@ -79,10 +79,18 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 	self := p.store.Replica()
 	renew := metav1.NewMicroTime(c.LastHeartbeat)
 	duration := ptr.To(int32(p.store.GracePeriod().Round(time.Second) / time.Second))
-	cur, ok := p.leases[c.Name]
-	if !ok {
+	state := p.state(c.Name)
+	cur := state.lease
+	if cur == nil {
+		key := client.ObjectKey{Namespace: c.Name, Name: LeaseName}
+		// The holder is read from the API server, not the cache. A new
+		// cluster's Lease, which the cache does not hold either, is
+		// created at once: the create fails if it exists after all.
+		err := p.client.Get(ctx, key, &coordinationv1.Lease{}, client.UnsafeDisableDeepCopy)
 		cur = &coordinationv1.Lease{}
-		err := p.reader.Get(ctx, client.ObjectKey{Namespace: c.Name, Name: LeaseName}, cur)
+		if err == nil {
+			err = p.reader.Get(ctx, key, cur)
+		}
 		if apierrors.IsNotFound(err) {
 			lease := &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{
@@ -98,12 +106,17 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 					RenewTime:            ptr.To(renew),
 				},
 			}
-			if err := p.client.Create(ctx, lease); err != nil {
-				// AlreadyExists: another replica made it; read it next time.
+			err = p.client.Create(ctx, lease)
+			if err == nil {
+				state.lease = lease
+				return false, nil
+			}
+			if !apierrors.IsAlreadyExists(err) {
 				return false, fmt.Errorf("creating Lease %s/%s: %w", c.Name, LeaseName, err)
 			}
-			p.leases[c.Name] = lease
-			return false, nil
+			// Another replica made it, or the cache had not seen it yet.
+			cur = &coordinationv1.Lease{}
+			err = p.reader.Get(ctx, key, cur)
 		}
 		if err != nil {
 			return false, fmt.Errorf("getting Lease %s/%s: %w", c.Name, LeaseName, err)
@@ -120,7 +133,7 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 		p.log.Info("Spoke reports to another hub replica now; leaving its Lease", "cluster", c.Name, "replica", holder)
 		return true, nil
 	case holder == self:
-		p.leases[c.Name] = cur
+		state.lease = cur
 		return false, nil
 	}
 	next := cur.DeepCopy()
@@ -133,10 +146,10 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 	}
 	if err := p.client.Patch(ctx, next, client.MergeFromWithOptions(cur, client.MergeFromWithOptimisticLock{})); err != nil {
 		// A conflict: someone wrote it since; the retry reads it afresh.
-		delete(p.leases, c.Name)
+		state.lease = nil
 		return false, fmt.Errorf("renewing Lease %s/%s: %w", c.Name, LeaseName, err)
 	}
-	p.leases[c.Name] = next
+	state.lease = next
 	return false, nil
 }
 
@@ -144,8 +157,9 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 // the other replicas stop judging the cluster by this replica's own Lease
 // (see writeFailed): they see it go silent within the grace period.
 func (p *Persister) releaseLease(ctx context.Context, c *store.Cluster) error {
-	cur, ok := p.leases[c.Name]
-	if !ok {
+	state := p.state(c.Name)
+	cur := state.lease
+	if cur == nil {
 		cur = &coordinationv1.Lease{}
 		if err := p.reader.Get(ctx, client.ObjectKey{Namespace: c.Name, Name: LeaseName}, cur); err != nil {
 			return client.IgnoreNotFound(err)
@@ -157,10 +171,10 @@ func (p *Persister) releaseLease(ctx context.Context, c *store.Cluster) error {
 	next := cur.DeepCopy()
 	next.Spec.HolderIdentity = nil
 	if err := p.client.Patch(ctx, next, client.MergeFromWithOptions(cur, client.MergeFromWithOptimisticLock{})); err != nil {
-		delete(p.leases, c.Name)
+		state.lease = nil
 		return fmt.Errorf("releasing Lease %s/%s: %w", c.Name, LeaseName, err)
 	}
-	p.leases[c.Name] = next
+	state.lease = next
 	return nil
 }
 
