@@ -149,6 +149,12 @@ func benchmarkHubAPIWrites(b *testing.B, n int, window time.Duration) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The writes of taking in the new fleet: from connecting until every
+	// spoke is live on both replicas, per spoke.
+	intakeBefore, err := apiWrites(ctx, hubClientConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
 	start = time.Now()
 	connectTimes, err := gens.Connect()
 	if err != nil {
@@ -218,6 +224,12 @@ func benchmarkHubAPIWrites(b *testing.B, n int, window time.Duration) {
 	if allLive {
 		b.Logf("%d spokes live on both replicas %s after connecting began", n, liveAfter.Round(time.Second))
 	}
+	intakeAfter, err := apiWrites(ctx, hubClientConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	perSpoke, intakeTotal := writesPerSpoke(intakeBefore, intakeAfter, n)
+	b.Logf("writes until every spoke was live: %.2f per spoke (%s)", intakeTotal, strings.Join(perSpoke, ", "))
 
 	// Settle: the writes of joining (ManagedCluster status, the first
 	// inventories) are over once a step sees only Lease renewals.
@@ -266,6 +278,7 @@ func benchmarkHubAPIWrites(b *testing.B, n int, window time.Duration) {
 	b.ReportMetric(registered.Seconds(), "register-s")
 	b.ReportMetric(connected.Seconds(), "connect-all-s")
 	b.ReportMetric(liveAfter.Seconds(), "live-s")
+	b.ReportMetric(intakeTotal, "intake-writes/spoke")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -287,6 +300,21 @@ func writeRates(before, after map[string]float64, d time.Duration) (rates []stri
 		rates = []string{"none"}
 	}
 	return rates, other
+}
+
+// writesPerSpoke lists the writes by verb and resource between two readings
+// of apiWrites per spoke of n, sorted, and their sum per spoke.
+func writesPerSpoke(before, after map[string]float64, n int) (writes []string, total float64) {
+	for key, v := range after {
+		delta := v - before[key]
+		if delta <= 0 {
+			continue
+		}
+		total += delta / float64(n)
+		writes = append(writes, fmt.Sprintf("%s %.2f", key, delta/float64(n)))
+	}
+	sort.Strings(writes)
+	return writes, total
 }
 
 // registerSpokes registers every named cluster as the hub's Join does
