@@ -192,6 +192,7 @@ func benchmarkSpokeAtScale(b *testing.B, nodes int, convergeTimeout time.Duratio
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Logf("the agent served its webhooks %s after its start", time.Since(start).Round(time.Millisecond))
 	// The phases, each the time since start when it was first seen done:
 	// nodes labelled (the agent), reservation StatefulSets asking for their
 	// replicas (the agent), their pods created (the controller-manager),
