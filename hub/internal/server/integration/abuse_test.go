@@ -11,9 +11,12 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -79,37 +82,54 @@ func joinedSpoke(ctx context.Context, cluster string) *tls.Certificate {
 // report opens a Report stream of cluster with cert and returns nil once the
 // hub acknowledged its first Snapshot.
 func report(ctx context.Context, cluster string, cert *tls.Certificate) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	// Closed when done: the hub caps the connections of one certificate.
 	conn := dialOnce(newSource(), cert)
 	defer func() { _ = conn.Close() }()
+	return reportOn(ctx, conn, cluster)
+}
+
+// reportOn is report on an open connection.
+func reportOn(ctx context.Context, conn *grpc.ClientConn, cluster string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := openReport(ctx, conn, cluster)
+	return err
+}
+
+// openReport opens a Report stream of cluster on conn and returns it once
+// the hub acknowledged its first Snapshot.
+func openReport(ctx context.Context, conn *grpc.ClientConn, cluster string) (federationv1.Federation_ReportClient, error) {
 	stream, err := federationv1.NewFederationClient(conn).Report(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, m := range []*federationv1.SpokeMessage{
 		{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{ClusterName: cluster, AgentVersion: "abuse", Epoch: uint64(time.Now().UnixNano())}}},
 		{Kind: &federationv1.SpokeMessage_Snapshot{Snapshot: &federationv1.Snapshot{Generation: 1}}},
 	} {
 		if err := stream.Send(m); err != nil && !errors.Is(err, io.EOF) {
-			return err
+			return nil, err
 		}
 	}
 	msg, err := stream.Recv()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if msg.GetAck() == nil {
-		return errors.New("first answer is no Ack")
+		return nil, errors.New("first answer is no Ack")
 	}
-	return nil
+	return stream, nil
 }
 
 func renew(ctx context.Context, cluster string, cert *tls.Certificate) (*tls.Certificate, error) {
-	key := newSpokeKey(cluster)
 	conn := dialOnce(newSource(), cert)
 	defer func() { _ = conn.Close() }()
+	return renewOn(ctx, conn, cluster)
+}
+
+// renewOn is renew on an open connection.
+func renewOn(ctx context.Context, conn *grpc.ClientConn, cluster string) (*tls.Certificate, error) {
+	key := newSpokeKey(cluster)
 	resp, err := federationv1.NewFederationClient(conn).Renew(ctx, &federationv1.RenewRequest{Csr: key.csrPEM})
 	if err != nil {
 		return nil, err
@@ -165,6 +185,51 @@ func refusalReason(err error) identity.RefusalReason {
 		}
 	}
 	return ""
+}
+
+// waitUntilTheCacheAdmits waits until the hub's cache admits the
+// certificate of conn: a health check, decided from the cache only, is
+// answered.
+func waitUntilTheCacheAdmits(ctx context.Context, conn *grpc.ClientConn) {
+	GinkgoHelper()
+	Eventually(func() error {
+		_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+}
+
+// hubCacheLag, while set, delays each read of the hub's ManagedCluster
+// watches by that long: the hub's informer cache shows a Join's or a
+// Renew's write later than the API server, as a loaded hub's does at times.
+var hubCacheLag atomic.Int64
+
+// lagHubCache makes the hub's cache of ManagedClusters lag by lag for the
+// rest of the spec.
+func lagHubCache(lag time.Duration) {
+	hubCacheLag.Store(int64(lag))
+	DeferCleanup(func() { hubCacheLag.Store(0) })
+}
+
+// laggingWatch is resp, whose events arrive hubCacheLag late when it
+// answers a watch of ManagedClusters.
+func laggingWatch(req *http.Request, resp *http.Response) *http.Response {
+	if resp == nil || req.Method != http.MethodGet || !strings.HasSuffix(req.URL.Path, "/managedclusters") {
+		return resp
+	}
+	if watch, _ := strconv.ParseBool(req.URL.Query().Get("watch")); watch {
+		resp.Body = laggingBody{resp.Body}
+	}
+	return resp
+}
+
+type laggingBody struct{ io.ReadCloser }
+
+func (b laggingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if lag := time.Duration(hubCacheLag.Load()); n > 0 && lag > 0 {
+		time.Sleep(lag)
+	}
+	return n, err
 }
 
 func heapAlloc() uint64 {
@@ -454,17 +519,41 @@ var _ = Describe("Certificates", func() {
 		Expect(listClusters(ctx, other)).To(Succeed())
 	})
 
-	It("issued before a re-join are refused Report and Renew", func(ctx SpecContext) {
+	It("issued before a re-join are refused from the moment the Join is answered, also on a connection opened before, whose Report stream ends at its next Heartbeat", func(ctx SpecContext) {
 		old := joinedSpoke(ctx, "prod-rejoin")
-		Expect(report(ctx, "prod-rejoin", old)).To(Succeed())
+		// Opened before the re-join, so that the calls after it go out at
+		// once, without a handshake, while the hub's cache still shows the
+		// record before the Join, which admits the old certificate.
+		oldConn := dialFrom(newSource(), old)
+		waitUntilTheCacheAdmits(ctx, oldConn)
+		lagHubCache(time.Second)
+		openStream, err := openReport(ctx, oldConn, "prod-rejoin")
+		Expect(err).NotTo(HaveOccurred())
 		current, err := join(ctx, "prod-rejoin", newToken(ctx, "prod-rejoin"), newSpokeKey("prod-rejoin"))
 		Expect(err).NotTo(HaveOccurred())
 
-		err = report(ctx, "prod-rejoin", old)
+		Expect(openStream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Heartbeat{Heartbeat: &federationv1.Heartbeat{}}})).To(Succeed())
+		for attempt := range 5 {
+			err = reportOn(ctx, oldConn, "prod-rejoin")
+			Expect(status.Code(err)).To(Equal(codes.PermissionDenied), "Report right after the re-join, attempt %d: %v", attempt, err)
+			Expect(refusalReason(err)).To(Equal(identity.RefusedEarlierRegistration), "attempt %d", attempt)
+		}
+		_, err = renewOn(ctx, oldConn, "prod-rejoin")
 		Expect(status.Code(err)).To(Equal(codes.PermissionDenied), "%v", err)
-		Expect(refusalReason(err)).To(Equal(identity.RefusedEarlierRegistration))
-		_, err = renew(ctx, "prod-rejoin", old)
+		_, err = queryv1.NewQueryClient(oldConn).ListClusters(ctx, &queryv1.ListClustersRequest{})
 		Expect(status.Code(err)).To(Equal(codes.PermissionDenied), "%v", err)
+		// A health check never reaches the API server: until the cache
+		// shows the Join it is Unavailable, then refused; never SERVING.
+		_, err = healthpb.NewHealthClient(oldConn).Check(ctx, &healthpb.HealthCheckRequest{})
+		Expect(status.Code(err)).To(BeElementOf(codes.Unavailable, codes.PermissionDenied), "%v", err)
+		// The stream opened before ended at its Heartbeat.
+		var streamErr error
+		for streamErr == nil {
+			_, streamErr = openStream.Recv()
+		}
+		Expect(status.Code(streamErr)).To(Equal(codes.PermissionDenied), "%v", streamErr)
+		Expect(refusalReason(streamErr)).To(Equal(identity.RefusedEarlierRegistration))
+
 		Expect(report(ctx, "prod-rejoin", current)).To(Succeed())
 	})
 
@@ -474,12 +563,21 @@ var _ = Describe("Certificates", func() {
 		renewedAt := time.Now()
 		lost, err := renew(ctx, "prod-renew", old)
 		Expect(err).NotTo(HaveOccurred())
+		// Opened before the second Renew, so that the calls after it go out
+		// at once, while the hub's cache still shows the lost certificate as
+		// current.
+		lostConn := dialFrom(newSource(), lost)
+		waitUntilTheCacheAdmits(ctx, lostConn)
+		lagHubCache(time.Second)
+		Expect(reportOn(ctx, lostConn, "prod-renew")).To(Succeed())
 		// The answer was lost: the agent renews again with the replaced
 		// certificate, within the overlap, and gets a certificate; the lost
-		// one is retired unused.
+		// one is retired unused, from the moment the Renew is answered.
 		renewed, err := renew(ctx, "prod-renew", old)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(refusalReason(report(ctx, "prod-renew", lost))).To(Equal(identity.RefusedReplacedCertificate))
+		for attempt := range 5 {
+			Expect(refusalReason(reportOn(ctx, lostConn, "prod-renew"))).To(Equal(identity.RefusedReplacedCertificate), "Report right after the Renew, attempt %d", attempt)
+		}
 		// Within the overlap the replaced certificate still works. A call
 		// that returns after the overlap may be refused either way, so only
 		// one answered in time is held to it (5 s leaves a loaded CI machine

@@ -73,7 +73,8 @@ func (c countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if req.Method == http.MethodGet && joinReadPath.MatchString(req.URL.Path) {
 		apiReads.Add(1)
 	}
-	return c.next.RoundTrip(req)
+	resp, err := c.next.RoundTrip(req)
+	return laggingWatch(req, resp), err
 }
 
 var _ = BeforeSuite(func(ctx context.Context) {
