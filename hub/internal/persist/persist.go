@@ -150,6 +150,8 @@ type Persister struct {
 	mu sync.Mutex
 	// clusters is what the persister remembers of each cluster.
 	clusters map[string]*remembered
+	// changes counts the store's changes of each cluster (see clean).
+	changes map[string]*changeCount
 	// written is when each cluster's inventory was last written.
 	written map[string]time.Time
 }
@@ -164,6 +166,51 @@ type remembered struct {
 	// its inventory nor the condition saying it is not current could be
 	// written (see writeFailed).
 	withheld bool
+}
+
+// changeCount counts the store's changes of one cluster, and records the
+// count its last successful sync saw.
+type changeCount struct {
+	changes, synced uint64
+	// ok: a sync succeeded since the persister started or forgot the cluster.
+	ok bool
+}
+
+// changed counts a change of cluster in the store (or a request to look at
+// it afresh). The store calls it before its Source queues the cluster.
+func (p *Persister) changed(cluster string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.changes[cluster]
+	if !ok {
+		c = &changeCount{}
+		p.changes[cluster] = c
+	}
+	c.changes++
+}
+
+// clean reports whether nothing changed in cluster since its last
+// successful sync, and returns the count to hand synced after the next one.
+func (p *Persister) clean(cluster string) (*changeCount, uint64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.changes[cluster]
+	if !ok {
+		c = &changeCount{}
+		p.changes[cluster] = c
+	}
+	return c, c.changes, c.ok && c.synced == c.changes
+}
+
+// synced records that a sync of cluster saw every change up to count
+// (changes during the sync count after it), unless the cluster was
+// forgotten meanwhile.
+func (p *Persister) synced(cluster string, c *changeCount, count uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.changes[cluster] == c {
+		c.synced, c.ok = count, true
+	}
 }
 
 // state is what the persister remembers of cluster, an empty record when
@@ -208,6 +255,7 @@ func (p *Persister) forget(cluster string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.written, cluster)
+	delete(p.changes, cluster)
 }
 
 // New returns a Persister that listens to st's changes.
@@ -234,8 +282,12 @@ func New(c client.Client, st *store.Store, opts Options) *Persister {
 		log:       opts.Log,
 		namespace: opts.Namespace,
 		clusters:  map[string]*remembered{},
+		changes:   map[string]*changeCount{},
 		written:   map[string]time.Time{},
 	}
+	// Before the controller's Source: a change is counted before the
+	// cluster is queued.
+	st.OnChange(p.changed)
 	return p
 }
 
@@ -280,17 +332,25 @@ func (p *Persister) SetupWithManager(mgr ctrl.Manager) error {
 // back when the interval is over, so that the changes in between make one
 // write. A cluster whose stream is open here comes back every RenewInterval
 // to put its conditions right if someone else wrote them (nothing is
-// written when they agree).
+// written when they agree); unless the store changed the cluster since its
+// last successful sync, that look is a renewal too, not a sync that would
+// convert, copy and compare the whole inventory to write nothing.
 func (p *Persister) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	p.work.RLock()
 	defer p.work.RUnlock()
 	name := req.Name
 	due := p.nextWrite(name)
+	count, seen, clean := p.clean(name)
 	var err error
-	if due > 0 {
+	if due > 0 || clean {
+		// Within the interval, or nothing changed since the last sync
+		// (the periodic look of a cluster streaming here): renew only.
 		err = p.renew(ctx, name)
 	} else {
 		err = p.timedSync(ctx, name)
+		if err == nil {
+			p.synced(name, count, seen)
+		}
 	}
 	if apierrors.IsConflict(err) {
 		// Someone wrote since we read: read again and retry soon.
@@ -329,6 +389,7 @@ func (p *Persister) LookAtEveryCluster() {
 		return
 	}
 	for _, c := range p.store.List() {
+		p.changed(c.Name)
 		q.Add(store.Request(c.Name))
 	}
 }
