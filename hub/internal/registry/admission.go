@@ -180,19 +180,20 @@ var ErrCacheBehindWrite = errors.New("the hub's cache does not show its latest w
 // answered (see also README.md, "Security model"):
 //   - on the replica that answered, every admission after the answer
 //     refuses the retired certificate: a Report stream or Renew it opens,
-//     a query-API call, and the Heartbeat of a Report stream it opened
-//     before, which ends that stream; a health check or reflection call
+//     a query-API call, and any message (Snapshot, Delta, Heartbeat, hold
+//     answer) on a Report stream it opened before, which ends that stream
+//     unapplied; a health check or reflection call
 //     (CacheOnly) gets ErrCacheBehindWrite until the cache shows the write,
 //     then the refusal;
 //   - on another replica, the same once that replica's cache shows the
 //     write: within its watch lag, which nothing this replica does can
 //     shorten;
-//   - a Report stream already open is not re-admitted when the
-//     ManagedCluster changes, only at each Heartbeat it sends (the agent
-//     sends one every 5 s), when a newer stream of its cluster opens on the
-//     same replica (which replaces it), and when its connection reaches
-//     --max-connection-age; the Snapshots and Deltas it sends in between
-//     are applied. Deleting the ManagedCluster ends it at once.
+//   - a Report stream already open is admitted again at each message it
+//     sends, not when the ManagedCluster changes: a silent one stays open,
+//     unable to change anything, until its cluster's new stream opens on
+//     the same replica (which replaces it) or its connection reaches
+//     --max-connection-age. Deleting
+//     the ManagedCluster ends it at once.
 type Admitter struct {
 	cached, live client.Reader
 	clock        clock.PassiveClock

@@ -169,6 +169,19 @@ func (s *Server) handle(ctx context.Context, stream federationv1.Federation_Repo
 			log.Info("Ended a Report stream over its rate", "limit", over, "type", messageKind(msg))
 			return budget.exceeded(cluster, messageKind(msg), over)
 		}
+		// Every message is admitted, not only the Hello: while the stream
+		// was open the certificate may have been revoked, hubAcceptsClient
+		// turned off, or the cluster registered again or its certificate
+		// renewed (retiring this one). A retired certificate must not feed
+		// the inventory, answer holds or keep the cluster live, whichever
+		// message it sends. Admit answers from the informer cache (a Get)
+		// once the cache shows the registration's last write.
+		if err := s.revokedDuring(ctx); err != nil {
+			return err
+		}
+		if err := s.admit(ctx, spoke); err != nil {
+			return err
+		}
 	}
 	var (
 		res  store.Result
@@ -185,14 +198,6 @@ func (s *Server) handle(ctx context.Context, stream federationv1.Federation_Repo
 		s.metrics.ingestLatency.WithLabelValues(kind).Observe(time.Since(start).Seconds())
 	case *federationv1.SpokeMessage_Heartbeat:
 		kind = "heartbeat"
-		// The certificate may have been revoked, hubAcceptsClient turned
-		// off, or the cluster registered again, while connected.
-		if err := s.revokedDuring(ctx); err != nil {
-			return err
-		}
-		if err := s.admit(ctx, spoke); err != nil {
-			return err
-		}
 		res = s.store.Heartbeat(cluster, epoch, m.Heartbeat)
 	case *federationv1.SpokeMessage_HoldResponse:
 		kind = "hold_response"

@@ -519,7 +519,7 @@ var _ = Describe("Certificates", func() {
 		Expect(listClusters(ctx, other)).To(Succeed())
 	})
 
-	It("issued before a re-join are refused from the moment the Join is answered, also on a connection opened before, whose Report stream ends at its next Heartbeat", func(ctx SpecContext) {
+	It("issued before a re-join are refused from the moment the Join is answered, also on a connection opened before, whose Report stream ends unapplied at its next Snapshot", func(ctx SpecContext) {
 		old := joinedSpoke(ctx, "prod-rejoin")
 		// Opened before the re-join, so that the calls after it go out at
 		// once, without a handshake, while the hub's cache still shows the
@@ -532,7 +532,9 @@ var _ = Describe("Certificates", func() {
 		current, err := join(ctx, "prod-rejoin", newToken(ctx, "prod-rejoin"), newSpokeKey("prod-rejoin"))
 		Expect(err).NotTo(HaveOccurred())
 
-		Expect(openStream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Heartbeat{Heartbeat: &federationv1.Heartbeat{}}})).To(Succeed())
+		// Not a Heartbeat: an old key that never sends one must not feed
+		// the inventory either.
+		Expect(openStream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Snapshot{Snapshot: &federationv1.Snapshot{Generation: 2}}})).To(Succeed())
 		for attempt := range 5 {
 			err = reportOn(ctx, oldConn, "prod-rejoin")
 			Expect(status.Code(err)).To(Equal(codes.PermissionDenied), "Report right after the re-join, attempt %d: %v", attempt, err)
@@ -546,10 +548,12 @@ var _ = Describe("Certificates", func() {
 		// shows the Join it is Unavailable, then refused; never SERVING.
 		_, err = healthpb.NewHealthClient(oldConn).Check(ctx, &healthpb.HealthCheckRequest{})
 		Expect(status.Code(err)).To(BeElementOf(codes.Unavailable, codes.PermissionDenied), "%v", err)
-		// The stream opened before ended at its Heartbeat.
+		// The stream opened before ended at its Snapshot, without an Ack.
 		var streamErr error
 		for streamErr == nil {
-			_, streamErr = openStream.Recv()
+			var msg *federationv1.HubMessage
+			msg, streamErr = openStream.Recv()
+			Expect(msg.GetAck()).To(BeNil(), "the hub applied a Snapshot of a retired certificate")
 		}
 		Expect(status.Code(streamErr)).To(Equal(codes.PermissionDenied), "%v", streamErr)
 		Expect(refusalReason(streamErr)).To(Equal(identity.RefusedEarlierRegistration))
