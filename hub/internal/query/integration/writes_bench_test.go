@@ -66,7 +66,8 @@ import (
 // persister's 8 workers and a request fewer per new cluster (no namespace
 // create): every spoke live on both replicas 18 s after connecting began at
 // 1,000 (32 to 48 s before, in runs beside other suites) and 3m48s at
-// 10,000 (connecting 40 s); the writes of taking in the fleet, logged per
+// 10,000 (connecting 40 s; 5m23s in two busier runs, connecting 58 and
+// 72 s: the 2 cores are saturated); the writes of taking in the fleet, logged per
 // spoke, are 4.3 at 10,000 (Lease, ManagedCluster status, ClusterInventory
 // and its status; the placement scores' the rest). The window misses the
 // placement scores' refresh, one write per cluster every 15 to 22.5
