@@ -89,6 +89,11 @@ func Admit(ctx context.Context, r client.Reader, clk clock.PassiveClock, spoke i
 // the certificate one the registration's record (CertificatesAnnotation)
 // still accepts, and the cluster accepted.
 func Admission(mc *clusterv1.ManagedCluster, spoke identity.Spoke, now time.Time) error {
+	return admission(mc, certificateRecordOf, spoke, now)
+}
+
+// admission is Admission reading mc's certificate record with recordOf.
+func admission(mc *clusterv1.ManagedCluster, recordOf func(*clusterv1.ManagedCluster) (*CertificateRecord, error), spoke identity.Spoke, now time.Time) error {
 	refuse := func(reason RefusalReason) error { return &RefusedError{Reason: reason, Cluster: spoke.Cluster} }
 	switch {
 	case mc == nil || !mc.DeletionTimestamp.IsZero():
@@ -98,7 +103,8 @@ func Admission(mc *clusterv1.ManagedCluster, spoke identity.Spoke, now time.Time
 	case string(mc.UID) != spoke.RegistrationUID:
 		return refuse(RefusedEarlierRegistration)
 	}
-	if err := certificateAdmission(mc, spoke, now); err != nil {
+	rec, err := recordOf(mc)
+	if err := recordAdmission(rec, err, spoke, now); err != nil {
 		return err
 	}
 	switch {
@@ -204,6 +210,20 @@ type Admitter struct {
 	writesMu sync.Mutex
 	// writes maps a cluster to the pendingWrite its cache must show.
 	writes *lru.Cache
+	// records maps a cluster to the parsedRecord of the certificate
+	// record its cached ManagedCluster carries: every message of every
+	// Report stream is admitted, and decoding the record's JSON each time
+	// was most of the cost.
+	records *lru.Cache
+}
+
+// parsedRecord is a certificate record as read from its annotation's
+// value raw (rec and err as certificateRecordOf returns them). Records are
+// only read once parsed, never changed.
+type parsedRecord struct {
+	raw string
+	rec *CertificateRecord
+	err error
 }
 
 type rememberedRefusal struct {
@@ -225,7 +245,28 @@ func NewAdmitter(cached, live client.Reader, clk clock.PassiveClock) *Admitter {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Admitter{cached: cached, live: live, clock: clk, refused: lru.New(maxRememberedRefusals), writes: lru.New(maxPendingWrites)}
+	return &Admitter{cached: cached, live: live, clock: clk, refused: lru.New(maxRememberedRefusals), writes: lru.New(maxPendingWrites), records: lru.New(maxParsedRecords)}
+}
+
+// maxParsedRecords bounds the records an Admitter keeps parsed: one per
+// cluster of a large fleet, the least recently admitted forgotten first.
+const maxParsedRecords = 16384
+
+// recordOf is certificateRecordOf for a cached ManagedCluster, parsed once
+// per value of its annotation.
+func (a *Admitter) recordOf(mc *clusterv1.ManagedCluster) (*CertificateRecord, error) {
+	raw, ok := mc.Annotations[CertificatesAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	if v, ok := a.records.Get(mc.Name); ok {
+		if p := v.(parsedRecord); p.raw == raw {
+			return p.rec, p.err
+		}
+	}
+	rec, err := certificateRecordOf(mc)
+	a.records.Add(mc.Name, parsedRecord{raw: raw, rec: rec, err: err})
+	return rec, err
 }
 
 // Wrote tells a that this replica wrote cluster's ManagedCluster (its
@@ -301,8 +342,8 @@ func (a *Admitter) Admit(ctx context.Context, spoke identity.Spoke) error {
 			}
 			break
 		}
-		decision := Admission(cachedMC, spoke, now)
-		if decision == nil || isCacheOnly(ctx) || !mayBeNewerThan(cachedMC, spoke) {
+		decision := admission(cachedMC, a.recordOf, spoke, now)
+		if decision == nil || isCacheOnly(ctx) || !mayBeNewerThan(cachedMC, a.recordOf, spoke) {
 			return decision
 		}
 	case isCacheOnly(ctx):
@@ -335,7 +376,7 @@ const certificateBackdating = 5*time.Minute + time.Second
 // was not issued before what the cache shows (a later registration's
 // certificates are issued after the ManagedCluster was created; a later
 // Join's or Renew's, not before the last Join the record holds).
-func mayBeNewerThan(mc *clusterv1.ManagedCluster, spoke identity.Spoke) bool {
+func mayBeNewerThan(mc *clusterv1.ManagedCluster, recordOf func(*clusterv1.ManagedCluster) (*CertificateRecord, error), spoke identity.Spoke) bool {
 	if mc == nil || !mc.DeletionTimestamp.IsZero() {
 		return true
 	}
@@ -353,7 +394,7 @@ func mayBeNewerThan(mc *clusterv1.ManagedCluster, spoke identity.Spoke) bool {
 		// the spoke retries.
 		return false
 	}
-	rec, err := certificateRecordOf(mc)
+	rec, err := recordOf(mc)
 	if err != nil || rec == nil {
 		return err == nil
 	}
