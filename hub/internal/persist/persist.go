@@ -657,8 +657,17 @@ func (p *Persister) renew(ctx context.Context, name string) error {
 		return err
 	}
 	got, err := p.availableInCache(ctx, name)
+	if apierrors.IsNotFound(err) {
+		// Its inventory was deleted (by hand, or by the garbage collector
+		// after a re-registration) while nothing changed in the store: a
+		// renewal alone would leave it missing until the spoke's next
+		// change, and the other replicas would take an idle spoke for
+		// gone. Write it again.
+		p.state(name).last = nil
+		return p.sync(ctx, name)
+	}
 	if err != nil {
-		return client.IgnoreNotFound(err)
+		return err
 	}
 	want := metav1.ConditionTrue
 	if c.State != store.StateAvailable {

@@ -34,39 +34,7 @@ func TestRenewalCostDoesNotGrowWithTheInventory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an API server")
 	}
-	log.SetLogger(logr.Discard())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	scheme, err := schemes.Hub()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := framework.Start(ctx, framework.Options{Scheme: scheme, CRDs: framework.HubCRDs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	// The hub's client: reads from the manager's cache, writes to the API.
-	informers, err := cache.New(env.Config, cache.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cacheDone := make(chan error, 1)
-	go func() { cacheDone <- informers.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-cacheDone; err != nil {
-			t.Error(err)
-		}
-	})
-	c, err := client.New(env.Config, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: informers}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, env, informers, c := startHubAPI(t)
 
 	start := time.Now()
 	clk := clocktesting.NewFakePassiveClock(start)
@@ -157,5 +125,116 @@ func TestRenewalCostDoesNotGrowWithTheInventory(t *testing.T) {
 	}
 	if inv.Status.Generation != 2 {
 		t.Errorf("inventory of large after a change: generation %d, want 2", inv.Status.Generation)
+	}
+}
+
+// startHubAPI starts an API server with the hub's CRDs and returns a
+// context ended when the test is, the environment, and the hub's client: it
+// reads from its own informers' cache and writes to the API server. All of
+// it stops when the test ends.
+func startHubAPI(t *testing.T) (context.Context, *framework.Environment, cache.Cache, client.Client) {
+	t.Helper()
+	log.SetLogger(logr.Discard())
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	scheme, err := schemes.Hub()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := framework.Start(ctx, framework.Options{Scheme: scheme, CRDs: framework.HubCRDs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	// The hub's client: reads from the manager's cache, writes to the API.
+	informers, err := cache.New(env.Config, cache.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cacheDone := make(chan error, 1)
+	go func() { cacheDone <- informers.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-cacheDone; err != nil {
+			t.Error(err)
+		}
+	})
+	c, err := client.New(env.Config, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: informers}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return ctx, env, informers, c
+}
+
+// An idle spoke streaming here (only heartbeats, nothing changed in the
+// store) whose ClusterInventory is deleted — by hand, or by the garbage
+// collector after a re-registration — gets it written again at the next
+// periodic look, not only at its next change: the other replicas read the
+// inventory to know the cluster is live.
+func TestDeletedInventoryOfAnIdleStreamingClusterIsWrittenAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an API server")
+	}
+	ctx, env, informers, c := startHubAPI(t)
+	const name = "idle"
+	if err := env.Client.Create(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	clk := clocktesting.NewFakePassiveClock(start)
+	st := store.New(clk, 40*time.Second)
+	st.SetReplica("hub-a")
+	p := New(c, st, Options{Reader: env.Client, Clock: clk, Log: logr.Discard()})
+	st.Connect(name, &federationv1.Hello{ClusterName: name, Epoch: 1})
+	st.ApplySnapshot(name, 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{gpuMachine(2)}})
+
+	key := client.ObjectKey{Namespace: name, Name: InventoryName(name)}
+	cached := func(want bool) error {
+		return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			err := informers.Get(ctx, key, &imperatorv1alpha1.ClusterInventory{})
+			return (err == nil) == want, client.IgnoreNotFound(err)
+		})
+	}
+	// The first write, through Reconcile as the persister's workers run it
+	// (once the cache holds the ManagedCluster).
+	var reconcileErr error
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, reconcileErr = p.Reconcile(ctx, store.Request(name))
+		return reconcileErr == nil && informers.Get(ctx, key, &imperatorv1alpha1.ClusterInventory{}) == nil, nil
+	}); err != nil {
+		t.Fatalf("writing the inventory: %v (last: %v)", err, reconcileErr)
+	}
+	inv := &imperatorv1alpha1.ClusterInventory{}
+	if err := env.Client.Get(ctx, key, inv); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, inv); err != nil {
+		t.Fatal(err)
+	}
+	if err := cached(false); err != nil {
+		t.Fatalf("cache seeing the deletion: %v", err)
+	}
+	// Periodic looks past the write interval: only heartbeats arrived.
+	for look := 1; look <= 3; look++ {
+		clk.SetTime(start.Add(time.Duration(look) * RenewInterval(st.GracePeriod())))
+		st.Heartbeat(name, 1, &federationv1.Heartbeat{})
+		if _, err := p.Reconcile(ctx, store.Request(name)); err != nil {
+			t.Fatalf("look %d: %v", look, err)
+		}
+	}
+	got := &imperatorv1alpha1.ClusterInventory{}
+	if err := env.Client.Get(ctx, key, got); err != nil {
+		t.Fatalf("the deleted inventory of an idle streaming cluster was not written again by three periodic looks: %v", err)
+	}
+	if len(got.Status.Machines) != 1 {
+		t.Errorf("the inventory written again holds %d Machines, want the spoke's 1", len(got.Status.Machines))
 	}
 }
