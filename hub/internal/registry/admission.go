@@ -195,8 +195,9 @@ var ErrCacheBehindWrite = errors.New("the hub's cache does not show its latest w
 //     write: within its watch lag, which nothing this replica does can
 //     shorten;
 //   - a Report stream already open is admitted again at each message it
-//     sends, not when the ManagedCluster changes: a silent one stays open,
-//     unable to change anything, until its cluster's new stream opens on
+//     sends and before each hold request sent on it, not when the
+//     ManagedCluster changes: a silent one stays open, unable to change
+//     anything or learn of a hold, until its cluster's new stream opens on
 //     the same replica (which replaces it) or its connection reaches
 //     --max-connection-age. Deleting
 //     the ManagedCluster ends it at once.

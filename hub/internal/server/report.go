@@ -24,7 +24,8 @@ const helloTimeout = 30 * time.Second
 // replaces it.
 type session struct {
 	id uint64
-	// ended is closed when the hub ends the stream; reason says why.
+	// ended is closed when the stream ends, by the hub (reason says why)
+	// or by the spoke: a hold request waiting for its answer learns at once.
 	ended  chan struct{}
 	reason error
 	// deregistered is set when the cluster's ManagedCluster was deleted.
@@ -141,6 +142,15 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 				return err
 			}
 		case out := <-sess.outbox:
+			// A hold request names the hold, its units and namespaces: it
+			// goes only to a certificate the hub still admits, not to a
+			// stream of one retired while it stayed silent.
+			if err := s.revokedDuring(ctx); err != nil {
+				return err
+			}
+			if err := s.admit(ctx, spoke); err != nil {
+				return err
+			}
 			s.metrics.streamMessages.WithLabelValues("sent", "hold_request").Inc()
 			if err := stream.Send(out); err != nil {
 				return err
@@ -348,8 +358,11 @@ func (s *Server) closeSession(cluster string, sess *session) {
 	cur, ok := s.sessions[cluster]
 	current := ok && cur.id == sess.id
 	if current {
+		// Still in the map, so nobody closed ended (endSession and a
+		// replacing openSession close it as they take it out).
 		delete(s.sessions, cluster)
 		s.metrics.connectedSpokes.Dec()
+		close(sess.ended)
 	}
 	deregistered := sess.deregistered
 	s.mu.Unlock()

@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
@@ -262,6 +264,52 @@ func TestConnectedSpokeOfAnEarlierRegistrationIsRefusedAtItsNextHeartbeat(t *tes
 		t.Errorf("stream ended with %v, want a message about an earlier registration", err)
 	}
 	wantRefusal(t, err, "a", registry.RefusedEarlierRegistration)
+}
+
+func TestHoldRequestIsNotSentToASilentStreamOfAnEarlierRegistration(t *testing.T) {
+	h := startTestHub(t)
+	fed := h.client(t, h.certificate(t, "a", identity.SpokeOrganization))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := fed.Report(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withHolds := hello("a", 1)
+	withHolds.GetHello().Capabilities = []string{HoldCapability}
+	for _, m := range []*federationv1.SpokeMessage{withHolds, snapshotMsg(1)} {
+		if err := stream.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatalf("waiting for the ack: %v", err)
+	}
+	// Registered again while the stream stays silent: its certificate is
+	// of the earlier registration.
+	h.mu.Lock()
+	h.registeredAgain["a"] = true
+	h.mu.Unlock()
+	holdCtx, holdCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer holdCancel()
+	held := make(chan error, 1)
+	go func() {
+		_, err := h.server.RequestHold(holdCtx, "a", &federationv1.HoldRequest{Name: "team-x", Count: 2})
+		held <- err
+	}()
+	msg, err := stream.Recv()
+	if msg.GetHoldRequest() != nil {
+		t.Fatalf("the hold request went to a certificate of an earlier registration: %v", msg)
+	}
+	wantRefusal(t, err, "a", registry.RefusedEarlierRegistration)
+	select {
+	case err := <-held:
+		if !errors.Is(err, ErrStreamEnded) {
+			t.Errorf("RequestHold = %v, want %v", err, ErrStreamEnded)
+		}
+	case <-holdCtx.Done():
+		t.Error("RequestHold waited for an answer from a stream that had ended")
+	}
 }
 
 func TestHealthWithoutClientCertificate(t *testing.T) {
