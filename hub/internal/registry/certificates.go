@@ -84,15 +84,9 @@ func certificateRecordOf(mc *clusterv1.ManagedCluster) (*CertificateRecord, erro
 	return &rec, nil
 }
 
-// certificateAdmission refuses spoke's certificate when the record of mc
+// recordAdmission refuses spoke's certificate when rec, the certificate
+// record of its registration's ManagedCluster (err: it could not be read),
 // retires it; see CertificateRecord.
-func certificateAdmission(mc *clusterv1.ManagedCluster, spoke identity.Spoke, now time.Time) error {
-	rec, err := certificateRecordOf(mc)
-	return recordAdmission(rec, err, spoke, now)
-}
-
-// recordAdmission is certificateAdmission for the record rec read from the
-// ManagedCluster (err: it could not be read).
 func recordAdmission(rec *CertificateRecord, err error, spoke identity.Spoke, now time.Time) error {
 	if err != nil {
 		// Fail closed: an unreadable record admits nobody, and the next

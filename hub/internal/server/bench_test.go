@@ -4,13 +4,13 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/imperator-federation/imperator/internal/identity"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+	"github.com/imperator-federation/imperator/test/util/harness"
 	"github.com/imperator-federation/imperator/test/util/loadgen"
 )
 
@@ -133,15 +133,9 @@ func cpuTime() time.Duration {
 
 // rssBytes is the process's resident set size from /proc (0 elsewhere).
 func rssBytes() int64 {
-	data, err := os.ReadFile("/proc/self/status")
+	rss, _, err := harness.ProcessMemory(os.Getpid())
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	return rss
 }

@@ -21,20 +21,7 @@ var _ = Describe("Two Machines of one group", func() {
 	It("lets guests through only by the Machine that owns the group's reservations; the other reports ReservationConflict and takes over once the first is deleted", func(ctx context.Context) {
 		guests := createGuestNamespace(ctx, injectionEnabled)
 		// gateStates maps each guest to Running, SchedulingGated or its phase.
-		gateStates := func(g Gomega) map[string]string {
-			out := map[string]string{}
-			for _, p := range podsOf(ctx, g, guests, nil) {
-				switch {
-				case running(&p):
-					out[p.Name] = "Running"
-				case schedulingGated(&p):
-					out[p.Name] = "SchedulingGated"
-				default:
-					out[p.Name] = string(p.Status.Phase)
-				}
-			}
-			return out
-		}
+		gateStates := podStates(ctx, guests)
 		// controllerOf names the Machine controlling compute-small's
 		// reservation StatefulSet.
 		controllerOf := func(g Gomega) string {

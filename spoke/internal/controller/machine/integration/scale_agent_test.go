@@ -2,7 +2,6 @@ package machine_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -30,6 +28,10 @@ import (
 // scaleAgentUser is the user of the agent's client certificate: the API
 // server's audit log records this user's writes, and nobody else's.
 const scaleAgentUser = "imperator-agent"
+
+// scaleLeaderLease is the agent's leader election Lease (--leader-election-id,
+// given explicitly): its renewals are not the controllers' writes.
+const scaleLeaderLease = "imperator-spoke-agent"
 
 // scaleAgent is BenchmarkSpokeAtScale's spoke agent: the spoke binary run as
 // its own process, with the flags deploy/spoke gives it (leader election,
@@ -94,6 +96,7 @@ func startScaleAgent(ctx context.Context, cluster *harness.Cluster, bin, namespa
 	webhookPort, healthPort, metricsPort := strconv.Itoa(ports[0]), strconv.Itoa(ports[1]), strconv.Itoa(ports[2])
 	args := []string{
 		"--leader-elect=true",
+		"--leader-election-id", scaleLeaderLease,
 		"--namespace", namespace,
 		"--webhook-bind-address", "127.0.0.1",
 		"--webhook-port", webhookPort,
@@ -170,34 +173,8 @@ func (a *scaleAgent) memory() (rss, hwm float64, err error) {
 	if !a.proc.Running() {
 		return 0, 0, fmt.Errorf("the agent exited:\n%s", a.proc.Tail(30))
 	}
-	return procMemoryMiB(a.proc.Pid())
-}
-
-// procMemoryMiB reads VmRSS and VmHWM of process pid in MiB.
-func procMemoryMiB(pid int) (rss, hwm float64, err error) {
-	path := "/proc/" + strconv.Itoa(pid) + "/status"
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, 0, err
-	}
-	fields := map[string]*float64{"VmRSS:": &rss, "VmHWM:": &hwm}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		for prefix, into := range fields {
-			if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
-				kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-				if err != nil {
-					return 0, 0, fmt.Errorf("%s: %s: %w", path, prefix, err)
-				}
-				*into = kb / 1024
-				delete(fields, prefix)
-			}
-		}
-	}
-	if len(fields) > 0 {
-		return 0, 0, fmt.Errorf("%s: no VmRSS or VmHWM", path)
-	}
-	return rss, hwm, nil
+	rssBytes, hwmBytes, err := harness.ProcessMemory(a.proc.Pid())
+	return float64(rssBytes) / (1 << 20), float64(hwmBytes) / (1 << 20), err
 }
 
 // metrics scrapes the agent's /metrics.
@@ -226,7 +203,8 @@ func (a *scaleAgent) metrics(ctx context.Context) (map[string]*dto.MetricFamily,
 }
 
 // writes counts the writes the API server has completed for the agent so
-// far, by resource (from its audit log).
+// far, by resource (from its audit log); the renewals of its leader
+// election Lease count apart, as "leader-lease".
 func (a *scaleAgent) writes() (map[string]int, error) {
 	f, err := os.Open(a.auditLog)
 	if errors.Is(err, os.ErrNotExist) {
@@ -248,6 +226,7 @@ func (a *scaleAgent) writes() (map[string]int, error) {
 			ObjectRef struct {
 				Resource    string `json:"resource"`
 				Subresource string `json:"subresource"`
+				Name        string `json:"name"`
 			} `json:"objectRef"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &event); err != nil {
@@ -257,6 +236,9 @@ func (a *scaleAgent) writes() (map[string]int, error) {
 			continue
 		}
 		resource := event.ObjectRef.Resource
+		if resource == "leases" && event.ObjectRef.Name == scaleLeaderLease {
+			resource = "leader-lease"
+		}
 		if event.ObjectRef.Subresource != "" {
 			resource += "/" + event.ObjectRef.Subresource
 		}
