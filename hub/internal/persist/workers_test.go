@@ -10,17 +10,12 @@ import (
 	"github.com/go-logr/logr"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	clienttesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/hub/internal/store"
@@ -33,25 +28,27 @@ import (
 // loses an optimistic lock to another of this replica) nor loses the last
 // change of any cluster.
 func TestClustersWrittenAtOnceAreEachPersistedAndTheShutdownFlushLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an API server")
+	}
 	const clusters = 40
-	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, imperatorv1alpha1.AddToScheme, clusterv1.Install} {
-		if err := add(scheme); err != nil {
+	ctx, env, _, _ := startHubAPI(t)
+	// Read and written directly, without a cache: what is checked is the
+	// workers and the flush, not the cache's lag.
+	c := env.Client
+	names := make([]string, clusters)
+	for i := range names {
+		names[i] = fmt.Sprintf("c%02d", i)
+		// Registration makes the ManagedCluster and the cluster's namespace.
+		if err := c.Create(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: names[i]}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names[i]}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	names := make([]string, clusters)
-	objs := make([]client.Object, clusters)
-	for i := range names {
-		names[i] = fmt.Sprintf("c%02d", i)
-		objs[i] = &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: names[i], UID: types.UID("uid-" + names[i])}}
-	}
-	tracker := clienttesting.NewObjectTracker(scheme, serializer.NewCodecFactory(scheme).UniversalDecoder())
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjectTracker(tracker).WithObjects(objs...).
-		WithStatusSubresource(&imperatorv1alpha1.ClusterInventory{}, &clusterv1.ManagedCluster{}).Build()
 
-	start := time.Unix(10_000, 0)
+	start := time.Now()
 	clk := clocktesting.NewFakePassiveClock(start)
 	st := store.New(clk, 40*time.Second)
 	st.SetReplica("hub-a")
@@ -114,7 +111,7 @@ func TestClustersWrittenAtOnceAreEachPersistedAndTheShutdownFlushLosesNothing(t 
 	for _, name := range names {
 		st.ApplySnapshot(name, 1, snapshot(2))
 	}
-	stop, cancel := context.WithCancel(ctx)
+	stop, cancel := context.WithCancel(context.Background())
 	cancel()
 	var flushErr error
 	var flushed sync.WaitGroup
