@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/hub/internal/registry"
 	"github.com/imperator-federation/imperator/hub/internal/store"
 )
 
@@ -107,6 +108,15 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 				},
 			}
 			err = p.client.Create(ctx, lease)
+			if apierrors.IsNotFound(err) {
+				// The cluster's namespace is missing (deleted by hand):
+				// registration made it, and the Lease and the inventory
+				// live in it.
+				if err := registry.EnsureNamespace(ctx, p.client, c.Name); err != nil {
+					return false, err
+				}
+				err = p.client.Create(ctx, lease)
+			}
 			if err == nil {
 				state.lease = lease
 				return false, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -236,5 +237,38 @@ func TestDeletedInventoryOfAnIdleStreamingClusterIsWrittenAgain(t *testing.T) {
 	}
 	if len(got.Status.Machines) != 1 {
 		t.Errorf("the inventory written again holds %d Machines, want the spoke's 1", len(got.Status.Machines))
+	}
+}
+
+// A cluster whose namespace is missing (registration makes it; someone
+// deleted it since) gets it made again, with its Lease and inventory, at
+// its first write: the Lease, written first, would otherwise fail forever.
+func TestClusterWithoutItsNamespaceGetsItBackAtItsFirstWrite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an API server")
+	}
+	ctx, env, _, _ := startHubAPI(t)
+	const name = "no-namespace"
+	if err := env.Client.Create(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	st := store.New(clocktesting.NewFakePassiveClock(start), 40*time.Second)
+	st.SetReplica("hub-a")
+	p := New(env.Client, st, Options{Clock: clocktesting.NewFakePassiveClock(start), Log: logr.Discard()})
+	st.Connect(name, &federationv1.Hello{ClusterName: name, Epoch: 1})
+	st.ApplySnapshot(name, 1, &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.New(start), Machines: []*federationv1.Machine{gpuMachine(2)}})
+	if _, err := p.Reconcile(ctx, store.Request(name)); err != nil {
+		t.Fatalf("writing a cluster without its namespace: %v", err)
+	}
+	inv := &imperatorv1alpha1.ClusterInventory{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: name, Name: InventoryName(name)}, inv); err != nil {
+		t.Fatalf("inventory: %v", err)
+	}
+	if len(inv.Status.Machines) != 1 {
+		t.Errorf("inventory holds %d Machines, want 1", len(inv.Status.Machines))
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: name, Name: LeaseName}, &coordinationv1.Lease{}); err != nil {
+		t.Errorf("Lease: %v", err)
 	}
 }
