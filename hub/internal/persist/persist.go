@@ -181,12 +181,18 @@ type changeCount struct {
 func (p *Persister) changed(cluster string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.changeCountLocked(cluster).changes++
+}
+
+// changeCountLocked is cluster's changeCount, made when it has none; p.mu
+// is held.
+func (p *Persister) changeCountLocked(cluster string) *changeCount {
 	c, ok := p.changes[cluster]
 	if !ok {
 		c = &changeCount{}
 		p.changes[cluster] = c
 	}
-	c.changes++
+	return c
 }
 
 // clean reports whether nothing changed in cluster since its last
@@ -194,11 +200,7 @@ func (p *Persister) changed(cluster string) {
 func (p *Persister) clean(cluster string) (*changeCount, uint64, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	c, ok := p.changes[cluster]
-	if !ok {
-		c = &changeCount{}
-		p.changes[cluster] = c
-	}
+	c := p.changeCountLocked(cluster)
 	return c, c.changes, c.ok && c.synced == c.changes
 }
 

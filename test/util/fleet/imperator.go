@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/imperator-federation/imperator/test/util/harness"
 	"github.com/imperator-federation/imperator/test/util/repo"
@@ -370,23 +368,5 @@ func (f *Fleet) stopImperator() error {
 
 // waitReady polls the process's /readyz until it answers 200.
 func waitReady(ctx context.Context, p *harness.Process, healthPort int) error {
-	client := &http.Client{Timeout: 2 * time.Second}
-	url := "http://127.0.0.1:" + strconv.Itoa(healthPort) + "/readyz"
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	return wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		if !p.Running() {
-			return false, fmt.Errorf("%s exited", p.Name())
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return false, nil
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
+	return p.WaitReady(ctx, "http://127.0.0.1:"+strconv.Itoa(healthPort)+"/readyz", startTimeout)
 }

@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // stopGrace is how long a process has to exit after SIGTERM before SIGKILL.
@@ -161,4 +164,26 @@ func waitFor(ctx context.Context, what string, interval time.Duration, procs []*
 		case <-ticker.C:
 		}
 	}
+}
+
+// WaitReady polls url (a health endpoint of the process, on 127.0.0.1)
+// until it answers 200, for at most timeout; it fails at once if the
+// process exits.
+func (p *Process) WaitReady(ctx context.Context, url string, timeout time.Duration) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if !p.Running() {
+			return false, fmt.Errorf("%s exited", p.Name())
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
 }

@@ -17,7 +17,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -137,23 +136,7 @@ func writeAgentKubeconfig(cluster *harness.Cluster) (string, error) {
 // waitReady polls url until it answers 200, for two minutes at most; it
 // fails at once, with the end of the agent's log, if the agent exits.
 func (a *scaleAgent) waitReady(ctx context.Context, url string) error {
-	client := &http.Client{Timeout: 2 * time.Second}
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if !a.proc.Running() {
-			return false, errors.New("the agent exited")
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return false, nil
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
-	if err != nil {
+	if err := a.proc.WaitReady(ctx, url, 2*time.Minute); err != nil {
 		return fmt.Errorf("waiting for the agent to be ready: %w\n%s", err, a.proc.Tail(30))
 	}
 	return nil
