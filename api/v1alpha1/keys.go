@@ -57,9 +57,20 @@ const (
 	// namespace. See deploy/spoke/policy/pool-guests-only.yaml.
 	NodeAgentsKey     = Prefix + "node-agents"
 	NodeAgentsAllowed = "allowed"
-	// HoldKey labels a guest that claims a unit of a CapacityHold: its value
-	// is the hold's name.
+	// HoldKey labels a guest that asks for a unit of a CapacityHold: its
+	// value is the hold's name. The name alone claims nothing (hold names
+	// are no secret): the Pod Resource Injector looks the hold up when the
+	// guest is created and stamps its UID in HoldUIDAnnotation.
 	HoldKey = Prefix + "hold"
+	// HoldUIDAnnotation is the UID of the CapacityHold a guest claims,
+	// stamped by the Pod Resource Injector when it admits a guest that names
+	// an existing hold of its machine group and type whose namespaces allow
+	// the guest's (by HoldKey, or as a ProvisioningRequest consumer). Only a
+	// guest carrying the UID of a hold claims it, so guests created before
+	// the hold, or before a hold of the same name was created again, never
+	// do. The injector overwrites or removes any value a user sets, and only
+	// the agent may change it afterwards (deploy/spoke/policy).
+	HoldUIDAnnotation = Prefix + "hold-uid"
 )
 
 // PodRole is the value of PodRoleKey.
