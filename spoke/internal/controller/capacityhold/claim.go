@@ -5,22 +5,28 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 )
 
-// ClaimOf returns the name of the hold a guest quotes: its
-// imperator.tenzen-y.io/hold label, else, for a ProvisioningRequest consumer
-// of the class imperator.tenzen-y.io/capacity-hold, the request it consumes.
-// It returns "" for a guest that quotes none.
-func ClaimOf(pod *corev1.Pod) string {
-	if name := pod.Labels[imperatorv1alpha1.HoldKey]; name != "" {
-		return name
-	}
-	if pod.Annotations[imperatorv1alpha1.ProvisioningClassNameAnnotation] == imperatorv1alpha1.CapacityHoldProvisioningClass {
-		return pod.Annotations[imperatorv1alpha1.ConsumeProvisioningRequestAnnotation]
-	}
-	return ""
+// ClaimOf returns the UID of the hold a guest claims: its
+// imperator.tenzen-y.io/hold-uid annotation, which only the Pod Resource
+// Injector sets (at the guest's creation, from the hold it named, when that
+// hold existed) and only the agent may change afterwards. It returns "" for a
+// guest that claims none, whatever name it quotes: a guest created before
+// its hold, or before a hold of the same name was created again, carries no
+// UID of that hold and so is an ordinary guest.
+func ClaimOf(pod *corev1.Pod) types.UID {
+	return types.UID(pod.Annotations[imperatorv1alpha1.HoldUIDAnnotation])
+}
+
+// Claims tells whether pod claims hold: it carries the hold's UID and the
+// hold allows its namespace. The caller checks the hold's phase, machine
+// group and type.
+func Claims(hold *imperatorv1alpha1.CapacityHold, pod *corev1.Pod) bool {
+	uid := ClaimOf(pod)
+	return uid != "" && uid == hold.UID && Allows(hold, pod.Namespace)
 }
 
 // Allows tells whether guests of namespace may claim the hold: every

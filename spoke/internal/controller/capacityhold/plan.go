@@ -62,7 +62,7 @@ type TypeInput struct {
 	// Holds are the holds of the Machine's group and this type, any order.
 	Holds []*imperatorv1alpha1.CapacityHold
 	// Holding are the guests that hold a unit (bound, granted or leaving);
-	// only those that quote a hold matter.
+	// only those that claim a hold (ClaimOf) matter.
 	Holding []*corev1.Pod
 	// Gated are the guests at the slot gate.
 	Gated []*corev1.Pod
@@ -117,18 +117,25 @@ func PlanType(in TypeInput) TypePlan {
 	slices.SortFunc(holds, Order)
 	plan := TypePlan{HoldFree: map[string]int32{}, Claims: map[types.UID]string{}}
 
-	byName := make(map[string]*imperatorv1alpha1.CapacityHold, len(holds))
+	byUID := make(map[types.UID]*imperatorv1alpha1.CapacityHold, len(holds))
 	for _, h := range holds {
-		byName[h.Name] = h
+		byUID[h.UID] = h
+	}
+	// claimed is the hold of this type a guest claims (its UID, a namespace
+	// the hold allows), else nil.
+	claimed := func(pod *corev1.Pod) *imperatorv1alpha1.CapacityHold {
+		if h := byUID[ClaimOf(pod)]; h != nil && Claims(h, pod) {
+			return h
+		}
+		return nil
 	}
 	// claimable is the hold a guest may claim if that hold is in one of the
 	// given phases, else nil.
 	claimable := func(pod *corev1.Pod, phases map[string]Phase, want ...Phase) *imperatorv1alpha1.CapacityHold {
-		h := byName[ClaimOf(pod)]
-		if h == nil || !slices.Contains(want, phases[h.Name]) || !Allows(h, pod.Namespace) {
-			return nil
+		if h := claimed(pod); h != nil && slices.Contains(want, phases[h.Name]) {
+			return h
 		}
-		return h
+		return nil
 	}
 
 	phases := make(map[string]Phase, len(holds))
@@ -137,7 +144,7 @@ func PlanType(in TypeInput) TypePlan {
 	}
 	holdingByHold := map[string]int32{}
 	for _, pod := range in.Holding {
-		if h := byName[ClaimOf(pod)]; h != nil && Allows(h, pod.Namespace) {
+		if h := claimed(pod); h != nil {
 			holdingByHold[h.Name]++
 		}
 	}

@@ -53,13 +53,32 @@ func (w *holdWrapper) accepted() *holdWrapper {
 
 func (w *holdWrapper) obj() *imperatorv1alpha1.CapacityHold { return w.DeepCopy() }
 
-// guest is a pod of namespace team-a quoting hold (none when "").
+func (w *holdWrapper) uid(uid types.UID) *holdWrapper {
+	w.UID = uid
+	return w
+}
+
+// guest is a pod of namespace team-a that quotes the hold named hold (none
+// when ""), as a tenant can label any pod, without the UID the injector
+// stamps: it claims nothing.
 func guest(name, hold string) *corev1.Pod {
 	pod := &corev1.Pod{}
 	pod.Namespace, pod.Name, pod.UID = "team-a", name, types.UID("uid-"+name)
 	if hold != "" {
 		pod.Labels = map[string]string{imperatorv1alpha1.HoldKey: hold}
 	}
+	return pod
+}
+
+// claimant is a guest of namespace team-a admitted while the hold named hold
+// existed with the UID makeHold gives it: the injector stamped that UID.
+func claimant(name, hold string) *corev1.Pod {
+	return stamped(guest(name, hold), types.UID("uid-"+hold))
+}
+
+// stamped sets the hold UID the injector stamps on a guest.
+func stamped(pod *corev1.Pod, uid types.UID) *corev1.Pod {
+	pod.Annotations = map[string]string{imperatorv1alpha1.HoldUIDAnnotation: string(uid)}
 	return pod
 }
 
@@ -148,7 +167,7 @@ func TestPlanType(t *testing.T) {
 			in: func(in *TypeInput) {
 				in.Used = 2
 				in.Holds = []*imperatorv1alpha1.CapacityHold{makeHold("train", 2).accepted().obj()}
-				in.Gated = []*corev1.Pod{guest("old", ""), guest("t1", "train")}
+				in.Gated = []*corev1.Pod{guest("old", ""), claimant("t1", "train")}
 			},
 			want: planSummary{
 				Holds:  map[string]holdSummary{"train": {Phase: PhaseActive, Held: 2}},
@@ -159,8 +178,8 @@ func TestPlanType(t *testing.T) {
 			in: func(in *TypeInput) {
 				in.Used = 1
 				in.Holds = []*imperatorv1alpha1.CapacityHold{makeHold("train", 2).accepted().obj()}
-				in.Holding = []*corev1.Pod{guest("t1", "train")}
-				in.Gated = []*corev1.Pod{guest("t2", "train"), guest("t3", "train")}
+				in.Holding = []*corev1.Pod{claimant("t1", "train")}
+				in.Gated = []*corev1.Pod{claimant("t2", "train"), claimant("t3", "train")}
 			},
 			want: planSummary{
 				Holds:  map[string]holdSummary{"train": {Phase: PhaseActive, Held: 1, Claimed: 1}},
@@ -171,7 +190,7 @@ func TestPlanType(t *testing.T) {
 		"a guest in a namespace the hold does not allow, or quoting another hold, is an ordinary guest": {
 			in: func(in *TypeInput) {
 				in.Holds = []*imperatorv1alpha1.CapacityHold{makeHold("train", 1).namespaces("team-b").accepted().obj()}
-				in.Gated = []*corev1.Pod{guest("t1", "train"), guest("t2", "gone")}
+				in.Gated = []*corev1.Pod{claimant("t1", "train"), guest("t2", "gone")}
 			},
 			want: planSummary{
 				Holds:  map[string]holdSummary{"train": {Phase: PhaseActive, Held: 1}},
@@ -198,15 +217,59 @@ func TestPlanType(t *testing.T) {
 				OrdinaryFree: 2, HoldFree: map[string]int32{}, Claims: map[types.UID]string{}, Replicas: 0,
 			},
 		},
-		"guests already holding units count towards the hold that they quote": {
+		"guests admitted with the hold's UID and already holding units count towards it": {
 			in: func(in *TypeInput) {
 				in.Used = 3
-				in.Holding = []*corev1.Pod{guest("t1", "train"), guest("t2", "train")}
+				in.Holding = []*corev1.Pod{claimant("t1", "train"), claimant("t2", "train")}
 				in.Holds = []*imperatorv1alpha1.CapacityHold{makeHold("train", 3).obj()}
 			},
 			want: planSummary{
 				Holds:  map[string]holdSummary{"train": {Phase: PhaseActive, Decided: true, Held: 1, Claimed: 2}},
 				Active: true, OrdinaryFree: 0, HoldFree: map[string]int32{"train": 1}, Claims: map[types.UID]string{}, Held: 1, Replicas: 1,
+			},
+		},
+		"guests labelled with a hold's name that ran before the hold existed are ordinary: the new hold holds every unit and claims none": {
+			in: func(in *TypeInput) {
+				in.Used = 2
+				in.Holding = []*corev1.Pod{guest("s1", "squat"), guest("s2", "squat")}
+				in.Holds = []*imperatorv1alpha1.CapacityHold{makeHold("squat", 2).obj()}
+			},
+			want: planSummary{
+				Holds:  map[string]holdSummary{"squat": {Phase: PhaseActive, Decided: true, Held: 2}},
+				Active: true, OrdinaryFree: 0, HoldFree: map[string]int32{"squat": 2}, Claims: map[types.UID]string{}, Held: 2, Replicas: 2,
+			},
+		},
+		"a waiting guest labelled with the hold's name, without its UID, does not jump the line": {
+			in: func(in *TypeInput) {
+				in.Used = 2
+				in.Holds = []*imperatorv1alpha1.CapacityHold{makeHold("train", 1).accepted().obj()}
+				in.Gated = []*corev1.Pod{guest("old", ""), guest("s1", "train")}
+			},
+			want: planSummary{
+				Holds:  map[string]holdSummary{"train": {Phase: PhaseActive, Held: 1}},
+				Active: true, OrdinaryFree: 1, HoldFree: map[string]int32{"train": 1}, Claims: map[types.UID]string{}, Held: 1, Replicas: 1,
+			},
+		},
+		"guests stamped with the UID of a deleted hold do not claim the hold created again under its name": {
+			in: func(in *TypeInput) {
+				in.Used = 1
+				in.Holding = []*corev1.Pod{stamped(guest("t1", "train"), "uid-train-before")}
+				in.Gated = []*corev1.Pod{stamped(guest("t2", "train"), "uid-train-before")}
+				in.Holds = []*imperatorv1alpha1.CapacityHold{makeHold("train", 2).uid("uid-train-again").obj()}
+			},
+			want: planSummary{
+				Holds:  map[string]holdSummary{"train": {Phase: PhaseActive, Decided: true, Held: 2}},
+				Active: true, OrdinaryFree: 1, HoldFree: map[string]int32{"train": 2}, Claims: map[types.UID]string{}, Held: 2, Replicas: 2,
+			},
+		},
+		"a guest stamped with the UID of a hold of another type claims nothing here": {
+			in: func(in *TypeInput) {
+				in.Holds = []*imperatorv1alpha1.CapacityHold{makeHold("train", 1).accepted().obj()}
+				in.Gated = []*corev1.Pod{stamped(guest("t1", "train"), "uid-other-type")}
+			},
+			want: planSummary{
+				Holds:  map[string]holdSummary{"train": {Phase: PhaseActive, Held: 1}},
+				Active: true, OrdinaryFree: 3, HoldFree: map[string]int32{"train": 1}, Claims: map[types.UID]string{}, Held: 1, Replicas: 3,
 			},
 		},
 		"two holds created in the same second: the lower UID goes first, the other fails on what is left": {
@@ -238,9 +301,9 @@ func TestPlanType(t *testing.T) {
 		"validUntil passed: the unclaimed unit goes back, the claimed one stays with its guest": {
 			in: func(in *TypeInput) {
 				in.Used = 1
-				in.Holding = []*corev1.Pod{guest("t1", "train")}
+				in.Holding = []*corev1.Pod{claimant("t1", "train")}
 				in.Holds = []*imperatorv1alpha1.CapacityHold{makeHold("train", 2).accepted().validUntil(now).obj()}
-				in.Gated = []*corev1.Pod{guest("t2", "train")}
+				in.Gated = []*corev1.Pod{claimant("t2", "train")}
 			},
 			want: planSummary{
 				Holds:        map[string]holdSummary{"train": {Phase: PhaseExpired, Claimed: 1}},
@@ -326,41 +389,34 @@ func TestPlanType(t *testing.T) {
 	}
 }
 
-func TestClaimOf(t *testing.T) {
+func TestClaims(t *testing.T) {
+	train := makeHold("train", 2).obj()
 	cases := map[string]struct {
-		labels, annotations map[string]string
-		want                string
+		hold *imperatorv1alpha1.CapacityHold
+		pod  *corev1.Pod
+		want bool
 	}{
-		"the hold label": {labels: map[string]string{imperatorv1alpha1.HoldKey: "train"}, want: "train"},
-		"no claim":       {want: ""},
-		"a ProvisioningRequest consumer of the capacity-hold class": {
-			annotations: map[string]string{
+		"a guest the injector stamped with the hold's UID claims it":             {hold: train, pod: claimant("t1", "train"), want: true},
+		"a guest labelled with the hold's name, without its UID, claims nothing": {hold: train, pod: guest("t1", "train")},
+		"a ProvisioningRequest consumer without the UID claims nothing": {hold: train, pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "team-a", Annotations: map[string]string{
 				imperatorv1alpha1.ConsumeProvisioningRequestAnnotation: "train",
 				imperatorv1alpha1.ProvisioningClassNameAnnotation:      imperatorv1alpha1.CapacityHoldProvisioningClass,
-			},
-			want: "train",
-		},
-		"a ProvisioningRequest consumer of another class claims nothing": {
-			annotations: map[string]string{
+			}}}},
+		"a ProvisioningRequest consumer stamped with the hold's UID claims it": {hold: train, pod: stamped(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "team-a", Annotations: map[string]string{
 				imperatorv1alpha1.ConsumeProvisioningRequestAnnotation: "train",
-				imperatorv1alpha1.ProvisioningClassNameAnnotation:      "check-capacity.autoscaling.x-k8s.io",
-			},
-			want: "",
-		},
-		"the label wins over the annotation": {
-			labels: map[string]string{imperatorv1alpha1.HoldKey: "a"},
-			annotations: map[string]string{
-				imperatorv1alpha1.ConsumeProvisioningRequestAnnotation: "b",
 				imperatorv1alpha1.ProvisioningClassNameAnnotation:      imperatorv1alpha1.CapacityHoldProvisioningClass,
-			},
-			want: "a",
-		},
+			}}}, "uid-train"), want: true},
+		"the UID of a deleted hold of the same name does not claim the hold made again": {
+			hold: makeHold("train", 2).uid("uid-train-again").obj(), pod: claimant("t1", "train")},
+		"the UID, in a namespace the hold does not allow":      {hold: makeHold("train", 2).namespaces("team-b").obj(), pod: claimant("t1", "train")},
+		"an empty UID claims nothing, even a hold without one": {hold: makeHold("train", 2).uid("").obj(), pod: stamped(guest("t1", "train"), "")},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: tc.labels, Annotations: tc.annotations}}
-			if got := ClaimOf(pod); got != tc.want {
-				t.Errorf("ClaimOf = %q, want %q", got, tc.want)
+			if got := Claims(tc.hold, tc.pod); got != tc.want {
+				t.Errorf("Claims = %v, want %v", got, tc.want)
 			}
 		})
 	}
