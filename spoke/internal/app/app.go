@@ -316,7 +316,7 @@ func controllers(ctx context.Context, cfg config.Config, scheme *runtime.Scheme,
 		}
 		return errors.Join(
 			nodepool.SetupWithManager(mc),
-			capacityhold.SetupWithManager(mc),
+			capacityhold.SetupWithManager(mc, capacityhold.WithRetention(cfg.HoldRetention)),
 			machine.SetupWithManager(mc, machine.Options{
 				Namespace:         cfg.Namespace,
 				Image:             cfg.Reservation.Image,

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/imperator-federation/imperator/internal/configflag"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
 )
 
 // Config is everything the agent can be told.
@@ -35,6 +36,13 @@ type Config struct {
 	// serves the webhooks.
 	LeaderElection   bool
 	LeaderElectionID string
+
+	// HoldRetention is how long a CapacityHold whose booking ended (Failed,
+	// or Expired at validUntil) stays before the agent deletes it: long
+	// enough to read why with kubectl, and then its name is free again.
+	// Default: capacityhold.DefaultRetention (1h, the API server's default
+	// event TTL, so the hold goes with the events that explain it).
+	HoldRetention time.Duration
 
 	Webhook     Webhook
 	Reservation Reservation
@@ -150,6 +158,7 @@ func Default() Config {
 		HealthAddr:       ":8081",
 		LeaderElection:   true,
 		LeaderElectionID: "imperator-spoke-agent",
+		HoldRetention:    capacityhold.DefaultRetention,
 		Webhook: Webhook{
 			Port:                    9443,
 			ServiceName:             "imperator-webhook",
@@ -193,6 +202,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Webhook.ValidatingConfiguration, "validating-webhook-configuration", c.Webhook.ValidatingConfiguration, "ValidatingWebhookConfiguration that gets the CA bundle.")
 	fs.DurationVar(&c.Webhook.CAValidity, "webhook-ca-validity", c.Webhook.CAValidity, "Lifetime of the webhook CA the agent issues (0: 10 years); it rolls over with a third left, old and new CA both trusted meanwhile.")
 	fs.DurationVar(&c.Webhook.CertValidity, "webhook-cert-validity", c.Webhook.CertValidity, "Lifetime of the webhook serving certificate the agent issues (0: 1 year); renewed with a third left.")
+	fs.DurationVar(&c.HoldRetention, "hold-retention", c.HoldRetention, "How long a CapacityHold whose booking ended (Failed, or Expired at validUntil) is kept before the agent deletes it; at least "+capacityhold.MinRetention.String()+".")
 	fs.StringVar(&c.Reservation.Image, "reservation-image", c.Reservation.Image, "Image of the reservation placeholder container.")
 	fs.StringVar(&c.Reservation.PriorityClassName, "reservation-priority-class", c.Reservation.PriorityClassName, "PriorityClass of reservation pods (deploy/spoke ships it; the agent only reads it).")
 	fs.StringVar(&c.Hub.Address, "hub-address", c.Hub.Address, "host:port of the hub; empty runs the agent stand-alone.")
@@ -255,6 +265,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Webhook.Port < 1 || c.Webhook.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--webhook-port %d: must be between 1 and 65535", c.Webhook.Port))
+	}
+	if c.HoldRetention < capacityhold.MinRetention {
+		errs = append(errs, fmt.Errorf("--hold-retention %s: must be at least %s, so that the hub's hold request still finds a failed hold to say why", c.HoldRetention, capacityhold.MinRetention))
 	}
 	if c.Reservation.Image == "" {
 		errs = append(errs, errors.New("--reservation-image: must not be empty"))

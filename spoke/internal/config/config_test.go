@@ -4,6 +4,7 @@ import (
 	"flag"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -14,6 +15,9 @@ func TestDefaultsNeedNoFlags(t *testing.T) {
 	c.Complete()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("default configuration is invalid: %v", err)
+	}
+	if c.HoldRetention != time.Hour {
+		t.Errorf("default --hold-retention = %s, want the 1h the flag's documentation gives", c.HoldRetention)
 	}
 	want := []string{"imperator-webhook.imperator-system.svc", "imperator-webhook.imperator-system.svc.cluster.local"}
 	if diff := cmp.Diff(want, c.Webhook.Hosts); diff != "" {
@@ -84,6 +88,10 @@ func TestValidateNamesTheFlag(t *testing.T) {
 			args:     []string{"--hub-address=hub:1", "--cluster-name=a", "--hub-ca-file=x", "--api-server-stale-after=500ms"},
 			wantErrs: []string{"--api-server-stale-after"},
 		},
+		"hold retention shorter than the hub's wait for a hold's verdict": {
+			args: []string{"--hold-retention=30s"}, wantErrs: []string{"--hold-retention"},
+		},
+		"hold retention of a day": {args: []string{"--hold-retention=24h"}},
 		// The Secret the agent would manage itself does not matter when
 		// cert-manager issues the certificate.
 		"cert-manager certificate ignores the cert secret": {
