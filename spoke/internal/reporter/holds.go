@@ -87,8 +87,27 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 	}
 	hold := &imperatorv1alpha1.CapacityHold{}
 	err := h.client.Get(ctx, client.ObjectKey{Name: req.GetName()}, hold)
-	switch {
-	case apierrors.IsNotFound(err):
+	if err != nil && !apierrors.IsNotFound(err) {
+		return refuse(holdReasonAPIError, "reading CapacityHold %q: %v", req.GetName(), err)
+	}
+	var existing *imperatorv1alpha1.CapacityHold
+	if err == nil {
+		existing = hold
+	}
+	switch useOfName(existing, req, h.now()) {
+	case nameTaken:
+		return refuse(holdReasonNameTaken, "a CapacityHold %q of another booking exists in the cluster (fleet hold %q, %d of %s/%s)",
+			hold.Name, hold.Spec.FleetHold, hold.Spec.Count, hold.Spec.MachineGroup, hold.Spec.MachineType)
+	case nameEnded:
+		// That very hold only (UID precondition): one made since is live.
+		if err := h.client.Delete(ctx, hold, client.Preconditions{UID: &hold.UID}); err != nil && !apierrors.IsNotFound(err) {
+			if apierrors.IsConflict(err) {
+				return refuse(holdReasonNameTaken, "CapacityHold %q was created again while its ended booking was being replaced", hold.Name)
+			}
+			return refuse(holdReasonAPIError, "deleting CapacityHold %q, whose booking ended: %v", hold.Name, err)
+		}
+		fallthrough
+	case nameFree:
 		hold = &imperatorv1alpha1.CapacityHold{
 			ObjectMeta: metav1.ObjectMeta{Name: req.GetName()},
 			Spec: imperatorv1alpha1.CapacityHoldSpec{
@@ -98,13 +117,12 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 			},
 		}
 		if err := h.client.Create(ctx, hold); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				return refuse(holdReasonNameTaken, "a CapacityHold %q of another booking was created meanwhile", req.GetName())
+			}
 			return refuse(holdReasonAPIError, "creating CapacityHold %q: %v", req.GetName(), err)
 		}
-	case err != nil:
-		return refuse(holdReasonAPIError, "reading CapacityHold %q: %v", req.GetName(), err)
-	case !sameBooking(hold, req):
-		return refuse(holdReasonNameTaken, "a CapacityHold %q of another booking exists in the cluster (fleet hold %q, %d of %s/%s)",
-			hold.Name, hold.Spec.FleetHold, hold.Spec.Count, hold.Spec.MachineGroup, hold.Spec.MachineType)
+	case nameOurs:
 	}
 	// Wait for the Machine controller's verdict, then for the Machines'
 	// usage to show it: the hub must not learn that a hold is Held before
@@ -221,8 +239,6 @@ func (h holds) remove(hold *imperatorv1alpha1.CapacityHold) {
 	_ = h.client.Delete(ctx, hold, client.Preconditions{UID: &hold.UID})
 }
 
-// validateHoldRequest checks a HoldRequest against the CapacityHold's
-// bounds; the error names the field.
 // sameBooking reports whether the existing CapacityHold is the one req asks
 // for: a retried request, not an earlier booking of the same name (a fleet
 // hold recreated under its name while the spoke kept the old one, whose
@@ -234,6 +250,42 @@ func sameBooking(hold *imperatorv1alpha1.CapacityHold, req *federationv1.HoldReq
 		sets.New(hold.Spec.Namespaces...).Equal(sets.New(req.GetNamespaces()...))
 }
 
+// nameUse is what a HoldRequest finds under its name.
+type nameUse int
+
+const (
+	// nameFree: no CapacityHold has the name; the request creates it.
+	nameFree nameUse = iota
+	// nameOurs: the CapacityHold made for this very booking (a retried
+	// request); the request waits for its verdict.
+	nameOurs
+	// nameEnded: a CapacityHold of an earlier booking whose booking ended
+	// (Failed or Expired). Its units are back (its running guests keep
+	// theirs as ordinary guests), so it makes way: the request deletes it
+	// and creates its own, at the first try.
+	nameEnded
+	// nameTaken: a live CapacityHold (Pending or Active) of another
+	// booking; its units are another team's, and the request is refused.
+	nameTaken
+)
+
+// useOfName decides what a HoldRequest does with the CapacityHold existing
+// under its name (nil when there is none).
+func useOfName(existing *imperatorv1alpha1.CapacityHold, req *federationv1.HoldRequest, now time.Time) nameUse {
+	switch {
+	case existing == nil:
+		return nameFree
+	case sameBooking(existing, req):
+		return nameOurs
+	}
+	if _, ended := capacityhold.EndedAt(existing, now); ended {
+		return nameEnded
+	}
+	return nameTaken
+}
+
+// validateHoldRequest checks a HoldRequest against the CapacityHold's
+// bounds; the error names the field.
 func validateHoldRequest(req *federationv1.HoldRequest, now time.Time) error {
 	if msgs := validation.IsDNS1123Label(req.GetName()); len(msgs) > 0 {
 		return fmt.Errorf("name %q: %s", req.GetName(), strings.Join(msgs, "; "))

@@ -1,12 +1,17 @@
 package reporter
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
@@ -73,5 +78,128 @@ func TestARetriedHoldRequestIsTheSameBookingAndAnEarlierOneIsNot(t *testing.T) {
 	open.Spec.Namespaces = nil
 	if sameBooking(open, req) {
 		t.Errorf("sameBooking(hold open to every namespace, for a request limited to two) = true, want false")
+	}
+}
+
+func TestUseOfName(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	req := &federationv1.HoldRequest{Name: "train-42", Group: "team-a", Type: "compute-xlarge", Count: 4,
+		ValidUntil: timestamppb.New(now.Add(time.Hour)), FleetHold: "imperator-system/train-42"}
+	ours := func() *imperatorv1alpha1.CapacityHold {
+		return &imperatorv1alpha1.CapacityHold{Spec: imperatorv1alpha1.CapacityHoldSpec{
+			MachineGroup: "team-a", MachineType: "compute-xlarge", Count: 4, ValidUntil: metav1.NewTime(now.Add(time.Hour)),
+			FleetHold: "imperator-system/train-42",
+		}}
+	}
+	earlier := func(validUntil time.Time, conditions ...string) *imperatorv1alpha1.CapacityHold {
+		h := ours()
+		h.Spec.ValidUntil = metav1.NewTime(validUntil)
+		for _, c := range conditions {
+			meta.SetStatusCondition(&h.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionTrue, Reason: "Test"})
+		}
+		return h
+	}
+	cases := map[string]struct {
+		existing *imperatorv1alpha1.CapacityHold
+		want     nameUse
+	}{
+		"no hold of the name: created":                        {want: nameFree},
+		"the hold made for this booking (a retry): waited on": {existing: ours(), want: nameOurs},
+		"an earlier booking that expired makes way": {
+			existing: earlier(now.Add(-time.Minute), imperatorv1alpha1.HoldConditionAccepted, imperatorv1alpha1.HoldConditionBookingExpired), want: nameEnded},
+		"an earlier booking past validUntil, BookingExpired not written yet, makes way": {
+			existing: earlier(now.Add(-time.Second), imperatorv1alpha1.HoldConditionAccepted), want: nameEnded},
+		"an earlier booking that failed makes way": {
+			existing: earlier(now.Add(30*time.Minute), imperatorv1alpha1.HoldConditionAccepted, imperatorv1alpha1.HoldConditionFailed), want: nameEnded},
+		"a live booking of the name keeps it": {
+			existing: earlier(now.Add(30*time.Minute), imperatorv1alpha1.HoldConditionAccepted, imperatorv1alpha1.HoldConditionProvisioned), want: nameTaken},
+		"a booking not decided yet keeps its name": {existing: earlier(now.Add(30 * time.Minute)), want: nameTaken},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := useOfName(tc.existing, req, now); got != tc.want {
+				t.Errorf("useOfName = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestReusingTheNameOfAnEndedHoldWorksAtTheFirstTry: the hub books a fleet
+// hold under a name whose earlier CapacityHold is still on the spoke; when
+// that one's booking ended it is replaced and the new booking is Held at
+// once, while a live one of another booking is left alone and the request
+// refused with NameTaken.
+func TestReusingTheNameOfAnEndedHoldWorksAtTheFirstTry(t *testing.T) {
+	// Whole seconds, as the API stores validUntil.
+	now := time.Now().Truncate(time.Second)
+	req := &federationv1.HoldRequest{Name: "train-42", Group: "team-a", Type: "compute-xlarge", Count: 4,
+		ValidUntil: timestamppb.New(now.Add(time.Hour)), FleetHold: "imperator-system/train-42",
+		Deadline: timestamppb.New(now.Add(10 * time.Second))}
+	earlier := func(validUntil time.Time, conditions ...string) *imperatorv1alpha1.CapacityHold {
+		h := &imperatorv1alpha1.CapacityHold{
+			ObjectMeta: metav1.ObjectMeta{Name: "train-42", UID: "uid-earlier"},
+			Spec: imperatorv1alpha1.CapacityHoldSpec{MachineGroup: "team-a", MachineType: "compute-xlarge", Count: 2,
+				ValidUntil: metav1.NewTime(validUntil), FleetHold: "imperator-system/train-42"},
+		}
+		for _, c := range conditions {
+			meta.SetStatusCondition(&h.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionTrue, Reason: "Test"})
+		}
+		return h
+	}
+	cases := map[string]struct {
+		existing       *imperatorv1alpha1.CapacityHold
+		wantResult     federationv1.HoldResult
+		wantReason     string
+		wantValidUntil time.Time
+	}{
+		"an expired hold of the name": {
+			existing:   earlier(now.Add(-time.Minute), imperatorv1alpha1.HoldConditionAccepted, imperatorv1alpha1.HoldConditionBookingExpired),
+			wantResult: federationv1.HoldResult_HOLD_RESULT_HELD, wantValidUntil: req.GetValidUntil().AsTime(),
+		},
+		"a failed hold of the name": {
+			existing:   earlier(now.Add(time.Minute), imperatorv1alpha1.HoldConditionAccepted, imperatorv1alpha1.HoldConditionFailed),
+			wantResult: federationv1.HoldResult_HOLD_RESULT_HELD, wantValidUntil: req.GetValidUntil().AsTime(),
+		},
+		"a live hold of the name": {
+			existing:   earlier(now.Add(time.Minute), imperatorv1alpha1.HoldConditionAccepted, imperatorv1alpha1.HoldConditionProvisioned),
+			wantResult: federationv1.HoldResult_HOLD_RESULT_REFUSED, wantReason: holdReasonNameTaken, wantValidUntil: now.Add(time.Minute),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			machine := &imperatorv1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "team-a-machine",
+				Labels: map[string]string{imperatorv1alpha1.MachineGroupKey: "team-a"}}}
+			machine.Status.AvailableMachines = []imperatorv1alpha1.AvailableMachine{{Name: "compute-xlarge", Usage: imperatorv1alpha1.Usage{Held: 4}}}
+			// The Machine controller's verdict on the hold of this request:
+			// every unit held, as the Machine's usage already says.
+			decide := interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if err := c.Get(ctx, key, obj, opts...); err != nil {
+					return err
+				}
+				hold, ok := obj.(*imperatorv1alpha1.CapacityHold)
+				if !ok || !sameBooking(hold, req) || meta.IsStatusConditionTrue(hold.Status.Conditions, imperatorv1alpha1.HoldConditionProvisioned) {
+					return nil
+				}
+				for _, c := range []string{imperatorv1alpha1.HoldConditionAccepted, imperatorv1alpha1.HoldConditionProvisioned} {
+					meta.SetStatusCondition(&hold.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionTrue, Reason: "Test"})
+				}
+				hold.Status.Held = hold.Spec.Count
+				return c.Update(ctx, hold)
+			}}
+			objects := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(tc.existing, machine).WithInterceptorFuncs(decide).Build()
+			h := holds{client: objects, cache: objects, now: time.Now}
+
+			resp := h.answer(context.Background(), req)
+			if resp.GetResult() != tc.wantResult || resp.GetReason() != tc.wantReason {
+				t.Fatalf("answer = %v %q (%s), want %v %q", resp.GetResult(), resp.GetReason(), resp.GetMessage(), tc.wantResult, tc.wantReason)
+			}
+			var got imperatorv1alpha1.CapacityHold
+			if err := objects.Get(context.Background(), client.ObjectKey{Name: "train-42"}, &got); err != nil {
+				t.Fatal(err)
+			}
+			if !got.Spec.ValidUntil.Time.Equal(tc.wantValidUntil) {
+				t.Errorf("CapacityHold train-42 is valid until %s, want %s", got.Spec.ValidUntil.Time, tc.wantValidUntil)
+			}
+		})
 	}
 }
