@@ -7,6 +7,8 @@
 package wrappers
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -271,4 +273,49 @@ func SeedNodes() []*corev1.Node {
 		MakeNode("eriri").Capacity(corev1.ResourceCPU, "64").Capacity(corev1.ResourceMemory, "512Gi").
 			GPU(8, "Tesla-V100-SXM2-32GB", "volta").Label(imperatorv1alpha1.GPUMachineLabel, "DGX-1").Obj(),
 	}
+}
+
+// CapacityHoldWrapper builds a CapacityHold.
+type CapacityHoldWrapper struct{ imperatorv1alpha1.CapacityHold }
+
+// MakeCapacityHold starts a hold of count units of machineType in group,
+// valid for an hour from now.
+func MakeCapacityHold(name, group, machineType string, count int32) *CapacityHoldWrapper {
+	return &CapacityHoldWrapper{imperatorv1alpha1.CapacityHold{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: imperatorv1alpha1.CapacityHoldSpec{MachineGroup: group, MachineType: machineType, Count: count,
+			ValidUntil: metav1.NewTime(time.Now().Add(time.Hour))},
+	}}
+}
+
+// Obj returns a copy of the CapacityHold.
+func (w *CapacityHoldWrapper) Obj() *imperatorv1alpha1.CapacityHold { return w.DeepCopy() }
+
+// ValidUntil sets spec.validUntil.
+func (w *CapacityHoldWrapper) ValidUntil(t time.Time) *CapacityHoldWrapper {
+	w.Spec.ValidUntil = metav1.NewTime(t)
+	return w
+}
+
+// Namespaces sets spec.namespaces, the only namespaces whose guests may
+// claim the hold.
+func (w *CapacityHoldWrapper) Namespaces(namespaces ...string) *CapacityHoldWrapper {
+	w.Spec.Namespaces = namespaces
+	return w
+}
+
+// ClaimsHold makes the pod ask for hold by name (the label
+// imperator.tenzen-y.io/hold) and stamps it with the hold's UID
+// (imperatorv1alpha1.HoldUIDAnnotation), as the Pod Resource Injector leaves
+// a guest it admitted while the hold existed: the UID, not the name, claims
+// the hold, so hold must be the one read back from the API server. A pod
+// with the label alone (Label) is one a tenant labelled, which claims
+// nothing.
+func (w *PodWrapper) ClaimsHold(hold *imperatorv1alpha1.CapacityHold) *PodWrapper {
+	w.Labels[imperatorv1alpha1.HoldKey] = hold.Name
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Annotations[imperatorv1alpha1.HoldUIDAnnotation] = string(hold.UID)
+	return w
 }
