@@ -129,7 +129,22 @@ func fuzzPod(f *fuzzBytes) *corev1.Pod {
 		pod.Spec.Containers = append(pod.Spec.Containers, fuzzContainer(f))
 	}
 	for range f.intn(3) {
-		pod.Spec.InitContainers = append(pod.Spec.InitContainers, fuzzContainer(f))
+		c := fuzzContainer(f)
+		if f.bool() {
+			c.RestartPolicy = ptrTo(corev1.ContainerRestartPolicyAlways) // a sidecar
+		}
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, c)
+	}
+	if f.intn(4) == 0 {
+		level := fuzzContainer(f).Resources
+		pod.Spec.Resources = &level
+	}
+	if f.intn(4) == 0 {
+		pod.Spec.RuntimeClassName = ptrTo("kata")
+		pod.Spec.Overhead = fuzzContainer(f).Resources.Requests
+	}
+	if f.intn(8) == 0 {
+		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptrTo("gpus")}}
 	}
 	for range f.intn(4) {
 		pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{
@@ -174,7 +189,8 @@ func fuzzPod(f *fuzzBytes) *corev1.Pod {
 // FuzzInject feeds arbitrary pods and Machines to Inject and checks that it
 // never panics nor modifies its input, that it denies only with a message,
 // that an admitted guest carries its machine type in every required term,
-// its tolerations and its target container, and that re-injecting changes
+// its tolerations and its target container, that it asks for no more than
+// one unit as the scheduler counts it, and that re-injecting changes
 // nothing.
 func FuzzInject(f *testing.F) {
 	for _, seed := range []string{
@@ -215,6 +231,7 @@ func FuzzInject(f *testing.F) {
 			t.Fatalf("record names machine type %q, which the Machine does not offer", record.MachineType)
 		}
 		assertInjected(t, got, record, machineType)
+		assertFitsUnit(t, got, record, machineType)
 
 		again, againRecord, err := Inject(got, machine)
 		if err != nil {

@@ -62,8 +62,10 @@ func NewHandler(reader client.Reader, _ *runtime.Scheme) *Handler {
 func SetupWebhookWithManager(mgr ctrl.Manager) error {
 	// Before the manager starts, GetInformer only registers the informer and
 	// does not block on the context.
-	if _, err := mgr.GetCache().GetInformer(context.Background(), &imperatorv1alpha1.Machine{}); err != nil {
-		return fmt.Errorf("registering the Machine informer of the pod injector: %w", err)
+	for _, obj := range []client.Object{&imperatorv1alpha1.Machine{}, &imperatorv1alpha1.CapacityHold{}} {
+		if _, err := mgr.GetCache().GetInformer(context.Background(), obj); err != nil {
+			return fmt.Errorf("registering the %T informer of the pod injector: %w", obj, err)
+		}
 	}
 	mgr.GetWebhookServer().Register(WebhookPath, &webhook.Admission{
 		Handler: webhookmetrics.Handler(webhookmetrics.PodInjector, NewHandler(mgr.GetCache(), mgr.GetScheme())),
@@ -120,12 +122,34 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 	injected.Annotations[imperatorv1alpha1.AdmittedAtAnnotation] = h.Clock.Now().UTC().Format(time.RFC3339Nano)
 
+	// The hold a guest claims is the one its name resolves to now; a UID the
+	// user wrote is replaced or removed.
+	holdUID, warning, err := holdClaim(ctx, h.Reader, pod, req.Namespace)
+	if err != nil {
+		var deniedErr *DeniedError
+		if errors.As(err, &deniedErr) {
+			log.V(1).Info("Denied guest pod", "reason", deniedErr.Reason)
+			return admission.Denied(deniedErr.Reason)
+		}
+		log.Error(err, "Looking up the capacity hold of a guest pod failed")
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if holdUID != "" {
+		injected.Annotations[imperatorv1alpha1.HoldUIDAnnotation] = holdUID
+	} else {
+		delete(injected.Annotations, imperatorv1alpha1.HoldUIDAnnotation)
+	}
+
 	if log := log.V(1); log.Enabled() {
 		log.Info("Injected guest pod", "machine", klog.KRef("", record.Machine),
 			"machineType", record.MachineType, "container", record.Container, "replaced", len(record.Replaced))
 	}
 	contract := h.contracts.of(machine, record.MachineGroup, machine.MachineType(record.MachineType))
-	return patchResponse(injectionPatch(admitted, injected, record.Container, contract))
+	resp := patchResponse(injectionPatch(admitted, injected, record.Container, contract))
+	if warning != "" {
+		resp.Warnings = append(resp.Warnings, warning)
+	}
+	return resp
 }
 
 // machineOfGroup returns the Machine labelled with group, nil when there is

@@ -123,10 +123,11 @@ func inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine, contracts *cont
 	}
 
 	out := injectionCopy(pod)
-	container, err := targetContainer(out)
+	target, err := targetContainer(out)
 	if err != nil {
 		return nil, nil, err
 	}
+	container := &out.Spec.Containers[target]
 
 	contract := contracts.of(machine, group, machineType)
 	if err := checkNodeSelector(out.Spec.NodeSelector, typeName, contract.placement); err != nil {
@@ -138,6 +139,9 @@ func inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine, contracts *cont
 	injectTolerations(out, contract.tolerations)
 	injectSlotGate(out)
 	replaced := injectResources(container, contract)
+	if err := checkOneUnit(out, target, typeName, contract); err != nil {
+		return nil, nil, err
+	}
 
 	record := &Record{
 		Machine:      machine.Name,
@@ -184,27 +188,27 @@ func machineTypeNames(machine *imperatorv1alpha1.Machine) string {
 	return strings.Join(names, ", ")
 }
 
-// targetContainer returns the container named by the injecting-container
-// label, or the first container when the label is absent or empty. Init and
-// ephemeral containers are never targets.
-func targetContainer(pod *corev1.Pod) (*corev1.Container, error) {
+// targetContainer returns the index of the container named by the
+// injecting-container label, or 0 (the first container) when the label is
+// absent or empty. Init and ephemeral containers are never targets.
+func targetContainer(pod *corev1.Pod) (int, error) {
 	name := pod.Labels[imperatorv1alpha1.InjectingContainerKey]
 	if name == "" {
 		if len(pod.Spec.Containers) == 0 {
-			return nil, denied("pod has no containers to inject the machine type into")
+			return 0, denied("pod has no containers to inject the machine type into")
 		}
-		return &pod.Spec.Containers[0], nil
+		return 0, nil
 	}
 	for i := range pod.Spec.Containers {
 		if pod.Spec.Containers[i].Name == name {
-			return &pod.Spec.Containers[i], nil
+			return i, nil
 		}
 	}
 	names := make([]string, 0, len(pod.Spec.Containers))
 	for _, c := range pod.Spec.Containers {
 		names = append(names, strconv.Quote(c.Name))
 	}
-	return nil, denied("unknown injecting container %q (label %s): the pod's containers are [%s]",
+	return 0, denied("unknown injecting container %q (label %s): the pod's containers are [%s]",
 		name, imperatorv1alpha1.InjectingContainerKey, strings.Join(names, ", "))
 }
 

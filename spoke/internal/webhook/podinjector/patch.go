@@ -33,14 +33,23 @@ type admittedPod struct {
 		Tolerations     []corev1.Toleration        `json:"tolerations"`
 		SchedulingGates []corev1.PodSchedulingGate `json:"schedulingGates"`
 		Containers      []admittedContainer        `json:"containers"`
+		// The rest is read to check that the guest takes one unit only
+		// (checkOneUnit) and never patched.
+		InitContainers   []admittedContainer          `json:"initContainers"`
+		Resources        *corev1.ResourceRequirements `json:"resources"`
+		Overhead         corev1.ResourceList          `json:"overhead"`
+		RuntimeClassName *string                      `json:"runtimeClassName"`
+		ResourceClaims   []corev1.PodResourceClaim    `json:"resourceClaims"`
 	} `json:"spec"`
 }
 
-// admittedContainer is a container's name and resources; Resources is nil
-// when the request has none.
+// admittedContainer is a container's name, resources and restart policy
+// (set on sidecars, init containers that run beside the others); Resources
+// is nil when the request has none.
 type admittedContainer struct {
-	Name      string                       `json:"name"`
-	Resources *corev1.ResourceRequirements `json:"resources"`
+	Name          string                          `json:"name"`
+	Resources     *corev1.ResourceRequirements    `json:"resources"`
+	RestartPolicy *corev1.ContainerRestartPolicy `json:"restartPolicy"`
 }
 
 // guestLabels are the labels the injector reads (docs/contract.md); the
@@ -52,6 +61,7 @@ type guestLabels struct {
 	MachineGroup       string `json:"imperator.tenzen-y.io/machine-group"`
 	MachineType        string `json:"imperator.tenzen-y.io/machine-type"`
 	InjectingContainer string `json:"imperator.tenzen-y.io/injecting-container"`
+	Hold               string `json:"imperator.tenzen-y.io/hold"`
 }
 
 // guestAnnotations are the annotations the injector reads and sets; a nil
@@ -60,6 +70,10 @@ type guestLabels struct {
 type guestAnnotations struct {
 	Injected   *string `json:"imperator.tenzen-y.io/injected"`
 	AdmittedAt *string `json:"imperator.tenzen-y.io/admitted-at"`
+	HoldUID    *string `json:"imperator.tenzen-y.io/hold-uid"`
+	// A ProvisioningRequest consumer names the hold it claims with these.
+	ConsumeProvisioningRequest *string `json:"autoscaling.x-k8s.io/consume-provisioning-request"`
+	ProvisioningClassName      *string `json:"autoscaling.x-k8s.io/provisioning-class-name"`
 }
 
 // value returns the request's value of the annotation key, one of
@@ -72,6 +86,12 @@ func (a *guestAnnotations) value(key string) (string, bool) {
 			v = a.Injected
 		case imperatorv1alpha1.AdmittedAtAnnotation:
 			v = a.AdmittedAt
+		case imperatorv1alpha1.HoldUIDAnnotation:
+			v = a.HoldUID
+		case imperatorv1alpha1.ConsumeProvisioningRequestAnnotation:
+			v = a.ConsumeProvisioningRequest
+		case imperatorv1alpha1.ProvisioningClassNameAnnotation:
+			v = a.ProvisioningClassName
 		}
 	}
 	if v == nil {
@@ -107,32 +127,55 @@ func (a *admittedPod) pod() *corev1.Pod {
 	setLabel(imperatorv1alpha1.MachineGroupKey, labels.MachineGroup)
 	setLabel(imperatorv1alpha1.MachineTypeKey, labels.MachineType)
 	setLabel(imperatorv1alpha1.InjectingContainerKey, labels.InjectingContainer)
-	if injected, ok := a.Metadata.Annotations.value(imperatorv1alpha1.InjectedAnnotation); ok {
-		pod.Annotations = map[string]string{imperatorv1alpha1.InjectedAnnotation: injected}
+	setLabel(imperatorv1alpha1.HoldKey, labels.Hold)
+	for _, key := range []string{imperatorv1alpha1.InjectedAnnotation, imperatorv1alpha1.HoldUIDAnnotation,
+		imperatorv1alpha1.ConsumeProvisioningRequestAnnotation, imperatorv1alpha1.ProvisioningClassNameAnnotation} {
+		if value, ok := a.Metadata.Annotations.value(key); ok {
+			if pod.Annotations == nil {
+				pod.Annotations = make(map[string]string, 4)
+			}
+			pod.Annotations[key] = value
+		}
 	}
 	pod.Spec.NodeName = a.Spec.NodeName
 	pod.Spec.NodeSelector = a.Spec.NodeSelector
 	pod.Spec.Affinity = a.Spec.Affinity
 	pod.Spec.Tolerations = a.Spec.Tolerations
 	pod.Spec.SchedulingGates = a.Spec.SchedulingGates
-	if len(a.Spec.Containers) > 0 {
-		pod.Spec.Containers = make([]corev1.Container, len(a.Spec.Containers))
-		for i, c := range a.Spec.Containers {
-			pod.Spec.Containers[i].Name = c.Name
-			if c.Resources != nil {
-				pod.Spec.Containers[i].Resources = *c.Resources
-			}
-		}
-	}
+	pod.Spec.Containers = containers(a.Spec.Containers)
+	pod.Spec.InitContainers = containers(a.Spec.InitContainers)
+	pod.Spec.Resources = a.Spec.Resources
+	pod.Spec.Overhead = a.Spec.Overhead
+	pod.Spec.RuntimeClassName = a.Spec.RuntimeClassName
+	pod.Spec.ResourceClaims = a.Spec.ResourceClaims
 	return pod
 }
 
+// containers are the decoded containers as corev1.Containers, nil when
+// there are none.
+func containers(admitted []admittedContainer) []corev1.Container {
+	if len(admitted) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, len(admitted))
+	for i, c := range admitted {
+		out[i].Name = c.Name
+		out[i].RestartPolicy = c.RestartPolicy
+		if c.Resources != nil {
+			out[i].Resources = *c.Resources
+		}
+	}
+	return out
+}
+
 // injectionPatch is the JSON patch turning the admitted pod into injected,
-// built from what Inject can change: it adds the annotations, the node
+// built from what Inject and the handler change: it adds the annotations
+// (and removes a hold UID the user wrote that the guest does not claim), the node
 // selector requirements appended to each required term, the tolerations and
 // the scheduling gate appended, and the target container's requests and
-// limits that differ. It only adds (an "add" of an existing object member
-// replaces it), so nothing the user wrote is removed.
+// limits that differ. Besides that one removal it only adds (an "add" of an
+// existing object member replaces it), so nothing else the user wrote is
+// removed.
 func injectionPatch(admitted *admittedPod, injected *corev1.Pod, containerName string, contract *typeContract) []jsonpatch.JsonPatchOperation {
 	ops := make([]jsonpatch.JsonPatchOperation, 0, 16)
 	add := func(path string, value any) {
@@ -142,11 +185,15 @@ func injectionPatch(admitted *admittedPod, injected *corev1.Pod, containerName s
 	if admitted.Metadata.Annotations == nil {
 		add("/metadata/annotations", injected.Annotations)
 	} else {
-		// Inject and the handler set these two and no other annotation.
+		// Inject and the handler set these and no other annotation; the
+		// hold's UID only when the guest claims one.
 		for _, a := range setAnnotations {
-			value := injected.Annotations[a.key]
-			if old, ok := admitted.Metadata.Annotations.value(a.key); !ok || old != value {
+			value, set := injected.Annotations[a.key]
+			switch old, ok := admitted.Metadata.Annotations.value(a.key); {
+			case set && (!ok || old != value):
 				add(a.path, value)
+			case !set && ok:
+				ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "remove", Path: a.path})
 			}
 		}
 	}
@@ -259,6 +306,7 @@ var (
 	setAnnotations = []struct{ key, path string }{
 		{imperatorv1alpha1.AdmittedAtAnnotation, "/metadata/annotations/" + escapePointer(imperatorv1alpha1.AdmittedAtAnnotation)},
 		{imperatorv1alpha1.InjectedAnnotation, "/metadata/annotations/" + escapePointer(imperatorv1alpha1.InjectedAnnotation)},
+		{imperatorv1alpha1.HoldUIDAnnotation, "/metadata/annotations/" + escapePointer(imperatorv1alpha1.HoldUIDAnnotation)},
 	}
 )
 

@@ -22,8 +22,10 @@ func TestDecodedLabelsAndAnnotationsAreTheContractKeys(t *testing.T) {
 		want []string
 	}{
 		{reflect.TypeFor[guestLabels](), []string{imperatorv1alpha1.PodRoleKey, imperatorv1alpha1.MachineGroupKey,
-			imperatorv1alpha1.MachineTypeKey, imperatorv1alpha1.InjectingContainerKey}},
-		{reflect.TypeFor[guestAnnotations](), []string{imperatorv1alpha1.InjectedAnnotation, imperatorv1alpha1.AdmittedAtAnnotation}},
+			imperatorv1alpha1.MachineTypeKey, imperatorv1alpha1.InjectingContainerKey, imperatorv1alpha1.HoldKey}},
+		{reflect.TypeFor[guestAnnotations](), []string{imperatorv1alpha1.InjectedAnnotation, imperatorv1alpha1.AdmittedAtAnnotation,
+			imperatorv1alpha1.HoldUIDAnnotation, imperatorv1alpha1.ConsumeProvisioningRequestAnnotation,
+			imperatorv1alpha1.ProvisioningClassNameAnnotation}},
 	} {
 		var got []string
 		for field := range tc.typ.Fields() {

@@ -1,0 +1,65 @@
+package podinjector
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
+)
+
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=capacityholds,verbs=get;list;watch
+
+// heldName is the CapacityHold a guest being created asks for: its
+// imperator.tenzen-y.io/hold label, else, for a ProvisioningRequest consumer
+// of the class imperator.tenzen-y.io/capacity-hold, the request it
+// consumes; "" when it asks for none. The source names the field for
+// messages.
+func heldName(pod *corev1.Pod) (name, source string) {
+	if name := pod.Labels[imperatorv1alpha1.HoldKey]; name != "" {
+		return name, "label " + imperatorv1alpha1.HoldKey
+	}
+	if pod.Annotations[imperatorv1alpha1.ProvisioningClassNameAnnotation] == imperatorv1alpha1.CapacityHoldProvisioningClass {
+		if name := pod.Annotations[imperatorv1alpha1.ConsumeProvisioningRequestAnnotation]; name != "" {
+			return name, "annotation " + imperatorv1alpha1.ConsumeProvisioningRequestAnnotation
+		}
+	}
+	return "", ""
+}
+
+// holdClaim resolves the hold a guest of namespace asks for into the UID
+// the guest is stamped with (imperatorv1alpha1.HoldUIDAnnotation): a hold's
+// name alone claims nothing, since names are no secret and a guest created
+// before the hold must not count as its claim. It returns "" and no warning
+// when the guest asks for no hold. A hold that does not exist is not an
+// error (a Deployment whose hold ended keeps making pods): the guest waits
+// in the ordinary line, and the warning tells the user who created it. A
+// hold of another machine group or type, or whose namespaces do not allow
+// the guest's, denies the guest.
+func holdClaim(ctx context.Context, reader client.Reader, pod *corev1.Pod, namespace string) (uid, warning string, err error) {
+	name, source := heldName(pod)
+	if name == "" {
+		return "", "", nil
+	}
+	hold := &imperatorv1alpha1.CapacityHold{}
+	if err := reader.Get(ctx, client.ObjectKey{Name: name}, hold); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", fmt.Sprintf("CapacityHold %q (%s) does not exist: this guest claims no hold and waits in the ordinary line", name, source), nil
+		}
+		return "", "", fmt.Errorf("getting CapacityHold %s: %w", name, err)
+	}
+	group, typeName := pod.Labels[imperatorv1alpha1.MachineGroupKey], pod.Labels[imperatorv1alpha1.MachineTypeKey]
+	if hold.Spec.MachineGroup != group || hold.Spec.MachineType != typeName {
+		return "", "", denied("%s: CapacityHold %q holds %s of machine group %q, not %s of %q: label the guest with the hold's machine group and type, "+
+			"or claim a hold of its own", source, name, hold.Spec.MachineType, hold.Spec.MachineGroup, typeName, group)
+	}
+	if !capacityhold.Allows(hold, namespace) {
+		return "", "", denied("%s: CapacityHold %q does not allow guests of namespace %q (spec.namespaces: %v)",
+			source, name, namespace, hold.Spec.Namespaces)
+	}
+	return string(hold.UID), "", nil
+}
