@@ -23,8 +23,13 @@ import (
 // not a controller of their own): planHolds runs capacityhold.PlanType per
 // machine type that has holds, writes the holds' statuses, and hands the
 // plan to the reservations (replicas) and the line (holdLine) of the type.
-// A type without holds, or whose holds are all Failed or Expired, runs
-// exactly as before.
+// A type without holds, or whose holds are all Failed or Expired, runs the
+// plain queue. A guest claims a hold by the hold's UID, which the pod
+// injector stamped on it (capacityhold.Claims), never by the hold's name:
+// the type's holding guests and gated guests go to PlanType as they are,
+// and a guest that names a hold without its UID is an ordinary guest there.
+// Holds whose booking ended are deleted by the capacityhold controller after
+// a retention; their guests keep their units as ordinary used units.
 
 // holdConflictRetry is how soon a reconcile whose hold status write lost a
 // race (a stale hold) runs again; the hold's own update queued it too.

@@ -7,26 +7,26 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
 // createHold creates a CapacityHold of count compute-small units of
-// general-machine until validUntil, and deletes it after the spec.
-func createHold(ctx context.Context, name string, count int32, validUntil time.Time, namespaces ...string) {
+// general-machine until validUntil, deletes it after the spec, and returns
+// it as created (with its UID, which its guests carry).
+func createHold(ctx context.Context, name string, count int32, validUntil time.Time, namespaces ...string) *imperatorv1alpha1.CapacityHold {
 	GinkgoHelper()
-	hold := &imperatorv1alpha1.CapacityHold{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: imperatorv1alpha1.CapacityHoldSpec{MachineGroup: group, MachineType: "compute-small", Count: count,
-			ValidUntil: metav1.NewTime(validUntil), Namespaces: namespaces},
-	}
+	hold := wrappers.MakeCapacityHold(name, group, "compute-small", count).ValidUntil(validUntil).Namespaces(namespaces...).Obj()
 	Expect(k8s.Create(ctx, hold)).To(Succeed())
 	DeferCleanup(func(ctx context.Context) {
-		Expect(client.IgnoreNotFound(k8s.Delete(ctx, hold))).To(Succeed())
+		Expect(client.IgnoreNotFound(k8s.Delete(ctx, hold, client.Preconditions{UID: &hold.UID}))).To(Succeed())
 	})
+	return hold
 }
 
 // holdStatus reads a CapacityHold's status.
@@ -47,11 +47,18 @@ func holdCondition(ctx context.Context, name, conditionType string) func(Gomega)
 	}
 }
 
-// heldGuest is a gated guest that quotes the hold in the label
-// imperator.tenzen-y.io/hold.
-func heldGuest(namespace, name, hold string) *corev1.Pod {
+// heldGuest is a gated guest of the hold as the injector admits it while
+// the hold exists: labelled with its name and stamped with its UID.
+func heldGuest(namespace, name string, hold *imperatorv1alpha1.CapacityHold) *corev1.Pod {
+	w := &wrappers.PodWrapper{Pod: *guest(namespace, name, "compute-small")}
+	return w.ClaimsHold(hold).Obj()
+}
+
+// squatter is a gated guest labelled with a hold's name but without its
+// UID: one the injector admitted when no hold of that name existed.
+func squatter(namespace, name, holdName string) *corev1.Pod {
 	pod := guest(namespace, name, "compute-small")
-	pod.Labels[imperatorv1alpha1.HoldKey] = hold
+	pod.Labels[imperatorv1alpha1.HoldKey] = holdName
 	return pod
 }
 
@@ -114,14 +121,14 @@ var _ = Describe("Capacity holds", func() {
 	})
 
 	It("lets a hold's guest in at once, ahead of older waiting guests, and counts it claimed", func(ctx context.Context) {
-		createHold(ctx, "train", 2, time.Now().Add(10*time.Minute))
+		train := createHold(ctx, "train", 2, time.Now().Add(10*time.Minute))
 		Eventually(holdStatus(ctx, "train")).WithTimeout(30 * time.Second).Should(HaveField("Held", int32(2)))
 		for _, name := range []string{"b1", "b2", "b3"} {
 			Expect(k8s.Create(ctx, guest(teamB, name, "compute-small"))).To(Succeed())
 		}
 		Eventually(podStates(ctx, teamB)).WithTimeout(30 * time.Second).Should(Equal(map[string]string{"b1": "Running", "b2": "Running", "b3": "SchedulingGated"}))
 
-		Expect(k8s.Create(ctx, heldGuest(teamA, "t1", "train"))).To(Succeed())
+		Expect(k8s.Create(ctx, heldGuest(teamA, "t1", train))).To(Succeed())
 		Eventually(podStates(ctx, teamA)).WithTimeout(30 * time.Second).Should(Equal(map[string]string{"t1": "Running"}))
 		Expect(podStates(ctx, teamB)(Default)).To(HaveKeyWithValue("b3", "SchedulingGated"))
 		Eventually(holdStatus(ctx, "train")).WithTimeout(10 * time.Second).Should(And(HaveField("Held", int32(1)), HaveField("Claimed", int32(1))))
@@ -130,7 +137,7 @@ var _ = Describe("Capacity holds", func() {
 	})
 
 	It("lets a ProvisioningRequest consumer of the capacity-hold class claim the hold as the label does", func(ctx context.Context) {
-		createHold(ctx, "train", 1, time.Now().Add(10*time.Minute))
+		train := createHold(ctx, "train", 1, time.Now().Add(10*time.Minute))
 		Eventually(holdStatus(ctx, "train")).WithTimeout(30 * time.Second).Should(HaveField("Held", int32(1)))
 		for _, name := range []string{"b1", "b2", "b3", "b4"} {
 			Expect(k8s.Create(ctx, guest(teamB, name, "compute-small"))).To(Succeed())
@@ -139,10 +146,11 @@ var _ = Describe("Capacity holds", func() {
 			"b1": "Running", "b2": "Running", "b3": "Running", "b4": "SchedulingGated"}))
 
 		consumer := guest(teamA, "batch-0", "compute-small")
-		consumer.Annotations = map[string]string{
-			imperatorv1alpha1.ConsumeProvisioningRequestAnnotation: "train",
-			imperatorv1alpha1.ProvisioningClassNameAnnotation:      imperatorv1alpha1.CapacityHoldProvisioningClass,
-		}
+		// As the injector admits it: the request it consumes resolved to
+		// the hold's UID.
+		consumer.Annotations[imperatorv1alpha1.ConsumeProvisioningRequestAnnotation] = "train"
+		consumer.Annotations[imperatorv1alpha1.ProvisioningClassNameAnnotation] = imperatorv1alpha1.CapacityHoldProvisioningClass
+		consumer.Annotations[imperatorv1alpha1.HoldUIDAnnotation] = string(train.UID)
 		Expect(k8s.Create(ctx, consumer)).To(Succeed())
 		Eventually(podStates(ctx, teamA)).WithTimeout(30 * time.Second).Should(Equal(map[string]string{"batch-0": "Running"}))
 		Eventually(holdStatus(ctx, "train")).WithTimeout(10 * time.Second).Should(And(HaveField("Held", int32(0)), HaveField("Claimed", int32(1))))
@@ -151,9 +159,9 @@ var _ = Describe("Capacity holds", func() {
 
 	It("returns the unclaimed unit at validUntil and says BookingExpired, while the claimed unit stays with its guest", func(ctx context.Context) {
 		validUntil := time.Now().Add(12 * time.Second)
-		createHold(ctx, "train", 2, validUntil)
+		train := createHold(ctx, "train", 2, validUntil)
 		Eventually(holdStatus(ctx, "train")).WithTimeout(10 * time.Second).Should(HaveField("Held", int32(2)))
-		Expect(k8s.Create(ctx, heldGuest(teamA, "t1", "train"))).To(Succeed())
+		Expect(k8s.Create(ctx, heldGuest(teamA, "t1", train))).To(Succeed())
 		Eventually(podStates(ctx, teamA)).WithTimeout(30 * time.Second).Should(Equal(map[string]string{"t1": "Running"}))
 		for _, name := range []string{"b1", "b2", "b3"} {
 			Expect(k8s.Create(ctx, guest(teamB, name, "compute-small"))).To(Succeed())
@@ -241,7 +249,7 @@ var _ = Describe("Capacity holds", func() {
 	})
 
 	It("keeps holds across an agent restart: a new controller carries on with the same holds", func(ctx context.Context) {
-		createHold(ctx, "train", 2, time.Now().Add(10*time.Minute))
+		train := createHold(ctx, "train", 2, time.Now().Add(10*time.Minute))
 		Eventually(holdCondition(ctx, "train", imperatorv1alpha1.HoldConditionProvisioned)).WithTimeout(30 * time.Second).Should(
 			HaveField("Status", metav1.ConditionTrue))
 		provisioned := holdCondition(ctx, "train", imperatorv1alpha1.HoldConditionProvisioned)(Default)
@@ -257,7 +265,54 @@ var _ = Describe("Capacity holds", func() {
 		Consistently(podStates(ctx, teamB)).WithTimeout(3 * time.Second).Should(Equal(waiting))
 		Expect(holdStatus(ctx, "train")(Default)).To(HaveField("Held", int32(2)))
 		Expect(holdCondition(ctx, "train", imperatorv1alpha1.HoldConditionProvisioned)(Default)).To(Equal(provisioned))
-		Expect(k8s.Create(ctx, heldGuest(teamA, "t1", "train"))).To(Succeed())
+		Expect(k8s.Create(ctx, heldGuest(teamA, "t1", train))).To(Succeed())
 		Eventually(podStates(ctx, teamA)).WithTimeout(30 * time.Second).Should(Equal(map[string]string{"t1": "Running"}))
+	})
+
+	It("does not count guests labelled with a hold's name that ran before the hold existed as its claims: the new hold holds all its units, and only its own guests take them", func(ctx context.Context) {
+		By("running two guests labelled with the name of a hold nobody has created yet")
+		for _, name := range []string{"s1", "s2"} {
+			Expect(k8s.Create(ctx, squatter(teamA, name, "squat"))).To(Succeed())
+		}
+		Eventually(podStates(ctx, teamA)).WithTimeout(30 * time.Second).Should(Equal(map[string]string{"s1": "Running", "s2": "Running"}))
+
+		By("creating the hold of that name: it holds both units, the running guests claim none")
+		squat := createHold(ctx, "squat", 2, time.Now().Add(10*time.Minute))
+		Eventually(holdCondition(ctx, "squat", imperatorv1alpha1.HoldConditionProvisioned)).WithTimeout(30 * time.Second).Should(
+			HaveField("Status", metav1.ConditionTrue))
+		Expect(holdCondition(ctx, "squat", imperatorv1alpha1.HoldConditionAccepted)(Default)).To(HaveField("Status", metav1.ConditionTrue))
+		Expect(holdStatus(ctx, "squat")(Default)).To(And(HaveField("Held", int32(2)), HaveField("Claimed", int32(0))))
+		Eventually(heldUnits(ctx)).WithTimeout(10 * time.Second).Should(Equal(int32(2)))
+
+		By("another guest labelled with the name, without the hold's UID, waits in the ordinary line: 2 used, 2 held")
+		Expect(k8s.Create(ctx, squatter(teamA, "s3", "squat"))).To(Succeed())
+		Consistently(podStates(ctx, teamA)).WithTimeout(3 * time.Second).Should(HaveKeyWithValue("s3", "SchedulingGated"))
+		Expect(holdStatus(ctx, "squat")(Default)).To(And(HaveField("Held", int32(2)), HaveField("Claimed", int32(0))))
+
+		By("the holder's guest, stamped with the hold's UID, takes a held unit at once")
+		Expect(k8s.Create(ctx, heldGuest(teamB, "t1", squat))).To(Succeed())
+		Eventually(podStates(ctx, teamB)).WithTimeout(30 * time.Second).Should(Equal(map[string]string{"t1": "Running"}))
+		Eventually(holdStatus(ctx, "squat")).WithTimeout(10 * time.Second).Should(And(HaveField("Held", int32(1)), HaveField("Claimed", int32(1))))
+		Expect(podStates(ctx, teamA)(Default)).To(HaveKeyWithValue("s3", "SchedulingGated"))
+	})
+
+	It("does not let the guests of a deleted hold claim the hold created again under its name", func(ctx context.Context) {
+		before := createHold(ctx, "train", 1, time.Now().Add(10*time.Minute))
+		Eventually(holdStatus(ctx, "train")).WithTimeout(30 * time.Second).Should(HaveField("Held", int32(1)))
+		Expect(k8s.Create(ctx, heldGuest(teamA, "t1", before))).To(Succeed())
+		Eventually(podStates(ctx, teamA)).WithTimeout(30 * time.Second).Should(Equal(map[string]string{"t1": "Running"}))
+		Eventually(holdStatus(ctx, "train")).WithTimeout(10 * time.Second).Should(HaveField("Claimed", int32(1)))
+
+		By("deleting the hold and creating one of the same name: the first hold's guest is an ordinary guest of the type")
+		Expect(k8s.Delete(ctx, before)).To(Succeed())
+		Eventually(func() error {
+			return k8s.Get(ctx, client.ObjectKeyFromObject(before), &imperatorv1alpha1.CapacityHold{})
+		}).
+			WithTimeout(10 * time.Second).Should(Satisfy(apierrors.IsNotFound))
+		createHold(ctx, "train", 2, time.Now().Add(10*time.Minute))
+		Eventually(holdCondition(ctx, "train", imperatorv1alpha1.HoldConditionProvisioned)).WithTimeout(30 * time.Second).Should(
+			HaveField("Status", metav1.ConditionTrue))
+		Expect(holdStatus(ctx, "train")(Default)).To(And(HaveField("Held", int32(2)), HaveField("Claimed", int32(0))))
+		Eventually(heldUnits(ctx)).WithTimeout(10 * time.Second).Should(Equal(int32(2)))
 	})
 })
