@@ -233,6 +233,9 @@ var _ = Describe("Pool policy (deploy/spoke/policy/pool-guests-only.yaml)", Orde
 				p.Annotations[imperatorv1alpha1.AdmittedAtAnnotation] = "2000-01-01T00:00:00Z"
 			},
 			"annotation " + imperatorv1alpha1.InjectedAnnotation: func(p *corev1.Pod) { delete(p.Annotations, imperatorv1alpha1.InjectedAnnotation) },
+			"annotation " + imperatorv1alpha1.HoldUIDAnnotation: func(p *corev1.Pod) {
+				p.Annotations[imperatorv1alpha1.HoldUIDAnnotation] = "uid-of-another-teams-hold"
+			},
 			"annotation " + imperatorv1alpha1.QueueAnnotation: func(p *corev1.Pod) {
 				p.Annotations[imperatorv1alpha1.QueueAnnotation] = "waiting for compute-xlarge: 1st in line"
 			},
