@@ -21,6 +21,24 @@ const (
 	// not control: the Machine has no node pool until it is deleted. It is
 	// set only once such a conflict was seen, and False after it ended.
 	ConditionNodePoolConflict = "NodePoolConflict"
+	// ConditionStrayGuests is True while pods labelled as guests of a
+	// machine type of the Machine's group (pod-role=guest and the group and
+	// type labels) exist that the Pod Resource Injector did not admit as
+	// such: they lack its imperator.tenzen-y.io/injected record, or the
+	// record names another group or type than their labels. They count as
+	// nothing (neither used nor waiting); the message names, per type, how
+	// many there are and a few of their namespaces.
+	ConditionStrayGuests = "StrayGuests"
+)
+
+// Reasons of the StrayGuests condition of a Machine.
+const (
+	// ReasonGuestsNotAdmitted: pods carry a machine type's guest labels
+	// without the injector's record; they are not counted.
+	ReasonGuestsNotAdmitted = "GuestsNotAdmitted"
+	// ReasonNoStrayGuests: every pod labelled as a guest of the group was
+	// admitted by the injector.
+	ReasonNoStrayGuests = "NoStrayGuests"
 )
 
 // Reasons of the NodePoolConflict condition of a Machine.

@@ -203,6 +203,13 @@ type Usage struct {
 	// part of waiting.
 	// +optional
 	Queued int32 `json:"queued,omitempty"`
+	// unplaceable counts the queued guests that no node-pool=ready node of
+	// the type can take now (their nodeSelector, required node affinity or
+	// tolerations rule every one out). They keep their place in line but hold
+	// no unit: the reservation keeps their units, and the hub counts them as
+	// free. They are part of queued.
+	// +optional
+	Unplaceable int32 `json:"unplaceable,omitempty"`
 	// held counts the units set aside for CapacityHolds that no guest of
 	// the hold holds yet: they are not free for other guests.
 	// +optional

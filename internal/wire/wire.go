@@ -85,7 +85,8 @@ func Usage(u *imperatorv1alpha1.Usage) *federationv1.Usage {
 	if u == nil {
 		return nil
 	}
-	return &federationv1.Usage{Maximum: u.Maximum, Reserved: u.Reserved, Used: u.Used, Waiting: u.Waiting, Queued: u.Queued, Held: u.Held}
+	return &federationv1.Usage{Maximum: u.Maximum, Reserved: u.Reserved, Used: u.Used, Waiting: u.Waiting, Queued: u.Queued, Held: u.Held,
+		Unplaceable: u.Unplaceable}
 }
 
 // UsageToAPI is the API form of the protocol's usage counts; nil stays nil.
@@ -93,7 +94,8 @@ func UsageToAPI(u *federationv1.Usage) *imperatorv1alpha1.Usage {
 	if u == nil {
 		return nil
 	}
-	return &imperatorv1alpha1.Usage{Maximum: u.GetMaximum(), Reserved: u.GetReserved(), Used: u.GetUsed(), Waiting: u.GetWaiting(), Queued: u.GetQueued(), Held: u.GetHeld()}
+	return &imperatorv1alpha1.Usage{Maximum: u.GetMaximum(), Reserved: u.GetReserved(), Used: u.GetUsed(), Waiting: u.GetWaiting(), Queued: u.GetQueued(), Held: u.GetHeld(),
+		Unplaceable: u.GetUnplaceable()}
 }
 
 // NodeCounts is the protocol's form of a machine type's node counts.

@@ -56,7 +56,7 @@ func TestGPUUsageAndNodeCountsRoundTrip(t *testing.T) {
 	if diff := cmp.Diff(gpu, GPUToAPI(GPU(gpu))); diff != "" {
 		t.Errorf("GPU round trip (-want +got):\n%s", diff)
 	}
-	usage := &imperatorv1alpha1.Usage{Maximum: 6, Reserved: 5, Used: 4, Waiting: 3, Queued: 2, Held: 1}
+	usage := &imperatorv1alpha1.Usage{Maximum: 6, Reserved: 5, Used: 4, Waiting: 3, Queued: 2, Unplaceable: 1, Held: 1}
 	if diff := cmp.Diff(usage, UsageToAPI(Usage(usage))); diff != "" {
 		t.Errorf("Usage round trip (-want +got):\n%s", diff)
 	}

@@ -6,13 +6,18 @@
 //
 // Free units. A unit of a machine type is free when a reservation pod holds
 // it (reserved) and no guest is about to claim it: free = min(reserved,
-// maximum − used − waiting), never negative. At steady state the spoke keeps
-// reserved = maximum − used − waiting, so free equals reserved; during a
-// handover (a waiting guest whose reservation pod has not stopped yet) the
-// minimum keeps the slot the guest will take from being offered twice.
-// Queued guests (held at the agent's slot gate, in line for a unit) are part
-// of waiting, so a slot a queued guest is about to take is never free either;
-// queued is carried beside waiting for users to see the line.
+// maximum − used − (waiting − unplaceable)), never negative. At steady state
+// the spoke keeps reserved = maximum − used − (waiting − unplaceable), so
+// free equals reserved; during a handover (a waiting guest whose reservation
+// pod has not stopped yet) the minimum keeps the slot the guest will take
+// from being offered twice. Queued guests (held at the agent's slot gate, in
+// line for a unit) are part of waiting, so a slot a queued guest is about to
+// take is never free either; queued is carried beside waiting for users to
+// see the line. Unplaceable guests (queued guests no ready node of the type
+// can take, part of queued) are about to take nothing: the spoke keeps their
+// units reserved, and they stay free, so that guests nobody can place (a
+// nodeSelector matching no node costs its creator nothing) cannot make a
+// type look full.
 // Held units (reserved slots set aside for a capacity hold that no guest of
 // the hold claimed yet) are free for nobody else: free = max(0, min(reserved,
 // maximum − used − waiting) − held).
@@ -85,7 +90,9 @@ func Free(t *federationv1.MachineType) int32 {
 		return 0
 	}
 	// In int64: maximum − used − waiting of int32 counts can leave int32.
-	return int32(max(0, min(int64(u.GetReserved()), int64(u.GetMaximum())-int64(u.GetUsed())-int64(u.GetWaiting()))-int64(u.GetHeld())))
+	// Ingest keeps unplaceable within waiting.
+	claiming := int64(u.GetWaiting()) - int64(u.GetUnplaceable())
+	return int32(max(0, min(int64(u.GetReserved()), int64(u.GetMaximum())-int64(u.GetUsed())-claiming)-int64(u.GetHeld())))
 }
 
 // saturate is v in int32, clamped at its bounds.
@@ -228,8 +235,8 @@ func matchingTypes(c *store.Cluster, req *Request) []*queryv1.TypeUsage {
 
 // typeRow is the usage of one (group, type), summed in int64.
 type typeRow struct {
-	group, typ                                           string
-	maximum, reserved, used, waiting, queued, held, free int64
+	group, typ                                                        string
+	maximum, reserved, used, waiting, queued, unplaceable, held, free int64
 }
 
 // rowOfType is the row of type t of a Machine of group.
@@ -238,7 +245,8 @@ func rowOfType(group string, t *federationv1.MachineType) typeRow {
 	return typeRow{
 		group: group, typ: t.GetName(),
 		maximum: int64(u.GetMaximum()), reserved: int64(u.GetReserved()), used: int64(u.GetUsed()),
-		waiting: int64(u.GetWaiting()), queued: int64(u.GetQueued()), held: int64(u.GetHeld()), free: int64(Free(t)),
+		waiting: int64(u.GetWaiting()), queued: int64(u.GetQueued()), unplaceable: int64(u.GetUnplaceable()), held: int64(u.GetHeld()),
+		free: int64(Free(t)),
 	}
 }
 
@@ -247,7 +255,7 @@ func rowOfUsage(u *queryv1.TypeUsage) typeRow {
 	return typeRow{
 		group: u.Group, typ: u.Type,
 		maximum: int64(u.Maximum), reserved: int64(u.Reserved), used: int64(u.Used),
-		waiting: int64(u.Waiting), queued: int64(u.Queued), held: int64(u.Held), free: int64(u.Free),
+		waiting: int64(u.Waiting), queued: int64(u.Queued), unplaceable: int64(u.Unplaceable), held: int64(u.Held), free: int64(u.Free),
 	}
 }
 
@@ -399,6 +407,7 @@ func (r *typeRow) add(o *typeRow) {
 	r.used += o.used
 	r.waiting += o.waiting
 	r.queued += o.queued
+	r.unplaceable += o.unplaceable
 	r.held += o.held
 	r.free += o.free
 }
@@ -408,6 +417,7 @@ func (r *typeRow) fill(u *queryv1.TypeUsage) {
 	u.Group, u.Type = r.group, r.typ
 	u.Maximum, u.Reserved, u.Used = saturate(r.maximum), saturate(r.reserved), saturate(r.used)
 	u.Waiting, u.Queued, u.Held, u.Free = saturate(r.waiting), saturate(r.queued), saturate(r.held), saturate(r.free)
+	u.Unplaceable = saturate(r.unplaceable)
 }
 
 // groupRanks numbers the distinct groups of rows in name order.

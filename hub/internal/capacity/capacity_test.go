@@ -70,6 +70,15 @@ func (w *typeWrapper) Reserved(n int32) *typeWrapper { w.MachineType.Usage.Reser
 // gate.
 func (w *typeWrapper) Queued(n int32) *typeWrapper { w.MachineType.Usage.Queued = n; return w }
 
+// Unplaceable sets how many of the queued guests no ready node can take;
+// reserved follows the spoke's steady state, which keeps their units.
+func (w *typeWrapper) Unplaceable(n int32) *typeWrapper {
+	u := w.MachineType.Usage
+	u.Unplaceable = n
+	u.Reserved = max(0, u.Maximum-u.Used-(u.Waiting-n))
+	return w
+}
+
 // Held sets the units set aside for capacity holds.
 func (w *typeWrapper) Held(n int32) *typeWrapper { w.MachineType.Usage.Held = n; return w }
 
@@ -111,6 +120,17 @@ func TestFree(t *testing.T) {
 		"every free unit held":         {typ: makeType("a").Usage(4, 1, 0).Held(3).Obj(), want: 0},
 		"held during a handover":       {typ: makeType("a").Usage(4, 1, 1).Reserved(3).Held(1).Obj(), want: 1},
 		"held beyond free never below": {typ: makeType("a").Usage(4, 4, 0).Held(2).Obj(), want: 0},
+		// Guests no node can take (a nodeSelector matching nothing) cost
+		// nothing to create: counted as claiming, four would zero the type.
+		"four queued guests no node can take: every unit stays free": {
+			typ: makeType("a").Usage(4, 0, 4).Queued(4).Unplaceable(4).Obj(), want: 4,
+		},
+		"one guest a node can take, one none can: one unit is about to go": {
+			typ: makeType("a").Usage(4, 0, 2).Queued(2).Unplaceable(1).Obj(), want: 3,
+		},
+		"unplaceable guests beside a hold": {
+			typ: makeType("a").Usage(4, 1, 3).Queued(3).Unplaceable(3).Held(2).Obj(), want: 1,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

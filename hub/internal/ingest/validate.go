@@ -379,6 +379,13 @@ func validateType(errs *errorList, path fieldPath, t *federationv1.MachineType) 
 		if u.GetQueued() > u.GetWaiting() && u.GetWaiting() >= 0 {
 			errs.add(field.Invalid(up.Child("queued").Path(), u.GetQueued(), fmt.Sprintf("must not exceed usage.waiting (%d): queued guests are part of waiting", u.GetWaiting())))
 		}
+		// Unplaceable guests are queued guests no node can take: free counts
+		// their units, so more of them than queued would offer units that
+		// queued guests are about to take.
+		nonNegative(errs, up.Child("unplaceable"), u.GetUnplaceable())
+		if u.GetUnplaceable() > u.GetQueued() && u.GetQueued() >= 0 {
+			errs.add(field.Invalid(up.Child("unplaceable").Path(), u.GetUnplaceable(), fmt.Sprintf("must not exceed usage.queued (%d): unplaceable guests are part of queued", u.GetQueued())))
+		}
 		// Held units are reserved slots set aside for capacity holds.
 		nonNegative(errs, up.Child("held"), u.GetHeld())
 		if u.GetHeld() > u.GetMaximum() && u.GetMaximum() >= 0 {

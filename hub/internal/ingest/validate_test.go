@@ -123,6 +123,18 @@ func TestValidateSnapshot(t *testing.T) {
 			}).Obj()},
 			wantProblems: []problem{{"FieldValueInvalid", "snapshot.machines[0].types[0].usage.queued"}},
 		},
+		"more guests unplaceable than queued": {
+			machines: []*federationv1.Machine{makeMachine("gpu").with(func(m *federationv1.Machine) {
+				m.Types[0].Usage.Waiting, m.Types[0].Usage.Queued, m.Types[0].Usage.Unplaceable = 3, 2, 3
+			}).Obj()},
+			wantProblems: []problem{{"FieldValueInvalid", "snapshot.machines[0].types[0].usage.unplaceable"}},
+		},
+		"a negative unplaceable figure": {
+			machines: []*federationv1.Machine{makeMachine("gpu").with(func(m *federationv1.Machine) {
+				m.Types[0].Usage.Unplaceable = -1
+			}).Obj()},
+			wantProblems: []problem{{"FieldValueInvalid", "snapshot.machines[0].types[0].usage.unplaceable"}},
+		},
 		"every waiting guest queued is accepted": {
 			machines: []*federationv1.Machine{makeMachine("gpu").with(func(m *federationv1.Machine) {
 				m.Types[0].Usage.Waiting, m.Types[0].Usage.Queued = 3, 3

@@ -7,6 +7,7 @@
 package wrappers
 
 import (
+	"encoding/json"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -202,6 +203,29 @@ func (w *PodWrapper) Guest(group, machineType string) *PodWrapper {
 	w.Labels[imperatorv1alpha1.MachineGroupKey] = group
 	w.Labels[imperatorv1alpha1.MachineTypeKey] = machineType
 	w.Labels[imperatorv1alpha1.PodRoleKey] = string(imperatorv1alpha1.PodRoleGuest)
+	return w
+}
+
+// InjectedGuest labels the pod as a guest of machineType in group, as Guest
+// does, and stamps it with the Pod Resource Injector's record
+// (imperatorv1alpha1.InjectedAnnotation) naming that group and type and its
+// first container, as the injector leaves a guest it admitted: the Machine
+// controller counts only guests carrying it. The record names the Machine
+// after the group, as the sample general-machine is named. A pod built
+// with Guest alone is one a tenant labelled, which counts as nothing.
+func (w *PodWrapper) InjectedGuest(group, machineType string) *PodWrapper {
+	w.Guest(group, machineType)
+	container := ""
+	if len(w.Spec.Containers) > 0 {
+		container = w.Spec.Containers[0].Name
+	}
+	record, _ := json.Marshal(map[string]string{
+		"machine": group, "machineGroup": group, "machineType": machineType, "container": container,
+	})
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Annotations[imperatorv1alpha1.InjectedAnnotation] = string(record)
 	return w
 }
 

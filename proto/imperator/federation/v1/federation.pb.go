@@ -1659,7 +1659,13 @@ type Usage struct {
 	// held counts the units set aside for CapacityHolds that no guest of the
 	// hold holds yet: they are reserved but not free for other guests. Spokes
 	// that predate holds never set it.
-	Held          int32 `protobuf:"varint,6,opt,name=held,proto3" json:"held,omitempty"`
+	Held int32 `protobuf:"varint,6,opt,name=held,proto3" json:"held,omitempty"`
+	// unplaceable counts the queued guests that no ready node of the type can
+	// take now (their nodeSelector, node affinity or tolerations rule every
+	// node out): they wait in line but hold no unit, so the reservation keeps
+	// their units and the hub's free counts them. Part of queued; spokes that
+	// predate it never set it.
+	Unplaceable   int32 `protobuf:"varint,7,opt,name=unplaceable,proto3" json:"unplaceable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1732,6 +1738,13 @@ func (x *Usage) GetQueued() int32 {
 func (x *Usage) GetHeld() int32 {
 	if x != nil {
 		return x.Held
+	}
+	return 0
+}
+
+func (x *Usage) GetUnplaceable() int32 {
+	if x != nil {
+		return x.Unplaceable
 	}
 	return 0
 }
@@ -1990,14 +2003,15 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\x03num\x18\x02 \x01(\x05R\x03num\x12\x18\n" +
 	"\aproduct\x18\x03 \x01(\tR\aproduct\x12\x16\n" +
 	"\x06family\x18\x04 \x01(\tR\x06family\x12\x18\n" +
-	"\amachine\x18\x05 \x01(\tR\amachine\"\x97\x01\n" +
+	"\amachine\x18\x05 \x01(\tR\amachine\"\xb9\x01\n" +
 	"\x05Usage\x12\x18\n" +
 	"\amaximum\x18\x01 \x01(\x05R\amaximum\x12\x1a\n" +
 	"\breserved\x18\x02 \x01(\x05R\breserved\x12\x12\n" +
 	"\x04used\x18\x03 \x01(\x05R\x04used\x12\x18\n" +
 	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12\x16\n" +
 	"\x06queued\x18\x05 \x01(\x05R\x06queued\x12\x12\n" +
-	"\x04held\x18\x06 \x01(\x05R\x04held\"\x97\x01\n" +
+	"\x04held\x18\x06 \x01(\x05R\x04held\x12 \n" +
+	"\vunplaceable\x18\a \x01(\x05R\vunplaceable\"\x97\x01\n" +
 	"\n" +
 	"NodeCounts\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\x05R\x05ready\x12\x1b\n" +

@@ -723,10 +723,11 @@ type MachineTypeInfo struct {
 	// usage of the type; all zero until the spoke reported it.
 	Usage *v1.Usage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
 	// free is the number of units a new guest can get now: reserved slots not
-	// claimed by guests, min(reserved, maximum - used - waiting), never
-	// negative. waiting includes queued guests, so a slot a queued guest is
-	// about to take is never free. It is reported as-is even for offline or stale clusters; use
-	// cluster_state to judge it.
+	// claimed by guests, min(reserved, maximum - used - (waiting -
+	// unplaceable)) - held, never negative. waiting includes queued guests, so
+	// a slot a queued guest is about to take is never free; a queued guest no
+	// node can take (usage.unplaceable) takes none. It is reported as-is even
+	// for offline or stale clusters; use cluster_state to judge it.
 	Free int32 `protobuf:"varint,10,opt,name=free,proto3" json:"free,omitempty"`
 	// nodes counts the pool's nodes serving this type by condition.
 	Nodes *v1.NodeCounts `protobuf:"bytes,11,opt,name=nodes,proto3" json:"nodes,omitempty"`
@@ -1047,7 +1048,10 @@ type TypeUsage struct {
 	Queued int32 `protobuf:"varint,8,opt,name=queued,proto3" json:"queued,omitempty"`
 	// held counts the units set aside for capacity holds that no guest of the
 	// hold claimed yet; free never counts them.
-	Held          int32 `protobuf:"varint,9,opt,name=held,proto3" json:"held,omitempty"`
+	Held int32 `protobuf:"varint,9,opt,name=held,proto3" json:"held,omitempty"`
+	// unplaceable counts the guests of queued that no ready node of the type
+	// can take now: they hold no unit, and free counts the units they wait for.
+	Unplaceable   int32 `protobuf:"varint,10,opt,name=unplaceable,proto3" json:"unplaceable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1141,6 +1145,13 @@ func (x *TypeUsage) GetQueued() int32 {
 func (x *TypeUsage) GetHeld() int32 {
 	if x != nil {
 		return x.Held
+	}
+	return 0
+}
+
+func (x *TypeUsage) GetUnplaceable() int32 {
+	if x != nil {
+		return x.Unplaceable
 	}
 	return 0
 }
@@ -2899,7 +2910,7 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\x0e2 .imperator.query.v1.ClusterStateR\x05state\x12;\n" +
 	"\vobserved_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"observedAt\x123\n" +
-	"\x05types\x18\x04 \x03(\v2\x1d.imperator.query.v1.TypeUsageR\x05types\"\xd9\x01\n" +
+	"\x05types\x18\x04 \x03(\v2\x1d.imperator.query.v1.TypeUsageR\x05types\"\xfb\x01\n" +
 	"\tTypeUsage\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
@@ -2909,7 +2920,9 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\awaiting\x18\x06 \x01(\x05R\awaiting\x12\x12\n" +
 	"\x04free\x18\a \x01(\x05R\x04free\x12\x16\n" +
 	"\x06queued\x18\b \x01(\x05R\x06queued\x12\x12\n" +
-	"\x04held\x18\t \x01(\x05R\x04held\"\xef\x01\n" +
+	"\x04held\x18\t \x01(\x05R\x04held\x12 \n" +
+	"\vunplaceable\x18\n" +
+	" \x01(\x05R\vunplaceable\"\xef\x01\n" +
 	"\x13FindCapacityRequest\x12G\n" +
 	"\fmachine_type\x18\x01 \x01(\v2\".imperator.query.v1.MachineTypeRefH\x00R\vmachineType\x129\n" +
 	"\x05shape\x18\x02 \x01(\v2!.imperator.query.v1.ResourceShapeH\x00R\x05shape\x12\x14\n" +

@@ -4,7 +4,8 @@
 // namespace, owned by the Machine: placeholder pods that request exactly the
 // type's cpu, memory and GPUs on the type's ready nodes and so hold its
 // capacity. Reservations shrink as guest pods of the type arrive
-// (replicas = available − used − waiting) and grow back when they leave;
+// (replicas = available − used − (waiting − unplaceable)) and grow back when
+// they leave;
 // reservation pods have no grace period, so the slot of the one removed for a
 // guest is free at once, and run at a PriorityClass that never preempts
 // anything (value 0, preemptionPolicy Never). deploy/spoke ships that class;
@@ -19,8 +20,8 @@
 // class, the found and wanted values and the fix (delete it, apply
 // deploy/spoke). The reservations come back as soon as the class is right.
 // The Machine's status reports maximum/reserved/used/waiting per type and
-// the Ready, InsufficientCapacity and OverSubscribed conditions; the same
-// figures are Prometheus gauges, and
+// the Ready, InsufficientCapacity, OverSubscribed and StrayGuests
+// conditions; the same figures are Prometheus gauges, and
 // the time a guest takes to run is a histogram. A reservation pod is reserved
 // only while its node carries node-pool=ready, the only nodes a guest may be
 // placed on: those left on a not-ready or maintenance node stay where they
@@ -39,7 +40,19 @@
 // told their place in the imperator.tenzen-y.io/queue annotation (written
 // only when its text changes) and a Queued event. Guests running without the
 // gate (from before an upgrade) count as used and are never evicted. Usage
-// counts the gated guests as queued, a part of waiting.
+// counts the gated guests as queued, a part of waiting; those no ready node
+// of the type can take by their own constraints are unplaceable, a part of
+// queued: they keep their place in line but hold no unit.
+//
+// Only pods the agent's admission path made guests count: a pod labelled
+// pod-role=guest is one only with the Pod Resource Injector's record
+// (imperator.tenzen-y.io/injected) naming the group and type of its labels,
+// which the API server lets only the injector's guests carry. Labelled pods
+// without it count nowhere and are named, per type, in the StrayGuests
+// condition. A Machine created again under the name of one deleted a moment
+// ago takes over the reservation StatefulSets and Services the earlier one
+// left (and their running pods) instead of waiting for the garbage
+// collector.
 //
 // It also decides and accounts the CapacityHolds of its group (holds.go,
 // with the rules of package capacityhold): while a hold is active, its held

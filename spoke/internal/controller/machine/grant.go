@@ -76,18 +76,24 @@ func replaced(err error) bool {
 // show yet (grantExpectations.observe). Every grant is remembered in
 // expectations under key.
 func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder events.EventRecorder,
-	machine *imperatorv1alpha1.Machine, group string, usage map[string]*typeUsage, key string) error {
+	machine *imperatorv1alpha1.Machine, usage map[string]*typeUsage, key string) error {
 	log := ctrl.LoggerFrom(ctx)
 	var errs []error
 	for _, t := range machine.Spec.MachineTypes {
 		u := usage[t.Name]
-		if u == nil || len(u.gated) == 0 {
+		if u == nil || len(u.gated)+len(u.unplaceable) == 0 {
 			continue
 		}
-		nodes, err := readyNodesOf(ctx, c, group, &t)
-		if err != nil {
-			errs = append(errs, err)
-			continue
+		// Whether a node can take a guest is what podCounts found: the
+		// replicas were set from it, and a guest it found unplaceable has
+		// no reservation pod scaled away for it.
+		unplaceable := make(map[*corev1.Pod]bool, len(u.unplaceable))
+		for _, pod := range u.unplaceable {
+			unplaceable[pod] = true
+		}
+		placeable := func(pod *corev1.Pod) bool { return !unplaceable[pod] }
+		if u.noReadyNode {
+			placeable = nil
 		}
 		plan := planSlots(line{
 			machineType: t.Name,
@@ -95,8 +101,8 @@ func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder e
 			held:        u.held(),
 			releasing:   u.releasing(),
 			stuck:       u.stuck,
-			gated:       u.gated,
-			placeable:   placeableOn(nodes),
+			gated:       append(slices.Clip(u.gated), u.unplaceable...),
+			placeable:   placeable,
 			holds:       u.holds,
 		})
 		for _, pod := range plan.grant {
@@ -120,34 +126,61 @@ func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder e
 			recorder.Eventf(pod, machine, corev1.EventTypeNormal, ReasonSlotGranted, "Grant",
 				"granted a unit of %s of Machine %s: the scheduler places the guest now", t.Name, machine.Name)
 		}
-		for _, q := range plan.queued {
-			previous, told := q.pod.Annotations[imperatorv1alpha1.QueueAnnotation]
-			if previous == q.note {
-				continue
+		errs = append(errs, tellWaiting(ctx, c, recorder, machine, plan.queued))
+	}
+	return errors.Join(errs...)
+}
+
+// tellWaiting writes each guest's note into its queue annotation when its
+// text changed, with a Queued event the first time.
+func tellWaiting(ctx context.Context, c client.Client, recorder events.EventRecorder, machine *imperatorv1alpha1.Machine, queued []queuedGuest) error {
+	var errs []error
+	for _, q := range queued {
+		previous, told := q.pod.Annotations[imperatorv1alpha1.QueueAnnotation]
+		if previous == q.note {
+			continue
+		}
+		patch, err := queuePatch(q.pod.UID, q.note)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		guest := &corev1.Pod{}
+		guest.Namespace, guest.Name = q.pod.Namespace, q.pod.Name
+		if err := c.Patch(ctx, guest, patch); err != nil {
+			if !replaced(err) {
+				errs = append(errs, fmt.Errorf("annotating waiting guest %s: %w", klog.KObj(q.pod), err))
 			}
-			patch, err := queuePatch(q.pod.UID, q.note)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			guest := &corev1.Pod{}
-			guest.Namespace, guest.Name = q.pod.Namespace, q.pod.Name
-			if err := c.Patch(ctx, guest, patch); err != nil {
-				if !replaced(err) {
-					errs = append(errs, fmt.Errorf("annotating waiting guest %s: %w", klog.KObj(q.pod), err))
-				}
-				continue
-			}
-			log.V(2).Info("Told a waiting guest its place", "pod", klog.KObj(q.pod), "note", q.note)
-			if !told {
-				// Later notes go to the annotation only: the event recorder
-				// folds events of one reason about one pod into a series that
-				// keeps the first note.
-				recorder.Eventf(q.pod, machine, corev1.EventTypeNormal, ReasonQueued, "Queue", "%s", q.note)
-			}
+			continue
+		}
+		ctrl.LoggerFrom(ctx).V(2).Info("Told a waiting guest its place", "pod", klog.KObj(q.pod), "note", q.note)
+		if !told {
+			// Later notes go to the annotation only: the event recorder
+			// folds events of one reason about one pod into a series that
+			// keeps the first note.
+			recorder.Eventf(q.pod, machine, corev1.EventTypeNormal, ReasonQueued, "Queue", "%s", q.note)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// tellNotOwner tells every guest at the gate of a Machine that does not
+// control its reservations why none is let through: the conflict, in its
+// queue annotation.
+func tellNotOwner(ctx context.Context, c client.Client, recorder events.EventRecorder, machine *imperatorv1alpha1.Machine,
+	usage map[string]*typeUsage, conflict *conflictError) error {
+	var queued []queuedGuest
+	for _, t := range machine.Spec.MachineTypes {
+		u := usage[t.Name]
+		if u == nil {
+			continue
+		}
+		note := fmt.Sprintf("waiting for %s: %s; Machine %s lets no guest through until it controls its reservations", t.Name, conflict.Error(), machine.Name)
+		for _, pod := range slices.Concat(u.gated, u.unplaceable) {
+			queued = append(queued, queuedGuest{pod: pod, note: note})
+		}
+	}
+	return tellWaiting(ctx, c, recorder, machine, queued)
 }
 
 // readyNodesOf lists, from the cache, the nodes a guest of the type may be
@@ -237,7 +270,7 @@ func (e *grantExpectations) observe(key string, usage map[string]*typeUsage) {
 	now := e.clock()
 	stillGated := map[types.UID]bool{}
 	for _, u := range usage {
-		u.gated = slices.DeleteFunc(u.gated, func(pod *corev1.Pod) bool {
+		granted := func(pod *corev1.Pod) bool {
 			at, ok := pending[pod.UID]
 			if !ok || now.Sub(at) > grantExpectationsTTL {
 				return false
@@ -247,7 +280,18 @@ func (e *grantExpectations) observe(key string, usage map[string]*typeUsage) {
 			u.granted++
 			u.addHolding(pod)
 			return true
-		})
+		}
+		u.gated = slices.DeleteFunc(u.gated, granted)
+		// A granted guest that no node can take now (a node left the pool
+		// since) holds its unit like any granted guest: the replicas must
+		// leave it out again.
+		if n := len(u.unplaceable); n > 0 {
+			u.unplaceable = slices.DeleteFunc(u.unplaceable, granted)
+			if moved := int32(n - len(u.unplaceable)); moved > 0 {
+				u.Unplaceable -= moved
+				u.replicas = reservationReplicas(u.Maximum, u.Usage)
+			}
+		}
 	}
 	for uid := range pending {
 		if !stillGated[uid] {

@@ -73,6 +73,28 @@ func TestGrantExpectations(t *testing.T) {
 	})
 }
 
+// A guest let through and then found unplaceable (a node left the pool
+// before the cache showed the grant) holds its unit: the reservation must
+// not grow back into it.
+func TestGrantExpectationsOfAnUnplaceableGuest(t *testing.T) {
+	e := &grantExpectations{}
+	const machine = "cluster/general-machine"
+	a := withUID(gatedGuest("team-a", "a", 1), "a")
+	e.expect(machine, a.UID)
+	u := &typeUsage{Usage: imperatorv1alpha1.Usage{Maximum: 2, Reserved: 2, Waiting: 1, Queued: 1, Unplaceable: 1}, replicas: 2,
+		unplaceable: []*corev1.Pod{a}}
+	e.observe(machine, map[string]*typeUsage{"compute-small": u})
+	type view struct {
+		Usage             imperatorv1alpha1.Usage
+		Replicas, Granted int32
+		Unplaceable       []string
+	}
+	want := view{Usage: imperatorv1alpha1.Usage{Maximum: 2, Reserved: 2, Waiting: 1}, Replicas: 1, Granted: 1}
+	if diff := cmp.Diff(want, view{u.Usage, u.replicas, u.granted, names(u.unplaceable)}); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
 func TestStuckWarningsOncePerPod(t *testing.T) {
 	w := &stuckWarnings{}
 	const machine = "cluster/general-machine"

@@ -3,11 +3,11 @@ package machine
 import (
 	"context"
 	"maps"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -92,8 +92,10 @@ func (r *Reconciler) podHandler(name multicluster.ClusterName, cl cluster.Cluste
 // podState is what the usage of a pod depends on.
 type podState struct {
 	group, machineType, role, nodeName, ordinal string
-	phase                                       corev1.PodPhase
-	deleting, unschedulable, gated              bool
+	// injected is the injector's record: whether the pod is a guest at all.
+	injected                       string
+	phase                          corev1.PodPhase
+	deleting, unschedulable, gated bool
 }
 
 func podView(pod *corev1.Pod) podState {
@@ -102,6 +104,7 @@ func podView(pod *corev1.Pod) podState {
 		machineType:   pod.Labels[imperatorv1alpha1.MachineTypeKey],
 		role:          pod.Labels[imperatorv1alpha1.PodRoleKey],
 		ordinal:       pod.Labels[appsv1.PodIndexLabel],
+		injected:      pod.Annotations[imperatorv1alpha1.InjectedAnnotation],
 		nodeName:      pod.Spec.NodeName,
 		phase:         pod.Status.Phase,
 		deleting:      pod.DeletionTimestamp != nil,
@@ -151,25 +154,21 @@ func nodeGroupOf(obj client.Object) string {
 }
 
 // nodePoolChanged lets through the node updates that change what the node
-// pool put on it: the node-pool and machine-type labels (every label under
-// imperatorv1alpha1.Prefix) and the machine-group annotation. Heartbeats,
-// status and other labels are dropped.
+// pool put on it (the node-pool and machine-type labels, every label under
+// imperatorv1alpha1.Prefix, and the machine-group annotation) or which
+// guests it can take: any label (a guest's nodeSelector or node affinity
+// may name it), its taints and whether it is cordoned. Heartbeats, status
+// and annotations are dropped.
 func nodePoolChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
-			return nodeGroupOf(e.ObjectOld) != nodeGroupOf(e.ObjectNew) ||
-				!maps.Equal(nodePoolLabels(e.ObjectOld), nodePoolLabels(e.ObjectNew))
+			if nodeGroupOf(e.ObjectOld) != nodeGroupOf(e.ObjectNew) || !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) {
+				return true
+			}
+			oldNode, okOld := e.ObjectOld.(*corev1.Node)
+			newNode, okNew := e.ObjectNew.(*corev1.Node)
+			return okOld && okNew && (oldNode.Spec.Unschedulable != newNode.Spec.Unschedulable ||
+				!equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints))
 		},
 	}
-}
-
-// nodePoolLabels are the labels of obj under imperatorv1alpha1.Prefix.
-func nodePoolLabels(obj client.Object) map[string]string {
-	owned := map[string]string{}
-	for k, v := range obj.GetLabels() {
-		if strings.HasPrefix(k, imperatorv1alpha1.Prefix) {
-			owned[k] = v
-		}
-	}
-	return owned
 }

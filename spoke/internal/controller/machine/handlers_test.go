@@ -3,6 +3,7 @@ package machine
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
@@ -30,8 +31,10 @@ func TestNodePoolChanged(t *testing.T) {
 		"machine-group annotation changes": {
 			newNode: base().Annotation(imperatorv1alpha1.MachineGroupKey, "other"), want: true,
 		},
-		"another label changes": {newNode: base().Label("topology.kubernetes.io/zone", "a")},
-		"nothing the pool owns": {newNode: base().Annotation("node.alpha.kubernetes.io/ttl", "0")},
+		// A waiting guest's nodeSelector may name it: the node may take it now.
+		"another label changes": {newNode: base().Label("topology.kubernetes.io/zone", "a"), want: true},
+		"a taint is added":      {newNode: base().Taint("example.com/drain", "", corev1.TaintEffectNoSchedule), want: true},
+		"an annotation changes": {newNode: base().Annotation("node.alpha.kubernetes.io/ttl", "0")},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -154,8 +155,9 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 		// Holds are decided and accounted by the Machine of their group
 		// (holds.go); their status writes change no generation.
 		Watches(&imperatorv1alpha1.CapacityHold{}, r.holdHandler, mcbuilder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		// Reservation pods count as reserved only on node-pool=ready nodes:
-		// only a change of what the node pool puts on a node matters.
+		// Reservation pods count as reserved only on node-pool=ready nodes,
+		// and a waiting guest holds a unit only while such a node can take
+		// it: only a change of a node's labels, taints or cordon matters.
 		Watches(&corev1.Node{}, r.nodeHandler, mcbuilder.WithPredicates(nodePoolChanged())).
 		// A missing or wrong reservation PriorityClass holds the
 		// reservations back, and one put right restores them, without
@@ -288,7 +290,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	// The reservations are scaled for every waiting guest first; the gates
 	// open only once the reservation pods are gone.
 	if owner {
-		errs = append(errs, r.grantSlots(ctx, c, recorder, machine, group, usage, seriesKey))
+		errs = append(errs, r.grantSlots(ctx, c, recorder, machine, usage, seriesKey))
+	} else if conflict.otherMachine == "" {
+		// Nobody runs the group's line: its guests learn why from this
+		// Machine. With another Machine controlling the reservations, that
+		// one tells them their place.
+		errs = append(errs, tellNotOwner(ctx, c, recorder, machine, usage, conflict))
 	}
 	errs = append(errs, r.tellStranded(ctx, c, recorder, machine, usage, typeGone))
 	requeue := untilNextStuck(usage, time.Now())
@@ -398,8 +405,11 @@ func servedTypes(machine *imperatorv1alpha1.Machine) []string {
 // countUsage reads the pods of the Machine's group from the cache, through
 // the machine-group index, and counts them per machine type of the spec. The
 // nodes that reservation pods are bound to are read from the cache too, for
-// their node-pool label. typeGone are the guests at the slot gate whose
-// machine type the Machine no longer offers.
+// their node-pool label, and so are the ready nodes of each type with guests
+// at the gate, to tell which of them a node can take. typeGone are the
+// guests at the slot gate whose machine type the Machine no longer offers
+// (pods the injector did not admit are not told anything: they are no
+// guests, and a write to each would let anyone make the agent write).
 func (r *Reconciler) countUsage(ctx context.Context, c client.Client, machine *imperatorv1alpha1.Machine, group string) (_ map[string]*typeUsage, typeGone []*corev1.Pod, _ error) {
 	pods := &corev1.PodList{}
 	// The pods are only read: no need to copy every one out of the cache.
@@ -439,11 +449,26 @@ func (r *Reconciler) countUsage(ctx context.Context, c client.Client, machine *i
 		stateByNode[name] = node.Labels[imperatorv1alpha1.NodePoolKey]
 		return stateByNode[name]
 	}
+	// The ready nodes of a type are read once per reconcile, and only for a
+	// type with guests at the gate.
+	readyByType := map[string][]*corev1.Node{}
+	readyNodes := func(name string) []*corev1.Node {
+		nodes, ok := readyByType[name]
+		if !ok {
+			var err error
+			if nodes, err = readyNodesOf(ctx, c, group, machine.MachineType(name)); err != nil {
+				lookupErr = errors.Join(lookupErr, err)
+			}
+			readyByType[name] = nodes
+		}
+		return nodes
+	}
 	available := make(map[string]int32, len(machine.Spec.MachineTypes))
 	for _, t := range machine.Spec.MachineTypes {
 		available[t.Name] = t.Available
 	}
-	usage := podCounts(pods.Items, group, r.opts.Namespace, enabled, nodeState, available, time.Now().Add(-stuckReservationAfter))
+	usage := podCounts(pods.Items, group, r.opts.Namespace, lookups{enabled: enabled, nodeState: nodeState, readyNodes: readyNodes},
+		available, time.Now().Add(-stuckReservationAfter))
 	if lookupErr != nil {
 		return nil, nil, lookupErr
 	}
@@ -451,7 +476,7 @@ func (r *Reconciler) countUsage(ctx context.Context, c client.Client, machine *i
 		pod := &pods.Items[i]
 		if _, offered := available[pod.Labels[imperatorv1alpha1.MachineTypeKey]]; !offered &&
 			pod.Labels[imperatorv1alpha1.PodRoleKey] == string(imperatorv1alpha1.PodRoleGuest) &&
-			pod.Labels[imperatorv1alpha1.MachineGroupKey] == group && active(pod) && gated(pod) {
+			pod.Labels[imperatorv1alpha1.MachineGroupKey] == group && active(pod) && gated(pod) && admittedGuest(pod) {
 			typeGone = append(typeGone, pod)
 		}
 	}
@@ -460,10 +485,42 @@ func (r *Reconciler) countUsage(ctx context.Context, c client.Client, machine *i
 
 // conflictError is an object with a reservation's name that the Machine does
 // not control.
-type conflictError struct{ kind, namespace, name, machine string }
+type conflictError struct {
+	kind, namespace, name, machine string
+	// earlier is set when the object is an earlier Machine's of the same
+	// name that is being deleted: it cannot be taken over.
+	earlier bool
+	// otherMachine names the Machine of another name that controls the
+	// object, if one does: that Machine runs the group's line.
+	otherMachine string
+}
 
 func (e *conflictError) Error() string {
+	if e.earlier {
+		return fmt.Sprintf("%s %s/%s of an earlier Machine %s is being deleted", e.kind, e.namespace, e.name, e.machine)
+	}
 	return fmt.Sprintf("%s %s/%s exists and is not controlled by Machine %s", e.kind, e.namespace, e.name, e.machine)
+}
+
+// ownedByEarlier tells whether obj's controller is an earlier Machine of
+// the same name as machine: one deleted, with machine created in its place
+// before the garbage collector removed what it owned. Machines are
+// cluster-scoped, so no Machine of that UID can come back.
+func ownedByEarlier(obj client.Object, machine *imperatorv1alpha1.Machine) bool {
+	ref := machineControllerOf(obj)
+	return ref != nil && ref.Name == machine.Name && ref.UID != machine.UID
+}
+
+// machineControllerOf is obj's controller reference when it is a Machine.
+func machineControllerOf(obj client.Object) *metav1.OwnerReference {
+	ref := metav1.GetControllerOfNoCopy(obj)
+	if ref == nil || ref.Kind != "Machine" {
+		return nil
+	}
+	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != imperatorv1alpha1.GroupVersion.Group {
+		return nil
+	}
+	return ref
 }
 
 // applyReservation server-side applies the Service and StatefulSet of one
@@ -526,7 +583,11 @@ func (r *Reconciler) applyReservation(ctx context.Context, c client.Client, reco
 
 // getControlled reads obj from the cache and fails with a conflictError when
 // it exists without the Machine as its controller. A missing obj is left
-// empty.
+// empty. One that an earlier Machine of the same name controls is the
+// Machine's to take over (the apply makes it the controller): waiting for
+// the garbage collector instead keeps every guest out until it comes round
+// to it, which can take it tens of seconds, and the reservation pods it
+// would delete hold the very units the Machine reserves again.
 func getControlled(ctx context.Context, c client.Client, key client.ObjectKey, obj client.Object, machine *imperatorv1alpha1.Machine) error {
 	if err := c.Get(ctx, key, obj); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -534,19 +595,30 @@ func getControlled(ctx context.Context, c client.Client, key client.ObjectKey, o
 		}
 		return fmt.Errorf("getting %T %s: %w", obj, key, err)
 	}
-	if !metav1.IsControlledBy(obj, machine) {
-		kind := "StatefulSet"
-		if _, ok := obj.(*corev1.Service); ok {
-			kind = "Service"
-		}
-		return &conflictError{kind: kind, namespace: key.Namespace, name: key.Name, machine: machine.Name}
+	if metav1.IsControlledBy(obj, machine) {
+		return nil
 	}
-	return nil
+	earlier := ownedByEarlier(obj, machine)
+	if earlier && obj.GetDeletionTimestamp().IsZero() {
+		ctrl.LoggerFrom(ctx).V(1).Info("Taking over a reservation object of an earlier Machine of this name", "object", klog.KObj(obj),
+			"earlierUID", metav1.GetControllerOfNoCopy(obj).UID)
+		return nil
+	}
+	kind := "StatefulSet"
+	if _, ok := obj.(*corev1.Service); ok {
+		kind = "Service"
+	}
+	conflict := &conflictError{kind: kind, namespace: key.Namespace, name: key.Name, machine: machine.Name, earlier: earlier}
+	if ref := machineControllerOf(obj); ref != nil && ref.Name != machine.Name {
+		conflict.otherMachine = ref.Name
+	}
+	return conflict
 }
 
 // prune deletes the reservation StatefulSets and Services the Machine
 // controls whose names are not in keep: machine types no longer served, or a
-// machine group that changed.
+// machine group that changed; and those an earlier Machine of its name left
+// that it does not take over.
 //
 // It reads every reservation object of the namespace (those of other
 // Machines too) on each reconcile, as the cache holds them and without
@@ -571,7 +643,7 @@ func (r *Reconciler) prune(ctx context.Context, c client.Client, machine *impera
 		stale = append(stale, &services.Items[i])
 	}
 	stale = slices.DeleteFunc(stale, func(obj client.Object) bool {
-		return keep[obj.GetName()] || !metav1.IsControlledBy(obj, machine) || !obj.GetDeletionTimestamp().IsZero()
+		return keep[obj.GetName()] || !(metav1.IsControlledBy(obj, machine) || ownedByEarlier(obj, machine)) || !obj.GetDeletionTimestamp().IsZero()
 	})
 	var errs []error
 	for _, obj := range stale {

@@ -26,6 +26,8 @@ const (
 	stateWaiting  = "waiting"
 	stateQueued   = "queued"
 	stateHeld     = "held"
+	// stateUnplaceable: queued guests no ready node of the type can take.
+	stateUnplaceable = "unplaceable"
 )
 
 var (
@@ -35,7 +37,8 @@ var (
 		Subsystem: "machine",
 		Name:      "type_units",
 		Help: "Units of a machine type by state: maximum (available), reserved (bound reservation pods), " +
-			"used (bound guest pods), waiting (guest pods not yet bound), queued (those of waiting held at the slot gate) and held (set aside for capacity holds).",
+			"used (bound guest pods), waiting (guest pods not yet bound), queued (those of waiting held at the slot gate), " +
+			"unplaceable (those of queued no ready node can take, which hold no unit) and held (set aside for capacity holds).",
 	}, []string{labelCluster, labelMachineGroup, labelMachineType, labelState})
 
 	// guestHandoverSeconds is the time from a guest pod's creation until the
@@ -54,7 +57,7 @@ var (
 		Namespace: "imperator",
 		Subsystem: "machine",
 		Name:      "condition",
-		Help:      "1 while a condition of a Machine (Ready, InsufficientCapacity, OverSubscribed) is True, else 0.",
+		Help:      "1 while a condition of a Machine (Ready, InsufficientCapacity, OverSubscribed, StrayGuests) is True, else 0.",
 	}, []string{labelMachineGroup, labelMachine, labelCondition})
 
 	registerMetrics sync.Once
@@ -103,6 +106,7 @@ func (s *usageSeries) set(machineKey string, cluster, group string, usage []impe
 		for state, value := range map[string]int32{
 			stateMaximum: m.Usage.Maximum, stateReserved: m.Usage.Reserved,
 			stateUsed: m.Usage.Used, stateWaiting: m.Usage.Waiting, stateQueued: m.Usage.Queued, stateHeld: m.Usage.Held,
+			stateUnplaceable: m.Usage.Unplaceable,
 		} {
 			machineTypeUnits.WithLabelValues(cluster, group, m.Name, state).Set(float64(value))
 		}

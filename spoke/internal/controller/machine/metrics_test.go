@@ -19,7 +19,7 @@ func TestUsageSeries(t *testing.T) {
 		}
 		return out
 	}
-	const states = 6 // maximum, reserved, used, waiting, queued, held
+	const states = 7 // maximum, reserved, used, waiting, queued, unplaceable, held
 	steps := []struct {
 		name       string
 		usage      []imperatorv1alpha1.AvailableMachine

@@ -412,6 +412,7 @@ func TestSetStatusWithMismatchedPriorityClass(t *testing.T) {
 		{Type: "Ready", Status: "False", Reason: "ReservationPriorityClassMismatch", Message: "PriorityClass imperator-reservation is not the one the agent creates"},
 		{Type: "InsufficientCapacity", Status: "True", Reason: "NoNodePool", Message: "compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"},
 		{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has guests holding more units than available"},
+		{Type: "StrayGuests", Status: "False", Reason: "NoStrayGuests", Message: "every pod labelled as a guest of the group was admitted by the pod injector"},
 	}
 	if diff := cmp.Diff(want, status.Conditions, cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime", "ObservedGeneration")); diff != "" {
 		t.Errorf("conditions (-want +got):\n%s", diff)

@@ -25,11 +25,14 @@ import (
 // not yet bound, or leaving and still on their node), it takes the oldest
 // gated guest that a node-pool=ready node of the type can take, and removes
 // its gate once no reservation pod beyond the reservation's replicas is left
-// (replicas already leave out every waiting guest, so the StatefulSet has
-// been scaled down for it). The scheduler then places the guest at once,
-// into the slot the reservation pod left, with no failed attempt and no
-// backoff. A guest that leaves hands its slot to the next gated guest before
-// the reservation grows back, because waiting guests keep the replicas down.
+// (replicas already leave out every waiting guest a ready node can take, so
+// the StatefulSet has been scaled down for it). The scheduler then places
+// the guest at once, into the slot the reservation pod left, with no failed
+// attempt and no backoff. A guest that leaves hands its slot to the next
+// gated guest before the reservation grows back, because waiting guests keep
+// the replicas down. A gated guest that no ready node can take keeps its
+// place in line and is told so, but holds no unit: the replicas, the holds
+// and the hub's free count leave it out until a node can take it.
 //
 // "A node can take the guest" is decided as the scheduler's node filters
 // would for the guest's own constraints: the node's labels match the
@@ -81,7 +84,13 @@ func arrivalOrder(a, b *corev1.Pod) int {
 // taint of the node. Resources are not checked: the unit the guest is let
 // into is the one a reservation pod leaves.
 func canTake(node *corev1.Node, pod *corev1.Pod) bool {
-	if match, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); err != nil || !match {
+	return canTakeWith(nodeaffinity.GetRequiredNodeAffinity(pod), node, pod)
+}
+
+// canTakeWith is canTake with the guest's required node affinity already
+// parsed, for a guest tried against many nodes.
+func canTakeWith(affinity nodeaffinity.RequiredNodeAffinity, node *corev1.Node, pod *corev1.Pod) bool {
+	if match, err := affinity.Match(node); err != nil || !match {
 		return false
 	}
 	_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations,
@@ -91,15 +100,14 @@ func canTake(node *corev1.Node, pod *corev1.Pod) bool {
 	return !untolerated
 }
 
-// placeableOn returns whether some node of nodes can take a guest, or nil
-// when nodes is empty.
-func placeableOn(nodes []*corev1.Node) func(*corev1.Pod) bool {
+// placeableOn tells whether some node of nodes can take a guest; none
+// can when nodes is empty.
+func placeableOn(nodes []*corev1.Node, pod *corev1.Pod) bool {
 	if len(nodes) == 0 {
-		return nil
+		return false
 	}
-	return func(pod *corev1.Pod) bool {
-		return slices.ContainsFunc(nodes, func(n *corev1.Node) bool { return canTake(n, pod) })
-	}
+	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	return slices.ContainsFunc(nodes, func(n *corev1.Node) bool { return canTakeWith(affinity, n, pod) })
 }
 
 // line is what the grant decision of one machine type depends on.
@@ -122,7 +130,8 @@ type line struct {
 	// gated are the guests at the slot gate, in any order.
 	gated []*corev1.Pod
 	// placeable tells whether a node-pool=ready node of the type can take
-	// the guest (placeableOn); nil means no such node exists.
+	// the guest (placeableOn), as podCounts found it; nil when the type
+	// has no such node at all.
 	placeable func(*corev1.Pod) bool
 	// holds is set when the type has an active CapacityHold (holds.go).
 	holds *holdLine
@@ -225,8 +234,10 @@ func planSlots(l line) slotPlan {
 			}
 		}
 		switch {
+		case unplaceable[i] && l.placeable == nil:
+			note += "; " + noReadyNodeNote
 		case unplaceable[i]:
-			note += "; no " + imperatorv1alpha1.NodePoolKey + "=ready node of the type can take it now"
+			note += "; " + unplaceableNote
 		case l.releasing && (plan.queued[i].hold != "" || inUse < l.available):
 			note += "; a reservation pod is making room"
 		}
@@ -237,6 +248,15 @@ func planSlots(l line) slotPlan {
 	}
 	return plan
 }
+
+// noReadyNodeNote tells the guests at the gate why none is let through while
+// the type has no ready node at all.
+const noReadyNodeNote = "no " + imperatorv1alpha1.NodePoolKey + "=ready node of the type can take it now"
+
+// unplaceableNote tells a guest at the gate that none of the type's ready
+// nodes can take why it is passed over, and that it holds no unit meanwhile.
+const unplaceableNote = "no " + imperatorv1alpha1.NodePoolKey + "=ready node of the type can take it now " +
+	"(its nodeSelector, required node affinity or tolerations): it keeps its place in line and holds no unit until one can"
 
 // exactPlaces is how many guests of a line are told their exact place and
 // the type's units in use; those behind them are told "100+ in line".

@@ -17,7 +17,7 @@ import (
 // gatedGuest is a guest of compute-small at the slot gate, created at
 // second s.
 func gatedGuest(namespace, name string, s int) *corev1.Pod {
-	pod := wrappers.MakePod(namespace, name).Guest(group, "compute-small").Obj()
+	pod := wrappers.MakePod(namespace, name).InjectedGuest(group, "compute-small").Obj()
 	pod.CreationTimestamp = metav1.NewTime(time.Unix(1_800_000_000+int64(s), 0))
 	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: imperatorv1alpha1.SlotSchedulingGate}}
 	return pod
@@ -94,7 +94,8 @@ func TestPlanSlots(t *testing.T) {
 				placeable: func(p *corev1.Pod) bool { return p.Name != "a" }},
 			wantGrant:  []string{"team-b/b"},
 			wantQueued: []string{"team-a/a"},
-			wantNotes:  []string{"waiting for compute-small: 1st in line, 1 of 1 in use; no imperator.tenzen-y.io/node-pool=ready node of the type can take it now"},
+			wantNotes: []string{"waiting for compute-small: 1st in line, 1 of 1 in use; no imperator.tenzen-y.io/node-pool=ready node of the type can take it now " +
+				"(its nodeSelector, required node affinity or tolerations): it keeps its place in line and holds no unit until one can"},
 		},
 		"nobody waiting": {
 			line: line{machineType: "compute-small", available: 1, placeable: anyNode},
@@ -203,7 +204,7 @@ func TestCanTake(t *testing.T) {
 		{Key: "example.com/soft", Value: "x", Effect: corev1.TaintEffectPreferNoSchedule},
 	}
 	injected := func() *wrappers.PodWrapper {
-		return wrappers.MakePod("team-a", "g").Guest(group, "compute-small").
+		return wrappers.MakePod("team-a", "g").InjectedGuest(group, "compute-small").
 			Toleration(imperatorv1alpha1.MachineTypeKeyFor("compute-small"), group)
 	}
 	zone := func(value string) corev1.NodeSelectorTerm {
@@ -233,7 +234,7 @@ func TestCanTake(t *testing.T) {
 		},
 		"its required node affinity asks for another zone": {pod: injected().RequiredNodeAffinity(zone("zone-b")).Obj()},
 		"its required node affinity matches":               {pod: injected().RequiredNodeAffinity(zone("zone-a")).Obj(), want: true},
-		"it does not tolerate the type's NoSchedule taint": {pod: wrappers.MakePod("team-a", "g").Guest(group, "compute-small").Obj()},
+		"it does not tolerate the type's NoSchedule taint": {pod: wrappers.MakePod("team-a", "g").InjectedGuest(group, "compute-small").Obj()},
 		"the node has a NoExecute taint it does not tolerate": {
 			pod: injected().Obj(),
 			node: func() *corev1.Node {
@@ -256,14 +257,14 @@ func TestCanTake(t *testing.T) {
 		})
 	}
 	t.Run("no ready node: nobody is placeable", func(t *testing.T) {
-		if placeableOn(nil) != nil {
-			t.Error("placeableOn(no nodes) is not nil")
+		if placeableOn(nil, injected().Obj()) {
+			t.Error("placeableOn(no nodes) is true")
 		}
 	})
 	t.Run("a guest only another node can take is placeable", func(t *testing.T) {
 		other := wrappers.MakeNode("michiru").Obj()
 		other.Labels["topology.kubernetes.io/zone"] = "zone-b"
-		if !placeableOn([]*corev1.Node{node, other})(injected().RequiredNodeAffinity(zone("zone-b")).Obj()) {
+		if !placeableOn([]*corev1.Node{node, other}, injected().RequiredNodeAffinity(zone("zone-b")).Obj()) {
 			t.Error("a guest for zone-b is not placeable with michiru in zone-b")
 		}
 	})

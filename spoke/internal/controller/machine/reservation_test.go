@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -210,6 +211,45 @@ func TestServiceInSync(t *testing.T) {
 			}
 			if got != tc.want {
 				t.Errorf("serviceInSync() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A Machine deleted and created again under its name takes over what the
+// earlier one left before the garbage collector removes it; anything else
+// controlled by another is a conflict.
+func TestOwnedByEarlier(t *testing.T) {
+	machine := seedMachine()
+	controlledBy := func(apiVersion, kind, name string, uid types.UID) *appsv1.StatefulSet {
+		sts := &appsv1.StatefulSet{}
+		sts.OwnerReferences = []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: name, UID: uid, Controller: ptr.To(true)}}
+		return sts
+	}
+	gv := imperatorv1alpha1.GroupVersion.String()
+	cases := map[string]struct {
+		obj  *appsv1.StatefulSet
+		want bool
+	}{
+		"an earlier Machine of this name": {obj: controlledBy(gv, "Machine", machine.Name, "earlier-uid"), want: true},
+		"an earlier Machine of another API version of the group": {
+			obj: controlledBy(imperatorv1alpha1.GroupVersion.Group+"/v1", "Machine", machine.Name, "earlier-uid"), want: true,
+		},
+		"this Machine":                    {obj: controlledBy(gv, "Machine", machine.Name, machine.UID)},
+		"another Machine of the group":    {obj: controlledBy(gv, "Machine", "general-machine-too", "other-uid")},
+		"a Machine kind of another group": {obj: controlledBy("example.com/v1", "Machine", machine.Name, "earlier-uid")},
+		"something else of the same name": {obj: controlledBy("apps/v1", "Deployment", machine.Name, "earlier-uid")},
+		"no controller, only an owner": {obj: func() *appsv1.StatefulSet {
+			s := controlledBy(gv, "Machine", machine.Name, "earlier-uid")
+			s.OwnerReferences[0].Controller = nil
+			return s
+		}()},
+		"nobody's": {obj: &appsv1.StatefulSet{}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := ownedByEarlier(tc.obj, machine); got != tc.want {
+				t.Errorf("ownedByEarlier() = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -51,6 +52,10 @@ func (r *Reconciler) patchStatus(ctx context.Context, c client.Client, recorder 
 			recorder.Eventf(machine, nil, corev1.EventTypeNormal, now.Reason, "Reconcile", "%s", now.Message)
 		}
 	}
+	if e, ok := strayGuestsEvent(meta.FindStatusCondition(before.Status.Conditions, imperatorv1alpha1.ConditionStrayGuests),
+		meta.FindStatusCondition(machine.Status.Conditions, imperatorv1alpha1.ConditionStrayGuests)); ok {
+		recorder.Eventf(machine, nil, e.eventType, e.reason, "Reconcile", "%s", e.note)
+	}
 	if e, ok := priorityClassEvent(meta.FindStatusCondition(before.Status.Conditions, imperatorv1alpha1.ConditionReady),
 		meta.FindStatusCondition(machine.Status.Conditions, imperatorv1alpha1.ConditionReady), r.opts.PriorityClassName); ok {
 		recorder.Eventf(machine, nil, e.eventType, e.reason, "Reconcile", "%s", e.note)
@@ -60,6 +65,21 @@ func (r *Reconciler) patchStatus(ctx context.Context, c client.Client, recorder 
 
 // transitionEvent is an event sent when a condition changes.
 type transitionEvent struct{ eventType, reason, note string }
+
+// strayGuestsEvent is the event for a change of the StrayGuests condition
+// from was to now: a Warning when it turns True, a Normal one when it turns
+// False. Its message changes with every stray pod created or deleted, which
+// a tenant controls: those changes send none.
+func strayGuestsEvent(was, now *metav1.Condition) (transitionEvent, bool) {
+	isTrue := func(c *metav1.Condition) bool { return c != nil && c.Status == metav1.ConditionTrue }
+	switch {
+	case isTrue(now) && !isTrue(was):
+		return transitionEvent{corev1.EventTypeWarning, now.Reason, now.Message}, true
+	case isTrue(was) && now != nil && !isTrue(now):
+		return transitionEvent{corev1.EventTypeNormal, now.Reason, now.Message}, true
+	}
+	return transitionEvent{}, false
+}
 
 // priorityClassEvent is the event for a change of the Ready condition from
 // was to now that concerns the reservation PriorityClass: a Warning when it
@@ -91,6 +111,7 @@ func setStatus(status *imperatorv1alpha1.MachineStatus, machine *imperatorv1alph
 		status.AvailableMachines = nil
 		meta.RemoveStatusCondition(&status.Conditions, imperatorv1alpha1.ConditionInsufficientCapacity)
 		meta.RemoveStatusCondition(&status.Conditions, imperatorv1alpha1.ConditionOverSubscribed)
+		meta.RemoveStatusCondition(&status.Conditions, imperatorv1alpha1.ConditionStrayGuests)
 		return
 	}
 	if state.usage == nil {
@@ -106,6 +127,7 @@ func setStatus(status *imperatorv1alpha1.MachineStatus, machine *imperatorv1alph
 	}
 	meta.SetStatusCondition(&status.Conditions, capacityCondition(machine, state))
 	meta.SetStatusCondition(&status.Conditions, overSubscribedCondition(machine, state))
+	meta.SetStatusCondition(&status.Conditions, strayGuestsCondition(machine, state))
 }
 
 func readyCondition(machine *imperatorv1alpha1.Machine, state *reconcileState, reconcileErr error) metav1.Condition {
@@ -194,5 +216,45 @@ func overSubscribedCondition(machine *imperatorv1alpha1.Machine, state *reconcil
 		Problems:           []conditions.Problem{{Reason: imperatorv1alpha1.ReasonGuestsExceedAvailable, Parts: over}},
 		OKReason:           imperatorv1alpha1.ReasonWithinAvailable,
 		OKMessage:          "no machine type has guests holding more units than available",
+	}.Condition()
+}
+
+// strayNamespacesNamed is how many namespaces of a type's stray pods the
+// StrayGuests message names, in name order; the rest are counted.
+const strayNamespacesNamed = 3
+
+// strayGuestsCondition is True while pods labelled as guests of a machine
+// type of the Machine were not admitted by the Pod Resource Injector
+// (admittedGuest): they count as nothing, and the message says so per type,
+// with how many there are and a few of their namespaces. It depends on
+// those pods only, so it is written when one comes or goes, never at steady
+// state.
+func strayGuestsCondition(machine *imperatorv1alpha1.Machine, state *reconcileState) metav1.Condition {
+	var strays []string
+	for _, t := range machine.Spec.MachineTypes {
+		u := state.usage[t.Name]
+		if u == nil || u.strays == 0 {
+			continue
+		}
+		namespaces := make([]string, 0, len(u.strayNamespaces))
+		for ns := range u.strayNamespaces {
+			namespaces = append(namespaces, ns)
+		}
+		slices.Sort(namespaces)
+		named := strings.Join(namespaces[:min(len(namespaces), strayNamespacesNamed)], ", ")
+		if more := len(namespaces) - strayNamespacesNamed; more > 0 {
+			named += fmt.Sprintf(" and %d more", more)
+		}
+		strays = append(strays, fmt.Sprintf("%s: %d pods labelled as its guests were not admitted by the pod injector "+
+			"(no %s record for this group and type) and count as nothing (namespaces %s)",
+			t.Name, u.strays, imperatorv1alpha1.InjectedAnnotation, named))
+	}
+	return conditions.FirstFailing{
+		Type:               imperatorv1alpha1.ConditionStrayGuests,
+		ObservedGeneration: machine.Generation,
+		Failing:            metav1.ConditionTrue,
+		Problems:           []conditions.Problem{{Reason: imperatorv1alpha1.ReasonGuestsNotAdmitted, Parts: strays}},
+		OKReason:           imperatorv1alpha1.ReasonNoStrayGuests,
+		OKMessage:          "every pod labelled as a guest of the group was admitted by the pod injector",
 	}.Condition()
 }

@@ -19,6 +19,15 @@ func TestSetStatus(t *testing.T) {
 		return &typeUsage{Usage: u, replicas: replicas, unschedulable: unschedulable}
 	}
 	served := []string{"compute-medium", "compute-xlarge"}
+	noStrays := metav1.Condition{Type: "StrayGuests", Status: "False", Reason: "NoStrayGuests",
+		Message: "every pod labelled as a guest of the group was admitted by the pod injector"}
+	strays := func(n int32, namespaces ...string) *typeUsage {
+		u := &typeUsage{Usage: imperatorv1alpha1.Usage{Maximum: 4}, replicas: 4, strays: n, strayNamespaces: map[string]struct{}{}}
+		for _, ns := range namespaces {
+			u.strayNamespaces[ns] = struct{}{}
+		}
+		return u
+	}
 	cases := map[string]struct {
 		state reconcileState
 		err   error
@@ -41,6 +50,7 @@ func TestSetStatus(t *testing.T) {
 				{Type: "Ready", Status: "True", Reason: "ReservationsReconciled", Message: "reservations in place for compute-medium, compute-xlarge"},
 				{Type: "InsufficientCapacity", Status: "True", Reason: "NoNodePool", Message: "compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"},
 				{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has guests holding more units than available"},
+				noStrays,
 			},
 		},
 		"unschedulable reservations and guests waiting at the gate beyond available: a queue, not an oversubscription": {
@@ -58,6 +68,7 @@ func TestSetStatus(t *testing.T) {
 				{Type: "InsufficientCapacity", Status: "True", Reason: "ReservationsUnschedulable",
 					Message: "compute-xlarge: 3 of 5 reservation pods cannot be scheduled; compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"},
 				{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has guests holding more units than available"},
+				noStrays,
 			},
 		},
 		"available lowered below the guests in place: OverSubscribed counts bound, being placed and leaving guests, not the queued ones": {
@@ -75,6 +86,7 @@ func TestSetStatus(t *testing.T) {
 				{Type: "InsufficientCapacity", Status: "True", Reason: "NoNodePool", Message: "compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"},
 				{Type: "OverSubscribed", Status: "True", Reason: "GuestsExceedAvailable",
 					Message: "compute-medium: guests hold 5 units of 4 available (3 bound, 1 being placed, 1 leaving), 2 queued"},
+				noStrays,
 			},
 		},
 		"reservations on nodes that are not ready": {
@@ -92,6 +104,29 @@ func TestSetStatus(t *testing.T) {
 				{Type: "InsufficientCapacity", Status: "True", Reason: "ReservationsOnUnreadyNodes",
 					Message: "compute-medium: 4 reservation pods on nodes that are not ready, not reserved: eriri (not-ready); compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"},
 				{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has guests holding more units than available"},
+				noStrays,
+			},
+		},
+		"pods labelled as guests that the injector did not admit: StrayGuests names per type how many and a few namespaces, the usage leaves them out": {
+			state: reconcileState{served: served, usage: map[string]*typeUsage{
+				"compute-medium": strays(1000, "squat-e", "squat-b", "squat-d", "squat-a", "squat-c"),
+				"compute-xlarge": func() *typeUsage { u := strays(4, "squat"); u.Maximum, u.Reserved = 5, 5; return u }(),
+			}},
+			conditions: []metav1.Condition{noStrays},
+			wantUsage: []imperatorv1alpha1.AvailableMachine{
+				{Name: "compute-medium", Usage: imperatorv1alpha1.Usage{Maximum: 4}},
+				{Name: "compute-xlarge", Usage: imperatorv1alpha1.Usage{Maximum: 5, Reserved: 5}},
+				{Name: "compute-large", Usage: imperatorv1alpha1.Usage{Maximum: 2}},
+			},
+			wantConditions: []metav1.Condition{
+				{Type: "StrayGuests", Status: "True", Reason: "GuestsNotAdmitted",
+					Message: "compute-medium: 1000 pods labelled as its guests were not admitted by the pod injector (no imperator.tenzen-y.io/injected record for this group and type) " +
+						"and count as nothing (namespaces squat-a, squat-b, squat-c and 2 more); " +
+						"compute-xlarge: 4 pods labelled as its guests were not admitted by the pod injector (no imperator.tenzen-y.io/injected record for this group and type) " +
+						"and count as nothing (namespaces squat)"},
+				{Type: "Ready", Status: "True", Reason: "ReservationsReconciled", Message: "reservations in place for compute-medium, compute-xlarge"},
+				{Type: "InsufficientCapacity", Status: "True", Reason: "NoNodePool", Message: "compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"},
+				{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has guests holding more units than available"},
 			},
 		},
 		"a conflicting StatefulSet": {
@@ -107,6 +142,7 @@ func TestSetStatus(t *testing.T) {
 					Message: "StatefulSet imperator-system/compute-xlarge-general-machine exists and is not controlled by Machine general-machine"},
 				{Type: "InsufficientCapacity", Status: "True", Reason: "NoNodePool", Message: "compute-large: no node of spec.nodePool serves it, 2 available cannot be reserved"},
 				{Type: "OverSubscribed", Status: "False", Reason: "WithinAvailable", Message: "no machine type has guests holding more units than available"},
+				noStrays,
 			},
 		},
 		"pods could not be counted: the usage stays as it was": {
@@ -125,6 +161,7 @@ func TestSetStatus(t *testing.T) {
 				{Type: "Ready", Status: "True", Reason: "ReservationsReconciled", Message: "reservations in place for compute-xlarge"},
 				{Type: "InsufficientCapacity", Status: "True", Reason: "ReservationsUnschedulable", Message: "compute-xlarge: 1 of 1 reservation pods cannot be scheduled"},
 				{Type: "OverSubscribed", Status: "True", Reason: "GuestsExceedAvailable", Message: "compute-xlarge: guests hold 2 units of 1 available (2 bound, 0 being placed, 0 leaving), 0 queued"},
+				{Type: "StrayGuests", Status: "True", Reason: "GuestsNotAdmitted", Message: "compute-xlarge: 4 pods labelled as its guests were not admitted"},
 			},
 			wantConditions: []metav1.Condition{
 				{Type: "Ready", Status: "False", Reason: "MachineGroupMissing", Message: "label missing"},

@@ -21,7 +21,8 @@ func summarize(status *imperatorv1alpha1.MachineStatus, machine *imperatorv1alph
 	group := machine.Labels[imperatorv1alpha1.MachineGroupKey]
 	for _, c := range status.Conditions {
 		switch c.Type {
-		case imperatorv1alpha1.ConditionReady, imperatorv1alpha1.ConditionInsufficientCapacity, imperatorv1alpha1.ConditionOverSubscribed:
+		case imperatorv1alpha1.ConditionReady, imperatorv1alpha1.ConditionInsufficientCapacity, imperatorv1alpha1.ConditionOverSubscribed,
+			imperatorv1alpha1.ConditionStrayGuests:
 			value := 0.0
 			if meta.IsStatusConditionTrue(status.Conditions, c.Type) {
 				value = 1

@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,8 +54,22 @@ type typeUsage struct {
 	// terminating reservation pods, zero when there is none: the queue looks
 	// again stuckReservationAfter later.
 	nextStuck time.Time
-	// gated are the guests held at the slot gate, in no order.
+	// gated are the guests held at the slot gate that a node-pool=ready
+	// node of the type can take, in no order: they lower the replicas and
+	// are the line the holds count.
 	gated []*corev1.Pod
+	// unplaceable are the other guests at the slot gate, those that no
+	// node-pool=ready node of the type can take now although the type has
+	// some (Usage.Unplaceable): they keep their place in line but hold
+	// nothing, so the replicas and the holds leave them out.
+	unplaceable []*corev1.Pod
+	// noReadyNode is set when the type has guests at the gate and no
+	// node-pool=ready node at all (not ready, in maintenance, cordoned):
+	// nothing of the type can be placed, reservation or guest, and the
+	// gated guests keep their claim on the units (in gated), so that a node
+	// coming back goes to them before the reservation grows into it. None
+	// of them may be let through meanwhile.
+	noReadyNode bool
 	// holding are the guests holding a unit (bound, granted or leaving)
 	// that quote a CapacityHold: its claimed units.
 	holding []*corev1.Pod
@@ -64,6 +79,22 @@ type typeUsage struct {
 	// stranded are gated guests of a namespace that is not opted in (any
 	// more): they are not let through and count nowhere.
 	stranded []*corev1.Pod
+	// strays counts the active pods labelled as guests of the type that the
+	// Pod Resource Injector did not admit (admittedGuest): they count
+	// nowhere, and the StrayGuests condition names them.
+	strays int32
+	// strayNamespaces are their namespaces, each once.
+	strayNamespaces map[string]struct{}
+}
+
+// addStray records a pod labelled as a guest that the injector did not
+// admit.
+func (u *typeUsage) addStray(pod *corev1.Pod) {
+	u.strays++
+	if u.strayNamespaces == nil {
+		u.strayNamespaces = map[string]struct{}{}
+	}
+	u.strayNamespaces[pod.Namespace] = struct{}{}
 }
 
 // addHolding records a guest that holds a unit if it quotes a
@@ -102,23 +133,75 @@ const stuckReservationAfter = 30 * time.Second
 // the cache.
 const nodeStateMissing = "missing"
 
+// lookups are what podCounts reads of the cluster besides the pods.
+type lookups struct {
+	// enabled tells whether a namespace is opted in to guest injection.
+	enabled func(namespace string) bool
+	// nodeState returns the node-pool label of a node, or nodeStateMissing.
+	nodeState func(node string) string
+	// readyNodes returns the node-pool=ready nodes of a machine type, those
+	// a guest of the type may be placed on (readyNodesOf).
+	readyNodes func(machineType string) []*corev1.Node
+}
+
+// maxRecordBytes bounds the injector's record a guest may carry: the
+// injector writes a few hundred bytes, and a longer value is not one it
+// wrote, so it is not parsed.
+const maxRecordBytes = 16 << 10
+
+// injectionRecord is the part of the Pod Resource Injector's record
+// (imperatorv1alpha1.InjectedAnnotation, written as the podinjector
+// package's Record) that the count reads.
+type injectionRecord struct {
+	MachineGroup string `json:"machineGroup"`
+	MachineType  string `json:"machineType"`
+}
+
+// admittedGuest tells whether a pod labelled as a guest went through the
+// agent's admission path: it carries the injector's record, naming the
+// machine group and type of its labels. The API server lets only a guest
+// the injector held at the slot gate in an opted-in namespace carry the
+// record at creation, and only the agent change it later
+// (docs/contract.md), so a pod without it was never made a guest: anyone
+// who may create pods can put the three labels on one, in any namespace.
+// A record naming another group or type is one whose labels were changed
+// after admission: the unit it was admitted for is not the one its labels
+// now ask for.
+func admittedGuest(pod *corev1.Pod) bool {
+	raw, ok := pod.Annotations[imperatorv1alpha1.InjectedAnnotation]
+	if !ok || len(raw) > maxRecordBytes {
+		return false
+	}
+	var record injectionRecord
+	if err := json.Unmarshal([]byte(raw), &record); err != nil {
+		return false
+	}
+	return record.MachineGroup != "" && record.MachineGroup == pod.Labels[imperatorv1alpha1.MachineGroupKey] &&
+		record.MachineType == pod.Labels[imperatorv1alpha1.MachineTypeKey]
+}
+
 // podCounts counts the pods of one machine group per machine type of
 // available (the spec's available units by type name). Reservation pods
-// count only in the agent's namespace. Guests count whatever their
+// count only in the agent's namespace. A pod labelled as a guest is one
+// only when the injector admitted it (admittedGuest); the others are
+// strays, counted nowhere and only reported. Guests count whatever their
 // namespace's labels say now: a guest admitted while its namespace was opted
 // in holds its unit until it is gone, also after the namespace is opted out
 // (not counting it would grow the reservation into its unit and let the next
 // guest in past available). Only a guest still at the slot gate in a
 // namespace for which enabled returns false is not let through and counts
-// nowhere (stranded). Pods of other types are ignored. nodeState returns
-// the node-pool label of a node, or nodeStateMissing: a bound reservation
-// pod is reserved only on a node-pool=ready node, the only nodes a guest's
+// nowhere (stranded). A guest at the slot gate that none of the ready nodes
+// of its type can take (placeableOn; by its own nodeSelector, node affinity
+// or tolerations) is queued and unplaceable: it waits in line and holds no
+// unit. Pods of other types are ignored. nodeState returns the
+// node-pool label of a node, or nodeStateMissing: a bound reservation pod
+// is reserved only on a node-pool=ready node, the only nodes a guest's
 // injected affinity admits.
 //
 // A terminating reservation pod deleted (deletionTimestamp) before
 // stuckBefore is stuck; a zero stuckBefore deems none stuck.
-func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(namespace string) bool,
-	nodeState func(node string) string, available map[string]int32, stuckBefore time.Time) map[string]*typeUsage {
+func podCounts(pods []corev1.Pod, group, agentNamespace string, look lookups, available map[string]int32,
+	stuckBefore time.Time) map[string]*typeUsage {
 	usage := make(map[string]*typeUsage, len(available))
 	for name, units := range available {
 		usage[name] = &typeUsage{Usage: imperatorv1alpha1.Usage{Maximum: units}}
@@ -134,7 +217,12 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 		switch {
 		case role == imperatorv1alpha1.PodRoleReservation && pod.Namespace != agentNamespace:
 			continue
-		case role == imperatorv1alpha1.PodRoleGuest && active(pod) && !bound(pod) && gated(pod) && !enabled(pod.Namespace):
+		case role == imperatorv1alpha1.PodRoleGuest && !admittedGuest(pod):
+			if active(pod) {
+				u.addStray(pod)
+			}
+			continue
+		case role == imperatorv1alpha1.PodRoleGuest && active(pod) && !bound(pod) && gated(pod) && !look.enabled(pod.Namespace):
 			u.stranded = append(u.stranded, pod)
 			continue
 		case !active(pod):
@@ -165,7 +253,7 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 			case !bound(pod):
 				reservations = append(reservations, pod)
 			default:
-				state := nodeState(pod.Spec.NodeName)
+				state := look.nodeState(pod.Spec.NodeName)
 				if state == string(imperatorv1alpha1.NodePoolReady) {
 					u.Reserved++
 					break
@@ -186,7 +274,14 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 			case gated(pod):
 				u.Waiting++
 				u.Queued++
-				u.gated = append(u.gated, pod)
+				nodes := look.readyNodes(pod.Labels[imperatorv1alpha1.MachineTypeKey])
+				u.noReadyNode = len(nodes) == 0
+				if u.noReadyNode || placeableOn(nodes, pod) {
+					u.gated = append(u.gated, pod)
+					break
+				}
+				u.Unplaceable++
+				u.unplaceable = append(u.unplaceable, pod)
 			default:
 				u.Waiting++
 				u.granted++
@@ -218,14 +313,18 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, enabled func(nam
 }
 
 // reservationReplicas is how many units stay reserved: what is available and
-// neither used nor asked for by a waiting guest, gated or not. It depends on
-// guests only, so reservation pods that cannot be scheduled never make it
-// move. A gated guest lowers it before its gate is removed: the reservation
-// pod goes first, and the guest is let through into the unit it left; a
-// guest that leaves while another waits lets the waiting one have its unit
-// instead of the reservation.
+// neither used nor asked for by a waiting guest, gated or not, that a ready
+// node can take. It depends on guests only, so reservation pods that cannot
+// be scheduled never make it move. A gated guest lowers it before its gate
+// is removed: the reservation pod goes first, and the guest is let through
+// into the unit it left; a guest that leaves while another waits lets the
+// waiting one have its unit instead of the reservation. An unplaceable
+// guest (one whose nodeSelector, say, matches no ready node of the type)
+// does not lower it: it would not be let through anyway, and it costs its
+// creator nothing, so counting it would let anyone who may create guests
+// empty the reservation.
 func reservationReplicas(available int32, u imperatorv1alpha1.Usage) int32 {
-	return max(0, available-u.Used-u.Waiting)
+	return max(0, available-u.Used-(u.Waiting-u.Unplaceable))
 }
 
 // active is a pod that holds or will hold its node's resources: neither

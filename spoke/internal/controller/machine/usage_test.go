@@ -1,6 +1,9 @@
 package machine
 
 import (
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,6 +48,10 @@ func withPhase(pod *corev1.Pod, phase corev1.PodPhase) *corev1.Pod {
 	return pod
 }
 
+// anywhere is a node cache in which every type has one ready node, with no
+// taint and no label a guest could select against.
+func anywhere(string) []*corev1.Node { return []*corev1.Node{wrappers.MakeNode("kasumi").Obj()} }
+
 func TestPodCounts(t *testing.T) {
 	enabled := func(ns string) bool { return ns == guestNS }
 	// The node cache: ghost is missing from it.
@@ -76,8 +83,8 @@ func TestPodCounts(t *testing.T) {
 			pods: []*corev1.Pod{
 				reservationPod("compute-medium", "0").NodeName("eriri").Obj(),
 				reservationPod("compute-medium", "1").NodeName("eriri").Obj(),
-				wrappers.MakePod(guestNS, "g1").Guest(group, "compute-medium").NodeName("eriri").Obj(),
-				wrappers.MakePod(guestNS, "g2").Guest(group, "compute-medium").Obj(),
+				wrappers.MakePod(guestNS, "g1").InjectedGuest(group, "compute-medium").NodeName("eriri").Obj(),
+				wrappers.MakePod(guestNS, "g2").InjectedGuest(group, "compute-medium").Obj(),
 			},
 			available: map[string]int32{"compute-medium": 4},
 			want: map[string]counts{
@@ -87,25 +94,25 @@ func TestPodCounts(t *testing.T) {
 		"terminating and finished pods do not count": {
 			pods: []*corev1.Pod{
 				deleting(reservationPod("compute-medium", "0").NodeName("eriri").Obj()),
-				withPhase(wrappers.MakePod(guestNS, "done").Guest(group, "compute-medium").NodeName("eriri").Obj(), corev1.PodSucceeded),
-				withPhase(wrappers.MakePod(guestNS, "failed").Guest(group, "compute-medium").NodeName("eriri").Obj(), corev1.PodFailed),
-				deleting(wrappers.MakePod(guestNS, "leaving").Guest(group, "compute-medium").Obj()),
+				withPhase(wrappers.MakePod(guestNS, "done").InjectedGuest(group, "compute-medium").NodeName("eriri").Obj(), corev1.PodSucceeded),
+				withPhase(wrappers.MakePod(guestNS, "failed").InjectedGuest(group, "compute-medium").NodeName("eriri").Obj(), corev1.PodFailed),
+				deleting(wrappers.MakePod(guestNS, "leaving").InjectedGuest(group, "compute-medium").Obj()),
 			},
 			available: map[string]int32{"compute-medium": 4},
 			want:      map[string]counts{"compute-medium": {Usage: imperatorv1alpha1.Usage{Maximum: 4}, Replicas: 4}},
 		},
 		"a guest of a namespace opted out since it was admitted still holds its unit (bound, or let through and not bound yet)": {
 			pods: []*corev1.Pod{
-				wrappers.MakePod("team-off", "bound").Guest(group, "compute-medium").NodeName("eriri").Obj(),
-				wrappers.MakePod("team-off", "granted").Guest(group, "compute-medium").Obj(),
+				wrappers.MakePod("team-off", "bound").InjectedGuest(group, "compute-medium").NodeName("eriri").Obj(),
+				wrappers.MakePod("team-off", "granted").InjectedGuest(group, "compute-medium").Obj(),
 			},
 			available: map[string]int32{"compute-medium": 4},
 			want:      map[string]counts{"compute-medium": {Usage: imperatorv1alpha1.Usage{Maximum: 4, Used: 1, Waiting: 1}, Replicas: 2}},
 		},
 		"guests of other groups, unknown types and reservations elsewhere are ignored": {
 			pods: []*corev1.Pod{
-				wrappers.MakePod(guestNS, "other").Guest("other-group", "compute-medium").NodeName("eriri").Obj(),
-				wrappers.MakePod(guestNS, "unknown").Guest(group, "compute-huge").NodeName("eriri").Obj(),
+				wrappers.MakePod(guestNS, "other").InjectedGuest("other-group", "compute-medium").NodeName("eriri").Obj(),
+				wrappers.MakePod(guestNS, "unknown").InjectedGuest(group, "compute-huge").NodeName("eriri").Obj(),
 				func() *corev1.Pod {
 					p := reservationPod("compute-medium", "0").NodeName("eriri").Obj()
 					p.Namespace = guestNS
@@ -117,9 +124,9 @@ func TestPodCounts(t *testing.T) {
 		},
 		"more guests than available: no reservations, never negative": {
 			pods: []*corev1.Pod{
-				wrappers.MakePod(guestNS, "g1").Guest(group, "compute-xlarge").NodeName("michiru").Obj(),
-				wrappers.MakePod(guestNS, "g2").Guest(group, "compute-xlarge").Obj(),
-				wrappers.MakePod(guestNS, "g3").Guest(group, "compute-xlarge").Obj(),
+				wrappers.MakePod(guestNS, "g1").InjectedGuest(group, "compute-xlarge").NodeName("michiru").Obj(),
+				wrappers.MakePod(guestNS, "g2").InjectedGuest(group, "compute-xlarge").Obj(),
+				wrappers.MakePod(guestNS, "g3").InjectedGuest(group, "compute-xlarge").Obj(),
 			},
 			available: map[string]int32{"compute-xlarge": 1},
 			want: map[string]counts{
@@ -152,7 +159,7 @@ func TestPodCounts(t *testing.T) {
 				reservationPod("compute-medium", "5").NodeName("bare").Obj(),
 				// Guests are used wherever they run, and terminating
 				// reservations hold their node whatever its state.
-				wrappers.MakePod(guestNS, "g1").Guest(group, "compute-medium").NodeName("sayaka").Obj(),
+				wrappers.MakePod(guestNS, "g1").InjectedGuest(group, "compute-medium").NodeName("sayaka").Obj(),
 				deleting(reservationPod("compute-medium", "6").NodeName("sayaka").Obj()),
 			},
 			available: map[string]int32{"compute-medium": 8},
@@ -181,7 +188,7 @@ func TestPodCounts(t *testing.T) {
 				reservationPod("compute-xlarge", "0").NodeName("michiru").Obj(),
 				withUnschedulable(reservationPod("compute-xlarge", "1").Obj()),
 				withUnschedulable(reservationPod("compute-xlarge", "2").Obj()),
-				deleting(wrappers.MakePod(guestNS, "leaving").Guest(group, "compute-xlarge").NodeName("michiru").Obj()),
+				deleting(wrappers.MakePod(guestNS, "leaving").InjectedGuest(group, "compute-xlarge").NodeName("michiru").Obj()),
 			},
 			available: map[string]int32{"compute-xlarge": 3},
 			want: map[string]counts{
@@ -192,8 +199,8 @@ func TestPodCounts(t *testing.T) {
 			pods: []*corev1.Pod{
 				reservationPod("compute-xlarge", "0").NodeName("michiru").Obj(),
 				withUnschedulable(reservationPod("compute-xlarge", "1").Obj()),
-				deleting(wrappers.MakePod(guestNS, "cancelled").Guest(group, "compute-xlarge").Obj()),
-				deleting(withPhase(wrappers.MakePod(guestNS, "done").Guest(group, "compute-xlarge").NodeName("michiru").Obj(), corev1.PodSucceeded)),
+				deleting(wrappers.MakePod(guestNS, "cancelled").InjectedGuest(group, "compute-xlarge").Obj()),
+				deleting(withPhase(wrappers.MakePod(guestNS, "done").InjectedGuest(group, "compute-xlarge").NodeName("michiru").Obj(), corev1.PodSucceeded)),
 			},
 			available: map[string]int32{"compute-xlarge": 2},
 			want: map[string]counts{
@@ -208,7 +215,7 @@ func TestPodCounts(t *testing.T) {
 				pods = append(pods, *p)
 			}
 			got := map[string]counts{}
-			for typeName, u := range podCounts(pods, group, agentNS, enabled, nodeState, tc.available, time.Time{}) {
+			for typeName, u := range podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: nodeState, readyNodes: anywhere}, tc.available, time.Time{}) {
 				got[typeName] = counts{Usage: u.Usage, Replicas: u.replicas, Unschedulable: u.unschedulable,
 					OffPool: u.offPool, OffPoolNodes: u.offPoolNodes}
 			}
@@ -257,19 +264,19 @@ func TestPodCountsGuestQueue(t *testing.T) {
 	}{
 		"gated guests are waiting and queued; ungated unbound ones waiting and granted; both keep the reservation down": {
 			pods: []*corev1.Pod{
-				wrappers.MakePod(guestNS, "running").Guest(group, "compute-small").NodeName("kasumi").Obj(),
-				wrappers.MakePod(guestNS, "granted").Guest(group, "compute-small").Obj(),
-				gate(wrappers.MakePod(guestNS, "first").Guest(group, "compute-small").Obj()),
-				gate(wrappers.MakePod(guestNS, "second").Guest(group, "compute-small").Obj()),
+				wrappers.MakePod(guestNS, "running").InjectedGuest(group, "compute-small").NodeName("kasumi").Obj(),
+				wrappers.MakePod(guestNS, "granted").InjectedGuest(group, "compute-small").Obj(),
+				gate(wrappers.MakePod(guestNS, "first").InjectedGuest(group, "compute-small").Obj()),
+				gate(wrappers.MakePod(guestNS, "second").InjectedGuest(group, "compute-small").Obj()),
 				// Another gate only: the agent does not hold it, it counts as granted.
 				func() *corev1.Pod {
-					p := wrappers.MakePod(guestNS, "foreign-gate").Guest(group, "compute-small").Obj()
+					p := wrappers.MakePod(guestNS, "foreign-gate").InjectedGuest(group, "compute-small").Obj()
 					p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/quota"}}
 					return p
 				}(),
 				// At the gate in a namespace not opted in: stranded, neither
 				// counted nor queued.
-				gate(wrappers.MakePod("team-off", "stranded").Guest(group, "compute-small").Obj()),
+				gate(wrappers.MakePod("team-off", "stranded").InjectedGuest(group, "compute-small").Obj()),
 			},
 			want: counts{
 				Usage:    imperatorv1alpha1.Usage{Maximum: 6, Used: 1, Waiting: 4, Queued: 2},
@@ -278,12 +285,12 @@ func TestPodCountsGuestQueue(t *testing.T) {
 		},
 		"a leaving guest holds its unit until it is gone; every reservation pod that still exists is counted": {
 			pods: []*corev1.Pod{
-				deleting(wrappers.MakePod(guestNS, "leaving").Guest(group, "compute-small").NodeName("kasumi").Obj()),
+				deleting(wrappers.MakePod(guestNS, "leaving").InjectedGuest(group, "compute-small").NodeName("kasumi").Obj()),
 				reservationPod("compute-small", "0").NodeName("kasumi").Obj(),
 				deleting(reservationPod("compute-small", "1").NodeName("kasumi").Obj()),
 				reservationPod("compute-small", "2").Obj(),
 				withPhase(reservationPod("compute-small", "3").NodeName("kasumi").Obj(), corev1.PodSucceeded),
-				gate(wrappers.MakePod(guestNS, "next").Guest(group, "compute-small").Obj()),
+				gate(wrappers.MakePod(guestNS, "next").InjectedGuest(group, "compute-small").Obj()),
 			},
 			want: counts{
 				Usage:    imperatorv1alpha1.Usage{Maximum: 6, Reserved: 1, Waiting: 1, Queued: 1},
@@ -297,7 +304,7 @@ func TestPodCountsGuestQueue(t *testing.T) {
 			for _, p := range tc.pods {
 				pods = append(pods, *p)
 			}
-			u := podCounts(pods, group, agentNS, enabled, nodeState, map[string]int32{"compute-small": 6}, time.Time{})["compute-small"]
+			u := podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: nodeState, readyNodes: anywhere}, map[string]int32{"compute-small": 6}, time.Time{})["compute-small"]
 			got := counts{Usage: u.Usage, Replicas: u.replicas, Held: u.held(), Granted: u.granted, Leaving: u.leaving,
 				Reserved: u.Reserved, ReservationPods: u.reservationPods}
 			for _, p := range u.gated {
@@ -322,7 +329,7 @@ func TestPodCountsStuckReservation(t *testing.T) {
 		pod.UID = types.UID(pod.Name)
 		return pod
 	}
-	gatedNext := wrappers.MakePod(guestNS, "next").Guest(group, "compute-small").Obj()
+	gatedNext := wrappers.MakePod(guestNS, "next").InjectedGuest(group, "compute-small").Obj()
 	gatedNext.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: imperatorv1alpha1.SlotSchedulingGate}}
 	type counts struct {
 		Replicas, ReservationPods int32
@@ -363,7 +370,7 @@ func TestPodCountsStuckReservation(t *testing.T) {
 			for _, p := range tc.pods {
 				pods = append(pods, *p)
 			}
-			u := podCounts(pods, group, agentNS, enabled, nodeState, map[string]int32{"compute-small": 1}, now.Add(-stuckReservationAfter))["compute-small"]
+			u := podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: nodeState, readyNodes: anywhere}, map[string]int32{"compute-small": 1}, now.Add(-stuckReservationAfter))["compute-small"]
 			got := counts{Replicas: u.replicas, ReservationPods: u.reservationPods, Releasing: u.releasing(), Stuck: u.stuck, NextStuck: u.nextStuck}
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("podCounts() (-want +got):\n%s", diff)
@@ -377,6 +384,153 @@ func TestPodCountsStuckReservation(t *testing.T) {
 		}
 		if got := untilNextStuck(map[string]*typeUsage{"compute-small": {}}, now); got != 0 {
 			t.Errorf("untilNextStuck with nothing terminating = %s, want 0", got)
+		}
+	})
+}
+
+// Only pods the injector admitted are guests, and only waiting guests a
+// ready node can take hold a unit: pods anyone may create cannot empty a
+// type's reservation.
+func TestPodCountsOnlyAdmittedGuestsANodeCanTakeHoldUnits(t *testing.T) {
+	enabled := func(ns string) bool { return ns == guestNS }
+	nodeState := func(string) string { return string(imperatorv1alpha1.NodePoolReady) }
+	// One ready node, in zone a: a guest whose nodeSelector names zone
+	// "nowhere" fits on none.
+	zoneA := wrappers.MakeNode("kasumi").Label("zone", "a").Obj()
+	readyNodes := func(string) []*corev1.Node { return []*corev1.Node{zoneA} }
+	gate := func(w *wrappers.PodWrapper) *wrappers.PodWrapper {
+		w.Spec.SchedulingGates = append(w.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: imperatorv1alpha1.SlotSchedulingGate})
+		return w
+	}
+	nowhere := func(w *wrappers.PodWrapper) *wrappers.PodWrapper {
+		w.Spec.NodeSelector = map[string]string{"zone": "nowhere"}
+		return w
+	}
+	record := func(w *wrappers.PodWrapper, value string) *wrappers.PodWrapper {
+		w.Annotations = map[string]string{imperatorv1alpha1.InjectedAnnotation: value}
+		return w
+	}
+	reserved := func(n int) []*corev1.Pod {
+		var out []*corev1.Pod
+		for i := range n {
+			out = append(out, reservationPod("compute-small", strconv.Itoa(i)).NodeName("kasumi").Obj())
+		}
+		return out
+	}
+	type counts struct {
+		Usage                  imperatorv1alpha1.Usage
+		Replicas, Held, Strays int32
+		StrayNamespaces        []string
+		Gated, Unplaceable     []string
+	}
+	cases := map[string]struct {
+		pods []*corev1.Pod
+		want counts
+	}{
+		"four Pending pods with the guest labels in a namespace that never opted in: the reservation stays, they are strays": {
+			pods: append(reserved(4),
+				nowhere(wrappers.MakePod("squat", "s1").Guest(group, "compute-small")).Obj(),
+				nowhere(wrappers.MakePod("squat", "s2").Guest(group, "compute-small")).Obj(),
+				nowhere(wrappers.MakePod("squat", "s3").Guest(group, "compute-small")).Obj(),
+				nowhere(wrappers.MakePod("squat", "s4").Guest(group, "compute-small")).Obj(),
+			),
+			want: counts{Usage: imperatorv1alpha1.Usage{Maximum: 4, Reserved: 4}, Replicas: 4, Strays: 4, StrayNamespaces: []string{"squat"}},
+		},
+		"labelled pods without the injector's record count as nothing wherever they are: bound, at the gate of an opted-in namespace, let through": {
+			pods: append(reserved(2),
+				wrappers.MakePod(guestNS, "bound").Guest(group, "compute-small").NodeName("kasumi").Obj(),
+				gate(wrappers.MakePod(guestNS, "gated").Guest(group, "compute-small")).Obj(),
+				wrappers.MakePod("team-b", "ungated").Guest(group, "compute-small").Obj(),
+			),
+			want: counts{Usage: imperatorv1alpha1.Usage{Maximum: 4, Reserved: 2}, Replicas: 4, Strays: 3, StrayNamespaces: []string{"team-a", "team-b"}},
+		},
+		"terminating and finished labelled pods without the record are neither leaving nor reported": {
+			pods: []*corev1.Pod{
+				deleting(wrappers.MakePod(guestNS, "leaving").Guest(group, "compute-small").NodeName("kasumi").Obj()),
+				withPhase(wrappers.MakePod(guestNS, "done").Guest(group, "compute-small").NodeName("kasumi").Obj(), corev1.PodSucceeded),
+			},
+			want: counts{Usage: imperatorv1alpha1.Usage{Maximum: 4}, Replicas: 4},
+		},
+		"a record for another type or group, an unreadable one or one too long to be the injector's: strays": {
+			pods: []*corev1.Pod{
+				// Admitted as compute-medium, relabelled compute-small since.
+				record(wrappers.MakePod(guestNS, "relabelled").Guest(group, "compute-small"),
+					`{"machine":"general-machine","machineGroup":"general-machine","machineType":"compute-medium","container":"main"}`).NodeName("kasumi").Obj(),
+				record(wrappers.MakePod(guestNS, "other-group").Guest(group, "compute-small"),
+					`{"machineGroup":"other","machineType":"compute-small"}`).NodeName("kasumi").Obj(),
+				record(wrappers.MakePod(guestNS, "garbled").Guest(group, "compute-small"), `{"machineGroup":`).NodeName("kasumi").Obj(),
+				record(wrappers.MakePod(guestNS, "empty").Guest(group, "compute-small"), `{}`).NodeName("kasumi").Obj(),
+				record(wrappers.MakePod(guestNS, "huge").Guest(group, "compute-small"),
+					`{"machineGroup":"general-machine","machineType":"compute-small","container":"`+strings.Repeat("x", maxRecordBytes)+`"}`).NodeName("kasumi").Obj(),
+				wrappers.MakePod(guestNS, "admitted").InjectedGuest(group, "compute-small").NodeName("kasumi").Obj(),
+			},
+			want: counts{Usage: imperatorv1alpha1.Usage{Maximum: 4, Used: 1}, Replicas: 3, Held: 1, Strays: 5, StrayNamespaces: []string{"team-a"}},
+		},
+		"guests at the gate that no ready node can take wait in line, unplaceable, and keep no unit from the reservation": {
+			pods: append(reserved(4),
+				gate(nowhere(wrappers.MakePod(guestNS, "n1").InjectedGuest(group, "compute-small"))).Obj(),
+				gate(nowhere(wrappers.MakePod(guestNS, "n2").InjectedGuest(group, "compute-small"))).Obj(),
+				gate(nowhere(wrappers.MakePod(guestNS, "n3").InjectedGuest(group, "compute-small"))).Obj(),
+				gate(nowhere(wrappers.MakePod(guestNS, "n4").InjectedGuest(group, "compute-small"))).Obj(),
+			),
+			want: counts{
+				Usage:    imperatorv1alpha1.Usage{Maximum: 4, Reserved: 4, Waiting: 4, Queued: 4, Unplaceable: 4},
+				Replicas: 4, Unplaceable: []string{"n1", "n2", "n3", "n4"},
+			},
+		},
+		"a guest a node can take lowers the replicas, one no node can take beside it does not": {
+			pods: append(reserved(4),
+				gate(nowhere(wrappers.MakePod(guestNS, "nowhere").InjectedGuest(group, "compute-small"))).Obj(),
+				gate(wrappers.MakePod(guestNS, "fits").InjectedGuest(group, "compute-small")).Obj(),
+			),
+			want: counts{
+				Usage:    imperatorv1alpha1.Usage{Maximum: 4, Reserved: 4, Waiting: 2, Queued: 2, Unplaceable: 1},
+				Replicas: 3, Gated: []string{"fits"}, Unplaceable: []string{"nowhere"},
+			},
+		},
+		"a guest let through holds its unit whether or not a node can take it now": {
+			pods: append(reserved(4),
+				nowhere(wrappers.MakePod(guestNS, "granted").InjectedGuest(group, "compute-small")).Obj(),
+			),
+			want: counts{Usage: imperatorv1alpha1.Usage{Maximum: 4, Reserved: 4, Waiting: 1}, Replicas: 3, Held: 1},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			pods := make([]corev1.Pod, 0, len(tc.pods))
+			for _, p := range tc.pods {
+				pods = append(pods, *p)
+			}
+			u := podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: nodeState, readyNodes: readyNodes},
+				map[string]int32{"compute-small": 4}, time.Time{})["compute-small"]
+			got := counts{Usage: u.Usage, Replicas: u.replicas, Held: u.held(), Strays: u.strays}
+			for ns := range u.strayNamespaces {
+				got.StrayNamespaces = append(got.StrayNamespaces, ns)
+			}
+			slices.Sort(got.StrayNamespaces)
+			for _, p := range u.gated {
+				got.Gated = append(got.Gated, p.Name)
+			}
+			for _, p := range u.unplaceable {
+				got.Unplaceable = append(got.Unplaceable, p.Name)
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("podCounts() (-want +got):\n%s", diff)
+			}
+		})
+	}
+	t.Run("no ready node at all (not ready, maintenance, cordoned): the guests keep their claim for when one comes back, and none is let through", func(t *testing.T) {
+		pods := []corev1.Pod{
+			*gate(nowhere(wrappers.MakePod(guestNS, "picky").InjectedGuest(group, "compute-small"))).Obj(),
+			*gate(wrappers.MakePod(guestNS, "plain").InjectedGuest(group, "compute-small")).Obj(),
+		}
+		u := podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: nodeState, readyNodes: func(string) []*corev1.Node { return nil }},
+			map[string]int32{"compute-small": 4}, time.Time{})["compute-small"]
+		if diff := cmp.Diff(imperatorv1alpha1.Usage{Maximum: 4, Waiting: 2, Queued: 2}, u.Usage); diff != "" {
+			t.Errorf("usage (-want +got):\n%s", diff)
+		}
+		if u.replicas != 2 || !u.noReadyNode || len(u.gated) != 2 {
+			t.Errorf("replicas %d, noReadyNode %v, %d gated; want 2, true, 2", u.replicas, u.noReadyNode, len(u.gated))
 		}
 	})
 }

@@ -159,7 +159,7 @@ func BenchmarkReconcile(b *testing.B) {
 	for i := range 1000 {
 		pod := wrappers.MakePod(plain, "pod-"+strconv.Itoa(i)).NodeName("ghost").Obj()
 		if i%2 == 0 {
-			pod = wrappers.MakePod(plain, "guest-"+strconv.Itoa(i)).Guest(group, "compute-medium").NodeName("ghost").Obj()
+			pod = wrappers.MakePod(plain, "guest-"+strconv.Itoa(i)).InjectedGuest(group, "compute-medium").NodeName("ghost").Obj()
 		}
 		if err := e.Client.Create(ctx, pod); err != nil {
 			b.Fatal(err)

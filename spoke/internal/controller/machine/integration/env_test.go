@@ -66,6 +66,16 @@ func poolNodes() []*corev1.Node {
 	return nodes
 }
 
+// poolNode is the node of poolNodes named name.
+func poolNode(name string) *corev1.Node {
+	for _, n := range poolNodes() {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
 // controllers are the agent's Machine and CapacityHold controllers, without
 // a provider (the local cluster only), as spoke/internal/app runs them, with
 // the cache restricted by machine.CacheOptions and app.ControllerWorkers

@@ -52,21 +52,22 @@ func placementTerm(machineType string) corev1.NodeSelectorTerm {
 }
 
 // guest is a guest pod of machineType as the injector would have admitted
-// it: labels, requests = limits, tolerations and node affinity of the type,
-// held at the slot scheduling gate and stamped with the time of its
-// admission. It stops at once when deleted.
+// it: labels, the injector's record, requests = limits, tolerations and
+// node affinity of the type, held at the slot scheduling gate and stamped
+// with the time of its admission. It stops at once when deleted.
 func guest(namespace, name, machineType string) *corev1.Pod {
 	pod := ungatedGuest(namespace, name, machineType)
 	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: imperatorv1alpha1.SlotSchedulingGate}}
-	pod.Annotations = map[string]string{imperatorv1alpha1.AdmittedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)}
+	pod.Annotations[imperatorv1alpha1.AdmittedAtAnnotation] = time.Now().UTC().Format(time.RFC3339Nano)
 	return pod
 }
 
 // ungatedGuest is a guest admitted before the agent gated guests (an
-// upgrade): everything the injector sets but the slot gate.
+// upgrade): everything the injector sets but the slot gate, its record
+// included.
 func ungatedGuest(namespace, name, machineType string) *corev1.Pod {
 	s := shapes[machineType]
-	w := wrappers.MakePod(namespace, name).Guest(group, machineType).
+	w := wrappers.MakePod(namespace, name).InjectedGuest(group, machineType).
 		Request(0, corev1.ResourceCPU, s.cpu).Request(0, corev1.ResourceMemory, s.memory).
 		Toleration(imperatorv1alpha1.MachineTypeKeyFor(machineType), group).
 		Toleration(imperatorv1alpha1.NodePoolKey, "ready").

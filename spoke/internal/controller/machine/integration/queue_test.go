@@ -188,12 +188,15 @@ var _ = Describe("Guest queue", func() {
 		picky.Spec.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "nowhere"}
 		Expect(k8s.Create(ctx, picky)).To(Succeed())
 		Eventually(queueNote(ctx, guests, "picky")).WithTimeout(30 * time.Second).Should(Equal(
-			"waiting for compute-small: 1st in line, 0 of 1 in use; no imperator.tenzen-y.io/node-pool=ready node of the type can take it now"))
+			"waiting for compute-small: 1st in line, 0 of 1 in use; no imperator.tenzen-y.io/node-pool=ready node of the type can take it now " +
+				"(its nodeSelector, required node affinity or tolerations): it keeps its place in line and holds no unit until one can"))
 		Expect(k8s.Create(ctx, guest(guests, "plain", "compute-small"))).To(Succeed())
 		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(map[string]string{"picky": "SchedulingGated", "plain": "Running"}))
 		Consistently(guestStates(ctx)).WithTimeout(3 * time.Second).Should(Equal(map[string]string{"picky": "SchedulingGated", "plain": "Running"}))
 		Expect(podEventNotes(ctx, Default, guests, "picky", "FailedScheduling")).To(BeEmpty())
-		Eventually(usage(ctx, machineName)).WithTimeout(10 * time.Second).Should(HaveKeyWithValue("compute-small", uq(1, 0, 1, 1, 1)))
+		withPicky := uq(1, 0, 1, 1, 1)
+		withPicky.Unplaceable = 1
+		Eventually(usage(ctx, machineName)).WithTimeout(10 * time.Second).Should(HaveKeyWithValue("compute-small", withPicky))
 	})
 
 	It("does not freeze the line behind a reservation pod stuck terminating: after the threshold the guest runs and the Machine gets a Warning", func(ctx context.Context) {

@@ -165,7 +165,7 @@ func benchmarkSpokeAtScale(b *testing.B, nodes int, convergeTimeout time.Duratio
 	defer obs.stop()
 	err = parallel(20, machines*guestsPerMachine, func(i int) error {
 		m, g := i/guestsPerMachine, i%guestsPerMachine
-		pod := wrappers.MakePod(guests, fmt.Sprintf("guest-%02d-%03d", m, g)).Guest(scaleGroup(m), scaleType).
+		pod := wrappers.MakePod(guests, fmt.Sprintf("guest-%02d-%03d", m, g)).InjectedGuest(scaleGroup(m), scaleType).
 			Request(0, corev1.ResourceCPU, "500m").Request(0, corev1.ResourceMemory, "2Gi").
 			NodeName(nodeName(m, g%scaleNodesPerMachine)).Obj()
 		return env.Client.Create(ctx, pod)
