@@ -47,8 +47,8 @@ type admittedPod struct {
 // (set on sidecars, init containers that run beside the others); Resources
 // is nil when the request has none.
 type admittedContainer struct {
-	Name          string                          `json:"name"`
-	Resources     *corev1.ResourceRequirements    `json:"resources"`
+	Name          string                         `json:"name"`
+	Resources     *corev1.ResourceRequirements   `json:"resources"`
 	RestartPolicy *corev1.ContainerRestartPolicy `json:"restartPolicy"`
 }
 

@@ -105,7 +105,7 @@ func TestGuestTakesOneUnitOnly(t *testing.T) {
 			wantDenied: []string{"spec.resourceClaims", `"extra-gpus"`},
 		},
 		"the injecting container named by label holds the unit; the first container may not ask": {
-			pod: guest().Label(containerL, "trainer").Container("trainer", "pytorch").Request(0, "nvidia.com/gpu", "1").Obj(),
+			pod:        guest().Label(containerL, "trainer").Container("trainer", "pytorch").Request(0, "nvidia.com/gpu", "1").Obj(),
 			wantDenied: []string{`spec.containers[0] ("main").resources.requests[nvidia.com/gpu]`, `"trainer" holds whole`},
 		},
 	}
