@@ -24,7 +24,10 @@ import (
 
 // BenchmarkPodCreate measures the latency of creating a guest pod through the
 // API server with the injector in the path (an enabled namespace) and without
-// it (a namespace without the label), side by side on one API server. Run with
+// it (a namespace without the label), side by side on one API server; then
+// the same with the admission policies of deploy/spoke/policy in force,
+// which every pod creation of the cluster pays (the guest-one-unit policy
+// once per Machine, for guests only). Run with
 // `go test -run '^$' -bench PodCreate`; with IMPERATOR_BENCH_PROFILE_DIR set,
 // each case then creates pods for another profileWindow while the API
 // server and the webhook server are profiled.
@@ -43,10 +46,18 @@ func BenchmarkPodCreate(b *testing.B) {
 	for _, bc := range []struct {
 		name, namespace string
 		injected        bool
+		// policies installs deploy/spoke/policy before the case (and
+		// every case after it runs with them).
+		policies bool
 	}{
-		{"with-webhook", "bench-injected", true},
-		{"without-webhook", "bench-plain", false},
+		{name: "with-webhook", namespace: "bench-injected", injected: true},
+		{name: "without-webhook", namespace: "bench-plain"},
+		{name: "with-webhook-and-policies", namespace: "bench-injected", injected: true, policies: true},
+		{name: "without-webhook-with-policies", namespace: "bench-plain"},
 	} {
+		if bc.policies {
+			installPoliciesForBenchmark(b, e)
+		}
 		b.Run(bc.name, func(b *testing.B) {
 			template := wrappers.MakePod(bc.namespace, "").Guest("general-machine", "compute-xlarge").Obj()
 			template.GenerateName = "guest-"
@@ -143,6 +154,34 @@ func ctxErrOrNil(ctx context.Context, err error) error {
 		return nil
 	}
 	return err
+}
+
+// installPoliciesForBenchmark creates every policy of deploy/spoke/policy
+// and its binding, and waits until the API server enforces them: until a
+// pod tolerating a pool taint outside any opted-in namespace is refused.
+func installPoliciesForBenchmark(b *testing.B, e *webhookenv.Environment) {
+	b.Helper()
+	ctx := context.Background()
+	for _, file := range []string{"pool-guests-only.yaml", "guest-one-unit.yaml", "pool-nodes-by-scheduler.yaml"} {
+		policy, binding, err := loadPolicy(file)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := e.Client.Create(ctx, policy); err != nil {
+			b.Fatal(err)
+		}
+		if err := e.Client.Create(ctx, binding); err != nil {
+			b.Fatal(err)
+		}
+	}
+	probe := wrappers.MakePod("bench-plain", "probe").Toleration(imperatorv1alpha1.NodePoolKey, "ready").Obj()
+	deadline := time.Now().Add(30 * time.Second)
+	for e.Client.Create(ctx, probe.DeepCopy(), client.DryRunAll) == nil {
+		if time.Now().After(deadline) {
+			b.Fatal("the admission policies were not in force 30 s after their creation")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // profileWindow is how long a profiled phase of a benchmark runs.
