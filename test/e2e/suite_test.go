@@ -176,4 +176,11 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 			Env: env, Name: "journey-8", Type: "compute-xlarge", Count: 2, WantCluster: spokeB, Namespace: "team-hold",
 		})
 	}, SpecTimeout(4*time.Minute))
+
+	It("9: a tenant who may only create pods cannot take spoke-b's compute-xlarge: strays count nowhere, more than a unit and preemption are refused, a hold cannot be squatted", func(ctx SpecContext) {
+		TenantSpec(ctx, TenantInput{
+			Env: env, Spoke: spokeB, Machine: "hopper-machine", Group: "hopper-machine", Type: "compute-xlarge",
+			GPU: "nvidia.com/gpu", Hold: "squat",
+		})
+	}, SpecTimeout(4*time.Minute))
 })
