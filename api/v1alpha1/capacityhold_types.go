@@ -6,8 +6,9 @@ import (
 
 // CapacityHoldSpec books units of one machine type of one machine group for a
 // while. Held units are taken out of the type's free units for everyone else;
-// guests that quote the hold's name (the label imperator.tenzen-y.io/hold)
-// take them ahead of the queue.
+// guests that claim the hold take them ahead of the queue. A guest names the
+// hold in the label imperator.tenzen-y.io/hold; the pod injector then stamps
+// the hold's UID in imperator.tenzen-y.io/hold-uid, and only that claims it.
 // +kubebuilder:validation:XValidation:rule="self.machineGroup == oldSelf.machineGroup && self.machineType == oldSelf.machineType && self.count == oldSelf.count",message="machineGroup, machineType and count are immutable: release the hold and create another"
 type CapacityHoldSpec struct {
 	// machineGroup is the imperator.tenzen-y.io/machine-group of the Machine
@@ -121,11 +122,11 @@ const (
 )
 
 // CapacityHold books units of a machine type in this cluster until a time,
-// for guests that quote its name.
+// for the guests that claim it (stamped with its UID by the pod injector).
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=chold,categories=imperator
-// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name is what guests quote in the label imperator.tenzen-y.io/hold: a DNS-1123 label of at most 63 characters"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name is what guests name in the label imperator.tenzen-y.io/hold: a DNS-1123 label of at most 63 characters"
 // +kubebuilder:printcolumn:name="Group",type=string,JSONPath=`.spec.machineGroup`
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.machineType`
 // +kubebuilder:printcolumn:name="Count",type=integer,JSONPath=`.spec.count`
