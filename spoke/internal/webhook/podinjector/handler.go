@@ -95,23 +95,12 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 
 	machine, err := h.machineOfGroup(ctx, pod.Labels[imperatorv1alpha1.MachineGroupKey])
 	if err != nil {
-		var deniedErr *DeniedError
-		if errors.As(err, &deniedErr) {
-			log.V(1).Info("Denied guest pod", "reason", deniedErr.Reason)
-			return admission.Denied(deniedErr.Reason)
-		}
-		log.Error(err, "Looking up the machine group of a guest pod failed")
-		return admission.Errored(http.StatusInternalServerError, err)
+		return refusal(ctx, err)
 	}
 
 	injected, record, err := inject(pod, machine, &h.contracts)
 	if err != nil {
-		var deniedErr *DeniedError
-		if errors.As(err, &deniedErr) {
-			log.V(1).Info("Denied guest pod", "reason", deniedErr.Reason)
-			return admission.Denied(deniedErr.Reason)
-		}
-		return admission.Errored(http.StatusInternalServerError, err)
+		return refusal(ctx, err)
 	}
 
 	// The queue orders guests by when they were admitted: creation
@@ -126,13 +115,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	// user wrote is replaced or removed.
 	holdUID, warning, err := holdClaim(ctx, h.Reader, pod, req.Namespace)
 	if err != nil {
-		var deniedErr *DeniedError
-		if errors.As(err, &deniedErr) {
-			log.V(1).Info("Denied guest pod", "reason", deniedErr.Reason)
-			return admission.Denied(deniedErr.Reason)
-		}
-		log.Error(err, "Looking up the capacity hold of a guest pod failed")
-		return admission.Errored(http.StatusInternalServerError, err)
+		return refusal(ctx, err)
 	}
 	if holdUID != "" {
 		injected.Annotations[imperatorv1alpha1.HoldUIDAnnotation] = holdUID
@@ -150,6 +133,20 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		resp.Warnings = append(resp.Warnings, warning)
 	}
 	return resp
+}
+
+// refusal answers a guest the handler cannot admit: a denial with the
+// reason of a *DeniedError, else (the cache failed) an internal error,
+// which the API server turns into a refusal too (failurePolicy Fail).
+func refusal(ctx context.Context, err error) admission.Response {
+	log := ctrl.LoggerFrom(ctx)
+	var deniedErr *DeniedError
+	if errors.As(err, &deniedErr) {
+		log.V(1).Info("Denied guest pod", "reason", deniedErr.Reason)
+		return admission.Denied(deniedErr.Reason)
+	}
+	log.Error(err, "Admitting a guest pod failed")
+	return admission.Errored(http.StatusInternalServerError, err)
 }
 
 // machineOfGroup returns the Machine labelled with group, nil when there is
