@@ -27,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -266,11 +267,7 @@ func (c *Coordinator) ask(ctx context.Context, fh *imperatorv1alpha1.FleetHold, 
 }
 
 func (c *Coordinator) askOne(ctx context.Context, fh *imperatorv1alpha1.FleetHold, cl imperatorv1alpha1.FleetHoldCluster, release bool, deadline time.Time) imperatorv1alpha1.FleetHoldCluster {
-	req := &federationv1.HoldRequest{
-		Name: fh.Name, Group: cl.Group, Type: cl.Type, Count: cl.Count,
-		ValidUntil: timestamppb.New(fh.Spec.ValidUntil.Time), Deadline: timestamppb.New(deadline),
-		Release: release, FleetHold: fh.Namespace + "/" + fh.Name, Namespaces: fh.Spec.Namespaces,
-	}
+	req := holdRequest(fh, cl, release, c.opts.Clock.Now(), deadline)
 	resp, err := c.opts.Spokes.RequestHold(ctx, cl.Cluster, req)
 	switch {
 	case err == nil:
@@ -303,6 +300,21 @@ func (c *Coordinator) askOne(ctx context.Context, fh *imperatorv1alpha1.FleetHol
 		cl.Result = ResultRefused
 	}
 	return cl
+}
+
+// holdRequest is the HoldRequest of cl's part of fh, sent at now. The
+// spoke reads durations only (valid_for, answer_within), so the two clocks
+// are never compared; valid_until and deadline are still set, on the hub's
+// clock, for agents that predate the durations.
+func holdRequest(fh *imperatorv1alpha1.FleetHold, cl imperatorv1alpha1.FleetHoldCluster, release bool, now, deadline time.Time) *federationv1.HoldRequest {
+	return &federationv1.HoldRequest{
+		Name: fh.Name, Group: cl.Group, Type: cl.Type, Count: cl.Count,
+		ValidUntil: timestamppb.New(fh.Spec.ValidUntil.Time), Deadline: timestamppb.New(deadline),
+		ValidFor:     durationpb.New(fh.Spec.ValidUntil.Sub(now)),
+		AnswerWithin: durationpb.New(deadline.Sub(now)),
+		Booking:      string(fh.UID),
+		Release:      release, FleetHold: fh.Namespace + "/" + fh.Name, Namespaces: fh.Spec.Namespaces,
+	}
 }
 
 // Get returns the fleet hold called name, with its phase brought up to date

@@ -31,11 +31,12 @@ const holdCapability = "holds"
 const (
 	// holdPoll is how often the CapacityHold's status is read while waiting.
 	holdPoll = 100 * time.Millisecond
-	// holdAnswerMargin is taken off the hub's deadline so that the answer
-	// reaches the hub before it stops waiting.
+	// holdAnswerMargin is taken off the hub's answer_within so that the
+	// answer reaches the hub before it stops waiting.
 	holdAnswerMargin = 500 * time.Millisecond
-	// defaultHoldWait bounds the wait when the request has no deadline, and
-	// maxHoldWait whatever it says.
+	// defaultHoldWait is the hub's wait when the request does not say
+	// (answer_within is newer than the hubs' fixed 10 s), and maxHoldWait
+	// bounds whatever it says.
 	defaultHoldWait = 10 * time.Second
 	maxHoldWait     = time.Minute
 	// maxHoldCount is the CapacityHold CRD's bound of spec.count.
@@ -71,15 +72,12 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 		resp.Result, resp.Reason, resp.Message = federationv1.HoldResult_HOLD_RESULT_REFUSED, reason, fmt.Sprintf(format, args...)
 		return resp
 	}
-	if err := validateHoldRequest(req, h.now()); err != nil {
+	arrived := h.now()
+	if err := validateHoldRequest(req, arrived); err != nil {
 		return refuse(holdReasonInvalidRequest, "%v", err)
 	}
-	wait := defaultHoldWait
-	if d := req.GetDeadline(); d != nil {
-		wait = d.AsTime().Sub(h.now()) - holdAnswerMargin
-	}
-	wait = min(wait, maxHoldWait)
-	ctx, cancel := context.WithTimeout(ctx, max(wait, 0))
+	wait := holdWait(req)
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 
 	if req.GetRelease() {
@@ -112,9 +110,12 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 			ObjectMeta: metav1.ObjectMeta{Name: req.GetName()},
 			Spec: imperatorv1alpha1.CapacityHoldSpec{
 				MachineGroup: req.GetGroup(), MachineType: req.GetType(), Count: req.GetCount(),
-				ValidUntil: metav1.NewTime(req.GetValidUntil().AsTime()), FleetHold: req.GetFleetHold(),
+				ValidUntil: metav1.NewTime(holdValidUntil(req, arrived)), FleetHold: req.GetFleetHold(),
 				Namespaces: req.GetNamespaces(),
 			},
+		}
+		if b := req.GetBooking(); b != "" {
+			hold.Annotations = map[string]string{BookingAnnotation: b}
 		}
 		if err := h.client.Create(ctx, hold); err != nil {
 			if apierrors.IsAlreadyExists(err) {
@@ -239,15 +240,45 @@ func (h holds) remove(hold *imperatorv1alpha1.CapacityHold) {
 	_ = h.client.Delete(ctx, hold, client.Preconditions{UID: &hold.UID})
 }
 
+// BookingAnnotation on a CapacityHold the hub asked for carries the
+// booking it was made for (HoldRequest.booking, the FleetHold's UID).
+const BookingAnnotation = "imperator.tenzen-y.io/fleet-hold-booking"
+
+// holdWait is how long the spoke works on req before it answers with what
+// it knows: the hub's answer_within less holdAnswerMargin. It is a duration
+// from the request's arrival; the hub's clock is never read.
+func holdWait(req *federationv1.HoldRequest) time.Duration {
+	wait := defaultHoldWait
+	if d := req.GetAnswerWithin(); d != nil {
+		wait = d.AsDuration()
+	}
+	return max(min(wait, maxHoldWait)-holdAnswerMargin, 0)
+}
+
+// holdValidUntil is the CapacityHold's spec.validUntil for req arriving at
+// arrived, on the spoke's clock: arrived plus valid_for, in the whole
+// seconds the API stores. From a hub that predates valid_for, its
+// valid_until.
+func holdValidUntil(req *federationv1.HoldRequest, arrived time.Time) time.Time {
+	if d := req.GetValidFor(); d != nil {
+		return arrived.Add(d.AsDuration()).Truncate(time.Second)
+	}
+	return req.GetValidUntil().AsTime().Truncate(time.Second)
+}
+
 // sameBooking reports whether the existing CapacityHold is the one req asks
-// for: a retried request, not an earlier booking of the same name (a fleet
-// hold recreated under its name while the spoke kept the old one, whose
-// validUntil or namespaces differ).
+// for: a retried request (or one another hub replica sends again), not an
+// earlier booking of the same name (a fleet hold recreated under its name
+// while the spoke kept the old one). The booking's identity is
+// req.booking; a hub that predates it is matched by validUntil instead.
 func sameBooking(hold *imperatorv1alpha1.CapacityHold, req *federationv1.HoldRequest) bool {
-	return hold.Spec.FleetHold == req.GetFleetHold() && hold.Spec.MachineGroup == req.GetGroup() &&
+	same := hold.Spec.FleetHold == req.GetFleetHold() && hold.Spec.MachineGroup == req.GetGroup() &&
 		hold.Spec.MachineType == req.GetType() && hold.Spec.Count == req.GetCount() &&
-		hold.Spec.ValidUntil.Time.Equal(req.GetValidUntil().AsTime().Truncate(time.Second)) &&
 		sets.New(hold.Spec.Namespaces...).Equal(sets.New(req.GetNamespaces()...))
+	if b := req.GetBooking(); b != "" {
+		return same && hold.Annotations[BookingAnnotation] == b
+	}
+	return same && hold.Spec.ValidUntil.Time.Equal(req.GetValidUntil().AsTime().Truncate(time.Second))
 }
 
 // nameUse is what a HoldRequest finds under its name.
@@ -301,7 +332,12 @@ func validateHoldRequest(req *federationv1.HoldRequest, now time.Time) error {
 	if req.GetCount() < 1 || req.GetCount() > maxHoldCount {
 		return fmt.Errorf("count %d: want 1 to %d", req.GetCount(), maxHoldCount)
 	}
-	if req.GetValidUntil() == nil || !req.GetValidUntil().AsTime().After(now) {
+	switch d := req.GetValidFor(); {
+	case d != nil && d.AsDuration() < time.Second:
+		return fmt.Errorf("valid_for %s: want at least 1s", d.AsDuration())
+	case d != nil:
+	// A hub that predates valid_for sends only its clock's valid_until.
+	case req.GetValidUntil() == nil || !req.GetValidUntil().AsTime().After(now):
 		return fmt.Errorf("valid_until %v: must be in the future", req.GetValidUntil().AsTime())
 	}
 	if len(req.GetFleetHold()) > 253 {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,15 +29,20 @@ func TestValidateHoldRequest(t *testing.T) {
 		change    func(*federationv1.HoldRequest)
 		wantField string
 	}{
-		"valid":                        {change: func(*federationv1.HoldRequest) {}},
-		"release needs only the name":  {change: func(r *federationv1.HoldRequest) { *r = federationv1.HoldRequest{Name: "x", Release: true} }},
-		"name guests cannot quote":     {change: func(r *federationv1.HoldRequest) { r.Name = "Train_42" }, wantField: "name"},
-		"no group":                     {change: func(r *federationv1.HoldRequest) { r.Group = "" }, wantField: "group"},
-		"bad type":                     {change: func(r *federationv1.HoldRequest) { r.Type = "X" }, wantField: "type"},
-		"zero count":                   {change: func(r *federationv1.HoldRequest) { r.Count = 0 }, wantField: "count"},
-		"count over the CRD's maximum": {change: func(r *federationv1.HoldRequest) { r.Count = 10001 }, wantField: "count"},
-		"valid_until in the past":      {change: func(r *federationv1.HoldRequest) { r.ValidUntil = timestamppb.New(now.Add(-time.Second)) }, wantField: "valid_until"},
-		"no valid_until":               {change: func(r *federationv1.HoldRequest) { r.ValidUntil = nil }, wantField: "valid_until"},
+		"valid":                            {change: func(*federationv1.HoldRequest) {}},
+		"release needs only the name":      {change: func(r *federationv1.HoldRequest) { *r = federationv1.HoldRequest{Name: "x", Release: true} }},
+		"name guests cannot quote":         {change: func(r *federationv1.HoldRequest) { r.Name = "Train_42" }, wantField: "name"},
+		"no group":                         {change: func(r *federationv1.HoldRequest) { r.Group = "" }, wantField: "group"},
+		"bad type":                         {change: func(r *federationv1.HoldRequest) { r.Type = "X" }, wantField: "type"},
+		"zero count":                       {change: func(r *federationv1.HoldRequest) { r.Count = 0 }, wantField: "count"},
+		"count over the CRD's maximum":     {change: func(r *federationv1.HoldRequest) { r.Count = 10001 }, wantField: "count"},
+		"valid_until in the past":          {change: func(r *federationv1.HoldRequest) { r.ValidUntil = timestamppb.New(now.Add(-time.Second)) }, wantField: "valid_until"},
+		"no valid_until":                   {change: func(r *federationv1.HoldRequest) { r.ValidUntil = nil }, wantField: "valid_until"},
+		"valid_for instead of valid_until": {change: func(r *federationv1.HoldRequest) { r.ValidUntil, r.ValidFor = nil, durationpb.New(time.Hour) }},
+		"valid_for wins over a valid_until a skewed clock sees past": {change: func(r *federationv1.HoldRequest) {
+			r.ValidUntil, r.ValidFor = timestamppb.New(now.Add(-time.Minute)), durationpb.New(time.Hour)
+		}},
+		"valid_for under a second":     {change: func(r *federationv1.HoldRequest) { r.ValidFor = durationpb.New(time.Millisecond) }, wantField: "valid_for"},
 		"namespaces":                   {change: func(r *federationv1.HoldRequest) { r.Namespaces = []string{"team-a", "team-b"} }},
 		"a namespace that is no label": {change: func(r *federationv1.HoldRequest) { r.Namespaces = []string{"team-a", "Team_B"} }, wantField: "namespaces[1]"},
 	}
@@ -78,6 +85,20 @@ func TestARetriedHoldRequestIsTheSameBookingAndAnEarlierOneIsNot(t *testing.T) {
 	open.Spec.Namespaces = nil
 	if sameBooking(open, req) {
 		t.Errorf("sameBooking(hold open to every namespace, for a request limited to two) = true, want false")
+	}
+	// A hub that sends the booking: the validUntil a retry computes on the
+	// spoke's clock differs, the booking does not.
+	booked := proto.Clone(req).(*federationv1.HoldRequest)
+	booked.Booking, booked.ValidFor, booked.ValidUntil = "uid-1", durationpb.New(time.Hour), nil
+	mine := made.DeepCopy()
+	mine.Annotations = map[string]string{BookingAnnotation: "uid-1"}
+	if !sameBooking(mine, booked) {
+		t.Errorf("sameBooking(the hold made for this booking, retried a second later) = false, want true")
+	}
+	other := made.DeepCopy()
+	other.Annotations = map[string]string{BookingAnnotation: "uid-0"}
+	if sameBooking(other, booked) || sameBooking(made, booked) {
+		t.Errorf("sameBooking(hold of another or of no booking) = true, want false")
 	}
 }
 
@@ -202,4 +223,83 @@ func TestReusingTheNameOfAnEndedHoldWorksAtTheFirstTry(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestASkewedSpokeClockHoldsForTheDurationTheHubAsked: the spoke's clock is
+// a minute ahead of or behind the hub's. The hub's request carries
+// durations (and, for older agents, its own clock's instants); the spoke
+// holds the units for valid_for on its own clock and answers within
+// answer_within, whatever the skew.
+func TestASkewedSpokeClockHoldsForTheDurationTheHubAsked(t *testing.T) {
+	for name, skew := range map[string]time.Duration{"a minute ahead": time.Minute, "a minute behind": -time.Minute, "in step": 0} {
+		t.Run(name, func(t *testing.T) {
+			hubNow := time.Now()
+			spokeNow := func() time.Time { return time.Now().Add(skew) }
+			req := &federationv1.HoldRequest{Name: "train-42", Group: "team-a", Type: "compute-xlarge", Count: 4,
+				FleetHold: "imperator-system/train-42", Booking: "uid-1",
+				ValidUntil: timestamppb.New(hubNow.Add(time.Hour)), Deadline: timestamppb.New(hubNow.Add(10 * time.Second)),
+				ValidFor: durationpb.New(time.Hour), AnswerWithin: durationpb.New(10 * time.Second)}
+			objects := provisioningClient(t, req)
+			h := holds{client: objects, cache: objects, now: spokeNow}
+
+			arrived := spokeNow()
+			resp := h.answer(context.Background(), req)
+			if resp.GetResult() != federationv1.HoldResult_HOLD_RESULT_HELD {
+				t.Fatalf("answer = %v %q (%s), want HELD", resp.GetResult(), resp.GetReason(), resp.GetMessage())
+			}
+			var got imperatorv1alpha1.CapacityHold
+			if err := objects.Get(context.Background(), client.ObjectKey{Name: "train-42"}, &got); err != nil {
+				t.Fatal(err)
+			}
+			if d := got.Spec.ValidUntil.Sub(arrived); d < time.Hour-2*time.Second || d > time.Hour+time.Second {
+				t.Errorf("CapacityHold train-42 is valid for %s after the request arrived on the spoke's clock, want 1h", d)
+			}
+			if got.Annotations[BookingAnnotation] != "uid-1" {
+				t.Errorf("CapacityHold train-42 annotations = %v, want the booking uid-1", got.Annotations)
+			}
+		})
+	}
+}
+
+func TestHoldWait(t *testing.T) {
+	cases := map[string]struct {
+		req  *federationv1.HoldRequest
+		want time.Duration
+	}{
+		"answer_within less the margin": {req: &federationv1.HoldRequest{AnswerWithin: durationpb.New(10 * time.Second)}, want: 9500 * time.Millisecond},
+		"an older hub's fixed 10 s":     {req: &federationv1.HoldRequest{Deadline: timestamppb.New(time.Now().Add(-time.Hour))}, want: 9500 * time.Millisecond},
+		"at most a minute":              {req: &federationv1.HoldRequest{AnswerWithin: durationpb.New(time.Hour)}, want: maxHoldWait - holdAnswerMargin},
+		"never negative":                {req: &federationv1.HoldRequest{AnswerWithin: durationpb.New(100 * time.Millisecond)}, want: 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := holdWait(tc.req); got != tc.want {
+				t.Errorf("holdWait() = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// provisioningClient is a fake API whose Machine controller provisions the
+// CapacityHold made for req at once, with the Machine's usage saying so.
+func provisioningClient(t *testing.T, req *federationv1.HoldRequest, existing ...client.Object) client.Client {
+	t.Helper()
+	machine := &imperatorv1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "team-a-machine",
+		Labels: map[string]string{imperatorv1alpha1.MachineGroupKey: "team-a"}}}
+	machine.Status.AvailableMachines = []imperatorv1alpha1.AvailableMachine{{Name: "compute-xlarge", Usage: imperatorv1alpha1.Usage{Held: req.GetCount()}}}
+	decide := interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if err := c.Get(ctx, key, obj, opts...); err != nil {
+			return err
+		}
+		hold, ok := obj.(*imperatorv1alpha1.CapacityHold)
+		if !ok || !sameBooking(hold, req) || meta.IsStatusConditionTrue(hold.Status.Conditions, imperatorv1alpha1.HoldConditionProvisioned) {
+			return nil
+		}
+		for _, c := range []string{imperatorv1alpha1.HoldConditionAccepted, imperatorv1alpha1.HoldConditionProvisioned} {
+			meta.SetStatusCondition(&hold.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionTrue, Reason: "Test"})
+		}
+		hold.Status.Held = hold.Spec.Count
+		return c.Update(ctx, hold)
+	}}
+	return fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(existing, machine)...).WithInterceptorFuncs(decide).Build()
 }

@@ -18,6 +18,7 @@ package federationv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -1068,11 +1069,16 @@ type HoldRequest struct {
 	Type  string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
 	// count is the number of units to hold, all or nothing.
 	Count int32 `protobuf:"varint,5,opt,name=count,proto3" json:"count,omitempty"`
-	// valid_until is when the unclaimed units go back (the CapacityHold's
-	// spec.validUntil).
+	// valid_until is when the unclaimed units go back, on the hub's clock.
+	// Deprecated: a spoke that knows valid_for uses that; the hub still sets
+	// valid_until for agents that predate valid_for (they compare it with
+	// their own clock, so a skewed clock moves their hold's end).
 	ValidUntil *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
-	// deadline is when the hub stops waiting for the answer: the spoke answers
-	// with what it knows by then.
+	// deadline is when the hub stops waiting for the answer, on the hub's
+	// clock. Deprecated like valid_until, for answer_within: an agent that
+	// knows answer_within never reads deadline (without answer_within, from a
+	// hub that predates it, it waits its default of 10 s less its margin,
+	// that hub's fixed wait).
 	Deadline *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	// release asks the spoke to delete the CapacityHold instead.
 	Release bool `protobuf:"varint,8,opt,name=release,proto3" json:"release,omitempty"`
@@ -1081,7 +1087,20 @@ type HoldRequest struct {
 	// namespaces, when set, are the only namespaces whose guests may claim the
 	// hold (the CapacityHold's spec.namespaces); empty: any namespace the pod
 	// injector serves.
-	Namespaces    []string `protobuf:"bytes,10,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	Namespaces []string `protobuf:"bytes,10,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	// valid_for is how long from the request's arrival the unclaimed units
+	// stay held: the spoke sets its CapacityHold's spec.validUntil to its own
+	// clock's now plus valid_for. Durations travel, not instants, so that the
+	// hub's and the spoke's clocks are never compared.
+	ValidFor *durationpb.Duration `protobuf:"bytes,11,opt,name=valid_for,json=validFor,proto3" json:"valid_for,omitempty"`
+	// answer_within is how long from the request's arrival the hub waits for
+	// the answer; the spoke answers a little earlier with what it knows.
+	AnswerWithin *durationpb.Duration `protobuf:"bytes,12,opt,name=answer_within,json=answerWithin,proto3" json:"answer_within,omitempty"`
+	// booking identifies the fleet hold's booking (the FleetHold's UID): a
+	// request of the same booking, retried or sent again by another hub
+	// replica, finds the CapacityHold made for it; a CapacityHold of the same
+	// name from another booking is not it. Empty from hubs that predate it.
+	Booking       string `protobuf:"bytes,13,opt,name=booking,proto3" json:"booking,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1184,6 +1203,27 @@ func (x *HoldRequest) GetNamespaces() []string {
 		return x.Namespaces
 	}
 	return nil
+}
+
+func (x *HoldRequest) GetValidFor() *durationpb.Duration {
+	if x != nil {
+		return x.ValidFor
+	}
+	return nil
+}
+
+func (x *HoldRequest) GetAnswerWithin() *durationpb.Duration {
+	if x != nil {
+		return x.AnswerWithin
+	}
+	return nil
+}
+
+func (x *HoldRequest) GetBooking() string {
+	if x != nil {
+		return x.Booking
+	}
+	return ""
 }
 
 // HoldResponse answers a HoldRequest.
@@ -1894,7 +1934,7 @@ var File_imperator_federation_v1_federation_proto protoreflect.FileDescriptor
 
 const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\n" +
-	"(imperator/federation/v1/federation.proto\x12\x17imperator.federation.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"}\n" +
+	"(imperator/federation/v1/federation.proto\x12\x17imperator.federation.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"}\n" +
 	"\vJoinRequest\x12!\n" +
 	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x10\n" +
@@ -1951,7 +1991,7 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\x03ack\x18\x01 \x01(\v2\x1c.imperator.federation.v1.AckH\x00R\x03ack\x129\n" +
 	"\x06resync\x18\x02 \x01(\v2\x1f.imperator.federation.v1.ResyncH\x00R\x06resync\x12I\n" +
 	"\fhold_request\x18\x03 \x01(\v2$.imperator.federation.v1.HoldRequestH\x00R\vholdRequestB\x06\n" +
-	"\x04kind\"\xce\x02\n" +
+	"\x04kind\"\xe0\x03\n" +
 	"\vHoldRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
@@ -1968,7 +2008,10 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\n" +
 	"namespaces\x18\n" +
 	" \x03(\tR\n" +
-	"namespaces\"\xb0\x01\n" +
+	"namespaces\x126\n" +
+	"\tvalid_for\x18\v \x01(\v2\x19.google.protobuf.DurationR\bvalidFor\x12>\n" +
+	"\ranswer_within\x18\f \x01(\v2\x19.google.protobuf.DurationR\fanswerWithin\x12\x18\n" +
+	"\abooking\x18\r \x01(\tR\abooking\"\xb0\x01\n" +
 	"\fHoldResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12;\n" +
@@ -2092,6 +2135,7 @@ var file_imperator_federation_v1_federation_proto_goTypes = []any{
 	(*NodeCounts)(nil),            // 22: imperator.federation.v1.NodeCounts
 	(*PoolNode)(nil),              // 23: imperator.federation.v1.PoolNode
 	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
 }
 var file_imperator_federation_v1_federation_proto_depIdxs = []int32{
 	24, // 0: imperator.federation.v1.JoinResponse.not_after:type_name -> google.protobuf.Timestamp
@@ -2113,25 +2157,27 @@ var file_imperator_federation_v1_federation_proto_depIdxs = []int32{
 	14, // 16: imperator.federation.v1.HubMessage.hold_request:type_name -> imperator.federation.v1.HoldRequest
 	24, // 17: imperator.federation.v1.HoldRequest.valid_until:type_name -> google.protobuf.Timestamp
 	24, // 18: imperator.federation.v1.HoldRequest.deadline:type_name -> google.protobuf.Timestamp
-	1,  // 19: imperator.federation.v1.HoldResponse.result:type_name -> imperator.federation.v1.HoldResult
-	19, // 20: imperator.federation.v1.Machine.types:type_name -> imperator.federation.v1.MachineType
-	23, // 21: imperator.federation.v1.Machine.nodes:type_name -> imperator.federation.v1.PoolNode
-	3,  // 22: imperator.federation.v1.Machine.ready:type_name -> imperator.federation.v1.ConditionStatus
-	20, // 23: imperator.federation.v1.MachineType.gpu:type_name -> imperator.federation.v1.GPU
-	21, // 24: imperator.federation.v1.MachineType.usage:type_name -> imperator.federation.v1.Usage
-	22, // 25: imperator.federation.v1.MachineType.nodes:type_name -> imperator.federation.v1.NodeCounts
-	2,  // 26: imperator.federation.v1.PoolNode.condition:type_name -> imperator.federation.v1.NodeCondition
-	4,  // 27: imperator.federation.v1.Federation.Join:input_type -> imperator.federation.v1.JoinRequest
-	6,  // 28: imperator.federation.v1.Federation.Renew:input_type -> imperator.federation.v1.RenewRequest
-	8,  // 29: imperator.federation.v1.Federation.Report:input_type -> imperator.federation.v1.SpokeMessage
-	5,  // 30: imperator.federation.v1.Federation.Join:output_type -> imperator.federation.v1.JoinResponse
-	7,  // 31: imperator.federation.v1.Federation.Renew:output_type -> imperator.federation.v1.RenewResponse
-	13, // 32: imperator.federation.v1.Federation.Report:output_type -> imperator.federation.v1.HubMessage
-	30, // [30:33] is the sub-list for method output_type
-	27, // [27:30] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	25, // 19: imperator.federation.v1.HoldRequest.valid_for:type_name -> google.protobuf.Duration
+	25, // 20: imperator.federation.v1.HoldRequest.answer_within:type_name -> google.protobuf.Duration
+	1,  // 21: imperator.federation.v1.HoldResponse.result:type_name -> imperator.federation.v1.HoldResult
+	19, // 22: imperator.federation.v1.Machine.types:type_name -> imperator.federation.v1.MachineType
+	23, // 23: imperator.federation.v1.Machine.nodes:type_name -> imperator.federation.v1.PoolNode
+	3,  // 24: imperator.federation.v1.Machine.ready:type_name -> imperator.federation.v1.ConditionStatus
+	20, // 25: imperator.federation.v1.MachineType.gpu:type_name -> imperator.federation.v1.GPU
+	21, // 26: imperator.federation.v1.MachineType.usage:type_name -> imperator.federation.v1.Usage
+	22, // 27: imperator.federation.v1.MachineType.nodes:type_name -> imperator.federation.v1.NodeCounts
+	2,  // 28: imperator.federation.v1.PoolNode.condition:type_name -> imperator.federation.v1.NodeCondition
+	4,  // 29: imperator.federation.v1.Federation.Join:input_type -> imperator.federation.v1.JoinRequest
+	6,  // 30: imperator.federation.v1.Federation.Renew:input_type -> imperator.federation.v1.RenewRequest
+	8,  // 31: imperator.federation.v1.Federation.Report:input_type -> imperator.federation.v1.SpokeMessage
+	5,  // 32: imperator.federation.v1.Federation.Join:output_type -> imperator.federation.v1.JoinResponse
+	7,  // 33: imperator.federation.v1.Federation.Renew:output_type -> imperator.federation.v1.RenewResponse
+	13, // 34: imperator.federation.v1.Federation.Report:output_type -> imperator.federation.v1.HubMessage
+	32, // [32:35] is the sub-list for method output_type
+	29, // [29:32] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_imperator_federation_v1_federation_proto_init() }
