@@ -91,15 +91,18 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if err != nil {
 		return err
 	}
-	local, err := ctrl.NewManager(restConfig, localManagerOptions(cfg, scheme, certManager))
-	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
-	}
-	caBundle, err := prepareCertificate(ctx, local, certManager, log)
+	memberWebhooks, err := newMemberWebhooks(cfg, scheme, certManager, direct)
 	if err != nil {
 		return err
 	}
-	memberWebhooks := newMemberWebhooks(cfg, scheme, certManager)
+	local, err := ctrl.NewManager(restConfig, localManagerOptions(cfg, scheme, certManager, memberWebhooks))
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	caBundle, err := prepareCertificate(ctx, local, certManager, memberWebhooks, log)
+	if err != nil {
+		return err
+	}
 	if memberWebhooks == nil {
 		if err := registerWebhooks(ctx, direct, cfg, caBundle); err != nil {
 			return err
@@ -153,8 +156,9 @@ func newCertManager(cfg config.Config, c client.Client) (*certs.Manager, error) 
 // certificate comes from: with cert-manager (certManager nil) it reads
 // tls.crt and tls.key from the mounted Secret and reloads them on renewal
 // (controller-runtime's certwatcher); otherwise it serves certManager's from
-// memory. Either way no TLS below 1.2.
-func webhookServerOptions(cfg config.Config, certManager *certs.Manager) webhook.Options {
+// memory. Either way no TLS below 1.2. In hosted mode (memberWebhooks) it
+// asks callers for the client certificates of the members' API servers.
+func webhookServerOptions(cfg config.Config, certManager *certs.Manager, memberWebhooks *hosted.Webhooks) webhook.Options {
 	opts := webhook.Options{Host: cfg.Webhook.BindAddress, Port: cfg.Webhook.Port}
 	if certManager == nil {
 		opts.CertDir = cfg.Webhook.CertDir
@@ -162,6 +166,9 @@ func webhookServerOptions(cfg config.Config, certManager *certs.Manager) webhook
 		opts.TLSOpts = append(opts.TLSOpts, certManager.TLSOption)
 	}
 	opts.TLSOpts = append(opts.TLSOpts, func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 })
+	if memberWebhooks != nil {
+		opts.TLSOpts = append(opts.TLSOpts, memberWebhooks.ClientCA.TLSOption)
+	}
 	return opts
 }
 
@@ -186,11 +193,11 @@ func memberCacheOptions(cfg config.Config) cache.Options {
 // localManagerOptions configure the main manager. It runs on every replica
 // without leader election: it serves the webhooks, metrics and probes, and
 // its cache feeds the webhooks and the hub reporter.
-func localManagerOptions(cfg config.Config, scheme *runtime.Scheme, certManager *certs.Manager) ctrl.Options {
+func localManagerOptions(cfg config.Config, scheme *runtime.Scheme, certManager *certs.Manager, memberWebhooks *hosted.Webhooks) ctrl.Options {
 	opts := termManagerOptions(cfg, scheme)
 	opts.Metrics = metricsserver.Options{BindAddress: cfg.MetricsAddr}
 	opts.HealthProbeBindAddress = cfg.HealthAddr
-	opts.WebhookServer = webhook.NewServer(webhookServerOptions(cfg, certManager))
+	opts.WebhookServer = webhook.NewServer(webhookServerOptions(cfg, certManager, memberWebhooks))
 	return opts
 }
 
@@ -203,36 +210,56 @@ func termManagerOptions(cfg config.Config, scheme *runtime.Scheme) ctrl.Options 
 	return opts
 }
 
-// prepareCertificate makes sure certManager's certificate exists before the
-// webhook server starts — retrying for a while, as the API server may still
-// be coming up — keeps it rotated on local, and returns its CA bundle; nil
-// without certManager (cert-manager mode).
-func prepareCertificate(ctx context.Context, local manager.Manager, certManager *certs.Manager, log logr.Logger) ([]byte, error) {
+// prepareCertificate makes sure certManager's certificate — and in hosted
+// mode the members' client CA — exists before the webhook server starts,
+// retrying for a while, as the API server may still be coming up; keeps them
+// rotated on local, and returns the serving CA bundle; nil without
+// certManager (cert-manager mode).
+func prepareCertificate(ctx context.Context, local manager.Manager, certManager *certs.Manager, memberWebhooks *hosted.Webhooks, log logr.Logger) ([]byte, error) {
 	if certManager == nil {
 		return nil, nil
 	}
-	err := wait.PollUntilContextTimeout(ctx, time.Second, certificateWait, true, func(ctx context.Context) (bool, error) {
-		if err := certManager.Ensure(ctx); err != nil {
-			log.Info("Webhook certificate not ready yet", "err", err.Error())
-			return false, nil
-		}
-		return true, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("preparing webhook certificate: %w", err)
+	type ensurer interface {
+		manager.Runnable
+		Ensure(context.Context) error
 	}
-	if err := local.Add(certManager); err != nil {
-		return nil, fmt.Errorf("setting up the webhook certificate manager: %w", err)
+	ensurers := []ensurer{certManager}
+	if memberWebhooks != nil {
+		ensurers = append(ensurers, memberWebhooks.ClientCA)
+	}
+	for _, e := range ensurers {
+		err := wait.PollUntilContextTimeout(ctx, time.Second, certificateWait, true, func(ctx context.Context) (bool, error) {
+			if err := e.Ensure(ctx); err != nil {
+				log.Info("Webhook certificate not ready yet", "err", err.Error())
+				return false, nil
+			}
+			return true, nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("preparing webhook certificate: %w", err)
+		}
+		if err := local.Add(e); err != nil {
+			return nil, fmt.Errorf("setting up the webhook certificate manager: %w", err)
+		}
 	}
 	return certManager.CABundle(), nil
 }
 
 // newMemberWebhooks returns, in hosted mode, the members' webhooks: every
 // member's webhook configurations point at this agent's server, and package
-// hosted registers them in the members. Nil for the in-cluster agent.
-func newMemberWebhooks(cfg config.Config, scheme *runtime.Scheme, certManager *certs.Manager) *hosted.Webhooks {
+// hosted registers them in the members. They answer only the members' API
+// servers, with the client certificates of a CA of their own, kept in
+// <--webhook-cert-secret>-member-client-ca. Nil for the in-cluster agent.
+func newMemberWebhooks(cfg config.Config, scheme *runtime.Scheme, certManager *certs.Manager, management client.Client) (*hosted.Webhooks, error) {
 	if !cfg.IsHosted() {
-		return nil
+		return nil, nil
+	}
+	clientCA, err := hosted.NewClientCA(management, hosted.ClientCAOptions{
+		Namespace:  cfg.Namespace,
+		SecretName: cfg.Webhook.CertSecret + memberClientCASuffix,
+	})
+	if err != nil {
+		return nil, err
 	}
 	return &hosted.Webhooks{
 		Scheme:                  scheme,
@@ -241,10 +268,16 @@ func newMemberWebhooks(cfg config.Config, scheme *runtime.Scheme, certManager *c
 		ValidatingConfiguration: cfg.Webhook.ValidatingConfiguration,
 		CABundle:                certManager.CABundle,
 		Hosts:                   cfg.Webhook.Hosts,
+		ClientCA:                clientCA,
+		Management:              management,
 		ProbeInterval:           cfg.Hosted.WebhookProbeInterval,
 		Log:                     ctrl.Log.WithName("member-webhooks"),
-	}
+	}, nil
 }
+
+// memberClientCASuffix names the Secret of the members' client CA after the
+// webhook certificate's.
+const memberClientCASuffix = "-member-client-ca"
 
 // registerWebhooks applies the injector's and the validator's webhook
 // configurations when the agent runs outside its cluster (--webhook-url, as

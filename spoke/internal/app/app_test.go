@@ -68,7 +68,8 @@ func withHub(c *config.Config) {
 // TestWebhookCertificateComesFromTheAgentOrFromCertManager: with
 // --webhook-cert-manager-certificate the webhook server must read the mounted
 // Secret (and the agent issue nothing), else it serves the agent's own
-// certificate; either way it refuses TLS below 1.2.
+// certificate; either way it refuses TLS below 1.2. The hosted agent asks its
+// callers for the client certificates of the members' API servers.
 func TestWebhookCertificateComesFromTheAgentOrFromCertManager(t *testing.T) {
 	tests := map[string]struct {
 		edit            func(*config.Config)
@@ -92,7 +93,11 @@ func TestWebhookCertificateComesFromTheAgentOrFromCertManager(t *testing.T) {
 			if got := certManager != nil; got != tc.wantCertManager {
 				t.Fatalf("the agent issues its certificate: %v, want %v", got, tc.wantCertManager)
 			}
-			opts := webhookServerOptions(cfg, certManager)
+			memberWebhooks, err := newMemberWebhooks(cfg, spokeScheme(t), certManager, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := webhookServerOptions(cfg, certManager, memberWebhooks)
 			if opts.CertDir != tc.wantCertDir {
 				t.Errorf("CertDir = %q, want %q", opts.CertDir, tc.wantCertDir)
 			}
@@ -108,6 +113,13 @@ func TestWebhookCertificateComesFromTheAgentOrFromCertManager(t *testing.T) {
 			}
 			if got := tlsConfig.GetCertificate != nil; got != tc.wantCertManager {
 				t.Errorf("the server takes its certificate from the agent: %v, want %v", got, tc.wantCertManager)
+			}
+			wantClientAuth := tls.NoClientCert
+			if cfg.IsHosted() {
+				wantClientAuth = tls.VerifyClientCertIfGiven
+			}
+			if tlsConfig.ClientAuth != wantClientAuth || (cfg.IsHosted() && (tlsConfig.ClientCAs == nil || tlsConfig.GetConfigForClient == nil)) {
+				t.Errorf("client certificates: %v (CAs %v), want %v", tlsConfig.ClientAuth, tlsConfig.ClientCAs, wantClientAuth)
 			}
 		})
 	}
@@ -131,7 +143,7 @@ func TestCachesAndWorkersFollowTheMode(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			cfg := completed(t, tc.edit)
-			local := localManagerOptions(cfg, scheme, nil)
+			local := localManagerOptions(cfg, scheme, nil, nil)
 			term := termManagerOptions(cfg, scheme)
 			for what, opts := range map[string]cache.Options{"main manager": local.Cache, "leader term": term.Cache} {
 				if len(opts.ByObject) != len(tc.wantCached) {
@@ -194,7 +206,10 @@ func TestHostedModeServesTheMembersInsteadOfTheLocalCluster(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cfg := completed(t, tc.edit)
 			certManager := certManagerOf(t, cfg)
-			memberWebhooks := newMemberWebhooks(cfg, scheme, certManager)
+			memberWebhooks, err := newMemberWebhooks(cfg, scheme, certManager, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if got := memberWebhooks != nil; got != tc.wantMemberWebhooks {
 				t.Fatalf("serves the members' webhooks: %v, want %v", got, tc.wantMemberWebhooks)
 			}

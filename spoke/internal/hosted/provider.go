@@ -6,7 +6,9 @@
 // engagement), a Secret removed or unlabelled stops it, a changed kubeconfig
 // restarts it — without restarting the agent. Each member keeps its own
 // identity at the hub (a reporter per member) and its own webhook
-// registration (Webhooks), see Serve.
+// registration (Webhooks), see Serve. Its webhooks answer only its own API
+// server, which authenticates with a client certificate the agent issues to
+// the member (ClientCA, the member's client Secret).
 //
 // Members are isolated from each other: each has its own cache and clients,
 // is brought up in a goroutine of its own (a member whose API server does
@@ -78,6 +80,9 @@ type Member struct {
 	// Secret is the member's kubeconfig Secret in the management cluster;
 	// its name is the member's cluster name in multicluster-runtime.
 	Secret types.NamespacedName
+	// SecretUID is the UID of that Secret (the owner of the member's client
+	// Secret).
+	SecretUID types.UID
 	// WebhookURL is the base URL the member's API server calls; empty when
 	// neither the Secret nor the agent names one.
 	WebhookURL string
@@ -335,13 +340,14 @@ func (p *Provider) parse(secret *corev1.Secret) (*Member, string, error) {
 	}
 	cfg.Timeout = p.opts.RequestTimeout
 	sum := sha256.New()
-	for _, part := range []string{name, webhookURL, string(data)} {
+	for _, part := range []string{name, webhookURL, string(secret.UID), string(data)} {
 		sum.Write([]byte(part))
 		sum.Write([]byte{0})
 	}
 	return &Member{
 		Name:       name,
 		Secret:     types.NamespacedName{Namespace: secret.Namespace, Name: secret.Name},
+		SecretUID:  secret.UID,
 		WebhookURL: webhookURL,
 		Config:     cfg,
 	}, hex.EncodeToString(sum.Sum(nil)), nil

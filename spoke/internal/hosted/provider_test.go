@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/machinevalidator"
@@ -129,10 +130,13 @@ func TestChangedWebhookURLRestartsTheMember(t *testing.T) {
 	}
 }
 
+// TestWebhookOfAMemberNotServedSaysSo: the member's own API server (its
+// client certificate) learns that this replica does not serve it.
 func TestWebhookOfAMemberNotServedSaysSo(t *testing.T) {
-	w := &Webhooks{Scheme: runtime.NewScheme()}
+	ca := newTestClientCA(t, fakeManagement(t), clocktesting.NewFakeClock(time.Now()), 0)
+	w := &Webhooks{Scheme: runtime.NewScheme(), ClientCA: ca}
 	body := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u1","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"operation":"CREATE","object":{}}}`
-	req := httptest.NewRequest(http.MethodPost, PathPrefix+"edge-9/mutate-v1-pod", strings.NewReader(body))
+	req := asMember(t, ca, "edge-9", httptest.NewRequest(http.MethodPost, PathPrefix+"edge-9/mutate-v1-pod", strings.NewReader(body)))
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	w.ServeHTTP(rec, req)
@@ -203,23 +207,25 @@ func TestMemberKubeconfigThatRunsProgramsOrReadsAgentFilesIsRefused(t *testing.T
 	}
 }
 
-// TestOnlyTheProbeProvesTheMemberReachesTheWebhooks: requests to a member's
-// path from anyone (unknown paths, other objects, real creates) do not hide
-// a member whose API server cannot reach the agent; the probe's own dry-run
-// create of the probe Machine does.
+// TestOnlyTheProbeProvesTheMemberReachesTheWebhooks: requests of the
+// member's API server other than the probe's (unknown paths, other objects,
+// real creates) do not hide a member whose probe does not reach the agent;
+// the probe's own dry-run create of the probe Machine does. (Requests of
+// anyone else are refused before, TestOnlyTheMembersOwnAPIServerIsAnswered.)
 func TestOnlyTheProbeProvesTheMemberReachesTheWebhooks(t *testing.T) {
 	scheme, err := schemes.Spoke()
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &Webhooks{Scheme: scheme}
+	ca := newTestClientCA(t, fakeManagement(t), clocktesting.NewFakeClock(time.Now()), 0)
+	w := &Webhooks{Scheme: scheme, ClientCA: ca}
 	hooks := w.newMemberHooks(nil)
 	w.members = map[string]*memberHooks{"edge": hooks}
 	review := func(name string, dryRun bool) string {
 		return fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u1","kind":{"group":"imperator.tenzen-y.io","version":"v1alpha1","kind":"Machine"},"resource":{"group":"imperator.tenzen-y.io","version":"v1alpha1","resource":"machines"},"name":%q,"operation":"CREATE","dryRun":%t,"object":{"apiVersion":"imperator.tenzen-y.io/v1alpha1","kind":"Machine","metadata":{"name":%q}}}}`, name, dryRun, name)
 	}
 	send := func(path, body string) {
-		req := httptest.NewRequest(http.MethodPost, PathPrefix+"edge"+path, strings.NewReader(body))
+		req := asMember(t, ca, "edge", httptest.NewRequest(http.MethodPost, PathPrefix+"edge"+path, strings.NewReader(body)))
 		req.Header.Set("Content-Type", "application/json")
 		w.ServeHTTP(httptest.NewRecorder(), req)
 	}

@@ -2,6 +2,7 @@ package hosted
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -47,8 +48,15 @@ const DefaultProbeInterval = 30 * time.Second
 // Webhooks serves the injector and the validator of every member at
 // PathPrefix, registers their configurations in each member with the agent's
 // CA bundle, and finds out whether each member's API server reaches them.
-// Register it once on the agent's webhook server (every replica serves it);
-// the members are added by Serve while the leader serves them.
+// Register it once on the agent's webhook server (every replica serves it),
+// with ClientCA's TLSOption; the members are added by Serve while the leader
+// serves them.
+//
+// Only a member's own API server is answered at the member's path: a request
+// must come with the client certificate that the agent issued to that member
+// (ClientCA), which the leader keeps in the member's client Secret beside the
+// member's Secret; any other is refused before its body is read, with the
+// same answer whether or not the member exists.
 type Webhooks struct {
 	// Scheme decodes pods and Machines.
 	Scheme *runtime.Scheme
@@ -64,6 +72,10 @@ type Webhooks struct {
 	// Hosts are the names the serving certificate is valid for: a member
 	// URL's host must be one of them.
 	Hosts []string
+	// ClientCA issues the members' client certificates and verifies them.
+	ClientCA *ClientCA
+	// Management writes the members' client Secrets, uncached.
+	Management client.Client
 	// ProbeInterval defaults to DefaultProbeInterval.
 	ProbeInterval time.Duration
 	Log           logr.Logger
@@ -83,14 +95,22 @@ type memberHooks struct {
 	// unavailable says why the member cannot reach the webhooks; "" when it
 	// can.
 	unavailable atomic.Pointer[string]
+	// clientCert is the client certificate last found or written in the
+	// member's client Secret; only serve's loop uses it.
+	clientCert *x509.Certificate
 }
 
 // ServeHTTP answers a member's admission request with that member's
-// injector or validator; a member this replica does not serve (yet) is
-// answered with an error that says so, which the API server reports.
+// injector or validator, when the request carries the member's client
+// certificate; a member this replica does not serve (yet) is answered with
+// an error that says so, which the API server reports.
 func (w *Webhooks) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	rest, _ := strings.CutPrefix(req.URL.Path, PathPrefix)
 	name, path, _ := strings.Cut(rest, "/")
+	if status, reason := w.ClientCA.authenticate(req, name); status != 0 {
+		http.Error(rw, reason, status)
+		return
+	}
 	w.mu.RLock()
 	hooks := w.members[name]
 	w.mu.RUnlock()
@@ -113,7 +133,8 @@ func (w *Webhooks) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 }
 
 // newMemberHooks returns a member's injector and validator answering from
-// reader; the validator notes the probe's request in lastRequest.
+// reader; the validator notes the probe's request in lastRequest (only the
+// member's own API server gets that far, see ServeHTTP).
 func (w *Webhooks) newMemberHooks(reader client.Reader) *memberHooks {
 	hooks := &memberHooks{
 		injector: &webhook.Admission{Handler: webhookmetrics.Handler(webhookmetrics.PodInjector, podinjector.NewHandler(reader, w.Scheme))},
@@ -214,9 +235,11 @@ func (w *Webhooks) serve(ctx context.Context, m *Member, cl cluster.Cluster) {
 	}
 }
 
-// check registers m's webhook configurations when the CA bundle changed since
-// registered, then asks m's API server to create the probe Machine, dry-run:
-// it returns why the API server does not reach the validator, "" when it does.
+// check keeps m's client Secret current, registers m's webhook configurations
+// when the CA bundle changed since registered, then asks m's API server to
+// create the probe Machine, dry-run: it returns why the API server does not
+// reach the validator (or does so without m's client certificate), "" when
+// it does.
 // known is false right after a registration: the API server takes a moment
 // to load new webhook configurations, so the probe waits for the next round.
 func (w *Webhooks) check(ctx context.Context, m *Member, hooks *memberHooks, registered *[]byte) (why string, known bool) {
@@ -225,6 +248,9 @@ func (w *Webhooks) check(ctx context.Context, m *Member, hooks *memberHooks, reg
 	}
 	if u, err := url.Parse(m.WebhookURL); err == nil && !slices.Contains(w.Hosts, u.Hostname()) {
 		return fmt.Sprintf("webhook URL %s: host %q is not among the serving certificate's names %v (--webhook-hosts)", m.WebhookURL, u.Hostname(), w.Hosts), true
+	}
+	if err := w.ensureClientCertificate(ctx, m, hooks); err != nil {
+		return err.Error(), true
 	}
 	bundle := w.CABundle()
 	if *registered == nil || !slices.Equal(*registered, bundle) {
@@ -243,6 +269,21 @@ func (w *Webhooks) check(ctx context.Context, m *Member, hooks *memberHooks, reg
 		return fmt.Sprintf("the API server did not reach the webhook at %s: %v", m.WebhookURL, err), true
 	}
 	return fmt.Sprintf("the API server did not call the webhook at %s", m.WebhookURL), true
+}
+
+// ensureClientCertificate makes sure m's client Secret holds a current
+// certificate; it reads the Secret only when the certificate it wrote last
+// is due for renewal or the CA rolled over.
+func (w *Webhooks) ensureClientCertificate(ctx context.Context, m *Member, hooks *memberHooks) error {
+	if hooks.clientCert != nil && w.ClientCA.fresh(hooks.clientCert, m.Name) {
+		return nil
+	}
+	cert, err := ensureClientSecret(ctx, w.Management, w.ClientCA, m)
+	if err != nil {
+		return err
+	}
+	hooks.clientCert = cert
+	return nil
 }
 
 // register applies m's webhook configurations, pointing at

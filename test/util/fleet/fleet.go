@@ -70,6 +70,11 @@ type Fleet struct {
 	// the hub address an agent dials (DialHub).
 	replicas []*Replica
 	dial     map[string]string
+	// hostedWebhookPort is the hosted agent's webhook port, chosen before
+	// the hosted spokes start: their API servers name it in the credentials
+	// of its webhooks (memberAdmission).
+	hostedWebhookPort int
+	memberAdmission   map[string]*MemberAdmission
 }
 
 // Start starts the hub cluster and every spoke cluster side by side and adds
@@ -96,6 +101,10 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 			_ = f.Stop()
 		}
 	}()
+	apiServerFlags, err := f.prepareHostedMembers()
+	if err != nil {
+		return nil, err
+	}
 
 	names := append([]string{"hub"}, spokeNames(opts.Spokes)...)
 	clusters := make([]*harness.Cluster, len(names))
@@ -103,7 +112,7 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	var wg sync.WaitGroup
 	for i, name := range names {
 		wg.Go(func() {
-			clusters[i], errs[i] = harness.Start(ctx, harness.Options{Name: name, Dir: filepath.Join(opts.Dir, name)})
+			clusters[i], errs[i] = harness.Start(ctx, harness.Options{Name: name, Dir: filepath.Join(opts.Dir, name), APIServerFlags: apiServerFlags[name]})
 		})
 	}
 	wg.Wait()

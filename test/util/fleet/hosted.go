@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -107,9 +108,35 @@ func inlineKubeconfig(path string) ([]byte, error) {
 	return clientcmd.Write(*loaded)
 }
 
+// prepareHostedMembers chooses the hosted agent's webhook port and writes
+// each hosted spoke's admission configuration, which authenticates its API
+// server to the agent's webhooks; it returns their kube-apiserver flags.
+func (f *Fleet) prepareHostedMembers() (map[string][]string, error) {
+	flags := map[string][]string{}
+	if len(f.opts.Hosted) == 0 {
+		return flags, nil
+	}
+	ports, err := harness.FreePorts(1)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	f.hostedWebhookPort = ports[0]
+	f.memberAdmission = map[string]*MemberAdmission{}
+	for _, spoke := range f.opts.Hosted {
+		a, spokeFlags, err := NewMemberAdmission(filepath.Join(f.opts.Dir, spoke), "127.0.0.1:"+strconv.Itoa(f.hostedWebhookPort))
+		if err != nil {
+			return nil, err
+		}
+		f.memberAdmission[spoke], flags[spoke] = a, spokeFlags
+	}
+	return flags, nil
+}
+
 // startHostedLocked starts the hosted agent (again, after StopAgent of a
-// hosted spoke), waits until it is ready and has registered its webhooks in
-// every member, and makes it the agent of every hosted spoke. f.mu is held.
+// hosted spoke), waits until it is ready, has written each member's client
+// Secret (mounted then for the member's API server) and registered its
+// webhooks in every member, and makes it the agent of every hosted spoke.
+// f.mu is held.
 func (f *Fleet) startHostedLocked(ctx context.Context) error {
 	first := f.opts.Hosted[0]
 	if a := f.agents[first]; a != nil && a.proc.Running() {
@@ -128,7 +155,7 @@ func (f *Fleet) startHostedLocked(ctx context.Context) error {
 	// The members reach it each at <url>/members/<name>/....
 	a, err := f.startAgentProcess(ctx, agentStart{
 		name: "imperator-hosted-agent", what: "hosted agent", dir: dir, kubeconfig: f.Hub.KubeconfigPath,
-		hubAddress: hubAddress, previous: f.agents[first],
+		hubAddress: hubAddress, previous: f.agents[first], webhookPort: f.hostedWebhookPort,
 		args: []string{
 			"--clusters-from", "kubeconfig-secrets",
 			"--kubeconfig-namespace", HostedNamespace,
@@ -140,6 +167,10 @@ func (f *Fleet) startHostedLocked(ctx context.Context) error {
 		return err
 	}
 	for _, spoke := range f.opts.Hosted {
+		if err := f.memberAdmission[spoke].Mount(ctx, f.Hub.Kubernetes(), HostedNamespace, spoke, startTimeout); err != nil {
+			_ = a.proc.Stop()
+			return fmt.Errorf("fleet: hosted agent, member %s: %w\n%s", spoke, err, a.proc.Tail(30))
+		}
 		if err := waitWebhooksRegistered(ctx, a.proc, f.Spokes[spoke]); err != nil {
 			_ = a.proc.Stop()
 			return fmt.Errorf("fleet: hosted agent, member %s: %w\n%s", spoke, err, a.proc.Tail(30))

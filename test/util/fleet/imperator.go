@@ -297,6 +297,9 @@ type agentStart struct {
 	// previous is the agent this one replaces, if any: the webhook
 	// configurations point at its webhook port, which is kept.
 	previous *agentProcess
+	// webhookPort, when set, is the webhook port (chosen before the agent
+	// starts); else a free one.
+	webhookPort int
 	// args are the flags of this kind of agent, before Options.AgentArgs.
 	args []string
 }
@@ -313,6 +316,9 @@ func (f *Fleet) startAgentProcess(ctx context.Context, s agentStart) (*agentProc
 	a := &agentProcess{webhookPort: ports[0], healthPort: ports[1], metricsPort: ports[2]}
 	if s.previous != nil {
 		a.webhookPort = s.previous.webhookPort
+	}
+	if s.webhookPort != 0 {
+		a.webhookPort = s.webhookPort
 	}
 	args := []string{
 		"--namespace", Namespace,

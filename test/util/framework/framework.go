@@ -68,6 +68,9 @@ type Options struct {
 	// controller-manager with its garbage collector, scheduler, kwok)
 	// instead of envtest's bare API server. Webhooks need envtest.
 	Harness bool
+	// APIServerFlags are extra kube-apiserver flags of a harness cluster
+	// (a hosted member's admission configuration, say).
+	APIServerFlags []string
 	// Scheme of the client and the manager; the spoke's (schemes.Spoke)
 	// when nil. Hub suites pass schemes.Hub.
 	Scheme *runtime.Scheme
@@ -129,6 +132,9 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 	if opts.Harness && (opts.Mutating != nil || opts.Validating != nil) {
 		return nil, errors.New("framework options: webhooks (Mutating, Validating) need envtest, not Harness")
 	}
+	if !opts.Harness && len(opts.APIServerFlags) > 0 {
+		return nil, errors.New("framework options: APIServerFlags are a Harness cluster's")
+	}
 	e := &Environment{Scheme: opts.Scheme}
 	if e.Scheme == nil {
 		if e.Scheme, err = schemes.Spoke(); err != nil {
@@ -149,7 +155,7 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 		}
 	}()
 	if opts.Harness {
-		if err := e.startHarness(ctx, opts.Name, crdDirs); err != nil {
+		if err := e.startHarness(ctx, opts.Name, opts.APIServerFlags, crdDirs); err != nil {
 			return nil, err
 		}
 	} else if err := e.startEnvtest(opts, crdDirs); err != nil {
@@ -172,8 +178,8 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 	return e, nil
 }
 
-func (e *Environment) startHarness(ctx context.Context, name string, crdDirs []string) (err error) {
-	if e.Cluster, err = harness.Start(ctx, harness.Options{Name: name}); err != nil {
+func (e *Environment) startHarness(ctx context.Context, name string, apiServerFlags []string, crdDirs []string) (err error) {
+	if e.Cluster, err = harness.Start(ctx, harness.Options{Name: name, APIServerFlags: apiServerFlags}); err != nil {
 		return err
 	}
 	e.Config = e.Cluster.Config

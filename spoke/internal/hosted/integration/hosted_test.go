@@ -3,7 +3,9 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/internal/pki"
 	"github.com/imperator-federation/imperator/spoke/internal/hosted"
 	"github.com/imperator-federation/imperator/test/util/faultproxy"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
@@ -122,17 +125,49 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 			Expect(w.ClientConfig.URL).To(HaveValue(Equal(webhookURL+hosted.PathPrefix+"alpha/mutate-v1-pod")), "webhook %s", w.Name)
 			Expect(w.ClientConfig.CABundle).NotTo(BeEmpty())
 		}
-		guest := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "guest", Labels: map[string]string{
-				imperatorv1alpha1.PodRoleKey:      string(imperatorv1alpha1.PodRoleGuest),
-				imperatorv1alpha1.MachineGroupKey: "team-alpha",
-				imperatorv1alpha1.MachineTypeKey:  xlarge,
-			}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
-		}
+		guest := guestOf(ns.Name, "guest")
 		Expect(c.Create(ctx, guest)).To(Succeed())
 		Expect(guest.Annotations).To(HaveKey(imperatorv1alpha1.AdmittedAtAnnotation), "the injector admitted the guest")
 		Expect(guest.Spec.Containers[0].Resources.Limits).To(HaveKey(corev1.ResourceName("nvidia.com/gpu")))
+	})
+
+	It("answers a member's webhooks only for that member's API server: a made-up review learns nothing, not even whether the member exists", func(ctx context.Context) {
+		review := guestReview("team-alpha")
+		By("sending a made-up AdmissionReview of a guest without a client certificate, to alpha and to a member that does not exist")
+		status, alphaAnswer, err := postReview(ctx, nil, "alpha", review)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(status).To(Equal(http.StatusUnauthorized), alphaAnswer)
+		status, unknownAnswer, err := postReview(ctx, nil, "no-such-member", review)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(status).To(Equal(http.StatusUnauthorized))
+		Expect(unknownAnswer).To(Equal(alphaAnswer), "the answer tells whether a member exists")
+		Expect(alphaAnswer).NotTo(Or(ContainSubstring("team-alpha"), ContainSubstring(xlarge), ContainSubstring("alpha")))
+
+		By("sending it with beta's client certificate, from beta's client Secret")
+		beta := clientCertificateOf(ctx, "beta")
+		status, alphaAnswer, err = postReview(ctx, &beta, "alpha", review)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(status).To(Equal(http.StatusForbidden), alphaAnswer)
+		status, unknownAnswer, err = postReview(ctx, &beta, "no-such-member", review)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(status).To(Equal(http.StatusForbidden))
+		Expect(unknownAnswer).To(Equal(alphaAnswer), "the answer tells whether a member exists")
+		Expect(alphaAnswer).NotTo(Or(ContainSubstring("team-alpha"), ContainSubstring(xlarge)))
+
+		By("sending it with a certificate naming alpha from a CA of our own")
+		ca, err := pki.NewCA("not-the-agents", time.Hour)
+		Expect(err).NotTo(HaveOccurred())
+		certPEM, keyPEM, err := ca.IssueClient("alpha", []string{hosted.ClientOrganization}, time.Hour)
+		Expect(err).NotTo(HaveOccurred())
+		forged, err := tls.X509KeyPair(certPEM, keyPEM)
+		Expect(err).NotTo(HaveOccurred())
+		status, answer, err := postReview(ctx, &forged, "alpha", review)
+		Expect(err).To(HaveOccurred(), "answered %d %s", status, answer)
+
+		By("creating a guest through alpha's API server, which calls the webhook with alpha's certificate")
+		guest := guestOf("team-alpha", "guest-after-refusals")
+		Expect(members["alpha"].Client.Create(ctx, guest)).To(Succeed())
+		Expect(guest.Annotations).To(HaveKey(imperatorv1alpha1.AdmittedAtAnnotation), "the injector admitted the guest")
 	})
 
 	It("serves a member added at runtime, and says at the hub while its API server cannot reach the webhooks", func(ctx context.Context) {
@@ -157,10 +192,15 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 		}
 		// Nothing listens on port 1.
 		setURL("https://127.0.0.1:1")
+		By("sending made-up probes for gamma to the agent meanwhile, as fast as it answers")
+		forging, stopForging := context.WithCancel(ctx)
+		forged := forgeProbes(forging, "gamma")
 		Eventually(func(g Gomega) {
 			c, _ := hub.Cluster("gamma")
 			g.Expect(c.InjectionUnavailable).To(ContainSubstring("https://127.0.0.1:1"))
-		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+		}).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(Succeed(), "made-up probes hide that gamma's API server cannot reach the agent")
+		stopForging()
+		Expect(<-forged).To(BeNumerically(">", 0), "no made-up probe was sent")
 		Eventually(func(g Gomega) {
 			events := &corev1.EventList{}
 			g.Expect(members["gamma"].Client.List(ctx, events)).To(Succeed())

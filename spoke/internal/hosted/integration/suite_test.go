@@ -3,8 +3,11 @@
 // cluster (envtest), serves three member clusters (harness control planes
 // with a scheduler and kwok nodes) whose kubeconfigs it finds in labelled
 // Secrets, and reports each of them to an in-process hub (hub/hubtest) under
-// its own identity. Expectations are read from the members' API servers and
-// the hub's in-memory view, as users see them.
+// its own identity. Each member's API server authenticates to the agent's
+// webhooks with the client certificate the agent issues it, through an
+// admission configuration as the README tells operators to write
+// (fleet.MemberAdmission). Expectations are read from the members' API
+// servers and the hub's in-memory view, as users see them.
 package integration
 
 import (
@@ -27,6 +30,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -56,11 +60,15 @@ const (
 )
 
 var (
-	management *framework.Environment
-	hubEnv     *framework.Environment
-	hub        *hubtest.Hub
-	members    = map[string]*framework.Environment{}
-	agent      *harness.Process
+	management     *framework.Environment
+	managementKube kubernetes.Interface
+	// memberAdmission is each member API server's side of the webhook
+	// authentication: where its client Secret is mounted.
+	memberAdmission = map[string]*fleet.MemberAdmission{}
+	hubEnv          *framework.Environment
+	hub             *hubtest.Hub
+	members         = map[string]*framework.Environment{}
+	agent           *harness.Process
 	// webhookURL is where the members' API servers reach the agent.
 	webhookURL string
 )
@@ -91,6 +99,8 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	management, err = framework.Start(ctx, framework.Options{Namespaces: []string{agentNamespace}})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(management.Stop)
+	managementKube, err = kubernetes.NewForConfig(management.Config)
+	Expect(err).NotTo(HaveOccurred())
 	// The agent runs in the management cluster with exactly the Role of
 	// deploy/overlays/spoke-hosted, bound to its user.
 	Expect(bindHostedRole(ctx, filepath.Join(root, "deploy", "overlays", "spoke-hosted", "role.yaml"), "hosted-agent")).To(Succeed())
@@ -102,8 +112,19 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	kubeconfigPath := filepath.Join(dir, "management.kubeconfig")
 	Expect(os.WriteFile(kubeconfigPath, kubeconfig, 0o600)).To(Succeed())
 
+	// The agent's port is chosen first: the members' API servers name it in
+	// the credentials of its webhooks.
+	ports, err := harness.FreePorts(2)
+	Expect(err).NotTo(HaveOccurred())
+	webhookURL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
 	for _, name := range []string{"alpha", "beta", "gamma"} {
-		env, err := framework.Start(ctx, framework.Options{Name: "hosted-" + name, Harness: true, CRDs: framework.SpokeCRDs, Namespaces: []string{agentNamespace}})
+		admission, flags, err := fleet.NewMemberAdmission(GinkgoT().TempDir(), "127.0.0.1:"+strconv.Itoa(ports[0]))
+		Expect(err).NotTo(HaveOccurred())
+		memberAdmission[name] = admission
+		env, err := framework.Start(ctx, framework.Options{
+			Name: "hosted-" + name, Harness: true, CRDs: framework.SpokeCRDs, Namespaces: []string{agentNamespace},
+			APIServerFlags: flags,
+		})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(env.Stop)
 		Expect(fleet.InstallReservationPriorityClass(ctx, env.Cluster)).To(Succeed())
@@ -111,9 +132,6 @@ var _ = BeforeSuite(func(ctx context.Context) {
 		members[name] = env
 	}
 
-	ports, err := harness.FreePorts(2)
-	Expect(err).NotTo(HaveOccurred())
-	webhookURL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
 	agent, err = harness.StartProcess("hosted-agent", filepath.Join(binDir, "spoke"), []string{
 		"--namespace", agentNamespace,
 		"--clusters-from", "kubeconfig-secrets",
@@ -141,7 +159,8 @@ var _ = ReportAfterEach(func(report SpecReport) {
 func nodeOf(member string) string { return "gpu-" + member }
 
 // addMember writes the member's kubeconfig Secret, with a join token of its
-// own, into the management cluster; annotations are added to it.
+// own, into the management cluster, annotations added, and mounts the client
+// Secret the agent writes then for the member's API server.
 func addMember(ctx context.Context, name string, annotations map[string]string) {
 	GinkgoHelper()
 	kubeconfig := inlineKubeconfig(name)
@@ -156,6 +175,7 @@ func addMember(ctx context.Context, name string, annotations map[string]string) 
 		Data: map[string][]byte{hosted.KubeconfigKey: kubeconfig, hosted.JoinTokenKey: []byte(token)},
 	}
 	Expect(management.Client.Create(ctx, secret)).To(Succeed())
+	Expect(memberAdmission[name].Mount(ctx, managementKube, membersNamespace, name, time.Minute)).To(Succeed())
 }
 
 // inlineKubeconfig is the member's admin kubeconfig with its certificates
