@@ -1,20 +1,3 @@
-// Package hosted is the agent's hosted mode: one agent, running in a
-// management cluster, serves many member clusters that it reaches through
-// kubeconfigs kept in labelled Secrets of one namespace of the management
-// cluster. Provider is the multicluster-runtime provider of those members: a
-// Secret added starts a member (its own cache, client and controllers'
-// engagement), a Secret removed or unlabelled stops it, a changed kubeconfig
-// restarts it — without restarting the agent. Each member keeps its own
-// identity at the hub (a reporter per member) and its own webhook
-// registration (Webhooks), see Serve. Its webhooks answer only its own API
-// server, which authenticates with a client certificate the agent issues to
-// the member (ClientCA, the member's client Secret).
-//
-// Members are isolated from each other: each has its own cache and clients,
-// is brought up in a goroutine of its own (a member whose API server does
-// not answer never holds up the others' start), and every request to a
-// member's API server is bounded by a timeout, so that a slow member holds a
-// controller worker for at most that long.
 package hosted
 
 import (
@@ -25,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -137,6 +121,11 @@ type Provider struct {
 	ctx      context.Context // the manager's, set when it starts
 	members  map[multicluster.ClusterName]*member
 	indexers []index
+	// identities says which member Secret serves each cluster (by its
+	// identity, see identify); refused are the Secrets of clusters served
+	// already, reconciled again when a cluster is given up.
+	identities map[types.UID]multicluster.ClusterName
+	refused    map[multicluster.ClusterName]bool
 
 	mgr      mcmanager.Manager
 	reader   client.Reader // the term manager's cache (Secrets of Namespace)
@@ -160,6 +149,9 @@ type member struct {
 	engaged chan struct{}
 	// done is closed once the member's goroutines have returned.
 	done chan struct{}
+	// claimed is set once the member holds its cluster's identity: only
+	// then may it have changed anything in the cluster (Options.Removed).
+	claimed atomic.Bool
 }
 
 var _ multicluster.Provider = (*Provider)(nil)
@@ -172,7 +164,10 @@ func New(opts Options) (*Provider, error) {
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 15 * time.Second
 	}
-	return &Provider{opts: opts, log: opts.Log, members: map[multicluster.ClusterName]*member{}, retry: make(chan event.GenericEvent)}, nil
+	return &Provider{
+		opts: opts, log: opts.Log, members: map[multicluster.ClusterName]*member{}, retry: make(chan event.GenericEvent),
+		identities: map[types.UID]multicluster.ClusterName{}, refused: map[multicluster.ClusterName]bool{},
+	}, nil
 }
 
 // SetupWithManager watches the kubeconfig Secrets with mgr's local manager
@@ -429,6 +424,9 @@ func (p *Provider) add(name multicluster.ClusterName, spec *Member, hash string,
 		}
 	})
 	workers.Go(func() {
+		if !p.identifyAndClaim(ctx, name, m, log) {
+			return // removed before it was reached, or refused
+		}
 		if !cl.GetCache().WaitForCacheSync(ctx) {
 			return // removed before it was reached
 		}
@@ -545,7 +543,10 @@ func (p *Provider) remove(name multicluster.ClusterName, log logr.Logger) *membe
 // agent's webhooks.
 func (p *Provider) retire(ctx context.Context, name multicluster.ClusterName, log logr.Logger) {
 	m := p.remove(name, log)
-	if m == nil || p.opts.Removed == nil {
+	p.release(name, "")
+	// A Secret of a cluster served already never touched it: the webhook
+	// configurations there are the serving member's.
+	if m == nil || !m.claimed.Load() || p.opts.Removed == nil {
 		return
 	}
 	p.opts.Removed(ctx, m.Member)

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/hub/hubtest"
 	"github.com/imperator-federation/imperator/internal/pki"
 	"github.com/imperator-federation/imperator/spoke/internal/hosted"
 	"github.com/imperator-federation/imperator/test/util/faultproxy"
@@ -168,6 +169,50 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 		guest := guestOf("team-alpha", "guest-after-refusals")
 		Expect(members["alpha"].Client.Create(ctx, guest)).To(Succeed())
 		Expect(guest.Annotations).To(HaveKey(imperatorv1alpha1.AdmittedAtAnnotation), "the injector admitted the guest")
+	})
+
+	It("refuses a second member Secret reaching a cluster it serves, naming both Secrets; the cluster is served and counted once", func(ctx context.Context) {
+		By("adding Secret alpha-copy with alpha's kubeconfig and a join token of its own")
+		token, err := hubtest.CreateToken(ctx, hubEnv.Client, agentNamespace, time.Hour, "alpha-copy")
+		Expect(err).NotTo(HaveOccurred())
+		copied := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: membersNamespace, Name: "alpha-copy", Labels: map[string]string{hosted.MemberLabel: "true"}},
+			Data:       map[string][]byte{hosted.KubeconfigKey: inlineKubeconfig("alpha"), hosted.JoinTokenKey: []byte(token)},
+		}
+		Expect(management.Client.Create(ctx, copied)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			Expect(client.IgnoreNotFound(management.Client.Delete(ctx, copied))).To(Succeed())
+		})
+		Eventually(func(g Gomega) {
+			events := &corev1.EventList{}
+			g.Expect(management.Client.List(ctx, events, client.InNamespace(membersNamespace))).To(Succeed())
+			var notes []string
+			for _, e := range events.Items {
+				if e.InvolvedObject.Name == "alpha-copy" && e.Reason == "InvalidMember" {
+					notes = append(notes, e.Message)
+				}
+			}
+			g.Expect(notes).To(ContainElement(And(
+				ContainSubstring(membersNamespace+"/alpha-copy"), ContainSubstring(membersNamespace+"/alpha "), ContainSubstring("kube-system"))))
+		}).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(Succeed(), "the refused Secret names both")
+
+		Consistently(func(g Gomega) {
+			_, known := hub.Cluster("alpha-copy")
+			g.Expect(known).To(BeFalse(), "the hub counts alpha's capacity a second time")
+			c, _ := hub.Cluster("alpha")
+			g.Expect(c.InjectionUnavailable).To(BeEmpty(), "alpha's webhooks were taken over")
+			cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
+			g.Expect(members["alpha"].Client.Get(ctx, client.ObjectKey{Name: "imperator-pod-injector"}, cfg)).To(Succeed())
+			for _, w := range cfg.Webhooks {
+				g.Expect(w.ClientConfig.URL).To(HaveValue(Equal(webhookURL + hosted.PathPrefix + "alpha/mutate-v1-pod")))
+			}
+		}).WithTimeout(5 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+
+		By("deleting alpha-copy: alpha is served as before")
+		Expect(management.Client.Delete(ctx, copied)).To(Succeed())
+		guest := guestOf("team-alpha", "guest-after-copy")
+		Eventually(func() error { return members["alpha"].Client.Create(ctx, guest) }).WithTimeout(10 * time.Second).Should(Succeed())
+		Expect(guest.Annotations).To(HaveKey(imperatorv1alpha1.AdmittedAtAnnotation), "alpha's webhook configurations are still there")
 	})
 
 	It("serves a member added at runtime, and says at the hub while its API server cannot reach the webhooks", func(ctx context.Context) {
