@@ -99,16 +99,21 @@ type podState struct {
 }
 
 func podView(pod *corev1.Pod) podState {
+	role := pod.Labels[imperatorv1alpha1.PodRoleKey]
 	return podState{
-		group:         pod.Labels[imperatorv1alpha1.MachineGroupKey],
-		machineType:   pod.Labels[imperatorv1alpha1.MachineTypeKey],
-		role:          pod.Labels[imperatorv1alpha1.PodRoleKey],
-		ordinal:       pod.Labels[appsv1.PodIndexLabel],
-		injected:      pod.Annotations[imperatorv1alpha1.InjectedAnnotation],
-		nodeName:      pod.Spec.NodeName,
-		phase:         pod.Status.Phase,
-		deleting:      pod.DeletionTimestamp != nil,
-		unschedulable: unschedulable(pod),
+		group:       pod.Labels[imperatorv1alpha1.MachineGroupKey],
+		machineType: pod.Labels[imperatorv1alpha1.MachineTypeKey],
+		role:        role,
+		ordinal:     pod.Labels[appsv1.PodIndexLabel],
+		injected:    pod.Annotations[imperatorv1alpha1.InjectedAnnotation],
+		nodeName:    pod.Spec.NodeName,
+		phase:       pod.Status.Phase,
+		deleting:    pod.DeletionTimestamp != nil,
+		// Only a reservation pod's: whether the scheduler could place a
+		// guest changes no count, and pods anyone may create with the guest
+		// labels would otherwise cost a reconcile each at their first failed
+		// scheduling attempt.
+		unschedulable: role == string(imperatorv1alpha1.PodRoleReservation) && unschedulable(pod),
 		gated:         gated(pod),
 	}
 }

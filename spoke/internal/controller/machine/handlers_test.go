@@ -45,3 +45,35 @@ func TestNodePoolChanged(t *testing.T) {
 		})
 	}
 }
+
+func TestPodViewChangesOnlyWithWhatTheCountReads(t *testing.T) {
+	failed := func(p *corev1.Pod) *corev1.Pod {
+		p = p.DeepCopy()
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
+		return p
+	}
+	stamped := func(p *corev1.Pod) *corev1.Pod {
+		p = p.DeepCopy()
+		p.Annotations = map[string]string{imperatorv1alpha1.InjectedAnnotation: `{"machineGroup":"general-machine","machineType":"compute-small"}`}
+		return p
+	}
+	stray := wrappers.MakePod("squat", "s").Guest(group, "compute-small").Obj()
+	reservation := wrappers.MakePod(agentNS, "compute-small-general-machine-0").
+		Label(imperatorv1alpha1.MachineGroupKey, group).Label(imperatorv1alpha1.MachineTypeKey, "compute-small").
+		Label(imperatorv1alpha1.PodRoleKey, string(imperatorv1alpha1.PodRoleReservation)).Obj()
+	cases := map[string]struct {
+		old, new *corev1.Pod
+		want     bool
+	}{
+		"a guest or stray the scheduler could not place: no reconcile": {old: stray, new: failed(stray), want: true},
+		"a reservation pod the scheduler could not place":              {old: reservation, new: failed(reservation)},
+		"the injector's record appears or goes":                        {old: stray, new: stamped(stray)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := podView(tc.old) == podView(tc.new); got != tc.want {
+				t.Errorf("podView(old) == podView(new) is %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
