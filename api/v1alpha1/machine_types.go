@@ -20,11 +20,17 @@ const (
 // types carved out of them.
 // +kubebuilder:validation:XValidation:rule="!has(self.nodePool) || self.nodePool.all(p, p.machineType.all(t, self.machineTypes.exists(m, m.name == t.name)))",message="spec.nodePool[].machineType[].name must name an entry of spec.machineTypes"
 type MachineSpec struct {
-	// nodePool lists the nodes of this group and the machine type each one serves.
-	// A node may appear in one Machine only. Nodes that do not exist yet are
-	// allowed and reported in the MachineNodePool status.
-	// +listType=map
-	// +listMapKey=name
+	// nodePool lists the nodes of this group and the machine type each one
+	// serves: each entry names one node (name) or selects nodes by their labels
+	// (nodeSelector). A node may belong to one Machine only. Named nodes that do
+	// not exist yet are allowed and reported in the MachineNodePool status;
+	// nodes matching a selector join the pool as they appear and leave it as
+	// they go. A node both named and selected, or selected by several entries,
+	// takes the first naming entry, else the first selecting entry.
+	//
+	// The list is atomic (an entry may have no name to key a map list by);
+	// the Machine validator refuses a name listed twice.
+	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=1000
 	// +optional
 	NodePool []NodePool `json:"nodePool,omitempty"`
@@ -39,13 +45,25 @@ type MachineSpec struct {
 	MachineTypes []MachineType `json:"machineTypes"`
 }
 
-// NodePool puts one node into the group.
+// NodePool puts one node, or the nodes a label selector matches, into the
+// group.
+// +kubebuilder:validation:XValidation:rule="has(self.name) != has(self.nodeSelector)",message="spec.nodePool[]: exactly one of name and nodeSelector must be set"
+// +kubebuilder:validation:XValidation:rule="!has(self.nodeSelector) || (has(self.nodeSelector.matchLabels) && size(self.nodeSelector.matchLabels) > 0) || (has(self.nodeSelector.matchExpressions) && size(self.nodeSelector.matchExpressions) > 0)",message="spec.nodePool[].nodeSelector must not be empty: an empty selector would take every node"
 type NodePool struct {
-	// name is the name of the Node.
+	// name is the name of the Node. Exactly one of name and nodeSelector is set.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +required
-	Name string `json:"name"`
+	// +optional
+	Name string `json:"name,omitempty"`
+
+	// nodeSelector puts every node whose labels it matches into the pool, as
+	// the node appears or is labelled, and takes it out when the node goes or
+	// stops matching, e.g. matchLabels {nvidia.com/gpu.product:
+	// NVIDIA-H100-80GB-HBM3}. It must not be empty. A matching node named by
+	// another Machine, or already held by another Machine's selector, stays
+	// with that Machine and is reported as Conflict.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 
 	// mode is ready (offered) or maintenance (withdrawn).
 	// +kubebuilder:default=ready

@@ -11,8 +11,7 @@ type MachineNodePoolSpec struct {
 	MachineGroup string `json:"machineGroup"`
 
 	// nodePool is the owning Machine's spec.nodePool.
-	// +listType=map
-	// +listMapKey=name
+	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=1000
 	// +optional
 	NodePool []NodePool `json:"nodePool,omitempty"`
@@ -39,10 +38,13 @@ const (
 	NodeConditionMaintenance NodeCondition = "Maintenance"
 	// NodeConditionMissing is reported for a listed node that does not exist (yet).
 	NodeConditionMissing NodeCondition = "Missing"
-	// NodeConditionConflict is reported for a listed node that an older
-	// MachineNodePool lists too; that pool keeps the node and this one leaves it
-	// alone. The Machine validator prevents this; it can only follow a race
-	// between two admissions or hand-made MachineNodePools.
+	// NodeConditionConflict is reported for a node of the pool that another
+	// MachineNodePool owns: one that names it (a name wins over a selector),
+	// else the one that holds it already (its machine-group annotation), else
+	// the oldest. That pool keeps the node and this one leaves it alone. The
+	// Machine validator prevents this for nodes that exist at admission; it
+	// follows a node labelled later, a race between two admissions, or
+	// hand-made MachineNodePools.
 	NodeConditionConflict NodeCondition = "Conflict"
 )
 
@@ -66,7 +68,8 @@ const (
 // nodes before a MachineNodePool goes away.
 const NodePoolFinalizer = Prefix + "node-pool-cleanup"
 
-// NodePoolStatus is the observed state of one node of the pool.
+// NodePoolStatus is the observed state of one node of the pool: a named node,
+// or a node a selector entry matches.
 type NodePoolStatus struct {
 	// name of the Node.
 	Name string `json:"name"`

@@ -84,13 +84,24 @@ func (w *MachineWrapper) Node(node, machineType string) *MachineWrapper {
 	return w
 }
 
-// Maintenance puts the last node in maintenance mode.
+// Select appends a selector entry taking every node labelled with all of
+// matchLabels into machineType, in ready mode without taints.
+func (w *MachineWrapper) Select(matchLabels map[string]string, machineType string) *MachineWrapper {
+	w.Spec.NodePool = append(w.Spec.NodePool, imperatorv1alpha1.NodePool{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: matchLabels},
+		Mode:         imperatorv1alpha1.NodePoolModeReady,
+		MachineType:  []imperatorv1alpha1.MachineTypeRef{{Name: machineType}},
+	})
+	return w
+}
+
+// Maintenance puts the last node (or selector entry) in maintenance mode.
 func (w *MachineWrapper) Maintenance() *MachineWrapper {
 	w.Spec.NodePool[len(w.Spec.NodePool)-1].Mode = imperatorv1alpha1.NodePoolModeMaintenance
 	return w
 }
 
-// Tainted makes the agent taint the last node.
+// Tainted makes the agent taint the last node (or the selected ones).
 func (w *MachineWrapper) Tainted() *MachineWrapper {
 	w.Spec.NodePool[len(w.Spec.NodePool)-1].Taint = true
 	return w

@@ -6,12 +6,16 @@
 // the Machine, so that deleting the Machine garbage-collects it. The node-pool
 // reconciler works on MachineNodePools: it puts the machine-group annotation,
 // the machine-type, <type> and node-pool labels and, with taint: true, the
-// matching NoSchedule taints on every listed node, keeps the node-pool label in
+// matching NoSchedule taints on every node of the pool (named by an entry, or
+// matched by an entry's nodeSelector as it appears or is labelled: node
+// events are matched against the few pools with selectors, Members and Owner
+// decide), keeps the node-pool label in
 // step with the pool mode and the node's health, removes everything it put on
 // a node when that node leaves the pool, changes type, stops being tainted or
 // the pool is deleted (finalizer), and reports each node in the
 // MachineNodePool status. When a listed node turns Missing (it does not
-// exist) or Conflict (an older pool lists it and owns it), a Warning event
+// exist) or Conflict (another pool owns it: one naming it, else the one
+// holding it, else the oldest), a Warning event
 // says so on the Machine, once per change; a Normal event follows when such a
 // node joins the pool. The nodes of a pool are written a few at a time.
 // Every key under imperator.tenzen-y.io/ on a Node is

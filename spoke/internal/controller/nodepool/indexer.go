@@ -14,6 +14,12 @@ const (
 	// PoolNodeNameKey indexes MachineNodePools by the names in spec.nodePool:
 	// which pools list a node.
 	PoolNodeNameKey = "spec.nodePool.name"
+	// PoolSelectorKey indexes the MachineNodePools with a selector entry in
+	// spec.nodePool under PoolSelects: the few pools whose selectors a node
+	// event is matched against.
+	PoolSelectorKey = "spec.nodePool.nodeSelector"
+	// PoolSelects is the only value of PoolSelectorKey.
+	PoolSelects = "true"
 	// PoolMachineGroupKey indexes MachineNodePools by spec.machineGroup: the
 	// pool that configured a node annotated with a group.
 	PoolMachineGroupKey = "spec.machineGroup"
@@ -26,6 +32,9 @@ const (
 func SetupIndexer(ctx context.Context, indexer client.FieldIndexer) error {
 	if err := indexer.IndexField(ctx, &imperatorv1alpha1.MachineNodePool{}, PoolNodeNameKey, indexPoolNodeNames); err != nil {
 		return fmt.Errorf("indexing MachineNodePools by node name: %w", err)
+	}
+	if err := indexer.IndexField(ctx, &imperatorv1alpha1.MachineNodePool{}, PoolSelectorKey, indexPoolSelects); err != nil {
+		return fmt.Errorf("indexing MachineNodePools by node selector: %w", err)
 	}
 	if err := indexer.IndexField(ctx, &imperatorv1alpha1.MachineNodePool{}, PoolMachineGroupKey, indexPoolMachineGroup); err != nil {
 		return fmt.Errorf("indexing MachineNodePools by machine group: %w", err)
@@ -43,9 +52,19 @@ func indexPoolNodeNames(obj client.Object) []string {
 	}
 	names := make([]string, 0, len(pool.Spec.NodePool))
 	for _, entry := range pool.Spec.NodePool {
-		names = append(names, entry.Name)
+		if entry.NodeSelector == nil && entry.Name != "" {
+			names = append(names, entry.Name)
+		}
 	}
 	return names
+}
+
+func indexPoolSelects(obj client.Object) []string {
+	pool, ok := obj.(*imperatorv1alpha1.MachineNodePool)
+	if !ok || !HasSelector(pool.Spec.NodePool) {
+		return nil
+	}
+	return []string{PoolSelects}
 }
 
 func indexPoolMachineGroup(obj client.Object) []string {

@@ -43,11 +43,13 @@ const conflictRetry = time.Second
 // its nodes, takes them off nodes that left it, and reports each node in the
 // pool's status.
 //
-// A node listed by several live pools (the Machine validator forbids it, but
-// two admissions can race, and pools can be written by hand) belongs to the
-// oldest one; the others report it as Conflict and leave it alone, and a pool
-// takes nothing off a node that another live pool lists. So no two pools
-// ever write the same node back and forth.
+// The nodes of a pool are the nodes its entries name and the nodes its
+// selector entries match (Members). A node claimed by several live pools (the
+// Machine validator forbids it for the nodes it sees, but a node can be
+// labelled later, two admissions can race, and pools can be written by hand)
+// belongs to the one Owner picks; the others report it as Conflict and leave
+// it alone, and a pool takes nothing off a node that another live pool owns.
+// So no two pools ever write the same node back and forth.
 //
 // The nodes of one pool are written by up to nodeWorkers requests at a time:
 // each node is read, decided and patched on its own (the cache hands out
@@ -95,12 +97,21 @@ func mapWithCache(fn func(client.Reader) handler.MapFunc) mchandler.EventHandler
 	}
 }
 
-// nodeToPools maps a node to the pools that list it and to the pool of the
-// group it is annotated with, which releases it if it left that pool before
-// the cache saw it configured.
+// nodeToPools maps a node to the pools that list it, to the pools whose
+// selectors match its labels, and to the pool of the group it is annotated
+// with, which releases it if it left that pool (it was relabelled, or it
+// left before the cache saw it configured).
 func nodeToPools(reader client.Reader) handler.MapFunc {
 	return func(ctx context.Context, obj client.Object) []reconcile.Request {
 		reqs := poolsListing(ctx, reader, obj.GetName(), "")
+		if node, ok := obj.(*corev1.Node); ok {
+			for _, pool := range selectingPools(ctx, reader) {
+				req := reconcile.Request{NamespacedName: types.NamespacedName{Name: pool.Name}}
+				if _, _, ok := EntryFor(pool.Spec.NodePool, node); ok && !slices.Contains(reqs, req) {
+					reqs = append(reqs, req)
+				}
+			}
+		}
 		group, ok := obj.GetAnnotations()[imperatorv1alpha1.MachineGroupKey]
 		if !ok {
 			return reqs
@@ -120,7 +131,10 @@ func nodeToPools(reader client.Reader) handler.MapFunc {
 	}
 }
 
-// poolToPeers maps a pool to the other pools listing one of its nodes.
+// poolToPeers maps a pool to the other pools listing one of its nodes and
+// to every other pool with a selector entry, which may claim one of its
+// nodes (a pool that changes or goes away may hand nodes over to them).
+// Pools with selectors are few, one per Machine at most: no node is read.
 func poolToPeers(reader client.Reader) handler.MapFunc {
 	return func(ctx context.Context, obj client.Object) []reconcile.Request {
 		pool, ok := obj.(*imperatorv1alpha1.MachineNodePool)
@@ -129,12 +143,35 @@ func poolToPeers(reader client.Reader) handler.MapFunc {
 		}
 		seen := map[reconcile.Request]struct{}{}
 		for _, entry := range pool.Spec.NodePool {
+			if entry.NodeSelector != nil {
+				continue
+			}
 			for _, req := range poolsListing(ctx, reader, entry.Name, pool.Name) {
 				seen[req] = struct{}{}
 			}
 		}
+		for _, peer := range selectingPools(ctx, reader) {
+			if peer.Name != pool.Name {
+				seen[reconcile.Request{NamespacedName: types.NamespacedName{Name: peer.Name}}] = struct{}{}
+			}
+		}
 		return slices.Collect(maps.Keys(seen))
 	}
+}
+
+// selectingPools are the pools with a selector entry, from the cache's own
+// objects: read them only.
+func selectingPools(ctx context.Context, reader client.Reader) []*imperatorv1alpha1.MachineNodePool {
+	pools := &imperatorv1alpha1.MachineNodePoolList{}
+	if err := reader.List(ctx, pools, client.MatchingFields{PoolSelectorKey: PoolSelects}, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the MachineNodePools with a node selector failed")
+		return nil
+	}
+	out := make([]*imperatorv1alpha1.MachineNodePool, 0, len(pools.Items))
+	for i := range pools.Items {
+		out = append(out, &pools.Items[i])
+	}
+	return out
 }
 
 func poolsListing(ctx context.Context, reader client.Reader, node, except string) []reconcile.Request {
@@ -214,10 +251,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 		}
 	}()
 
-	results, requeue, configureErr := r.configureNodes(ctx, c, pool)
-	listed := make(map[string]bool, len(pool.Spec.NodePool))
-	for _, entry := range pool.Spec.NodePool {
-		listed[entry.Name] = true
+	members, err := poolMembers(ctx, c, pool)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	results, requeue, configureErr := r.configureNodes(ctx, c, pool, members)
+	listed := make(map[string]bool, len(members))
+	for _, m := range members {
+		listed[m.name] = true
 	}
 	releaseRequeue, releaseErr := r.releaseNodes(ctx, c, nil, pool, listed)
 	setStatus(pool, results)
@@ -256,12 +297,44 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, c client.Client, live 
 	return ctrl.Result{}, nil
 }
 
-// nodeResult is what happened to one listed node.
+// poolMembers are the nodes of pool (Members): its named nodes and the nodes
+// of the cache its selector entries match.
+func poolMembers(ctx context.Context, c client.Reader, pool *imperatorv1alpha1.MachineNodePool) ([]member, error) {
+	selected, err := selectedNodes(ctx, c, pool.Spec.NodePool)
+	if err != nil {
+		return nil, err
+	}
+	return Members(pool.Spec.NodePool, selected), nil
+}
+
+// selectedNodes are the nodes read through c that the selector entries of
+// entries match, with repetitions when several entries match a node.
+func selectedNodes(ctx context.Context, c client.Reader, entries []imperatorv1alpha1.NodePool) ([]*corev1.Node, error) {
+	var selected []*corev1.Node
+	for i := range entries {
+		selector := selectorOf(&entries[i])
+		if selector == nil {
+			continue
+		}
+		nodes := &corev1.NodeList{}
+		// Only names and labels are read: no deep copy of every node.
+		if err := c.List(ctx, nodes, client.MatchingLabelsSelector{Selector: selector}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("listing the nodes of spec.nodePool[%d].nodeSelector: %w", i, err)
+		}
+		for j := range nodes.Items {
+			selected = append(selected, &nodes.Items[j])
+		}
+	}
+	return selected, nil
+}
+
+// nodeResult is what happened to one node of the pool.
 type nodeResult struct {
 	status imperatorv1alpha1.NodePoolStatus
-	// owner names the pool the node belongs to when it is not this one, and
-	// ownerMachine the Machine controlling that pool, if any.
-	owner, ownerMachine string
+	// owner names the pool the node belongs to when it is not this one,
+	// ownerMachine the Machine controlling that pool, if any, and
+	// ownerReason why that pool keeps it (Owner).
+	owner, ownerMachine, ownerReason string
 	// failed is set when the node could not be written.
 	failed bool
 }
@@ -269,38 +342,38 @@ type nodeResult struct {
 // configureNodes brings every listed node this pool owns to its desired state,
 // up to nodeWorkers nodes at a time. requeue reports a lost optimistic-lock
 // race.
-func (r *Reconciler) configureNodes(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool) ([]nodeResult, bool, error) {
-	results := make([]nodeResult, len(pool.Spec.NodePool))
-	conflicts := make([]bool, len(pool.Spec.NodePool))
-	errs := make([]error, len(pool.Spec.NodePool))
+func (r *Reconciler) configureNodes(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool, members []member) ([]nodeResult, bool, error) {
+	results := make([]nodeResult, len(members))
+	conflicts := make([]bool, len(members))
+	errs := make([]error, len(members))
 	// Every node is tried even when ctx ends: each call fails on its own then.
-	workqueue.ParallelizeUntil(context.Background(), nodeWorkers, len(pool.Spec.NodePool), func(i int) {
-		results[i], conflicts[i], errs[i] = configureNode(ctx, c, pool, pool.Spec.NodePool[i])
+	workqueue.ParallelizeUntil(context.Background(), nodeWorkers, len(members), func(i int) {
+		results[i], conflicts[i], errs[i] = configureNode(ctx, c, pool, members[i].name, members[i].entry)
 	})
 	return results, slices.Contains(conflicts, true), errors.Join(errs...)
 }
 
-// configureNode brings one listed node to its desired state when this pool
-// owns it, and says what became of it. conflict reports a lost
-// optimistic-lock race. It reads pool and writes only the node: several run
-// at once.
-func configureNode(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool, entry imperatorv1alpha1.NodePool) (_ nodeResult, conflict bool, _ error) {
-	result := nodeResult{status: imperatorv1alpha1.NodePoolStatus{Name: entry.Name}}
+// configureNode brings node name of the pool, taken in by entry, to its
+// desired state when this pool owns it, and says what became of it. conflict
+// reports a lost optimistic-lock race. It reads pool and writes only the
+// node: several run at once.
+func configureNode(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool, name string, entry imperatorv1alpha1.NodePool) (_ nodeResult, conflict bool, _ error) {
+	result := nodeResult{status: imperatorv1alpha1.NodePoolStatus{Name: name}}
 	if len(entry.MachineType) > 0 {
 		result.status.MachineType = entry.MachineType[0].Name
 	}
 
 	node := &corev1.Node{}
-	if err := c.Get(ctx, client.ObjectKey{Name: entry.Name}, node); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		result.status.Condition = imperatorv1alpha1.NodeConditionMissing
 		if !apierrors.IsNotFound(err) {
 			result.failed = true
-			return result, false, fmt.Errorf("getting node %s: %w", entry.Name, err)
+			return result, false, fmt.Errorf("getting node %s: %w", name, err)
 		}
 		return result, false, nil
 	}
 
-	owner, err := ownerOf(ctx, c, entry.Name)
+	owner, err := ownerOf(ctx, c, node)
 	if err != nil {
 		// Without knowing the owner, writing the node could take it from
 		// another pool: report its health and retry instead.
@@ -311,6 +384,7 @@ func configureNode(ctx context.Context, c client.Client, pool *imperatorv1alpha1
 	if owner != nil && owner.Name != pool.Name {
 		result.owner = owner.Name
 		result.ownerMachine = controllingMachine(owner)
+		result.ownerReason = ownerReason(node, owner, pool)
 		result.status.Condition = imperatorv1alpha1.NodeConditionConflict
 		return result, false, nil
 	}
@@ -345,14 +419,11 @@ func (r *Reconciler) releaseNodes(ctx context.Context, c client.Client, live cli
 		candidates[annotated.Items[i].Name] = &annotated.Items[i]
 	}
 	if keep == nil && live != nil {
-		for _, entry := range pool.Spec.NodePool {
-			node := &corev1.Node{}
-			if err := live.Get(ctx, client.ObjectKey{Name: entry.Name}, node); err != nil {
-				if apierrors.IsNotFound(err) {
-					continue
-				}
-				return false, fmt.Errorf("getting node %s: %w", entry.Name, err)
-			}
+		listed, err := liveMembers(ctx, live, pool)
+		if err != nil {
+			return false, err
+		}
+		for _, node := range listed {
 			if group, ok := node.Annotations[imperatorv1alpha1.MachineGroupKey]; !ok || group == pool.Spec.MachineGroup {
 				candidates[node.Name] = node
 			}
@@ -373,10 +444,34 @@ func (r *Reconciler) releaseNodes(ctx context.Context, c client.Client, live cli
 	return slices.Contains(conflicts, true), errors.Join(errs...)
 }
 
+// liveMembers reads the nodes of pool that exist from the API server: the
+// named ones one by one, the selected ones by one list per selector entry.
+func liveMembers(ctx context.Context, live client.Reader, pool *imperatorv1alpha1.MachineNodePool) ([]*corev1.Node, error) {
+	var nodes []*corev1.Node
+	for _, entry := range pool.Spec.NodePool {
+		if entry.NodeSelector != nil {
+			continue
+		}
+		node := &corev1.Node{}
+		if err := live.Get(ctx, client.ObjectKey{Name: entry.Name}, node); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("getting node %s: %w", entry.Name, err)
+		}
+		nodes = append(nodes, node)
+	}
+	selected, err := selectedNodes(ctx, live, pool.Spec.NodePool)
+	if err != nil {
+		return nil, err
+	}
+	return append(nodes, selected...), nil
+}
+
 // releaseNode takes everything this package put on node off it unless
 // another live pool owns it. conflict reports a lost optimistic-lock race.
 func releaseNode(ctx context.Context, c client.Client, pool *imperatorv1alpha1.MachineNodePool, node *corev1.Node) (conflict bool, _ error) {
-	owner, err := ownerOf(ctx, c, node.Name)
+	owner, err := ownerOf(ctx, c, node)
 	if err != nil {
 		return false, err
 	}
@@ -396,33 +491,28 @@ func releaseNode(ctx context.Context, c client.Client, pool *imperatorv1alpha1.M
 	return false, nil
 }
 
-// ownerOf is the oldest live pool listing node (ties broken by name), or nil
-// when none does. The pool is the cache's own object: read it only.
-func ownerOf(ctx context.Context, c client.Reader, node string) (*imperatorv1alpha1.MachineNodePool, error) {
-	pools := &imperatorv1alpha1.MachineNodePoolList{}
+// ownerOf is the live pool that owns node (Owner) among the pools listing it
+// and the pools with a selector entry, or nil when none claims it. The pool
+// is the cache's own object: read it only.
+func ownerOf(ctx context.Context, c client.Reader, node *corev1.Node) (*imperatorv1alpha1.MachineNodePool, error) {
 	// Only read: the cache hands out its own objects instead of a deep copy
-	// of every listing pool (with a large spec and status) per node.
-	if err := c.List(ctx, pools, client.MatchingFields{PoolNodeNameKey: node}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing the MachineNodePools of node %s: %w", node, err)
+	// of every claiming pool (with a large spec and status) per node.
+	listing := &imperatorv1alpha1.MachineNodePoolList{}
+	if err := c.List(ctx, listing, client.MatchingFields{PoolNodeNameKey: node.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing the MachineNodePools of node %s: %w", node.Name, err)
 	}
-	var owner *imperatorv1alpha1.MachineNodePool
-	for i := range pools.Items {
-		pool := &pools.Items[i]
-		if !pool.DeletionTimestamp.IsZero() {
-			continue
-		}
-		if owner == nil || olderThan(pool, owner) {
-			owner = pool
-		}
+	selecting := &imperatorv1alpha1.MachineNodePoolList{}
+	if err := c.List(ctx, selecting, client.MatchingFields{PoolSelectorKey: PoolSelects}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing the MachineNodePools with a node selector: %w", err)
 	}
-	return owner, nil
-}
-
-func olderThan(a, b *imperatorv1alpha1.MachineNodePool) bool {
-	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	claimants := make([]*imperatorv1alpha1.MachineNodePool, 0, len(listing.Items)+len(selecting.Items))
+	for i := range listing.Items {
+		claimants = append(claimants, &listing.Items[i])
 	}
-	return a.Name < b.Name
+	for i := range selecting.Items {
+		claimants = append(claimants, &selecting.Items[i])
+	}
+	return Owner(node, claimants), nil
 }
 
 // patchNode makes node carry desired among our keys, writing it only when

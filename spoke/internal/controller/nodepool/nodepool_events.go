@@ -76,10 +76,14 @@ func nodeEvents(before []imperatorv1alpha1.NodePoolStatus, results []nodeResult)
 		"listed nodes do not exist")...)
 	out = append(out, eventsFor(conflicting, corev1.EventTypeWarning, imperatorv1alpha1.NodePoolReasonNodeConflict,
 		func(r nodeResult) string {
-			return fmt.Sprintf("node %s is left alone: %s listed it first and owns it", r.status.Name, ownerName(r))
+			reason := r.ownerReason
+			if reason == "" {
+				reason = ownerListedFirst
+			}
+			return fmt.Sprintf("node %s is left alone: %s %s and owns it", r.status.Name, ownerName(r), reason)
 		},
 		func(r nodeResult) string { return fmt.Sprintf("%s (%s)", r.status.Name, ownerName(r)) },
-		"listed nodes are left alone, listed first by another Machine")...)
+		"nodes are left alone, owned by another Machine")...)
 	out = append(out, eventsFor(joined, corev1.EventTypeNormal, ReasonNodeJoined,
 		func(r nodeResult) string { return fmt.Sprintf("node %s joined the pool", r.status.Name) },
 		func(r nodeResult) string { return r.status.Name },

@@ -52,7 +52,7 @@ func readyCondition(generation int64, listed int, failed, conflicting, missing [
 		Failing:            metav1.ConditionFalse,
 		Problems: []conditions.Problem{
 			{Reason: imperatorv1alpha1.NodePoolReasonNodeUpdateFailed, Parts: nodesPart("nodes not updated yet: ", failed)},
-			{Reason: imperatorv1alpha1.NodePoolReasonNodeConflict, Parts: nodesPart("nodes listed by an older MachineNodePool, left to it: ", conflicting)},
+			{Reason: imperatorv1alpha1.NodePoolReasonNodeConflict, Parts: nodesPart("nodes owned by another MachineNodePool, left to it: ", conflicting)},
 			{Reason: imperatorv1alpha1.NodePoolReasonNodeMissing, Parts: nodesPart("nodes that do not exist: ", missing)},
 		},
 		OKReason:  imperatorv1alpha1.NodePoolReasonNodesConfigured,

@@ -282,7 +282,7 @@ func TestReadyCondition(t *testing.T) {
 		"update failure outranks the rest": {
 			failed: []string{"utaha"}, conflicting: []string{"michiru (in other-node-pool)"}, missing: []string{"eriri"},
 			wantStatus: metav1.ConditionFalse, wantReason: imperatorv1alpha1.NodePoolReasonNodeUpdateFailed,
-			wantMessage: "nodes not updated yet: utaha; nodes listed by an older MachineNodePool, left to it: michiru (in other-node-pool); nodes that do not exist: eriri",
+			wantMessage: "nodes not updated yet: utaha; nodes owned by another MachineNodePool, left to it: michiru (in other-node-pool); nodes that do not exist: eriri",
 		},
 		"long lists are cut": {
 			missing:    many,

@@ -13,10 +13,21 @@ import (
 // Machines list a node.
 const MachineNodeNameKey = "spec.nodePool.name"
 
+// MachineSelectorKey indexes the Machines with a selector entry in
+// spec.nodePool under MachineSelects: the few Machines whose selectors a
+// node is matched against.
+const MachineSelectorKey = "spec.nodePool.nodeSelector"
+
+// MachineSelects is the only value of MachineSelectorKey.
+const MachineSelects = "true"
+
 // SetupIndexer registers the index of the validator.
 func SetupIndexer(ctx context.Context, indexer client.FieldIndexer) error {
 	if err := indexer.IndexField(ctx, &imperatorv1alpha1.Machine{}, MachineNodeNameKey, indexMachineNodeNames); err != nil {
 		return fmt.Errorf("indexing Machines by node name: %w", err)
+	}
+	if err := indexer.IndexField(ctx, &imperatorv1alpha1.Machine{}, MachineSelectorKey, indexMachineSelects); err != nil {
+		return fmt.Errorf("indexing Machines by node selector: %w", err)
 	}
 	return nil
 }
@@ -28,7 +39,22 @@ func indexMachineNodeNames(obj client.Object) []string {
 	}
 	names := make([]string, 0, len(machine.Spec.NodePool))
 	for _, entry := range machine.Spec.NodePool {
-		names = append(names, entry.Name)
+		if entry.NodeSelector == nil && entry.Name != "" {
+			names = append(names, entry.Name)
+		}
 	}
 	return names
+}
+
+func indexMachineSelects(obj client.Object) []string {
+	machine, ok := obj.(*imperatorv1alpha1.Machine)
+	if !ok {
+		return nil
+	}
+	for _, entry := range machine.Spec.NodePool {
+		if entry.NodeSelector != nil {
+			return []string{MachineSelects}
+		}
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
@@ -148,7 +149,9 @@ func ValidateMachine(machine *imperatorv1alpha1.Machine) field.ErrorList {
 	}
 
 	poolPath := field.NewPath("spec", "nodePool")
+	named := make(map[string]bool, len(machine.Spec.NodePool))
 	for i, entry := range machine.Spec.NodePool {
+		errs = append(errs, validateNodeChoice(poolPath.Index(i), entry, named)...)
 		path := poolPath.Index(i).Child("machineType")
 		if len(entry.MachineType) != 1 {
 			errs = append(errs, field.Invalid(path, len(entry.MachineType), "must name exactly one machine type"))
@@ -160,6 +163,30 @@ func ValidateMachine(machine *imperatorv1alpha1.Machine) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// validateNodeChoice checks that entry names a node (once in the Machine:
+// the list is atomic, so the API server does not) or selects nodes by a
+// valid, non-empty label selector, not both. named collects the names seen.
+func validateNodeChoice(path *field.Path, entry imperatorv1alpha1.NodePool, named map[string]bool) field.ErrorList {
+	switch {
+	case entry.Name != "" && entry.NodeSelector != nil:
+		return field.ErrorList{field.Invalid(path.Child("nodeSelector"), "", "name and nodeSelector are exclusive: set exactly one")}
+	case entry.NodeSelector != nil:
+		selectorPath := path.Child("nodeSelector")
+		errs := metav1validation.ValidateLabelSelector(entry.NodeSelector, metav1validation.LabelSelectorValidationOptions{}, selectorPath)
+		if len(entry.NodeSelector.MatchLabels) == 0 && len(entry.NodeSelector.MatchExpressions) == 0 {
+			errs = append(errs, field.Required(selectorPath, "an empty selector would take every node: give matchLabels or matchExpressions"))
+		}
+		return errs
+	case entry.Name == "":
+		return field.ErrorList{field.Required(path.Child("name"), "name a node or give a nodeSelector")}
+	case named[entry.Name]:
+		return field.ErrorList{field.Duplicate(path.Child("name"), entry.Name)}
+	default:
+		named[entry.Name] = true
+		return nil
+	}
 }
 
 // ValidateLabelUpdate keeps the machine-group label as it was: pods, nodes,
@@ -176,7 +203,9 @@ func ValidateLabelUpdate(oldMachine, machine *imperatorv1alpha1.Machine) field.E
 
 // validateAgainstOthers checks that no other Machine has the group and that
 // no node added by this request (every node on create, when oldMachine is
-// nil) is in another Machine.
+// nil) is in another Machine: a name or a selector this request adds must
+// not take a node that another Machine names, nor an existing node that
+// another Machine's selector matches (overlap.go).
 func (v *Validator) validateAgainstOthers(ctx context.Context, machine, oldMachine *imperatorv1alpha1.Machine) (field.ErrorList, error) {
 	var errs field.ErrorList
 	group := machine.Labels[imperatorv1alpha1.MachineGroupKey]
@@ -198,13 +227,32 @@ func (v *Validator) validateAgainstOthers(ctx context.Context, machine, oldMachi
 	if oldMachine != nil {
 		listedBefore = make(map[string]bool, len(oldMachine.Spec.NodePool))
 		for _, entry := range oldMachine.Spec.NodePool {
-			listedBefore[entry.Name] = true
+			if entry.NodeSelector == nil {
+				listedBefore[entry.Name] = true
+			}
 		}
 	}
 	poolPath := field.NewPath("spec", "nodePool")
 	for i, entry := range machine.Spec.NodePool {
+		if entry.NodeSelector != nil {
+			if !selectedBefore(oldMachine, entry.NodeSelector) {
+				selectorErrs, err := v.validateSelectorOverlap(ctx, machine, poolPath.Index(i).Child("nodeSelector"), entry.NodeSelector)
+				if err != nil {
+					return nil, err
+				}
+				errs = append(errs, selectorErrs...)
+			}
+			continue
+		}
 		if listedBefore[entry.Name] {
 			continue
+		}
+		selectedErr, err := v.validateNameSelected(ctx, machine, poolPath.Index(i).Child("name"), entry.Name)
+		if err != nil {
+			return nil, err
+		}
+		if selectedErr != nil {
+			errs = append(errs, selectedErr)
 		}
 		others := &imperatorv1alpha1.MachineList{}
 		if err := v.Reader.List(ctx, others, client.MatchingFields{MachineNodeNameKey: entry.Name}); err != nil {

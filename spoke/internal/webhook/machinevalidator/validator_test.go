@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,6 +72,39 @@ func TestValidateMachine(t *testing.T) {
 			machine: wrappers.MakeMachine("m", "g").Type("small", "1", "1Gi", 1).
 				Node("n1", "small").Node("n2", "large").Obj(),
 			wantErrs: field.ErrorList{field.Invalid(field.NewPath("spec", "nodePool").Index(1).Child("machineType").Index(0).Child("name"), nil, "")},
+		},
+		"a selector entry": {
+			machine: wrappers.MakeMachine("m", "g").Type("small", "1", "1Gi", 1).
+				Select(map[string]string{imperatorv1alpha1.GPUProductLabel: "NVIDIA-H100-80GB-HBM3"}, "small").Node("n1", "small").Obj(),
+		},
+		"a node named twice": {
+			machine: wrappers.MakeMachine("m", "g").Type("small", "1", "1Gi", 1).
+				Node("n1", "small").Node("n1", "small").Obj(),
+			wantErrs: field.ErrorList{field.Duplicate(field.NewPath("spec", "nodePool").Index(1).Child("name"), nil)},
+		},
+		"neither name nor selector": {
+			machine:  wrappers.MakeMachine("m", "g").Type("small", "1", "1Gi", 1).Node("", "small").Obj(),
+			wantErrs: field.ErrorList{field.Required(field.NewPath("spec", "nodePool").Index(0).Child("name"), "")},
+		},
+		"both name and selector": {
+			machine: func() *imperatorv1alpha1.Machine {
+				m := wrappers.MakeMachine("m", "g").Type("small", "1", "1Gi", 1).Select(map[string]string{"a": "b"}, "small").Obj()
+				m.Spec.NodePool[0].Name = "n1"
+				return m
+			}(),
+			wantErrs: field.ErrorList{field.Invalid(field.NewPath("spec", "nodePool").Index(0).Child("nodeSelector"), nil, "")},
+		},
+		"an empty selector, which would take every node": {
+			machine:  wrappers.MakeMachine("m", "g").Type("small", "1", "1Gi", 1).Select(nil, "small").Obj(),
+			wantErrs: field.ErrorList{field.Required(field.NewPath("spec", "nodePool").Index(0).Child("nodeSelector"), "")},
+		},
+		"a selector that does not parse": {
+			machine: func() *imperatorv1alpha1.Machine {
+				m := wrappers.MakeMachine("m", "g").Type("small", "1", "1Gi", 1).Select(nil, "small").Obj()
+				m.Spec.NodePool[0].NodeSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Near"}}
+				return m
+			}(),
+			wantErrs: field.ErrorList{field.Invalid(field.NewPath("spec", "nodePool").Index(0).Child("nodeSelector", "matchExpressions").Index(0).Child("operator"), nil, "")},
 		},
 		"two machine types on one node": {
 			machine: func() *imperatorv1alpha1.Machine {
@@ -136,16 +170,24 @@ func TestValidateLabelUpdate(t *testing.T) {
 
 func newReader(t *testing.T, machines ...*imperatorv1alpha1.Machine) client.Reader {
 	t.Helper()
-	scheme, err := schemes.Spoke()
-	if err != nil {
-		t.Fatal(err)
-	}
 	objs := make([]client.Object, 0, len(machines))
 	for _, m := range machines {
 		objs = append(objs, m)
 	}
+	return newReaderWith(t, objs...)
+}
+
+// newReaderWith is a cache holding objs (Machines and Nodes) with the
+// validator's indexes.
+func newReaderWith(t *testing.T, objs ...client.Object) client.Reader {
+	t.Helper()
+	scheme, err := schemes.Spoke()
+	if err != nil {
+		t.Fatal(err)
+	}
 	return fake.NewClientBuilder().WithScheme(scheme).
 		WithIndex(&imperatorv1alpha1.Machine{}, MachineNodeNameKey, indexMachineNodeNames).
+		WithIndex(&imperatorv1alpha1.Machine{}, MachineSelectorKey, indexMachineSelects).
 		WithObjects(objs...).Build()
 }
 
@@ -193,6 +235,90 @@ func TestValidateAgainstOthers(t *testing.T) {
 			}
 			if tc.wantDetail != "" && len(got) > 0 && got[0].Detail != tc.wantDetail {
 				t.Errorf("detail = %q, want %q", got[0].Detail, tc.wantDetail)
+			}
+		})
+	}
+}
+
+func TestValidateSelectorOverlap(t *testing.T) {
+	const h100 = "NVIDIA-H100-80GB-HBM3"
+	byProduct := map[string]string{imperatorv1alpha1.GPUProductLabel: h100}
+	named := wrappers.MakeMachine("named", "named-group").Type("small", "1", "1Gi", 1).Node("kasumi", "small").Obj()
+	selects := wrappers.MakeMachine("selects", "selects-group").Type("small", "1", "1Gi", 1).Select(byProduct, "small").Obj()
+	kasumi := wrappers.MakeNode("kasumi").Label(imperatorv1alpha1.GPUProductLabel, h100).Obj()
+	megumi := wrappers.MakeNode("megumi").Label(imperatorv1alpha1.GPUProductLabel, h100).Obj()
+	plain := wrappers.MakeNode("plain").Obj()
+	selectorPath := field.NewPath("spec", "nodePool").Index(0).Child("nodeSelector")
+	namePath := field.NewPath("spec", "nodePool").Index(0).Child("name")
+
+	cases := map[string]struct {
+		existing            []client.Object
+		machine, oldMachine *imperatorv1alpha1.Machine
+		wantErrs            field.ErrorList
+		wantDetails         []string
+	}{
+		"a selector of nodes nobody has": {
+			existing: []client.Object{kasumi, megumi},
+			machine:  wrappers.MakeMachine("new", "new-group").Type("small", "1", "1Gi", 1).Select(byProduct, "small").Obj(),
+		},
+		"a selector matching a node another Machine names": {
+			existing:    []client.Object{named, kasumi, megumi},
+			machine:     wrappers.MakeMachine("new", "new-group").Type("small", "1", "1Gi", 1).Select(byProduct, "small").Obj(),
+			wantErrs:    field.ErrorList{field.Invalid(selectorPath, nil, "")},
+			wantDetails: []string{`selects node kasumi, which Machine named (machine group "named-group") names; a node belongs to one Machine`},
+		},
+		"two selectors of different groups matching an existing node": {
+			existing: []client.Object{selects, kasumi, megumi},
+			machine:  wrappers.MakeMachine("new", "new-group").Type("small", "1", "1Gi", 1).Select(byProduct, "small").Obj(),
+			wantErrs: field.ErrorList{field.Invalid(selectorPath, nil, ""), field.Invalid(selectorPath, nil, "")},
+			wantDetails: []string{
+				`selects node kasumi, which Machine selects (machine group "selects-group") selects by its spec.nodePool[0].nodeSelector; a node belongs to one Machine`,
+				`selects node megumi, which Machine selects (machine group "selects-group") selects by its spec.nodePool[0].nodeSelector; a node belongs to one Machine`,
+			},
+		},
+		"two selectors that match no existing node in common": {
+			existing: []client.Object{selects, plain},
+			machine: wrappers.MakeMachine("new", "new-group").Type("small", "1", "1Gi", 1).
+				Select(map[string]string{corev1.LabelHostname: "plain"}, "small").Obj(),
+		},
+		"naming a node another Machine's selector matches": {
+			existing:    []client.Object{selects, kasumi},
+			machine:     wrappers.MakeMachine("new", "new-group").Type("small", "1", "1Gi", 1).Node("kasumi", "small").Obj(),
+			wantErrs:    field.ErrorList{field.Invalid(namePath, nil, "")},
+			wantDetails: []string{`node kasumi is already in Machine selects (machine group "selects-group") through its spec.nodePool[0].nodeSelector; a node belongs to one Machine`},
+		},
+		"naming a node that does not exist yet": {
+			existing: []client.Object{selects},
+			machine:  wrappers.MakeMachine("new", "new-group").Type("small", "1", "1Gi", 1).Node("kasumi", "small").Obj(),
+		},
+		"a Machine selecting a node it names itself": {
+			existing: []client.Object{kasumi},
+			machine: wrappers.MakeMachine("new", "new-group").Type("small", "1", "1Gi", 1).
+				Select(byProduct, "small").Node("kasumi", "small").Obj(),
+		},
+		"an update keeping a selector admitted by a race": {
+			existing: []client.Object{named, kasumi},
+			machine: wrappers.MakeMachine("new", "new-group").Type("small", "1", "1Gi", 1).
+				Select(byProduct, "small").Maintenance().Obj(),
+			oldMachine: wrappers.MakeMachine("new", "new-group").Type("small", "1", "1Gi", 1).Select(byProduct, "small").Obj(),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			v := &Validator{Reader: newReaderWith(t, tc.existing...)}
+			got, err := v.validateAgainstOthers(context.Background(), tc.machine, tc.oldMachine)
+			if err != nil {
+				t.Fatalf("validateAgainstOthers() error = %v", err)
+			}
+			if diff := cmp.Diff(tc.wantErrs, got, errorSummary, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("validateAgainstOthers() mismatch (-want +got):\n%s", diff)
+			}
+			var details []string
+			for _, e := range got {
+				details = append(details, e.Detail)
+			}
+			if diff := cmp.Diff(tc.wantDetails, details, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("details (-want +got):\n%s", diff)
 			}
 		})
 	}

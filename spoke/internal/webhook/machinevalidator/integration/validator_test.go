@@ -6,8 +6,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
@@ -116,5 +118,51 @@ var _ = Describe("Machine validator", func() {
 			Node("shape-node", "compute-medium").Obj()
 		twoTypes.Spec.NodePool[0].MachineType = append(twoTypes.Spec.NodePool[0].MachineType, imperatorv1alpha1.MachineTypeRef{Name: "compute-medium"})
 		expectRejected(k8s.Create(ctx, twoTypes), "spec.nodePool[0].machineType")
+	})
+
+	It("refuses a selector taking a node another Machine names or selects, naming the node and both Machines", func(ctx context.Context) {
+		product := map[string]string{imperatorv1alpha1.GPUProductLabel: "ov-H100"}
+		for _, name := range []string{"ov-kasumi", "ov-megumi"} {
+			node := wrappers.MakeNode(name).Label(imperatorv1alpha1.GPUProductLabel, "ov-H100").Obj()
+			Expect(k8s.Create(ctx, node)).To(Succeed())
+			DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, node))).To(Succeed()) })
+			Eventually(func() error {
+				return env.Manager.Cache.Get(ctx, client.ObjectKeyFromObject(node), &corev1.Node{})
+			}).WithTimeout(timeout).Should(Succeed())
+		}
+		createMachine(ctx, wrappers.MakeMachine("ov-named", "ov-named").
+			Type("compute-medium", "6", "48Gi", 1).Node("ov-kasumi", "compute-medium").Obj())
+
+		selector := wrappers.MakeMachine("ov-selects", "ov-selects").
+			Type("compute-xlarge", "40", "128Gi", 1).Select(product, "compute-xlarge").Obj()
+		expectRejected(k8s.Create(ctx, selector), `Machine.imperator.tenzen-y.io "ov-selects" is invalid`,
+			`spec.nodePool[0].nodeSelector: Invalid value: "nvidia.com/gpu.product=ov-H100": selects node ov-kasumi, which Machine ov-named (machine group "ov-named") names; a node belongs to one Machine`)
+
+		By("a selector of the nodes nobody has, then a second selector of another group matching them")
+		selector.Spec.NodePool[0].NodeSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{
+			Key: corev1.LabelHostname, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"ov-kasumi"},
+		}}
+		createMachine(ctx, selector)
+		other := wrappers.MakeMachine("ov-other", "ov-other").
+			Type("compute-xlarge", "40", "128Gi", 1).Select(product, "compute-xlarge").Obj()
+		expectRejected(k8s.Create(ctx, other), `selects node ov-megumi, which Machine ov-selects (machine group "ov-selects") selects by its spec.nodePool[0].nodeSelector`)
+
+		By("naming a node another Machine's selector takes")
+		naming := wrappers.MakeMachine("ov-other", "ov-other").
+			Type("compute-xlarge", "40", "128Gi", 1).Node("ov-megumi", "compute-xlarge").Obj()
+		expectRejected(k8s.Create(ctx, naming), `spec.nodePool[0].name: Invalid value: "ov-megumi": node ov-megumi is already in Machine ov-selects (machine group "ov-selects") through its spec.nodePool[0].nodeSelector`)
+	})
+
+	It("refuses an entry with both or neither of name and nodeSelector, and an empty selector, naming the field", func(ctx context.Context) {
+		both := wrappers.MakeMachine("choice", "choice").Type("compute-medium", "6", "48Gi", 1).
+			Select(map[string]string{"example.com/pool": "a"}, "compute-medium").Obj()
+		both.Spec.NodePool[0].Name = "choice-node"
+		expectRejected(k8s.Create(ctx, both), "spec.nodePool[]: exactly one of name and nodeSelector must be set")
+
+		neither := wrappers.MakeMachine("choice", "choice").Type("compute-medium", "6", "48Gi", 1).Node("", "compute-medium").Obj()
+		expectRejected(k8s.Create(ctx, neither), "spec.nodePool[]: exactly one of name and nodeSelector must be set")
+
+		empty := wrappers.MakeMachine("choice", "choice").Type("compute-medium", "6", "48Gi", 1).Select(nil, "compute-medium").Obj()
+		expectRejected(k8s.Create(ctx, empty), "spec.nodePool[].nodeSelector must not be empty")
 	})
 })

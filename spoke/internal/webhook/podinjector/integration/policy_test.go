@@ -344,4 +344,22 @@ var _ = Describe("Pool node policy (deploy/spoke/policy/pool-nodes-by-scheduler.
 		mirror.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "mirror"}
 		Expect(clientAs("system:node:"+poolNode, "system:nodes").Create(ctx, mirror, client.DryRunAll)).To(Succeed())
 	})
+
+	It("still judges named nodes, and admits other nodes, when a Machine selects its nodes by label", func(ctx context.Context) {
+		selecting := wrappers.MakeMachine("policy-selects", "policy-selects").Type("compute-xlarge", "40", "128Gi", 1).
+			Select(map[string]string{imperatorv1alpha1.GPUProductLabel: "NVIDIA-H100-80GB-HBM3"}, "compute-xlarge").Obj()
+		Expect(k8s.Create(ctx, selecting)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, selecting))).To(Succeed()) })
+		// The policy evaluates each Machine; a selector entry has no name
+		// and must be skipped, not fail the evaluation (failurePolicy Fail).
+		// Its parameters reach it within milliseconds: for seconds after,
+		// every answer stays right.
+		Consistently(func(g Gomega) {
+			err := k8s.Create(ctx, wrappers.MakePod(disabledNamespace, "pinned").NodeName(poolNode).Obj(), client.DryRunAll)
+			g.Expect(err).To(HaveOccurred(), "a pod pinned to a named pool node was admitted")
+			g.Expect(err.Error()).To(ContainSubstring("spec.nodeName: node michiru is in the machine pool of Machine general-machine"))
+			g.Expect(err.Error()).NotTo(ContainSubstring("policy-selects"))
+			g.Expect(k8s.Create(ctx, wrappers.MakePod(disabledNamespace, "elsewhere").NodeName("node-a").Obj(), client.DryRunAll)).To(Succeed())
+		}).WithTimeout(3 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+	})
 })
