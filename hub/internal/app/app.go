@@ -269,6 +269,7 @@ func setupClusterWork(mgr manager.Manager, st *store.Store, srv *server.Server, 
 	return errors.Join(
 		(&liveness.Reconciler{Store: st}).SetupWithManager(mgr),
 		(&holds.Expiry{Coordinator: coordinator}).SetupWithManager(mgr),
+		(&holds.Deliverer{Coordinator: coordinator}).SetupWithManager(mgr),
 		(&registry.Deregistrations{Reader: mgr.GetClient(), Forget: func(cluster string) {
 			log.Info("Cluster deregistered", "cluster", cluster)
 			srv.EndSession(cluster)

@@ -1,21 +1,3 @@
-// Package holds owns the hub's fleet holds: bookings of units of a machine
-// type (or shape) across the fleet (issue 19). It picks clusters with
-// FindCapacity's ranking, runs the two-phase hold over the spokes' Report
-// streams — every chosen spoke is asked to create a CapacityHold named like
-// the fleet hold; when one refuses or does not answer by the deadline, the
-// others are asked to release theirs and the fleet hold is Failed with each
-// cluster's reason — and keeps every fleet hold as a FleetHold in the hub's
-// namespace, so that a hub restart keeps them. The spokes' CapacityHolds
-// live by their own validUntil whether the hub is up or not.
-//
-// Replicas. A HoldRequest can only go out on a Report stream, and each
-// spoke's stream is open on one hub replica. The replica that answers
-// CreateHold coordinates it; when a chosen spoke's stream is on another
-// replica it answers Unavailable naming the cluster and the replica, before
-// asking anyone (the caller retries; with one replica, or spokes behind one
-// load-balanced address, that does not happen). Release asks the spokes
-// whose streams are here and says which it could not reach: their parts end
-// at validUntil.
 package holds
 
 import (
@@ -24,11 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
@@ -37,7 +19,6 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/hub/internal/capacity"
-	"github.com/imperator-federation/imperator/hub/internal/server"
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
@@ -72,8 +53,6 @@ var (
 	ErrNotFound      = errors.New("no such fleet hold")
 	// ErrDoesNotFit: the fleet has too few free units; the error says why.
 	ErrDoesNotFit = errors.New("the units do not fit")
-	// ErrOtherReplica: a chosen spoke's stream is open on another replica.
-	ErrOtherReplica = errors.New("a chosen spoke reports to another hub replica")
 )
 
 // Spokes sends HoldRequests over the spokes' Report streams (*server.Server).
@@ -93,15 +72,18 @@ type Options struct {
 	Spokes    Spokes
 	// Deadline bounds the wait for the spokes' answers (DefaultDeadline).
 	Deadline time.Duration
-	Clock    clock.PassiveClock
+	// Poll is how often a replica waiting on a FleetHold reads it again
+	// (defaultPoll).
+	Poll  time.Duration
+	Clock clock.PassiveClock
 }
+
+// defaultPoll is Options.Poll's default.
+const defaultPoll = 50 * time.Millisecond
 
 // Coordinator runs fleet holds.
 type Coordinator struct {
 	opts Options
-	// mu serializes the holds of one name on this replica.
-	mu      sync.Mutex
-	running map[string]bool
 }
 
 // New returns a Coordinator.
@@ -109,10 +91,13 @@ func New(opts Options) *Coordinator {
 	if opts.Deadline <= 0 {
 		opts.Deadline = DefaultDeadline
 	}
+	if opts.Poll <= 0 {
+		opts.Poll = defaultPoll
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Coordinator{opts: opts, running: map[string]bool{}}
+	return &Coordinator{opts: opts}
 }
 
 // Spec is a validated CreateHold request.
@@ -124,24 +109,27 @@ type Spec struct {
 	Creator    string
 }
 
-// Create places and holds spec's units (see the package documentation) and
-// returns the FleetHold as it ended: Held or Failed. ErrAlreadyExists when
-// a hold of that name is Pending or Held (a Failed, Released or Expired one
-// is replaced); ErrDoesNotFit, with why, when the fleet has too few free
-// units (nothing is written); ErrOtherReplica when a chosen spoke's stream
-// is on another replica (nothing is written or asked).
+// Create places spec's units, writes the FleetHold with one unanswered
+// part per chosen cluster, waits for the replicas holding those clusters'
+// streams to record the spokes' answers (Deliverer) and decides the phase:
+// Held, or Failed when a part was refused or not answered by the deadline
+// (the Deliverers then release the parts that were held). It returns the
+// FleetHold as it ended, which a concurrent Release may have made Released.
+// ErrAlreadyExists when a hold of that name is Pending or Held, or ended
+// with a part whose release no spoke confirmed yet (a Failed, Released or
+// Expired one is replaced otherwise); ErrDoesNotFit, with why, when the
+// fleet has too few free units (nothing is written).
 func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1.FleetHold, error) {
-	if !c.start(spec.Name) {
-		return nil, fmt.Errorf("%w: fleet hold %q is being created", ErrAlreadyExists, spec.Name)
-	}
-	defer c.finish(spec.Name)
 	log := ctrl.LoggerFrom(ctx).WithValues("fleetHold", spec.Name)
-
 	var ended *imperatorv1alpha1.FleetHold
 	if old, err := c.Get(ctx, spec.Name); err == nil {
 		ended = old
 		if !final(old.Status.Phase) {
 			return nil, fmt.Errorf("%w: fleet hold %q is %s; release it first", ErrAlreadyExists, spec.Name, old.Status.Phase)
+		}
+		if left := unreleased(old, c.opts.Clock.Now()); len(left) > 0 {
+			return nil, fmt.Errorf("%w: fleet hold %q is %s but its parts on %s are not released yet (released when their spokes answer); retry",
+				ErrAlreadyExists, spec.Name, old.Status.Phase, strings.Join(left, ", "))
 		}
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
@@ -152,16 +140,6 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 	if parts == nil {
 		return nil, fmt.Errorf("%w: %s", ErrDoesNotFit, why)
 	}
-	for _, p := range parts {
-		if connected, _ := c.opts.Spokes.HoldStream(p.cluster); !connected {
-			where := "another hub replica"
-			if cl, ok := c.opts.Store.Get(p.cluster); ok && cl.Replica != "" {
-				where = "hub replica " + cl.Replica
-			}
-			return nil, fmt.Errorf("%w: cluster %q reports to %s, not to this one; retry (a fleet hold is coordinated by the replica holding its spokes' streams)", ErrOtherReplica, p.cluster, where)
-		}
-	}
-
 	// Replace the ended hold of the same name, only as read: another
 	// replica may have replaced it meanwhile with one it is coordinating.
 	if ended != nil {
@@ -192,6 +170,8 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 		}
 		return nil, fmt.Errorf("creating fleet hold %q: %w", spec.Name, err)
 	}
+	// Phase one: the unanswered parts are what the Deliverers of every
+	// replica act on.
 	pending := fh.DeepCopy()
 	fh.Status.Phase = imperatorv1alpha1.FleetHoldPending
 	for _, p := range parts {
@@ -201,105 +181,55 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 		return nil, fmt.Errorf("recording fleet hold %q as Pending: %w", spec.Name, err)
 	}
 
-	// Phase one: every chosen spoke holds its part, or says why not.
-	answers := c.ask(ctx, fh, false)
-	before := fh.DeepCopy()
-	failed := false
-	for i := range fh.Status.Clusters {
-		fh.Status.Clusters[i] = answers[i]
-		if answers[i].Result != ResultHeld {
-			failed = true
+	// Wait for every answer, or the deadline, then decide. The decision is
+	// written under the FleetHold's resourceVersion: when a late answer or
+	// a Release lands first, decide again from what is there now.
+	deadline := c.opts.Clock.Now().Add(c.opts.Deadline)
+	ticker := time.NewTicker(c.opts.Poll)
+	defer ticker.Stop()
+	for {
+		current := &imperatorv1alpha1.FleetHold{}
+		if err := c.opts.Client.Get(ctx, client.ObjectKeyFromObject(fh), current); err != nil {
+			return nil, fmt.Errorf("reading fleet hold %q: %w", spec.Name, err)
 		}
-	}
-	if !failed {
-		fh.Status.Phase = imperatorv1alpha1.FleetHoldHeld
-		log.Info("Fleet hold held", "clusters", len(parts), "count", spec.Request.Count)
-	} else {
-		// Phase two, abort: release what the others hold. A cluster that
-		// did not answer is asked too (the spoke deletes its hold itself
-		// once its deadline passed, but it may have answered late).
-		fh.Status.Phase = imperatorv1alpha1.FleetHoldFailed
-		var reasons []string
-		for _, cl := range fh.Status.Clusters {
-			if cl.Result != ResultHeld {
-				reasons = append(reasons, fmt.Sprintf("%s: %s: %s", cl.Cluster, cl.Reason, cl.Message))
-			}
+		if current.UID != fh.UID {
+			return nil, fmt.Errorf("%w: fleet hold %q was replaced meanwhile", ErrAlreadyExists, spec.Name)
 		}
-		fh.Status.Message = truncate("not every cluster could hold its part, nothing is held: "+strings.Join(reasons, "; "), 4096)
-		released := c.ask(ctx, fh, true)
-		for i := range fh.Status.Clusters {
-			if fh.Status.Clusters[i].Result == ResultHeld {
-				fh.Status.Clusters[i].Result = ResultReleased
-				fh.Status.Clusters[i].Held = 0
-				fh.Status.Clusters[i].Reason = ReasonOtherFailed
-				fh.Status.Clusters[i].Message = "held, then released because another cluster could not hold its part"
-				if released[i].Result != ResultReleased {
-					fh.Status.Clusters[i].Message += "; the release was not confirmed (" + released[i].Message + "): the part ends at validUntil"
+		decided := current.DeepCopy()
+		if decide(decided, !c.opts.Clock.Now().Before(deadline), c.connectedNowhere) {
+			if !equality.Semantic.DeepEqual(decided.Status, current.Status) {
+				err := c.patchStatus(ctx, decided, current)
+				if apierrors.IsConflict(err) {
+					continue
+				}
+				if err != nil {
+					return nil, fmt.Errorf("recording fleet hold %q as %s: %w", spec.Name, decided.Status.Phase, err)
 				}
 			}
+			log.Info("Fleet hold decided", "phase", decided.Status.Phase, "clusters", len(parts), "count", spec.Request.Count, "message", decided.Status.Message)
+			if decided.Status.Phase == imperatorv1alpha1.FleetHoldHeld {
+				return decided, nil
+			}
+			// Phase two, abort: answer once the Deliverers released
+			// what was held (or the deadline passed: they keep trying).
+			return c.awaitRelease(ctx, spec.Name, c.opts.Clock.Now().Add(c.opts.Deadline))
 		}
-		log.Info("Fleet hold failed", "reasons", fh.Status.Message)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the spokes' answers to fleet hold %q (the hub fails it after %s unless it is decided): %w", spec.Name, c.orphanAfter(), ctx.Err())
+		case <-ticker.C:
+		}
 	}
-	if err := c.patchStatus(ctx, fh, before); err != nil {
-		return nil, fmt.Errorf("recording fleet hold %q as %s: %w", spec.Name, fh.Status.Phase, err)
-	}
-	return fh, nil
 }
 
-// ask sends every cluster of fh its HoldRequest (release: the release) at
-// once and waits for the answers up to the deadline; the answers are in the
-// order of fh.Status.Clusters.
-func (c *Coordinator) ask(ctx context.Context, fh *imperatorv1alpha1.FleetHold, release bool) []imperatorv1alpha1.FleetHoldCluster {
-	deadline := c.opts.Clock.Now().Add(c.opts.Deadline)
-	ctx, cancel := context.WithTimeout(ctx, c.opts.Deadline)
-	defer cancel()
-	out := make([]imperatorv1alpha1.FleetHoldCluster, len(fh.Status.Clusters))
-	var wg sync.WaitGroup
-	for i, cl := range fh.Status.Clusters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out[i] = c.askOne(ctx, fh, cl, release, deadline)
-		}()
+// connectedNowhere reports whether no replica has the cluster's stream
+// open, as the store (shared through the hub's API) last saw it.
+func (c *Coordinator) connectedNowhere(cluster string) bool {
+	if connected, _ := c.opts.Spokes.HoldStream(cluster); connected {
+		return false
 	}
-	wg.Wait()
-	return out
-}
-
-func (c *Coordinator) askOne(ctx context.Context, fh *imperatorv1alpha1.FleetHold, cl imperatorv1alpha1.FleetHoldCluster, release bool, deadline time.Time) imperatorv1alpha1.FleetHoldCluster {
-	req := holdRequest(fh, cl, release, c.opts.Clock.Now(), deadline)
-	resp, err := c.opts.Spokes.RequestHold(ctx, cl.Cluster, req)
-	switch {
-	case err == nil:
-	case errors.Is(err, server.ErrHoldsUnsupported):
-		cl.Result, cl.Reason, cl.Message = ResultRefused, ReasonHoldsUnsupported, err.Error()
-		return cl
-	case errors.Is(err, context.DeadlineExceeded):
-		cl.Result, cl.Reason, cl.Message = ResultTimedOut, ReasonNoAnswer, fmt.Sprintf("the spoke did not answer within %s", c.opts.Deadline)
-		return cl
-	case errors.Is(err, server.ErrNotConnectedHere):
-		cl.Result, cl.Reason, cl.Message = ResultRefused, ReasonNotConnected, err.Error()
-		return cl
-	default:
-		cl.Result, cl.Reason, cl.Message = ResultRefused, ReasonStreamEnded, err.Error()
-		return cl
-	}
-	cl.Held = resp.GetHeld()
-	cl.Reason, cl.Message = resp.GetReason(), truncate(resp.GetMessage(), 1024)
-	switch resp.GetResult() {
-	case federationv1.HoldResult_HOLD_RESULT_HELD:
-		cl.Result = ResultHeld
-		if release {
-			cl.Result = ResultReleased
-		}
-	case federationv1.HoldResult_HOLD_RESULT_RELEASED:
-		cl.Result = ResultReleased
-	case federationv1.HoldResult_HOLD_RESULT_TIMED_OUT:
-		cl.Result = ResultTimedOut
-	default:
-		cl.Result = ResultRefused
-	}
-	return cl
+	cl, ok := c.opts.Store.Get(cluster)
+	return !ok || cl.Replica == "" || cl.State != store.StateAvailable
 }
 
 // holdRequest is the HoldRequest of cl's part of fh, sent at now. The
@@ -344,53 +274,72 @@ func (c *Coordinator) List(ctx context.Context) ([]imperatorv1alpha1.FleetHold, 
 	return list.Items, nil
 }
 
-// Release asks every cluster of the hold to release its part and records
-// the hold as Released. A cluster whose stream is not open here keeps its
-// part until validUntil; its entry says so.
+// Release records the hold as Released (under its resourceVersion, so
+// that a concurrent Create sees it) and waits, up to the deadline, for the
+// Deliverers to confirm every part released. A part whose spoke is offline
+// stays unconfirmed in the answer and is released when its spoke's stream
+// is back on any replica. Releasing a Failed, Released or Expired hold
+// changes no phase but waits the same way: its parts are released still.
 func (c *Coordinator) Release(ctx context.Context, name string) (*imperatorv1alpha1.FleetHold, error) {
-	if !c.start(name) {
-		return nil, fmt.Errorf("%w: fleet hold %q is being created; release it once it is Held or Failed", ErrAlreadyExists, name)
-	}
-	defer c.finish(name)
-	fh, err := c.Get(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	if final(fh.Status.Phase) && fh.Status.Phase != imperatorv1alpha1.FleetHoldExpired {
-		return fh, nil
-	}
-	before := fh.DeepCopy()
-	answers := c.ask(ctx, fh, true)
-	for i := range fh.Status.Clusters {
-		cl := &fh.Status.Clusters[i]
-		if cl.Result != ResultHeld {
-			continue
+	deadline := c.opts.Clock.Now().Add(c.opts.Deadline)
+	for {
+		fh, err := c.Get(ctx, name)
+		if err != nil {
+			return nil, err
 		}
-		switch a := answers[i]; a.Result {
-		case ResultReleased:
-			cl.Result, cl.Held, cl.Reason, cl.Message = ResultReleased, 0, "", ""
-		default:
-			cl.Reason = a.Reason
-			cl.Message = "not released (" + a.Message + "): the cluster gives the units back at validUntil"
+		if final(fh.Status.Phase) {
+			break
 		}
-	}
-	if fh.Status.Phase != imperatorv1alpha1.FleetHoldExpired {
+		before := fh.DeepCopy()
 		fh.Status.Phase = imperatorv1alpha1.FleetHoldReleased
+		fh.Status.Message = ""
+		if err := c.patchStatus(ctx, fh, before); apierrors.IsConflict(err) {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("recording fleet hold %q as Released: %w", name, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("Fleet hold released", "fleetHold", name)
+		break
 	}
-	if err := c.patchStatus(ctx, fh, before); err != nil {
-		return nil, fmt.Errorf("recording fleet hold %q as Released: %w", name, err)
+	return c.awaitRelease(ctx, name, deadline)
+}
+
+// awaitRelease waits until no part of the ended hold called name may still
+// be held, or until deadline, and returns the hold as it is then; a part
+// not confirmed released says so in its message (the Deliverers go on).
+func (c *Coordinator) awaitRelease(ctx context.Context, name string, deadline time.Time) (*imperatorv1alpha1.FleetHold, error) {
+	ticker := time.NewTicker(c.opts.Poll)
+	defer ticker.Stop()
+	for {
+		fh, err := c.Get(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		left := unreleased(fh, c.opts.Clock.Now())
+		if len(left) == 0 || !c.opts.Clock.Now().Before(deadline) {
+			for i := range fh.Status.Clusters {
+				if cl := &fh.Status.Clusters[i]; slices.Contains(left, cl.Cluster) {
+					cl.Message = truncate("release not confirmed yet: the hub asks again whenever the spoke's stream is up, until validUntil. "+cl.Message, 1024)
+				}
+			}
+			return fh, nil
+		}
+		select {
+		case <-ctx.Done():
+			return fh, nil
+		case <-ticker.C:
+		}
 	}
-	ctrl.LoggerFrom(ctx).Info("Fleet hold released", "fleetHold", name)
-	return fh, nil
 }
 
 // settle brings a hold's phase up to date when reading it: a Held hold
 // past validUntil is Expired (the spokes gave the unclaimed units back by
 // themselves); a Pending hold far past the deadline was being coordinated
-// by a replica that stopped, and is Failed (each part ends at validUntil).
-// The new phase is written back when it can be; the answer has it anyway,
-// and the error of the write is returned (Get and List only log it: the
-// Expiry controller retries).
+// by a replica that stopped, and is Failed (the Deliverers release its
+// held parts). The write is under the hold's resourceVersion, so it never
+// overwrites a decision another replica wrote meanwhile. The answer has
+// the new phase anyway, and the error of the write is returned (Get and
+// List only log it: the Expiry controller retries).
 func (c *Coordinator) settle(ctx context.Context, fh *imperatorv1alpha1.FleetHold) error {
 	now := c.opts.Clock.Now()
 	before := fh.DeepCopy()
@@ -398,10 +347,11 @@ func (c *Coordinator) settle(ctx context.Context, fh *imperatorv1alpha1.FleetHol
 	case fh.Status.Phase == imperatorv1alpha1.FleetHoldHeld && !now.Before(fh.Spec.ValidUntil.Time):
 		fh.Status.Phase = imperatorv1alpha1.FleetHoldExpired
 		fh.Status.Message = "validUntil passed: the clusters gave the unclaimed units back"
-	case (fh.Status.Phase == "" || fh.Status.Phase == imperatorv1alpha1.FleetHoldPending) && !c.isRunning(fh.Name) &&
+	case (fh.Status.Phase == "" || fh.Status.Phase == imperatorv1alpha1.FleetHoldPending) &&
 		now.Sub(fh.CreationTimestamp.Time) > c.orphanAfter():
+		decide(fh, true, func(string) bool { return false })
 		fh.Status.Phase = imperatorv1alpha1.FleetHoldFailed
-		fh.Status.Message = "the hub replica coordinating the hold stopped before it ended; any part a cluster holds ends at validUntil"
+		fh.Status.Message = "the hub replica coordinating the hold stopped before it ended: nothing is held, the hub releases every part a cluster holds"
 	default:
 		return nil
 	}
@@ -413,42 +363,21 @@ func (c *Coordinator) settle(ctx context.Context, fh *imperatorv1alpha1.FleetHol
 }
 
 // patchStatus writes fh's status, changed from before's, with its
-// clustersSummary brought up to date.
+// clustersSummary brought up to date, under before's resourceVersion: a
+// write of another replica since before was read makes it fail with a
+// Conflict.
 func (c *Coordinator) patchStatus(ctx context.Context, fh, before *imperatorv1alpha1.FleetHold) error {
 	parts := make([]string, 0, len(fh.Status.Clusters))
 	for _, cl := range fh.Status.Clusters {
 		parts = append(parts, fmt.Sprintf("%s:%d", cl.Cluster, cl.Count))
 	}
 	fh.Status.ClustersSummary = strings.Join(parts, ",")
-	return c.opts.Client.Status().Patch(ctx, fh, client.MergeFrom(before))
+	return c.opts.Client.Status().Patch(ctx, fh, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 }
 
 // orphanAfter is how long after its creation a Pending hold that no
-// replica coordinates any more is Failed: well past the two deadlines of a
-// hold and its release.
+// replica decided is Failed: well past the deadline of its answers.
 func (c *Coordinator) orphanAfter() time.Duration { return 3*c.opts.Deadline + 30*time.Second }
-
-func (c *Coordinator) start(name string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.running[name] {
-		return false
-	}
-	c.running[name] = true
-	return true
-}
-
-func (c *Coordinator) finish(name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.running, name)
-}
-
-func (c *Coordinator) isRunning(name string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.running[name]
-}
 
 // final reports whether a phase no longer changes.
 func final(p imperatorv1alpha1.FleetHoldPhase) bool {

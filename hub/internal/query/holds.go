@@ -190,8 +190,6 @@ func holdsError(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, holds.ErrDoesNotFit):
 		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, holds.ErrOtherReplica):
-		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return status.FromContextError(err).Err()
 	default:

@@ -222,6 +222,10 @@ func (h holds) release(ctx context.Context, req *federationv1.HoldRequest, resp 
 		resp.Result, resp.Reason = federationv1.HoldResult_HOLD_RESULT_REFUSED, holdReasonNameTaken
 		resp.Message = fmt.Sprintf("CapacityHold %q belongs to another booking (fleet hold %q); left alone", hold.Name, hold.Spec.FleetHold)
 		return resp
+	case req.GetBooking() != "" && hold.Annotations[BookingAnnotation] != req.GetBooking():
+		// A later booking of the same fleet hold's name: this booking
+		// holds nothing here, and that one's units are left alone.
+		resp.Message = fmt.Sprintf("CapacityHold %q is of another booking of the fleet hold; left alone", hold.Name)
 	default:
 		if err := h.client.Delete(ctx, hold, client.Preconditions{UID: &hold.UID}); err != nil && !apierrors.IsNotFound(err) {
 			resp.Result, resp.Reason, resp.Message = federationv1.HoldResult_HOLD_RESULT_REFUSED, holdReasonAPIError, fmt.Sprintf("deleting CapacityHold %q: %v", hold.Name, err)

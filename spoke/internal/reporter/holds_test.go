@@ -303,3 +303,24 @@ func provisioningClient(t *testing.T, req *federationv1.HoldRequest, existing ..
 	}}
 	return fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(existing, machine)...).WithInterceptorFuncs(decide).Build()
 }
+
+// TestAReleaseOfAnEarlierBookingLeavesALaterOneAlone: a late release of a
+// fleet hold's earlier booking must not delete the CapacityHold a later
+// booking of the same name made.
+func TestAReleaseOfAnEarlierBookingLeavesALaterOneAlone(t *testing.T) {
+	later := &imperatorv1alpha1.CapacityHold{
+		ObjectMeta: metav1.ObjectMeta{Name: "train-42", UID: "hold-2", Annotations: map[string]string{BookingAnnotation: "uid-2"}},
+		Spec: imperatorv1alpha1.CapacityHoldSpec{MachineGroup: "team-a", MachineType: "compute-xlarge", Count: 2,
+			ValidUntil: metav1.NewTime(time.Now().Add(time.Hour)), FleetHold: "imperator-system/train-42"},
+	}
+	objects := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(later).Build()
+	h := holds{client: objects, cache: objects, now: time.Now}
+	resp := h.answer(context.Background(), &federationv1.HoldRequest{Name: "train-42", Release: true,
+		FleetHold: "imperator-system/train-42", Booking: "uid-1", AnswerWithin: durationpb.New(10 * time.Second)})
+	if resp.GetResult() != federationv1.HoldResult_HOLD_RESULT_RELEASED {
+		t.Errorf("answer = %v (%s), want RELEASED: the earlier booking holds nothing here", resp.GetResult(), resp.GetMessage())
+	}
+	if err := objects.Get(context.Background(), client.ObjectKey{Name: "train-42"}, &imperatorv1alpha1.CapacityHold{}); err != nil {
+		t.Errorf("the later booking's CapacityHold: %v, want it left alone", err)
+	}
+}

@@ -328,15 +328,14 @@ var _ = Describe("Fleet holds", Ordered, func() {
 		Expect(fh.GetMessage()).To(ContainSubstring("upgrade"))
 	})
 
-	It("answers Unavailable naming the cluster when its spoke reports to another replica, asking nobody", func(ctx context.Context) {
-		// zeta reports to the suite's hub, another replica than h.
+	It("holds a SPREAD hold across spokes of two replicas from either replica", func(ctx context.Context) {
+		// zeta reports to the suite's hub, another replica than h, and
+		// has the most free units: a SPREAD hold takes zeta's and gamma's.
 		sim, err := joinSpokeVia(ctx, hub.Address(), "zeta")
 		Expect(err).NotTo(HaveOccurred())
 		zeta := &holdingSpoke{simSpoke: sim, free: 5, held: map[string]int32{}}
 		sim.onHold = zeta.answer
-		m := holdMachine("team-z", 5, 0)
-		m.Types[0].Name = "zeta-xlarge"
-		Expect(sim.start(m)).To(Succeed())
+		Expect(sim.start(holdMachine("team-z", 5, 0))).To(Succeed())
 		DeferCleanup(func(ctx context.Context) {
 			Expect(sim.stop()).To(Succeed())
 			Expect(client.IgnoreNotFound(hubClient.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "zeta"}}))).To(Succeed())
@@ -348,16 +347,28 @@ var _ = Describe("Fleet holds", Ordered, func() {
 			g.Expect(c.Stale()).To(BeFalse(), "h follows zeta through its inventory")
 		}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 
-		req := holdRequest("on-zeta", 2, queryv1.CapacityMode_CAPACITY_MODE_SAME_CLUSTER)
-		req.Target = &queryv1.CreateHoldRequest_MachineType{MachineType: &queryv1.MachineTypeRef{Type: "zeta-xlarge"}}
-		_, err = holder.CreateHold(ctx, req)
-		Expect(status.Code(err)).To(Equal(codes.Unavailable))
-		Expect(status.Convert(err).Message()).To(ContainSubstring(`cluster "zeta" reports to`))
-		zeta.mu.Lock()
-		asked := len(zeta.asked)
-		zeta.mu.Unlock()
-		Expect(asked).To(BeZero(), "nobody was asked")
-		_, err = holder.GetHold(ctx, &queryv1.GetHoldRequest{Name: "on-zeta"})
-		Expect(status.Code(err)).To(Equal(codes.NotFound), "nothing was written")
+		By("creating the hold on h, which has gamma's stream but not zeta's")
+		fh, err := holder.CreateHold(ctx, holdRequest("across", 9, queryv1.CapacityMode_CAPACITY_MODE_SPREAD))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(fh.GetPhase()).To(Equal(queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_HELD), "message: %s", fh.GetMessage())
+		parts := map[string]int32{}
+		for _, cl := range fh.GetClusters() {
+			parts[cl.GetCluster()] = cl.GetHeld()
+		}
+		Expect(parts).To(Equal(map[string]int32{"zeta": 5, "gamma": 4}))
+		Expect(zeta.heldNow()).To(Equal(int32(5)), "the suite's hub delivered zeta's part")
+		Expect(gamma.heldNow()).To(Equal(int32(4)))
+
+		By("releasing it on the other replica")
+		ca, err := hubca.LoadOrCreate(ctx, hubClient, hubNamespace, config.Default().CASecret)
+		Expect(err).NotTo(HaveOccurred())
+		certPEM, keyPEM, err := ca.IssueClient("trainer", []string{query.HolderOrganization}, time.Hour)
+		Expect(err).NotTo(HaveOccurred())
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		Expect(err).NotTo(HaveOccurred())
+		released, err := queryClient(hub.Address(), cert).ReleaseHold(ctx, &queryv1.ReleaseHoldRequest{Name: "across"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(released.GetPhase()).To(Equal(queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_RELEASED))
+		Expect(zeta.heldNow()+gamma.heldNow()).To(BeZero(), "both parts released before ReleaseHold answered")
 	})
 })

@@ -1,0 +1,32 @@
+// Package holds owns the hub's fleet holds: bookings of units of a machine
+// type (or shape) across the fleet. It picks clusters with FindCapacity's
+// ranking and runs a two-phase hold over the spokes' Report streams: every
+// chosen spoke is asked to create a CapacityHold named like the fleet hold;
+// when one refuses or does not answer by the deadline, the parts that were
+// held are released and the fleet hold is Failed with each cluster's
+// reason.
+//
+// The FleetHold in the hub's namespace is the source of truth, shared by
+// every hub replica. A spoke's Report stream is open on one replica at a
+// time, so no replica can ask every spoke itself; instead:
+//
+//   - the replica answering CreateHold (Coordinator.Create) writes the
+//     FleetHold, Pending, with one unanswered part per chosen cluster, waits
+//     for the answers in the FleetHold and decides Held or Failed;
+//   - on every replica the Deliverer sends each part whose spoke streams to
+//     that replica what it needs (the hold while Pending, the release once
+//     Failed or Released) and writes the spoke's answer into the part;
+//   - ReleaseHold on any replica writes Released and waits for the
+//     Deliverers to confirm every part released. A part whose spoke is
+//     offline is released when its stream is back on any replica (until
+//     validUntil, when the spoke's CapacityHold ends by itself).
+//
+// Every status write carries the resourceVersion it was computed from, so a
+// Release on one replica and a Create deciding on another end in one phase:
+// the loser of the conflict reads again and decides from the winner's
+// write. A Pending hold whose coordinating replica stopped is Failed by any
+// replica's Expiry controller once well past the deadline, and its held
+// parts released. The requests carry durations, never the hub's instants,
+// and the booking (the FleetHold's UID), so a request sent again by another
+// replica after a stream moved finds the CapacityHold it made.
+package holds
