@@ -122,7 +122,7 @@ func TestOnlyTheMembersOwnAPIServerIsAnswered(t *testing.T) {
 		if err != nil {
 			return 0, "", err
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		answer, err := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(answer), err
 	}

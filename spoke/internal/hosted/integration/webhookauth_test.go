@@ -87,7 +87,7 @@ func post(ctx context.Context, c *http.Client, url, body string) (int, string, e
 	if err != nil {
 		return 0, "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	answer, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(answer), err
 }
