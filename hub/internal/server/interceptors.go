@@ -161,21 +161,26 @@ func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 }
 
 // revocationCheckInterval is how often an open query stream (Watch) checks
-// whether its certificate was revoked since it opened.
-const revocationCheckInterval = time.Second
+// whether its certificate was revoked, or its spoke certificate's
+// registration ended (deregistered or joined again), since it opened.
+const revocationCheckInterval = 250 * time.Millisecond
 
 // errRevokedDuring is the cause with which endOnRevocation ends a stream.
 var errRevokedDuring = errors.New("client certificate revoked during the stream")
 
 // endOnRevocation returns ctx for a stream of fullMethod that is cancelled
-// once the stream's certificate is revoked, and stop, which ends the watch
-// and returns PermissionDenied when it cancelled the stream. Report streams
-// check revocation between messages themselves (revokedDuring); a Watch
-// may send nothing for hours, so its certificate is checked every
-// revocationCheckInterval, a map lookup.
+// once the stream's certificate is revoked or, for a spoke certificate,
+// once the hub no longer admits it (its cluster deregistered or joined
+// again: the certificate's registration is retired), and stop, which ends
+// the watch and returns the refusal when it cancelled the stream. Report
+// streams check between messages themselves (revokedDuring) and are ended
+// on deregistration (EndSession); a Watch may send nothing for hours, so
+// its certificate is checked every revocationCheckInterval: a map lookup
+// and, for a spoke, an admission from the informer cache.
 func (s *Server) endOnRevocation(ctx context.Context, fullMethod string) (context.Context, func() error) {
 	cert, err := identity.VerifiedCertificate(ctx)
-	if s.opts.Revoked == nil || err != nil || federationMethod(fullMethod) {
+	spoke, isSpoke := identity.SpokeFrom(ctx)
+	if err != nil || federationMethod(fullMethod) || (s.opts.Revoked == nil && !isSpoke) {
 		return ctx, func() error { return nil }
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -192,8 +197,16 @@ func (s *Server) endOnRevocation(ctx context.Context, fullMethod string) (contex
 			case <-ctx.Done():
 				return
 			case <-ticker.C:
-				if s.opts.Revoked(cert) {
+				if s.opts.Revoked != nil && s.opts.Revoked(cert) {
 					cancel(errRevokedDuring)
+					return
+				}
+				if !isSpoke {
+					continue
+				}
+				var refused *registry.RefusedError
+				if err := s.opts.Admit(registry.CacheOnly(ctx), spoke); errors.As(err, &refused) {
+					cancel(refused)
 					return
 				}
 			}
@@ -203,6 +216,12 @@ func (s *Server) endOnRevocation(ctx context.Context, fullMethod string) (contex
 		close(done)
 		<-finished
 		defer cancel(nil)
+		var refused *registry.RefusedError
+		if errors.As(context.Cause(ctx), &refused) {
+			s.metrics.rejectedConnections.WithLabelValues(rejectNotAccepted).Inc()
+			s.log.Info("Ended the stream of a spoke certificate the hub no longer admits", "method", fullMethod, "cluster", spoke.Cluster, "reason", refused.Reason)
+			return refusal(refused.Reason, spoke.Cluster, refused.Error())
+		}
 		if !errors.Is(context.Cause(ctx), errRevokedDuring) {
 			return nil
 		}
