@@ -3,6 +3,7 @@ package nodepool
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -39,6 +40,44 @@ func BenchmarkApply(b *testing.B) {
 	for b.Loop() {
 		if !Apply(fresh.DeepCopy(), desired) {
 			b.Fatal("a fresh node was not changed")
+		}
+	}
+}
+
+// BenchmarkSelectorPoolDecisions is the in-process work of one reconcile of
+// a selector pool of 1,000 configured nodes when nothing changed, with four
+// other selector pools in the cluster: find the members, decide each node's
+// owner and find it carries its desired state already (API reads and the
+// status comparison aside). Run with
+// `go test -run '^$' -bench SelectorPool ./spoke/internal/controller/nodepool/`.
+func BenchmarkSelectorPoolDecisions(b *testing.B) {
+	const nodes = 1000
+	pool := poolOf(wrappers.MakeMachine("m", group).Select(byProduct(h100), xlarge).Tainted().Obj(), time.Now())
+	pools := []*imperatorv1alpha1.MachineNodePool{pool}
+	for i := range 4 {
+		pools = append(pools, poolOf(wrappers.MakeMachine(fmt.Sprintf("other-%d", i), fmt.Sprintf("other-%d", i)).
+			Select(byProduct(fmt.Sprintf("other-product-%d", i)), xlarge).Obj(), time.Now()))
+	}
+	selected := make([]*corev1.Node, 0, nodes)
+	for i := range nodes {
+		node := wrappers.MakeNode(fmt.Sprintf("n-%04d", i)).Label(imperatorv1alpha1.GPUProductLabel, h100).Obj()
+		Apply(node, DesiredState(pool.Spec.NodePool[0], group, imperatorv1alpha1.NodePoolReady))
+		selected = append(selected, node)
+	}
+	byName := make(map[string]*corev1.Node, nodes)
+	for _, node := range selected {
+		byName[node.Name] = node
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, m := range Members(pool.Spec.NodePool, selected) {
+			node := byName[m.name]
+			if Owner(node, pools) != pool {
+				b.Fatal("the pool does not own its node")
+			}
+			if Apply(node, DesiredState(m.entry, group, Health(node, m.entry.Mode))) {
+				b.Fatal("a configured node was changed")
+			}
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -19,8 +20,12 @@ import (
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
-// benchNodes is the size of the pool of BenchmarkConfigurePool.
-const benchNodes = 100
+// defaultBenchNodes is the size of the pool of BenchmarkConfigurePool
+// unless IMPERATOR_BENCH_POOL_NODES says otherwise.
+const defaultBenchNodes = 100
+
+// benchSelectorLabel labels the bench nodes; a selector pool selects them by it.
+const benchSelectorLabel = "example.com/bench-pool"
 
 // BenchmarkConfigurePool measures, against a real API server, the time from
 // creating a Machine listing benchNodes existing nodes until every one of
@@ -29,8 +34,20 @@ const benchNodes = 100
 // Run with `go test -run '^$' -bench ConfigurePool -benchtime 5x`; with
 // IMPERATOR_BENCH_PROFILE_DIR set, rounds then repeat for another
 // profileWindow while the API server and the agent are profiled.
+// IMPERATOR_BENCH_POOL_NODES sets the pool's size, and
+// IMPERATOR_BENCH_POOL_SELECTOR=1 makes the Machine take its nodes by one
+// nodeSelector entry instead of naming each.
 func BenchmarkConfigurePool(b *testing.B) {
 	ctx := context.Background()
+	benchNodes := defaultBenchNodes
+	if v := os.Getenv("IMPERATOR_BENCH_POOL_NODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("IMPERATOR_BENCH_POOL_NODES=%q: want a positive number", v)
+		}
+		benchNodes = n
+	}
+	bySelector := os.Getenv("IMPERATOR_BENCH_POOL_SELECTOR") == "1"
 	e, err := framework.Start(ctx, environment("nodepool-bench", false))
 	if err != nil {
 		b.Fatal(err)
@@ -41,9 +58,12 @@ func BenchmarkConfigurePool(b *testing.B) {
 		}
 	})
 	machine := wrappers.MakeMachine("bench", "bench").Type(medium, "6", "48Gi", 1)
+	if bySelector {
+		machine.Select(map[string]string{benchSelectorLabel: "bench"}, medium).Tainted()
+	}
 	for i := range benchNodes {
 		name := fmt.Sprintf("bench-%03d", i)
-		node := wrappers.MakeNode(name).Obj()
+		node := wrappers.MakeNode(name).Label(benchSelectorLabel, "bench").Obj()
 		if err := e.Client.Create(ctx, node); err != nil {
 			b.Fatal(err)
 		}
@@ -52,7 +72,9 @@ func BenchmarkConfigurePool(b *testing.B) {
 		if err := e.Client.Patch(ctx, node, patch); err != nil {
 			b.Fatal(err)
 		}
-		machine.Node(name, medium).Tainted()
+		if !bySelector {
+			machine.Node(name, medium).Tainted()
+		}
 	}
 
 	// waitFor watches the nodes until want of them carry the node-pool
