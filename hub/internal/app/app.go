@@ -263,13 +263,14 @@ func registerer(opts Options) prometheus.Registerer {
 }
 
 // setupClusterWork adds what every replica does for the clusters: marks
-// silent ones (liveness), expires fleet holds, forgets deregistered clusters
+// silent ones (liveness), expires, delivers and reconciles fleet holds, forgets deregistered clusters
 // (ending their streams here) and follows what other replicas persist.
 func setupClusterWork(mgr manager.Manager, st *store.Store, srv *server.Server, coordinator *holds.Coordinator, started time.Time, log logr.Logger) error {
 	return errors.Join(
 		(&liveness.Reconciler{Store: st}).SetupWithManager(mgr),
 		(&holds.Expiry{Coordinator: coordinator}).SetupWithManager(mgr),
 		(&holds.Deliverer{Coordinator: coordinator}).SetupWithManager(mgr),
+		mgr.Add(&holds.Reconciler{Coordinator: coordinator, Reports: srv}),
 		(&registry.Deregistrations{Reader: mgr.GetClient(), Forget: func(cluster string) {
 			log.Info("Cluster deregistered", "cluster", cluster)
 			srv.EndSession(cluster)

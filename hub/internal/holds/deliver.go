@@ -29,11 +29,16 @@ const retryElsewhere = 2 * time.Second
 // Deliverer runs on every replica: for each FleetHold it sends the parts
 // whose spokes stream to this replica what they need (deliveryOf: the hold
 // while the hold is Pending, the release once it is Failed or Released)
-// and records the spokes' answers in the FleetHold, under its
+// and records each spoke's answer in the FleetHold as it comes, under its
 // resourceVersion. Whichever replica answers CreateHold or ReleaseHold
-// only writes the FleetHold and waits on it.
+// only writes the FleetHold and waits on it. Requests run in the
+// background, one per part and kind at a time, so that a spoke that does
+// not answer delays neither the others nor the release that follows.
 type Deliverer struct {
 	Coordinator *Coordinator
+
+	mu       sync.Mutex
+	inFlight map[string]bool
 }
 
 // SetupWithManager runs the Deliverer on mgr on every replica (no leader
@@ -46,7 +51,7 @@ func (d *Deliverer) SetupWithManager(mgr ctrl.Manager) error {
 		For(&imperatorv1alpha1.FleetHold{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetNamespace() == ns
 		}))).
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), RecoverPanic: ptr.To(true), MaxConcurrentReconciles: 8}).
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), RecoverPanic: ptr.To(true), MaxConcurrentReconciles: 4}).
 		Complete(d)
 }
 
@@ -58,8 +63,9 @@ type answered struct {
 	err     error
 }
 
-// Reconcile sends this replica's spokes their parts of the hold and records
-// their answers.
+// Reconcile starts the requests this replica's spokes need for the hold
+// and looks again while any part still needs one (the answers' writes
+// bring it back sooner).
 func (d *Deliverer) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	c := d.Coordinator
 	fh := &imperatorv1alpha1.FleetHold{}
@@ -67,63 +73,57 @@ func (d *Deliverer) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	now := c.opts.Clock.Now()
-	var here []imperatorv1alpha1.FleetHoldCluster
-	elsewhere := false
+	var result reconcile.Result
 	for _, cl := range fh.Status.Clusters {
-		if deliveryOf(fh, cl, now) == deliverNothing {
+		need := deliveryOf(fh, cl, now)
+		if need == deliverNothing {
 			continue
 		}
-		if connected, _ := c.opts.Spokes.HoldStream(cl.Cluster); connected {
-			here = append(here, cl)
-		} else {
-			elsewhere = true
-		}
-	}
-	var result reconcile.Result
-	if elsewhere {
 		result.RequeueAfter = retryElsewhere
-	}
-	if len(here) == 0 {
-		return result, nil
-	}
-
-	answers, err := d.ask(ctx, fh, here, now)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	for _, a := range answers {
-		if a.err != nil || (a.release && a.resp.GetResult() == federationv1.HoldResult_HOLD_RESULT_REFUSED) {
-			result.RequeueAfter = retryElsewhere
+		if connected, _ := c.opts.Spokes.HoldStream(cl.Cluster); connected {
+			d.send(ctx, fh, cl, need == deliverRelease, now)
 		}
 	}
 	return result, nil
 }
 
-// ask sends each part its request at once and records each answer as it
-// comes (a slow spoke does not delay the others' answers), up to the
-// deadline.
-func (d *Deliverer) ask(ctx context.Context, fh *imperatorv1alpha1.FleetHold, parts []imperatorv1alpha1.FleetHoldCluster, now time.Time) ([]answered, error) {
-	c := d.Coordinator
-	deadline := now.Add(c.opts.Deadline)
-	askCtx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	out := make([]answered, len(parts))
-	errs := make([]error, len(parts))
-	var wg sync.WaitGroup
-	for i, cl := range parts {
-		release := deliveryOf(fh, cl, now) == deliverRelease
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := c.opts.Spokes.RequestHold(askCtx, cl.Cluster, holdRequest(fh, cl, release, now, deadline))
-			out[i] = answered{cluster: cl.Cluster, release: release, resp: resp, err: err}
-			if err == nil || errors.Is(err, server.ErrHoldsUnsupported) {
-				errs[i] = d.record(ctx, fh, out[i:i+1])
-			}
-		}()
+// send asks cl's spoke, in the background, unless the same request of
+// this booking is on its way already, and records the answer.
+func (d *Deliverer) send(ctx context.Context, fh *imperatorv1alpha1.FleetHold, cl imperatorv1alpha1.FleetHoldCluster, release bool, now time.Time) {
+	key := fmt.Sprintf("%s/%s/%t", fh.UID, cl.Cluster, release)
+	d.mu.Lock()
+	if d.inFlight == nil {
+		d.inFlight = map[string]bool{}
 	}
-	wg.Wait()
-	return out, errors.Join(errs...)
+	if d.inFlight[key] {
+		d.mu.Unlock()
+		return
+	}
+	d.inFlight[key] = true
+	d.mu.Unlock()
+	c := d.Coordinator
+	fh = fh.DeepCopy()
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		defer func() {
+			d.mu.Lock()
+			delete(d.inFlight, key)
+			d.mu.Unlock()
+		}()
+		deadline := now.Add(c.opts.Deadline)
+		askCtx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		resp, err := c.opts.Spokes.RequestHold(askCtx, cl.Cluster, holdRequest(fh, cl, release, now, deadline))
+		if err != nil && !errors.Is(err, server.ErrHoldsUnsupported) {
+			ctrl.LoggerFrom(ctx).V(1).Info("A spoke did not answer a hold request", "fleetHold", fh.Name, "cluster", cl.Cluster, "release", release, "err", err.Error())
+			return // asked again at the next look
+		}
+		writeCtx, cancel := context.WithTimeout(ctx, c.opts.Deadline)
+		defer cancel()
+		if err := d.record(writeCtx, fh, []answered{{cluster: cl.Cluster, release: release, resp: resp, err: err}}); err != nil {
+			ctrl.LoggerFrom(ctx).Info("Could not record a spoke's answer", "fleetHold", fh.Name, "cluster", cl.Cluster, "err", err.Error())
+		}
+	}()
 }
 
 // record writes the answers into the parts of the hold read as fh,

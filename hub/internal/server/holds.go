@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"sync"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
@@ -125,4 +128,56 @@ func (s *Server) holdAnswered(cluster string, resp *federationv1.HoldResponse) {
 // supportsHolds reports whether a Hello lists HoldCapability.
 func supportsHolds(hello *federationv1.Hello) bool {
 	return slices.Contains(hello.GetCapabilities(), HoldCapability)
+}
+
+// HubHoldsCapability is the Hello capability of a spoke agent that reports
+// the CapacityHolds the hub asked for (Snapshot.hub_holds).
+const HubHoldsCapability = "hub-holds"
+
+// maxHubHolds bounds the hub holds one report may carry.
+const maxHubHolds = 1000
+
+func reportsHubHolds(hello *federationv1.Hello) bool {
+	return slices.Contains(hello.GetCapabilities(), HubHoldsCapability)
+}
+
+// recordHubHolds keeps the hub holds a Snapshot or a Delta of sess reports.
+// A report over maxHubHolds ends the stream with InvalidArgument.
+func (s *Server) recordHubHolds(sess *session, msg *federationv1.SpokeMessage) error {
+	if !sess.reportsHubHolds {
+		return nil
+	}
+	var reported []*federationv1.HubHold
+	switch {
+	case msg.GetSnapshot() != nil:
+		reported = msg.GetSnapshot().GetHubHolds()
+	case msg.GetDelta().GetHubHoldsChanged():
+		reported = msg.GetDelta().GetHubHolds()
+	default:
+		return nil
+	}
+	if len(reported) > maxHubHolds {
+		return status.Errorf(codes.InvalidArgument, "hub_holds: %d, at most %d", len(reported), maxHubHolds)
+	}
+	if reported == nil {
+		reported = []*federationv1.HubHold{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess.hubHolds = reported
+	return nil
+}
+
+// HubHoldReports are, for every spoke whose Report stream is open here and
+// that reports them, the hub holds it last reported.
+func (s *Server) HubHoldReports() map[string][]*federationv1.HubHold {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string][]*federationv1.HubHold{}
+	for cluster, sess := range s.sessions {
+		if sess.reportsHubHolds && sess.hubHolds != nil {
+			out[cluster] = sess.hubHolds
+		}
+	}
+	return out
 }

@@ -34,6 +34,11 @@ type session struct {
 	// carries HoldRequests to the goroutine that sends on the stream.
 	holds  bool
 	outbox chan *federationv1.HubMessage
+	// reportsHubHolds is set when the Hello listed HubHoldsCapability;
+	// hubHolds is what the spoke last reported of them (guarded by the
+	// Server's mu), nil until its first Snapshot.
+	reportsHubHolds bool
+	hubHolds        []*federationv1.HubHold
 }
 
 // Join delegates to the Joiner.
@@ -121,6 +126,7 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 	}
 
 	sess := s.openSession(cluster, supportsHolds(hello))
+	sess.reportsHubHolds = reportsHubHolds(hello)
 	defer s.closeSession(cluster, sess)
 	s.store.Connect(cluster, hello)
 	log.Info("Spoke connected", "agentVersion", hello.GetAgentVersion(), "epoch", hello.GetEpoch())
@@ -139,6 +145,9 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 			return err
 		case msg := <-msgs:
 			if err := s.handle(ctx, stream, spoke, epoch, budget, msg); err != nil {
+				return err
+			}
+			if err := s.recordHubHolds(sess, msg); err != nil {
 				return err
 			}
 		case out := <-sess.outbox:

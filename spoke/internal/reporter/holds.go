@@ -21,7 +21,7 @@ import (
 // The hub's fleet holds: on a HoldRequest the reporter creates (or deletes)
 // the CapacityHold named after the fleet hold and answers once the Machine
 // controller said Provisioned or Failed, by the request's deadline.
-// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=capacityholds,verbs=get;create;delete
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=capacityholds,verbs=get;list;watch;create;delete
 
 // holdCapability is the Hello capability that tells the hub this agent
 // answers HoldRequests (the hub's server.HoldCapability).

@@ -52,6 +52,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,6 +166,11 @@ type Reporter struct {
 	// generation of the inventory, monotonic for the life of the Reporter.
 	generation uint64
 	changed    chan struct{}
+	// reportsHubHolds is set once the CapacityHolds can be watched (their
+	// CRD is served): the agent then reports the hub's holds (hubHolds).
+	reportsHubHolds atomic.Bool
+	// sentHubHolds are the hub holds the open stream last sent.
+	sentHubHolds []*federationv1.HubHold
 	// refused is the stored certificate the hub refused for a reason that
 	// calls for joining again (joinAgainAfter); credentials joins instead of
 	// using it. Only the Start goroutine uses it.
@@ -269,6 +275,7 @@ func (r *Reporter) Start(ctx context.Context) error {
 		}
 		defer func() { _ = informer.RemoveEventHandler(reg) }()
 	}
+	r.watchHubHolds(ctx)
 	if !r.opts.Cache.WaitForCacheSync(ctx) {
 		return nil // ctx done
 	}
@@ -509,7 +516,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 	err = stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{
 		ClusterName:  r.opts.Hub.ClusterName,
 		AgentVersion: r.opts.AgentVersion,
-		Capabilities: capabilities,
+		Capabilities: r.capabilities(),
 		Epoch:        r.epoch,
 		AgentMode:    r.opts.AgentMode,
 	}}})
@@ -690,13 +697,18 @@ func (r *Reporter) sendSnapshot(ctx context.Context, stream federationv1.Federat
 	if err != nil {
 		return nil, err
 	}
+	held, err := r.hubHolds(ctx)
+	if err != nil {
+		return nil, err
+	}
 	r.generation++
 	err = stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Snapshot{Snapshot: &federationv1.Snapshot{
-		Generation: r.generation, ObservedAt: timestamp(observedAt), Machines: sortedMachines(current),
+		Generation: r.generation, ObservedAt: timestamp(observedAt), Machines: sortedMachines(current), HubHolds: held,
 	}}})
 	if err != nil {
 		return nil, fmt.Errorf("sending Snapshot: %w", err)
 	}
+	r.sentHubHolds = held
 	return current, nil
 }
 
@@ -705,17 +717,61 @@ func (r *Reporter) sendDelta(ctx context.Context, stream federationv1.Federation
 	if err != nil {
 		return nil, err
 	}
+	held, err := r.hubHolds(ctx)
+	if err != nil {
+		return nil, err
+	}
 	upserts, removals := diff(sent, current)
-	if len(upserts) == 0 && len(removals) == 0 {
+	holdsChanged := !sameHubHolds(held, r.sentHubHolds)
+	if len(upserts) == 0 && len(removals) == 0 && !holdsChanged {
 		return sent, nil
 	}
 	r.generation++
-	err = stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Delta{Delta: &federationv1.Delta{
-		Generation: r.generation, ObservedAt: timestamp(observedAt), Upserts: upserts, Removals: removals,
-	}}})
+	delta := &federationv1.Delta{Generation: r.generation, ObservedAt: timestamp(observedAt), Upserts: upserts, Removals: removals}
+	if holdsChanged {
+		delta.HubHolds, delta.HubHoldsChanged = held, true
+	}
+	err = stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Delta{Delta: delta}})
 	if err != nil {
 		return nil, fmt.Errorf("sending Delta: %w", err)
 	}
+	r.sentHubHolds = held
 	r.log.V(2).Info("Sent delta", "generation", r.generation, "upserts", len(upserts), "removals", len(removals))
 	return current, nil
+}
+
+// capabilities are the protocol features this agent implements now.
+func (r *Reporter) capabilities() []string {
+	if r.reportsHubHolds.Load() {
+		return append(slices.Clone(capabilities), hubHoldsCapability)
+	}
+	return capabilities
+}
+
+// watchHubHolds watches the CapacityHolds, so that a change of the hub's
+// holds is reported at once. Where their CRD is not served the agent
+// reports none and does not claim to (hubHoldsCapability).
+func (r *Reporter) watchHubHolds(ctx context.Context) {
+	informer, err := r.opts.Cache.GetInformer(ctx, &imperatorv1alpha1.CapacityHold{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		r.log.Info("Not reporting the hub's CapacityHolds: they cannot be watched", "err", err.Error())
+		return
+	}
+	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { r.signal() },
+		UpdateFunc: func(any, any) { r.signal() },
+		DeleteFunc: func(any) { r.signal() },
+	}); err != nil {
+		r.log.Info("Not reporting the hub's CapacityHolds: they cannot be watched", "err", err.Error())
+		return
+	}
+	r.reportsHubHolds.Store(true)
+}
+
+// hubHolds are the hub holds to report: none when they are not watched.
+func (r *Reporter) hubHolds(ctx context.Context) ([]*federationv1.HubHold, error) {
+	if !r.reportsHubHolds.Load() {
+		return nil, nil
+	}
+	return hubHolds(ctx, r.opts.Cache, time.Now())
 }

@@ -734,7 +734,12 @@ type Snapshot struct {
 	// observed_at is when the spoke read the figures from its API server.
 	ObservedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
 	// machines are every Machine of the cluster.
-	Machines      []*Machine `protobuf:"bytes,3,rep,name=machines,proto3" json:"machines,omitempty"`
+	Machines []*Machine `protobuf:"bytes,3,rep,name=machines,proto3" json:"machines,omitempty"`
+	// hub_holds are the live CapacityHolds the hub asked for (capability
+	// "hub-holds"): the hub releases those no fleet hold owns any more and
+	// learns of a part its spoke no longer holds. An agent without the
+	// capability sends none, and the hub does not judge its holds.
+	HubHolds      []*HubHold `protobuf:"bytes,4,rep,name=hub_holds,json=hubHolds,proto3" json:"hub_holds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -790,6 +795,112 @@ func (x *Snapshot) GetMachines() []*Machine {
 	return nil
 }
 
+func (x *Snapshot) GetHubHolds() []*HubHold {
+	if x != nil {
+		return x.HubHolds
+	}
+	return nil
+}
+
+// HubHold is a live CapacityHold of the cluster that the hub asked for (its
+// spec.fleetHold is set).
+type HubHold struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the CapacityHold's name (the fleet hold's).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// fleet_hold is its spec.fleetHold (namespace/name at the hub).
+	FleetHold string `protobuf:"bytes,2,opt,name=fleet_hold,json=fleetHold,proto3" json:"fleet_hold,omitempty"`
+	// booking is the HoldRequest.booking it was made for; empty for one made
+	// by a hub that predates bookings.
+	Booking string `protobuf:"bytes,3,opt,name=booking,proto3" json:"booking,omitempty"`
+	Group   string `protobuf:"bytes,4,opt,name=group,proto3" json:"group,omitempty"`
+	Type    string `protobuf:"bytes,5,opt,name=type,proto3" json:"type,omitempty"`
+	Count   int32  `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	// held is the units it holds or its guests claimed.
+	Held          int32 `protobuf:"varint,7,opt,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HubHold) Reset() {
+	*x = HubHold{}
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HubHold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HubHold) ProtoMessage() {}
+
+func (x *HubHold) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HubHold.ProtoReflect.Descriptor instead.
+func (*HubHold) Descriptor() ([]byte, []int) {
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *HubHold) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HubHold) GetFleetHold() string {
+	if x != nil {
+		return x.FleetHold
+	}
+	return ""
+}
+
+func (x *HubHold) GetBooking() string {
+	if x != nil {
+		return x.Booking
+	}
+	return ""
+}
+
+func (x *HubHold) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *HubHold) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *HubHold) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *HubHold) GetHeld() int32 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
 // Delta changes the inventory at generation-1 into generation.
 type Delta struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -800,14 +911,18 @@ type Delta struct {
 	// upserts are Machines created or changed, each complete.
 	Upserts []*Machine `protobuf:"bytes,3,rep,name=upserts,proto3" json:"upserts,omitempty"`
 	// removals are the names of deleted Machines.
-	Removals      []string `protobuf:"bytes,4,rep,name=removals,proto3" json:"removals,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Removals []string `protobuf:"bytes,4,rep,name=removals,proto3" json:"removals,omitempty"`
+	// hub_holds, when hub_holds_changed is set, replace the hub holds the
+	// hub knows (Snapshot.hub_holds); otherwise they did not change.
+	HubHolds        []*HubHold `protobuf:"bytes,5,rep,name=hub_holds,json=hubHolds,proto3" json:"hub_holds,omitempty"`
+	HubHoldsChanged bool       `protobuf:"varint,6,opt,name=hub_holds_changed,json=hubHoldsChanged,proto3" json:"hub_holds_changed,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[7]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +934,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[7]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +947,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{7}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Delta) GetGeneration() uint64 {
@@ -861,6 +976,20 @@ func (x *Delta) GetRemovals() []string {
 		return x.Removals
 	}
 	return nil
+}
+
+func (x *Delta) GetHubHolds() []*HubHold {
+	if x != nil {
+		return x.HubHolds
+	}
+	return nil
+}
+
+func (x *Delta) GetHubHoldsChanged() bool {
+	if x != nil {
+		return x.HubHoldsChanged
+	}
+	return false
 }
 
 // Heartbeat keeps the cluster Available at the hub. Spokes send one every few
@@ -892,7 +1021,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[8]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +1033,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[8]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +1046,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{8}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Heartbeat) GetGeneration() uint64 {
@@ -963,7 +1092,7 @@ type HubMessage struct {
 
 func (x *HubMessage) Reset() {
 	*x = HubMessage{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[9]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1104,7 @@ func (x *HubMessage) String() string {
 func (*HubMessage) ProtoMessage() {}
 
 func (x *HubMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[9]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1117,7 @@ func (x *HubMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HubMessage.ProtoReflect.Descriptor instead.
 func (*HubMessage) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{9}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HubMessage) GetKind() isHubMessage_Kind {
@@ -1107,7 +1236,7 @@ type HoldRequest struct {
 
 func (x *HoldRequest) Reset() {
 	*x = HoldRequest{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[10]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1248,7 @@ func (x *HoldRequest) String() string {
 func (*HoldRequest) ProtoMessage() {}
 
 func (x *HoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[10]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1261,7 @@ func (x *HoldRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldRequest.ProtoReflect.Descriptor instead.
 func (*HoldRequest) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{10}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HoldRequest) GetRequestId() string {
@@ -1243,7 +1372,7 @@ type HoldResponse struct {
 
 func (x *HoldResponse) Reset() {
 	*x = HoldResponse{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[11]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1384,7 @@ func (x *HoldResponse) String() string {
 func (*HoldResponse) ProtoMessage() {}
 
 func (x *HoldResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[11]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1397,7 @@ func (x *HoldResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldResponse.ProtoReflect.Descriptor instead.
 func (*HoldResponse) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{11}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HoldResponse) GetRequestId() string {
@@ -1316,7 +1445,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[12]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1457,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[12]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1470,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{12}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Ack) GetGeneration() uint64 {
@@ -1362,7 +1491,7 @@ type Resync struct {
 
 func (x *Resync) Reset() {
 	*x = Resync{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[13]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1503,7 @@ func (x *Resync) String() string {
 func (*Resync) ProtoMessage() {}
 
 func (x *Resync) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[13]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1516,7 @@ func (x *Resync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resync.ProtoReflect.Descriptor instead.
 func (*Resync) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{13}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Resync) GetReason() string {
@@ -1423,7 +1552,7 @@ type Machine struct {
 
 func (x *Machine) Reset() {
 	*x = Machine{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[14]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1564,7 @@ func (x *Machine) String() string {
 func (*Machine) ProtoMessage() {}
 
 func (x *Machine) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[14]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1577,7 @@ func (x *Machine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Machine.ProtoReflect.Descriptor instead.
 func (*Machine) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{14}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Machine) GetName() string {
@@ -1523,7 +1652,7 @@ type MachineType struct {
 
 func (x *MachineType) Reset() {
 	*x = MachineType{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[15]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1664,7 @@ func (x *MachineType) String() string {
 func (*MachineType) ProtoMessage() {}
 
 func (x *MachineType) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[15]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1677,7 @@ func (x *MachineType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineType.ProtoReflect.Descriptor instead.
 func (*MachineType) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{15}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MachineType) GetName() string {
@@ -1618,7 +1747,7 @@ type GPU struct {
 
 func (x *GPU) Reset() {
 	*x = GPU{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[16]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1759,7 @@ func (x *GPU) String() string {
 func (*GPU) ProtoMessage() {}
 
 func (x *GPU) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[16]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1772,7 @@ func (x *GPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPU.ProtoReflect.Descriptor instead.
 func (*GPU) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{16}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GPU) GetType() string {
@@ -1712,7 +1841,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[17]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +1853,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[17]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +1866,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{17}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Usage) GetMaximum() int32 {
@@ -1805,7 +1934,7 @@ type NodeCounts struct {
 
 func (x *NodeCounts) Reset() {
 	*x = NodeCounts{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[18]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1946,7 @@ func (x *NodeCounts) String() string {
 func (*NodeCounts) ProtoMessage() {}
 
 func (x *NodeCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[18]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1959,7 @@ func (x *NodeCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCounts.ProtoReflect.Descriptor instead.
 func (*NodeCounts) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{18}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NodeCounts) GetReady() int32 {
@@ -1881,7 +2010,7 @@ type PoolNode struct {
 
 func (x *PoolNode) Reset() {
 	*x = PoolNode{}
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[19]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +2022,7 @@ func (x *PoolNode) String() string {
 func (*PoolNode) ProtoMessage() {}
 
 func (x *PoolNode) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_federation_v1_federation_proto_msgTypes[19]
+	mi := &file_imperator_federation_v1_federation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +2035,7 @@ func (x *PoolNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolNode.ProtoReflect.Descriptor instead.
 func (*PoolNode) Descriptor() ([]byte, []int) {
-	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{19}
+	return file_imperator_federation_v1_federation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PoolNode) GetName() string {
@@ -1963,14 +2092,24 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12A\n" +
 	"\n" +
-	"agent_mode\x18\x05 \x01(\x0e2\".imperator.federation.v1.AgentModeR\tagentMode\"\xa5\x01\n" +
+	"agent_mode\x18\x05 \x01(\x0e2\".imperator.federation.v1.AgentModeR\tagentMode\"\xe4\x01\n" +
 	"\bSnapshot\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12;\n" +
 	"\vobserved_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"observedAt\x12<\n" +
-	"\bmachines\x18\x03 \x03(\v2 .imperator.federation.v1.MachineR\bmachines\"\xbc\x01\n" +
+	"\bmachines\x18\x03 \x03(\v2 .imperator.federation.v1.MachineR\bmachines\x12=\n" +
+	"\thub_holds\x18\x04 \x03(\v2 .imperator.federation.v1.HubHoldR\bhubHolds\"\xaa\x01\n" +
+	"\aHubHold\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"fleet_hold\x18\x02 \x01(\tR\tfleetHold\x12\x18\n" +
+	"\abooking\x18\x03 \x01(\tR\abooking\x12\x14\n" +
+	"\x05group\x18\x04 \x01(\tR\x05group\x12\x12\n" +
+	"\x04type\x18\x05 \x01(\tR\x04type\x12\x14\n" +
+	"\x05count\x18\x06 \x01(\x05R\x05count\x12\x12\n" +
+	"\x04held\x18\a \x01(\x05R\x04held\"\xa7\x02\n" +
 	"\x05Delta\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -1978,7 +2117,9 @@ const file_imperator_federation_v1_federation_proto_rawDesc = "" +
 	"\vobserved_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"observedAt\x12:\n" +
 	"\aupserts\x18\x03 \x03(\v2 .imperator.federation.v1.MachineR\aupserts\x12\x1a\n" +
-	"\bremovals\x18\x04 \x03(\tR\bremovals\"\xf2\x01\n" +
+	"\bremovals\x18\x04 \x03(\tR\bremovals\x12=\n" +
+	"\thub_holds\x18\x05 \x03(\v2 .imperator.federation.v1.HubHoldR\bhubHolds\x12*\n" +
+	"\x11hub_holds_changed\x18\x06 \x01(\bR\x0fhubHoldsChanged\"\xf2\x01\n" +
 	"\tHeartbeat\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -2108,7 +2249,7 @@ func file_imperator_federation_v1_federation_proto_rawDescGZIP() []byte {
 }
 
 var file_imperator_federation_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_imperator_federation_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_imperator_federation_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_imperator_federation_v1_federation_proto_goTypes = []any{
 	(AgentMode)(0),                // 0: imperator.federation.v1.AgentMode
 	(HoldResult)(0),               // 1: imperator.federation.v1.HoldResult
@@ -2121,63 +2262,66 @@ var file_imperator_federation_v1_federation_proto_goTypes = []any{
 	(*SpokeMessage)(nil),          // 8: imperator.federation.v1.SpokeMessage
 	(*Hello)(nil),                 // 9: imperator.federation.v1.Hello
 	(*Snapshot)(nil),              // 10: imperator.federation.v1.Snapshot
-	(*Delta)(nil),                 // 11: imperator.federation.v1.Delta
-	(*Heartbeat)(nil),             // 12: imperator.federation.v1.Heartbeat
-	(*HubMessage)(nil),            // 13: imperator.federation.v1.HubMessage
-	(*HoldRequest)(nil),           // 14: imperator.federation.v1.HoldRequest
-	(*HoldResponse)(nil),          // 15: imperator.federation.v1.HoldResponse
-	(*Ack)(nil),                   // 16: imperator.federation.v1.Ack
-	(*Resync)(nil),                // 17: imperator.federation.v1.Resync
-	(*Machine)(nil),               // 18: imperator.federation.v1.Machine
-	(*MachineType)(nil),           // 19: imperator.federation.v1.MachineType
-	(*GPU)(nil),                   // 20: imperator.federation.v1.GPU
-	(*Usage)(nil),                 // 21: imperator.federation.v1.Usage
-	(*NodeCounts)(nil),            // 22: imperator.federation.v1.NodeCounts
-	(*PoolNode)(nil),              // 23: imperator.federation.v1.PoolNode
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(*HubHold)(nil),               // 11: imperator.federation.v1.HubHold
+	(*Delta)(nil),                 // 12: imperator.federation.v1.Delta
+	(*Heartbeat)(nil),             // 13: imperator.federation.v1.Heartbeat
+	(*HubMessage)(nil),            // 14: imperator.federation.v1.HubMessage
+	(*HoldRequest)(nil),           // 15: imperator.federation.v1.HoldRequest
+	(*HoldResponse)(nil),          // 16: imperator.federation.v1.HoldResponse
+	(*Ack)(nil),                   // 17: imperator.federation.v1.Ack
+	(*Resync)(nil),                // 18: imperator.federation.v1.Resync
+	(*Machine)(nil),               // 19: imperator.federation.v1.Machine
+	(*MachineType)(nil),           // 20: imperator.federation.v1.MachineType
+	(*GPU)(nil),                   // 21: imperator.federation.v1.GPU
+	(*Usage)(nil),                 // 22: imperator.federation.v1.Usage
+	(*NodeCounts)(nil),            // 23: imperator.federation.v1.NodeCounts
+	(*PoolNode)(nil),              // 24: imperator.federation.v1.PoolNode
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
 }
 var file_imperator_federation_v1_federation_proto_depIdxs = []int32{
-	24, // 0: imperator.federation.v1.JoinResponse.not_after:type_name -> google.protobuf.Timestamp
-	24, // 1: imperator.federation.v1.RenewResponse.not_after:type_name -> google.protobuf.Timestamp
+	25, // 0: imperator.federation.v1.JoinResponse.not_after:type_name -> google.protobuf.Timestamp
+	25, // 1: imperator.federation.v1.RenewResponse.not_after:type_name -> google.protobuf.Timestamp
 	9,  // 2: imperator.federation.v1.SpokeMessage.hello:type_name -> imperator.federation.v1.Hello
 	10, // 3: imperator.federation.v1.SpokeMessage.snapshot:type_name -> imperator.federation.v1.Snapshot
-	11, // 4: imperator.federation.v1.SpokeMessage.delta:type_name -> imperator.federation.v1.Delta
-	12, // 5: imperator.federation.v1.SpokeMessage.heartbeat:type_name -> imperator.federation.v1.Heartbeat
-	15, // 6: imperator.federation.v1.SpokeMessage.hold_response:type_name -> imperator.federation.v1.HoldResponse
+	12, // 4: imperator.federation.v1.SpokeMessage.delta:type_name -> imperator.federation.v1.Delta
+	13, // 5: imperator.federation.v1.SpokeMessage.heartbeat:type_name -> imperator.federation.v1.Heartbeat
+	16, // 6: imperator.federation.v1.SpokeMessage.hold_response:type_name -> imperator.federation.v1.HoldResponse
 	0,  // 7: imperator.federation.v1.Hello.agent_mode:type_name -> imperator.federation.v1.AgentMode
-	24, // 8: imperator.federation.v1.Snapshot.observed_at:type_name -> google.protobuf.Timestamp
-	18, // 9: imperator.federation.v1.Snapshot.machines:type_name -> imperator.federation.v1.Machine
-	24, // 10: imperator.federation.v1.Delta.observed_at:type_name -> google.protobuf.Timestamp
-	18, // 11: imperator.federation.v1.Delta.upserts:type_name -> imperator.federation.v1.Machine
-	24, // 12: imperator.federation.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	24, // 13: imperator.federation.v1.Heartbeat.api_server_unreachable_since:type_name -> google.protobuf.Timestamp
-	16, // 14: imperator.federation.v1.HubMessage.ack:type_name -> imperator.federation.v1.Ack
-	17, // 15: imperator.federation.v1.HubMessage.resync:type_name -> imperator.federation.v1.Resync
-	14, // 16: imperator.federation.v1.HubMessage.hold_request:type_name -> imperator.federation.v1.HoldRequest
-	24, // 17: imperator.federation.v1.HoldRequest.valid_until:type_name -> google.protobuf.Timestamp
-	24, // 18: imperator.federation.v1.HoldRequest.deadline:type_name -> google.protobuf.Timestamp
-	25, // 19: imperator.federation.v1.HoldRequest.valid_for:type_name -> google.protobuf.Duration
-	25, // 20: imperator.federation.v1.HoldRequest.answer_within:type_name -> google.protobuf.Duration
-	1,  // 21: imperator.federation.v1.HoldResponse.result:type_name -> imperator.federation.v1.HoldResult
-	19, // 22: imperator.federation.v1.Machine.types:type_name -> imperator.federation.v1.MachineType
-	23, // 23: imperator.federation.v1.Machine.nodes:type_name -> imperator.federation.v1.PoolNode
-	3,  // 24: imperator.federation.v1.Machine.ready:type_name -> imperator.federation.v1.ConditionStatus
-	20, // 25: imperator.federation.v1.MachineType.gpu:type_name -> imperator.federation.v1.GPU
-	21, // 26: imperator.federation.v1.MachineType.usage:type_name -> imperator.federation.v1.Usage
-	22, // 27: imperator.federation.v1.MachineType.nodes:type_name -> imperator.federation.v1.NodeCounts
-	2,  // 28: imperator.federation.v1.PoolNode.condition:type_name -> imperator.federation.v1.NodeCondition
-	4,  // 29: imperator.federation.v1.Federation.Join:input_type -> imperator.federation.v1.JoinRequest
-	6,  // 30: imperator.federation.v1.Federation.Renew:input_type -> imperator.federation.v1.RenewRequest
-	8,  // 31: imperator.federation.v1.Federation.Report:input_type -> imperator.federation.v1.SpokeMessage
-	5,  // 32: imperator.federation.v1.Federation.Join:output_type -> imperator.federation.v1.JoinResponse
-	7,  // 33: imperator.federation.v1.Federation.Renew:output_type -> imperator.federation.v1.RenewResponse
-	13, // 34: imperator.federation.v1.Federation.Report:output_type -> imperator.federation.v1.HubMessage
-	32, // [32:35] is the sub-list for method output_type
-	29, // [29:32] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	25, // 8: imperator.federation.v1.Snapshot.observed_at:type_name -> google.protobuf.Timestamp
+	19, // 9: imperator.federation.v1.Snapshot.machines:type_name -> imperator.federation.v1.Machine
+	11, // 10: imperator.federation.v1.Snapshot.hub_holds:type_name -> imperator.federation.v1.HubHold
+	25, // 11: imperator.federation.v1.Delta.observed_at:type_name -> google.protobuf.Timestamp
+	19, // 12: imperator.federation.v1.Delta.upserts:type_name -> imperator.federation.v1.Machine
+	11, // 13: imperator.federation.v1.Delta.hub_holds:type_name -> imperator.federation.v1.HubHold
+	25, // 14: imperator.federation.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	25, // 15: imperator.federation.v1.Heartbeat.api_server_unreachable_since:type_name -> google.protobuf.Timestamp
+	17, // 16: imperator.federation.v1.HubMessage.ack:type_name -> imperator.federation.v1.Ack
+	18, // 17: imperator.federation.v1.HubMessage.resync:type_name -> imperator.federation.v1.Resync
+	15, // 18: imperator.federation.v1.HubMessage.hold_request:type_name -> imperator.federation.v1.HoldRequest
+	25, // 19: imperator.federation.v1.HoldRequest.valid_until:type_name -> google.protobuf.Timestamp
+	25, // 20: imperator.federation.v1.HoldRequest.deadline:type_name -> google.protobuf.Timestamp
+	26, // 21: imperator.federation.v1.HoldRequest.valid_for:type_name -> google.protobuf.Duration
+	26, // 22: imperator.federation.v1.HoldRequest.answer_within:type_name -> google.protobuf.Duration
+	1,  // 23: imperator.federation.v1.HoldResponse.result:type_name -> imperator.federation.v1.HoldResult
+	20, // 24: imperator.federation.v1.Machine.types:type_name -> imperator.federation.v1.MachineType
+	24, // 25: imperator.federation.v1.Machine.nodes:type_name -> imperator.federation.v1.PoolNode
+	3,  // 26: imperator.federation.v1.Machine.ready:type_name -> imperator.federation.v1.ConditionStatus
+	21, // 27: imperator.federation.v1.MachineType.gpu:type_name -> imperator.federation.v1.GPU
+	22, // 28: imperator.federation.v1.MachineType.usage:type_name -> imperator.federation.v1.Usage
+	23, // 29: imperator.federation.v1.MachineType.nodes:type_name -> imperator.federation.v1.NodeCounts
+	2,  // 30: imperator.federation.v1.PoolNode.condition:type_name -> imperator.federation.v1.NodeCondition
+	4,  // 31: imperator.federation.v1.Federation.Join:input_type -> imperator.federation.v1.JoinRequest
+	6,  // 32: imperator.federation.v1.Federation.Renew:input_type -> imperator.federation.v1.RenewRequest
+	8,  // 33: imperator.federation.v1.Federation.Report:input_type -> imperator.federation.v1.SpokeMessage
+	5,  // 34: imperator.federation.v1.Federation.Join:output_type -> imperator.federation.v1.JoinResponse
+	7,  // 35: imperator.federation.v1.Federation.Renew:output_type -> imperator.federation.v1.RenewResponse
+	14, // 36: imperator.federation.v1.Federation.Report:output_type -> imperator.federation.v1.HubMessage
+	34, // [34:37] is the sub-list for method output_type
+	31, // [31:34] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_imperator_federation_v1_federation_proto_init() }
@@ -2192,7 +2336,7 @@ func file_imperator_federation_v1_federation_proto_init() {
 		(*SpokeMessage_Heartbeat)(nil),
 		(*SpokeMessage_HoldResponse)(nil),
 	}
-	file_imperator_federation_v1_federation_proto_msgTypes[9].OneofWrappers = []any{
+	file_imperator_federation_v1_federation_proto_msgTypes[10].OneofWrappers = []any{
 		(*HubMessage_Ack)(nil),
 		(*HubMessage_Resync)(nil),
 		(*HubMessage_HoldRequest)(nil),
@@ -2203,7 +2347,7 @@ func file_imperator_federation_v1_federation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_imperator_federation_v1_federation_proto_rawDesc), len(file_imperator_federation_v1_federation_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
