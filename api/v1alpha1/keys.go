@@ -71,6 +71,26 @@ const (
 	// do. The injector overwrites or removes any value a user sets, and only
 	// the agent may change it afterwards (deploy/spoke/policy).
 	HoldUIDAnnotation = Prefix + "hold-uid"
+	// GangKey labels a guest that belongs to a gang: guests of one
+	// namespace and machine type with the same value pass the slot gate
+	// together, once GangSizeAnnotation of them fit in the type's free units
+	// at once. Like every key of the prefix it is set when the pod is
+	// created; only the agent may change it afterwards.
+	GangKey = Prefix + "gang"
+	// GangSizeAnnotation is how many members a gang needs at once (a
+	// positive number): for GangKey gangs, and for members of a
+	// coscheduling PodGroup (CoschedulingPodGroupKey) or a native PodGroup
+	// (spec.schedulingGroup), whose group objects the agent does not read.
+	GangSizeAnnotation = Prefix + "gang-size"
+
+	// CoschedulingPodGroupKey is the scheduler-plugins coscheduling label
+	// naming a pod's PodGroup (scheduling.x-k8s.io): its members form a gang.
+	CoschedulingPodGroupKey = "scheduling.x-k8s.io/pod-group"
+	// KueuePodGroupNameKey is Kueue's label naming a plain pod's pod group,
+	// and KueuePodGroupTotalCountAnnotation its number of pods: the members
+	// form a gang of that size.
+	KueuePodGroupNameKey              = "kueue.x-k8s.io/pod-group-name"
+	KueuePodGroupTotalCountAnnotation = "kueue.x-k8s.io/pod-group-total-count"
 )
 
 // PodRole is the value of PodRoleKey.

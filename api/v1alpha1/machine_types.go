@@ -223,9 +223,11 @@ type Usage struct {
 	Queued int32 `json:"queued,omitempty"`
 	// unplaceable counts the queued guests that no node-pool=ready node of
 	// the type can take now (their nodeSelector, required node affinity or
-	// tolerations rule every one out). They keep their place in line but hold
-	// no unit: the reservation keeps their units, and the hub counts them as
-	// free. They are part of queued.
+	// tolerations rule every one out), and the members of gangs that free
+	// units alone cannot let through (bigger than available, members
+	// missing, no readable size, spread over several types). They wait but
+	// hold no unit: the reservation keeps their units, and the hub counts
+	// them as free. They are part of queued.
 	// +optional
 	Unplaceable int32 `json:"unplaceable,omitempty"`
 	// held counts the units set aside for CapacityHolds that no guest of

@@ -8,6 +8,7 @@ package wrappers
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -336,6 +337,27 @@ func (w *CapacityHoldWrapper) ValidUntil(t time.Time) *CapacityHoldWrapper {
 // claim the hold.
 func (w *CapacityHoldWrapper) Namespaces(namespaces ...string) *CapacityHoldWrapper {
 	w.Spec.Namespaces = namespaces
+	return w
+}
+
+// Gang makes the pod a member of gang name of size members (the label
+// imperator.tenzen-y.io/gang and the annotation
+// imperator.tenzen-y.io/gang-size): the members pass the slot gate together.
+func (w *PodWrapper) Gang(name string, size int) *PodWrapper {
+	w.Labels[imperatorv1alpha1.GangKey] = name
+	return w.Annotation(imperatorv1alpha1.GangSizeAnnotation, strconv.Itoa(size))
+}
+
+// Annotation sets an annotation; an empty value removes it.
+func (w *PodWrapper) Annotation(key, value string) *PodWrapper {
+	if value == "" {
+		delete(w.Annotations, key)
+		return w
+	}
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Annotations[key] = value
 	return w
 }
 

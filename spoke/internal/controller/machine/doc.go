@@ -44,6 +44,12 @@
 // of the type can take by their own constraints are unplaceable, a part of
 // queued: they keep their place in line but hold no unit.
 //
+// Guests of one gang (gang.go: a native or coscheduling PodGroup, a Kueue
+// pod group, or the imperator.tenzen-y.io/gang label) pass the gate
+// together, only when every member it needs fits in the free units at once;
+// a gang that does not fit keeps its place and free units are set aside for
+// it, up to what it needs.
+//
 // Only pods the agent's admission path made guests count: a pod labelled
 // pod-role=guest is one only with the Pod Resource Injector's record
 // (imperator.tenzen-y.io/injected) naming the group and type of its labels,

@@ -81,7 +81,7 @@ func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder e
 	var errs []error
 	for _, t := range machine.Spec.MachineTypes {
 		u := usage[t.Name]
-		if u == nil || len(u.gated)+len(u.unplaceable) == 0 {
+		if u == nil || len(u.gated)+len(u.unplaceable)+len(u.parked) == 0 {
 			continue
 		}
 		// Whether a node can take a guest is what podCounts found: the
@@ -104,6 +104,8 @@ func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder e
 			gated:       append(slices.Clip(u.gated), u.unplaceable...),
 			placeable:   placeable,
 			holds:       u.holds,
+			gangs:       u.gangs,
+			parked:      u.parked,
 		})
 		for _, pod := range plan.grant {
 			// The pod comes from the cache: patch a copy of its key only.
@@ -120,6 +122,13 @@ func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder e
 					continue
 				}
 				log.V(1).Info("Guest is gone or was created again under its name, no slot granted", "pod", klog.KObj(pod), "reason", err.Error())
+				continue
+			}
+			if g := u.gangs[pod.UID]; g != nil {
+				log.V(1).Info("Granted a slot to a gang member", "pod", klog.KObj(pod), "machineType", t.Name, "gang", g.id.String())
+				recorder.Eventf(pod, machine, corev1.EventTypeNormal, ReasonSlotGranted, "Grant",
+					"gang %s: %d of %d let through together, Running: granted a unit of %s of Machine %s, the scheduler places the guest now",
+					g.id, g.need, g.size, t.Name, machine.Name)
 				continue
 			}
 			log.V(1).Info("Granted a slot to a guest", "pod", klog.KObj(pod), "machineType", t.Name)
@@ -178,6 +187,9 @@ func tellNotOwner(ctx context.Context, c client.Client, recorder events.EventRec
 		note := fmt.Sprintf("waiting for %s: %s; Machine %s lets no guest through until it controls its reservations", t.Name, conflict.Error(), machine.Name)
 		for _, pod := range slices.Concat(u.gated, u.unplaceable) {
 			queued = append(queued, queuedGuest{pod: pod, note: note})
+		}
+		for _, q := range u.parked {
+			queued = append(queued, queuedGuest{pod: q.pod, note: note})
 		}
 	}
 	return tellWaiting(ctx, c, recorder, machine, queued)
@@ -279,6 +291,12 @@ func (e *grantExpectations) observe(key string, usage map[string]*typeUsage) {
 			u.Queued--
 			u.granted++
 			u.addHolding(pod)
+			if id, _, _, ok := gangMembership(pod); ok {
+				if u.gangHolding == nil {
+					u.gangHolding = map[gangID]int32{}
+				}
+				u.gangHolding[id]++
+			}
 			return true
 		}
 		u.gated = slices.DeleteFunc(u.gated, granted)

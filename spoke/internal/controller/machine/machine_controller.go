@@ -233,6 +233,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 		return ctrl.Result{}, err
 	}
 	r.expectations.observe(seriesKey, usage)
+	for name, u := range usage {
+		formGangs(u, name)
+	}
 	state.usage = usage
 	state.served = servedTypes(machine)
 	r.warnStuckReservations(seriesKey, recorder, machine, usage)

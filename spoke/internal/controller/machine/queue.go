@@ -135,6 +135,11 @@ type line struct {
 	placeable func(*corev1.Pod) bool
 	// holds is set when the type has an active CapacityHold (holds.go).
 	holds *holdLine
+	// gangs maps each gated guest of a gang that units alone can let
+	// through to its gang; parked are the members of the others, told why
+	// (formGangs).
+	gangs  map[types.UID]*waitingGang
+	parked []queuedGuest
 }
 
 // holdLine is what the line of a machine type with an active CapacityHold
@@ -158,6 +163,13 @@ type queuedGuest struct {
 	// hold is the CapacityHold whose held unit the guest waits for, "" in
 	// the ordinary line.
 	hold string
+	// unplaceable is set when no ready node can take it.
+	unplaceable bool
+	// gang is set for a member of a gang waiting whole, with the gang's
+	// plan; extra for a member beyond what the gang needs.
+	gang     *waitingGang
+	gangPlan gangPlan
+	extra    bool
 }
 
 // slotPlan is what to do with one machine type's line.
@@ -176,6 +188,11 @@ type slotPlan struct {
 // With an active CapacityHold (l.holds), a guest that may claim a held unit
 // of its hold takes one ahead of the line, while its hold has one; the
 // others take only the units no hold holds (ordinaryFree), in order.
+//
+// The members of a gang (l.gangs, gang.go) stand in line together at the
+// oldest one's place: they are let through together when all it needs fit,
+// else the free units are set aside for it up to what it needs. The parked
+// gang members (l.parked) are told why and let through by nobody.
 func planSlots(l line) slotPlan {
 	order := slices.Clone(l.gated)
 	slices.SortFunc(order, arrivalOrder)
@@ -188,10 +205,47 @@ func planSlots(l line) slotPlan {
 	// whatever the holds' accounting says (available lowered below what a
 	// hold and the guests already running need, say).
 	room := l.available - l.held
+	placeable := func(pod *corev1.Pod) bool { return l.placeable != nil && l.placeable(pod) }
 	var plan slotPlan
-	var unplaceable []bool
+	planned := map[*waitingGang]bool{}
 	for _, pod := range order {
-		placeable := l.placeable != nil && l.placeable(pod)
+		if g := l.gangs[pod.UID]; g != nil {
+			if planned[g] {
+				continue
+			}
+			planned[g] = true
+			needed, extra := g.members[:min(int(g.need), len(g.members))], g.members[min(int(g.need), len(g.members)):]
+			p := gangPlan{hold: commonClaim(l.holds, needed)}
+			if i := slices.IndexFunc(needed, func(m *corev1.Pod) bool { return !placeable(m) }); i >= 0 {
+				p.unplaceable = needed[i]
+			}
+			need := int32(len(needed))
+			switch {
+			case p.hold != "":
+				// The hold's units are the gang's when it has all it
+				// needs; otherwise what it has is kept for the gang.
+				p.aside = min(holdFree[p.hold], need)
+				holdFree[p.hold] -= p.aside
+				p.grant = p.aside == need && !l.releasing && p.unplaceable == nil && room >= need
+			case p.unplaceable == nil:
+				p.aside = min(max(free, 0), need)
+				free -= p.aside
+				p.grant = p.aside == need && !l.releasing && room >= need
+			}
+			if p.grant {
+				plan.grant = append(plan.grant, needed...)
+				room -= need
+			} else {
+				for _, m := range needed {
+					plan.queued = append(plan.queued, queuedGuest{pod: m, gang: g, gangPlan: p, unplaceable: !placeable(m)})
+				}
+			}
+			for _, m := range extra {
+				plan.queued = append(plan.queued, queuedGuest{pod: m, gang: g, extra: true})
+			}
+			continue
+		}
+		placeable := placeable(pod)
 		if hold := l.holds.claimOf(pod); hold != "" && holdFree[hold] > 0 {
 			// The held unit is this guest's: now, or once the reservation
 			// pod scaled away for it is gone.
@@ -201,8 +255,7 @@ func planSlots(l line) slotPlan {
 				room--
 				continue
 			}
-			plan.queued = append(plan.queued, queuedGuest{pod: pod, hold: hold})
-			unplaceable = append(unplaceable, !placeable)
+			plan.queued = append(plan.queued, queuedGuest{pod: pod, hold: hold, unplaceable: !placeable})
 			continue
 		}
 		if free > 0 && room > 0 && !l.releasing && placeable {
@@ -211,16 +264,29 @@ func planSlots(l line) slotPlan {
 			room--
 			continue
 		}
-		plan.queued = append(plan.queued, queuedGuest{pod: pod})
-		unplaceable = append(unplaceable, !placeable)
+		plan.queued = append(plan.queued, queuedGuest{pod: pod, unplaceable: !placeable})
 	}
 	inUse := l.held + int32(len(plan.grant))
 	position := 0
+	gangPlace := map[*waitingGang]int{}
 	for i := range plan.queued {
+		q := &plan.queued[i]
 		var note string
 		switch {
-		case plan.queued[i].hold != "":
-			note = fmt.Sprintf("waiting for a unit of %s held by CapacityHold %s", l.machineType, plan.queued[i].hold)
+		case q.extra:
+			q.note = extraMemberNote(q.gang)
+			continue
+		case q.gang != nil:
+			if gangPlace[q.gang] == 0 {
+				position++
+				gangPlace[q.gang] = position
+			}
+			note = gangNote(l, q.gang, q.gangPlan, gangPlace[q.gang], inUse)
+			if l.releasing && q.gangPlan.unplaceable == nil && q.gangPlan.aside == q.gang.need {
+				note += "; a reservation pod is making room"
+			}
+		case q.hold != "":
+			note = fmt.Sprintf("waiting for a unit of %s held by CapacityHold %s", l.machineType, q.hold)
 		case position >= exactPlaces:
 			// The same text until the guest moves up into the first
 			// exactPlaces: a grant rewrites exactPlaces annotations, not
@@ -233,20 +299,38 @@ func planSlots(l line) slotPlan {
 				note += fmt.Sprintf(", %d held for capacity holds", l.holds.held)
 			}
 		}
-		switch {
-		case unplaceable[i] && l.placeable == nil:
-			note += "; " + noReadyNodeNote
-		case unplaceable[i]:
-			note += "; " + unplaceableNote
-		case l.releasing && (plan.queued[i].hold != "" || inUse < l.available):
-			note += "; a reservation pod is making room"
+		if q.gang == nil {
+			switch {
+			case q.unplaceable && l.placeable == nil:
+				note += "; " + noReadyNodeNote
+			case q.unplaceable:
+				note += "; " + unplaceableNote
+			case l.releasing && (q.hold != "" || inUse < l.available):
+				note += "; a reservation pod is making room"
+			}
 		}
 		if len(l.stuck) > 0 {
 			note += "; not waiting for reservation pod " + strings.Join(l.stuck, ", ") + ", stuck terminating"
 		}
-		plan.queued[i].note = note
+		q.note = note
 	}
+	plan.queued = append(plan.queued, l.parked...)
 	return plan
+}
+
+// commonClaim is the hold every one of pods claims, "" when they do not
+// all claim the same one.
+func commonClaim(h *holdLine, pods []*corev1.Pod) string {
+	if h == nil || len(pods) == 0 {
+		return ""
+	}
+	hold := h.claimOf(pods[0])
+	for _, pod := range pods[1:] {
+		if h.claimOf(pod) != hold {
+			return ""
+		}
+	}
+	return hold
 }
 
 // noReadyNodeNote tells the guests at the gate why none is let through while

@@ -70,6 +70,19 @@ type typeUsage struct {
 	// coming back goes to them before the reservation grows into it. None
 	// of them may be let through meanwhile.
 	noReadyNode bool
+	// gangHolding counts, by gang, its members that hold a unit (bound or
+	// granted).
+	gangHolding map[gangID]int32
+	// gangTypes are, by gang, the machine types of the group its active
+	// members ask for, sorted; shared by every type of the group.
+	gangTypes map[gangID][]string
+	// gangs maps each guest of gated that belongs to a gang that units
+	// alone can let through to it (formGangs).
+	gangs map[types.UID]*waitingGang
+	// parked are the members of the gangs that cannot be let through
+	// whatever the free units, with what they are told: they left gated and
+	// unplaceable, and count in Usage.Unplaceable.
+	parked []queuedGuest
 	// holding are the guests holding a unit (bound, granted or leaving)
 	// that quote a CapacityHold: its claimed units.
 	holding []*corev1.Pod
@@ -207,6 +220,7 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, look lookups, av
 		usage[name] = &typeUsage{Usage: imperatorv1alpha1.Usage{Maximum: units}}
 	}
 	var reservations []*corev1.Pod
+	gangTypes := map[gangID][]string{}
 	for i := range pods {
 		pod := &pods[i]
 		u := usage[pod.Labels[imperatorv1alpha1.MachineTypeKey]]
@@ -245,6 +259,19 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, look lookups, av
 				}
 			}
 			continue
+		}
+		if id, _, _, ok := gangMembership(pod); ok && role == imperatorv1alpha1.PodRoleGuest {
+			machineType := pod.Labels[imperatorv1alpha1.MachineTypeKey]
+			if !slices.Contains(gangTypes[id], machineType) {
+				gangTypes[id] = append(gangTypes[id], machineType)
+				slices.Sort(gangTypes[id])
+			}
+			if bound(pod) || !gated(pod) {
+				if u.gangHolding == nil {
+					u.gangHolding = map[gangID]int32{}
+				}
+				u.gangHolding[id]++
+			}
 		}
 		switch role {
 		case imperatorv1alpha1.PodRoleReservation:
@@ -291,6 +318,7 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, look lookups, av
 	}
 	for name, u := range usage {
 		u.replicas = reservationReplicas(available[name], u.Usage)
+		u.gangTypes = gangTypes
 	}
 	// Pods at or above the replicas are being scaled away: whether they fit
 	// does not matter.
