@@ -262,12 +262,14 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 
 		By("making gamma's Secret unusable (a plain-http webhook URL): its webhooks leave gamma, so its pods and Machines are not refused 503")
 		setURL("http://127.0.0.1:1")
-		Eventually(func() bool {
+		// The agent deletes the injector's configuration, then the
+		// validator's.
+		Eventually(func(g Gomega) {
 			err := members["gamma"].Client.Get(ctx, client.ObjectKey{Name: "imperator-pod-injector"}, &admissionregistrationv1.MutatingWebhookConfiguration{})
-			return apierrors.IsNotFound(err)
-		}).WithTimeout(20*time.Second).WithPolling(200*time.Millisecond).Should(BeTrue(), "gamma's injector configuration is deleted once its Secret is unusable")
-		Expect(members["gamma"].Client.Get(ctx, client.ObjectKey{Name: "imperator-machine-validator"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})).
-			To(Satisfy(apierrors.IsNotFound))
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "gamma's injector configuration is deleted once its Secret is unusable")
+			err = members["gamma"].Client.Get(ctx, client.ObjectKey{Name: "imperator-machine-validator"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "gamma's validator configuration is deleted once its Secret is unusable")
+		}).WithTimeout(20 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 		setURL("")
 		Eventually(func(g Gomega) {
 			c, _ := hub.Cluster("gamma")
@@ -381,12 +383,12 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 			g.Expect(c.State).To(BeEquivalentTo("Unknown"))
 		}).WithTimeout(gracePeriod + 20*time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 		c := members["beta"].Client
-		Eventually(func() bool {
+		Eventually(func(g Gomega) {
 			err := c.Get(ctx, client.ObjectKey{Name: "imperator-pod-injector"}, &admissionregistrationv1.MutatingWebhookConfiguration{})
-			return apierrors.IsNotFound(err)
-		}).WithTimeout(20*time.Second).WithPolling(200*time.Millisecond).Should(BeTrue(), "beta's guests no longer go to an agent that does not serve it")
-		Expect(c.Get(ctx, client.ObjectKey{Name: "imperator-machine-validator"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})).
-			To(Satisfy(apierrors.IsNotFound))
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "beta's guests no longer go to an agent that does not serve it")
+			err = c.Get(ctx, client.ObjectKey{Name: "imperator-machine-validator"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "beta's Machines no longer go to an agent that does not serve it")
+		}).WithTimeout(20 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 		Expect(c.Create(ctx, wrappers.MakeMachine("after-removal", "after-removal").Type(xlarge, "4", "8Gi", 1).Obj())).To(Succeed())
 		Consistently(func(g Gomega) {
 			m := &imperatorv1alpha1.Machine{}
