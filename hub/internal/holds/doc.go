@@ -29,4 +29,16 @@
 // parts released. The requests carry durations, never the hub's instants,
 // and the booking (the FleetHold's UID), so a request sent again by another
 // replica after a stream moved finds the CapacityHold it made.
+//
+// Reconciled both ways (Reconciler): spokes report the CapacityHolds the
+// hub asked for; the replica holding a spoke's stream releases every one no
+// live FleetHold part owns, and fails a Held FleetHold whose spoke no
+// longer reports a Held part (NoLongerHeld: a fleet hold is all or nothing,
+// the hub does not re-plan the part; the other parts are released and the
+// holder books again). validUntil stays the backstop.
+//
+// A new hold avoids, for avoidFor (5 minutes), the spokes that refused a
+// part or did not answer in time, as recent FleetHolds record it; its
+// status message names them and why. When the units fit only with them,
+// they are asked again.
 package holds

@@ -136,7 +136,17 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 	}
 
 	now := c.opts.Clock.Now()
-	parts, why := plan(c.opts.Store.List(), spec.Request, now)
+	recent := &imperatorv1alpha1.FleetHoldList{}
+	if err := c.opts.Client.List(ctx, recent, client.InNamespace(c.opts.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing fleet holds: %w", err)
+	}
+	avoid := avoided(recent.Items, now)
+	fell := false
+	parts, why := plan(without(c.opts.Store.List(), avoid), spec.Request, now)
+	if parts == nil && len(avoid) > 0 {
+		fell = true
+		parts, why = plan(c.opts.Store.List(), spec.Request, now)
+	}
 	if parts == nil {
 		return nil, fmt.Errorf("%w: %s", ErrDoesNotFit, why)
 	}
@@ -174,6 +184,7 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 	// replica act on.
 	pending := fh.DeepCopy()
 	fh.Status.Phase = imperatorv1alpha1.FleetHoldPending
+	fh.Status.Message = avoidanceNote(avoid, fell)
 	for _, p := range parts {
 		fh.Status.Clusters = append(fh.Status.Clusters, imperatorv1alpha1.FleetHoldCluster{Cluster: p.cluster, Group: p.group, Type: p.typ, Count: p.count})
 	}

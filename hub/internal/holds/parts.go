@@ -43,7 +43,6 @@ func decide(fh *imperatorv1alpha1.FleetHold, deadlinePassed bool, connectedNowhe
 	switch {
 	case held == len(fh.Status.Clusters) && held > 0:
 		fh.Status.Phase = imperatorv1alpha1.FleetHoldHeld
-		fh.Status.Message = ""
 		return true
 	case !failed && !deadlinePassed:
 		return false

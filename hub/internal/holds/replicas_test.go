@@ -3,6 +3,7 @@ package holds
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -326,3 +327,48 @@ type shiftedClock struct{ by time.Duration }
 
 func (s shiftedClock) Now() time.Time                  { return time.Now().Add(s.by) }
 func (s shiftedClock) Since(t time.Time) time.Duration { return s.Now().Sub(t) }
+
+// TestANewHoldAvoidsASpokeThatJustRefused: spoke-b reports the most free
+// units but refuses every hold. After it refused a part, the next hold
+// goes to spoke-a and says why spoke-b was left out; a hold that fits only
+// on spoke-b still asks it.
+func TestANewHoldAvoidsASpokeThatJustRefused(t *testing.T) {
+	h := newTwoReplicas(t)
+	ctx := context.Background()
+	st := h.replicas["a"].opts.Store
+	st.ApplySnapshot("spoke-b", 1, &federationv1.Snapshot{Generation: 2, Machines: []*federationv1.Machine{{
+		Name: "m-team", Group: "team", Types: []*federationv1.MachineType{unitType("compute-xlarge", 1, 3, 0)},
+	}}})
+	refusing := h.fleet.spokes["spoke-b"]
+	refusing.mu.Lock()
+	refusing.refuse = true
+	refusing.mu.Unlock()
+	sameCluster := func(name string, count int32) Spec {
+		return Spec{Name: name, TTL: time.Hour, Request: capacity.Request{Type: "compute-xlarge", Count: count}}
+	}
+
+	first, err := h.replicas["a"].Create(ctx, sameCluster("first", 2))
+	if err != nil || first.Status.Phase != imperatorv1alpha1.FleetHoldFailed || first.Status.Clusters[0].Cluster != "spoke-b" {
+		t.Fatalf("first hold = %v, %v; want Failed on spoke-b, the most free", first, err)
+	}
+	second, err := h.replicas["b"].Create(ctx, sameCluster("second", 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Status.Phase != imperatorv1alpha1.FleetHoldHeld || second.Status.Clusters[0].Cluster != "spoke-a" {
+		t.Errorf("second hold = %s on %s, want Held on spoke-a", second.Status.Phase, second.Status.Clusters[0].Cluster)
+	}
+	if !strings.Contains(second.Status.Message, "spoke-b (Refused NotEnoughFree") {
+		t.Errorf("second hold's message = %q, want it to say why spoke-b was avoided", second.Status.Message)
+	}
+	third, err := h.replicas["a"].Create(ctx, sameCluster("third", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusing.mu.Lock()
+	asked := refusing.asked
+	refusing.mu.Unlock()
+	if third.Status.Clusters[0].Cluster != "spoke-b" || asked < 2 {
+		t.Errorf("third hold, that fits only on spoke-b, went to %s (spoke-b asked %d times), want spoke-b asked again", third.Status.Clusters[0].Cluster, asked)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
@@ -48,4 +49,23 @@ func hubHolds(ctx context.Context, cache client.Reader, now time.Time) ([]*feder
 // sameHubHolds reports whether two reports of hub holds say the same.
 func sameHubHolds(a, b []*federationv1.HubHold) bool {
 	return slices.EqualFunc(a, b, func(x, y *federationv1.HubHold) bool { return proto.Equal(x, y) })
+}
+
+// mayWriteHolds asks the API server whether the agent may create and delete
+// CapacityHolds (what answering HoldRequests takes), and why not.
+func mayWriteHolds(ctx context.Context, c client.Client) (bool, string) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for _, verb := range []string{"create", "delete"} {
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: imperatorv1alpha1.GroupVersion.Group, Resource: "capacityholds", Verb: verb},
+		}}
+		if err := c.Create(ctx, review); err != nil {
+			return false, fmt.Sprintf("checking whether the agent may %s CapacityHolds: %v", verb, err)
+		}
+		if !review.Status.Allowed {
+			return false, fmt.Sprintf("the agent may not %s CapacityHolds: %s", verb, review.Status.Reason)
+		}
+	}
+	return true, ""
 }

@@ -2,8 +2,13 @@ package reporter
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -62,5 +67,43 @@ func TestTheSpokeReportsTheLiveHoldsTheHubAskedFor(t *testing.T) {
 	}
 	if !sameHubHolds(got, want) || sameHubHolds(got, want[:2]) {
 		t.Errorf("sameHubHolds does not tell the lists apart")
+	}
+}
+
+// TestHoldsAreOfferedOnlyWhereTheAgentCanHold: the agent offers the hub
+// capacity holds only when the CapacityHold CRD is served (they are
+// watched) and it may create and delete them; otherwise every hold placed
+// on it would be refused.
+func TestHoldsAreOfferedOnlyWhereTheAgentCanHold(t *testing.T) {
+	cases := map[string]struct {
+		crdServed bool
+		allowed   map[string]bool
+		wantHolds bool
+		wantHub   bool
+	}{
+		"CRD served, may create and delete": {crdServed: true, allowed: map[string]bool{"create": true, "delete": true}, wantHolds: true, wantHub: true},
+		"CRD served, may not create":        {crdServed: true, allowed: map[string]bool{"delete": true}, wantHub: true},
+		"CRD served, may not delete":        {crdServed: true, allowed: map[string]bool{"create": true}, wantHub: true},
+		"CRD not served":                    {allowed: map[string]bool{"create": true, "delete": true}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			review := interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if r, ok := obj.(*authorizationv1.SelfSubjectAccessReview); ok {
+					r.Status.Allowed = tc.allowed[r.Spec.ResourceAttributes.Verb]
+					return nil
+				}
+				return c.Create(ctx, obj, opts...)
+			}}
+			r := &Reporter{opts: Options{Client: fake.NewClientBuilder().WithScheme(testScheme(t)).WithInterceptorFuncs(review).Build()}, log: logr.Discard()}
+			r.reportsHubHolds.Store(tc.crdServed)
+			got := r.capabilities(context.Background())
+			if slices.Contains(got, holdCapability) != tc.wantHolds || slices.Contains(got, hubHoldsCapability) != tc.wantHub {
+				t.Errorf("capabilities = %v, want holds %t, hub-holds %t", got, tc.wantHolds, tc.wantHub)
+			}
+			if !slices.Contains(got, "delta") {
+				t.Errorf("capabilities = %v, want the others kept", got)
+			}
+		})
 	}
 }

@@ -516,7 +516,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 	err = stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{
 		ClusterName:  r.opts.Hub.ClusterName,
 		AgentVersion: r.opts.AgentVersion,
-		Capabilities: r.capabilities(),
+		Capabilities: r.capabilities(ctx),
 		Epoch:        r.epoch,
 		AgentMode:    r.opts.AgentMode,
 	}}})
@@ -740,12 +740,22 @@ func (r *Reporter) sendDelta(ctx context.Context, stream federationv1.Federation
 	return current, nil
 }
 
-// capabilities are the protocol features this agent implements now.
-func (r *Reporter) capabilities() []string {
-	if r.reportsHubHolds.Load() {
-		return append(slices.Clone(capabilities), hubHoldsCapability)
+// capabilities are the protocol features this agent offers now: holds
+// (holdCapability, hubHoldsCapability) only where the CapacityHold CRD is
+// served and the agent may create and delete CapacityHolds, so that the
+// hub does not place holds on a spoke that can only refuse them.
+func (r *Reporter) capabilities(ctx context.Context) []string {
+	out := slices.DeleteFunc(slices.Clone(capabilities), func(c string) bool { return c == holdCapability })
+	if !r.reportsHubHolds.Load() {
+		return out
 	}
-	return capabilities
+	out = append(out, hubHoldsCapability)
+	if may, why := mayWriteHolds(ctx, r.opts.Client); may {
+		out = append(out, holdCapability)
+	} else {
+		r.log.Info("Not offering the hub capacity holds", "reason", why)
+	}
+	return out
 }
 
 // watchHubHolds watches the CapacityHolds, so that a change of the hub's
