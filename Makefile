@@ -40,7 +40,7 @@ tools: ## Build the pinned code generators and test tools into the cache.
 	@hack/tools.sh >/dev/null
 
 .PHONY: k8s-bin
-k8s-bin: ## Build kube-apiserver, controller-manager, scheduler, kubectl, etcd and kwok into the cache.
+k8s-bin: ## Build kube-apiserver, controller-manager, scheduler, kubectl, kubelet, etcd and kwok into the cache.
 	@hack/k8s-bin.sh
 
 .PHONY: generate

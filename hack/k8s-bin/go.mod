@@ -1,6 +1,6 @@
 // Module k8s-bin builds the Kubernetes control-plane binaries (kube-apiserver,
-// kube-controller-manager, kube-scheduler, kubectl) from k8s.io/kubernetes for the
-// local test harness. k8s.io/kubernetes cannot be "go install"ed because its go.mod
+// kube-controller-manager, kube-scheduler, kubectl) and the kubelet from k8s.io/kubernetes
+// for the local test harness. k8s.io/kubernetes cannot be "go install"ed because its go.mod
 // replaces its staging modules; the replace block below points each of them at the
 // published release (generated from k8s.io/kubernetes's go.mod by hack/k8s-bin.sh regen).
 module github.com/imperator-federation/imperator/hack/k8s-bin
@@ -14,6 +14,7 @@ require (
 	github.com/JeffAshton/win_pdh v0.0.0-20161109143554-76bb4ee9f0ab // indirect
 	github.com/MakeNowJust/heredoc v1.0.0 // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect
+	github.com/Microsoft/hnslib v0.1.2 // indirect
 	github.com/NYTimes/gziphandler v1.1.1 // indirect
 	github.com/antlr4-go/antlr/v4 v4.13.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -105,6 +106,7 @@ require (
 	go.etcd.io/etcd/client/pkg/v3 v3.6.8 // indirect
 	go.etcd.io/etcd/client/v3 v3.6.8 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/contrib/instrumentation/github.com/emicklei/go-restful/otelrestful v0.65.0 // indirect
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.65.0 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.65.0 // indirect
 	go.opentelemetry.io/otel v1.41.0 // indirect
@@ -150,6 +152,7 @@ require (
 	k8s.io/controller-manager v0.36.3 // indirect
 	k8s.io/cri-api v0.36.3 // indirect
 	k8s.io/cri-client v0.0.0 // indirect
+	k8s.io/cri-streaming v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.0.0 // indirect
 	k8s.io/dynamic-resource-allocation v0.36.3 // indirect
 	k8s.io/endpointslice v0.0.0 // indirect
