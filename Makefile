@@ -88,8 +88,8 @@ bench-smoke: k8s-bin ## Every benchmark once at its smallest size, so that none 
 	$(GO) run ./hack/bench -smoke
 
 .PHONY: e2e
-e2e: k8s-bin build ## The multi-cluster journeys against a fleet started for the run (or E2E_FLEET=.fleet/fleet.json); HOSTED=1: spoke-b served by a hosted agent.
-	E2E_HOSTED=$(HOSTED) E2E_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -v ./test/e2e/
+e2e: k8s-bin build ## The multi-cluster journeys against a fleet started for the run (or E2E_FLEET=.fleet/fleet.json); HOSTED=1: spoke-b served by a hosted agent; HUB_REPLICAS=2: two hub replicas, spoke-b on the second.
+	E2E_HOSTED=$(HOSTED) E2E_HUB_REPLICAS=$(HUB_REPLICAS) E2E_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -v ./test/e2e/
 
 .PHONY: e2e-hosted
 e2e-hosted: ## The same journeys with spoke-b served by a hosted agent in the hub cluster (make e2e HOSTED=1).
@@ -108,9 +108,9 @@ e2e-kind-down: ## Delete the kind clusters of e2e-kind.
 	@hack/kind/e2e.sh down
 
 .PHONY: up
-up: k8s-bin build ## Start the local fleet in the background: hub + 2 spoke clusters with GPU nodes, the hub and an agent per spoke (HOSTED=1: spoke-b's agent is hosted in the hub cluster).
+up: k8s-bin build ## Start the local fleet in the background: hub + 2 spoke clusters with GPU nodes, the hub and an agent per spoke (HOSTED=1: spoke-b's agent is hosted in the hub cluster; HUB_REPLICAS=2: two hub replicas, the spokes spread over them).
 	$(GO) build -o $(BIN)/fleet ./hack/fleet
-	@HOSTED=$(HOSTED) hack/fleet.sh up
+	@HOSTED=$(HOSTED) HUB_REPLICAS=$(HUB_REPLICAS) hack/fleet.sh up
 
 .PHONY: demo
 demo: up ## The main job: a local hub + 2 spokes with sample GPU Machines and a guest workload, queried with imperatorctl.

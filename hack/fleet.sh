@@ -6,6 +6,8 @@
 #   hack/fleet.sh up       start (no-op when already running), wait until ready;
 #                          with HOSTED=1 spoke-b has no agent inside: one hosted
 #                          agent in the hub cluster serves it (README, Hosted mode)
+#                          with HUB_REPLICAS=2 two hub replicas serve the fleet,
+#                          the spokes spread over them (spoke-b on the second)
 #   hack/fleet.sh down     stop everything the fleet started
 #   hack/fleet.sh status   exit 0 when the fleet is running
 set -euo pipefail
@@ -43,7 +45,7 @@ up() {
   if [ -n "${HOSTED:-}" ] && [ "${HOSTED}" != 0 ]; then
     hosted=(--hosted spoke-b)
   fi
-  nohup "$root/bin/fleet" --dir "$dir" --bin "$root/bin" "${hosted[@]}" >"$dir/fleet.log" 2>&1 &
+  nohup "$root/bin/fleet" --dir "$dir" --bin "$root/bin" --hub-replicas "${HUB_REPLICAS:-1}" "${hosted[@]}" >"$dir/fleet.log" 2>&1 &
   echo $! >"$pidfile"
   echo "fleet: starting (pid $!), log in $dir/fleet.log"
   for _ in $(seq 1 600); do

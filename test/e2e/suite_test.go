@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -29,6 +31,10 @@ const (
 	// (spoke --clusters-from=kubeconfig-secrets) instead of one inside it;
 	// every journey runs unchanged against it.
 	hostedEnv = "E2E_HOSTED"
+	// hubReplicasEnv, when a number above 1 (`make e2e HUB_REPLICAS=2`,
+	// as CI runs it), starts that many hub replicas, the spokes spread
+	// over them (spoke-b on the second): every journey runs unchanged.
+	hubReplicasEnv = "E2E_HUB_REPLICAS"
 )
 
 // fleetStartTimeout bounds the start of the clusters, the hub and the agents.
@@ -65,6 +71,10 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		By("starting a fleet: a hub cluster, spoke-a and spoke-b, the hub, spoke-a's agent and a hosted agent in the hub cluster serving spoke-b")
 	} else {
 		By("starting a fleet: a hub cluster, spoke-a and spoke-b, the hub and an agent per spoke")
+	}
+	if n, err := strconv.Atoi(os.Getenv(hubReplicasEnv)); err == nil && n > 1 {
+		opts.HubReplicas = n
+		By(fmt.Sprintf("with %d hub replicas, the spokes spread over them", n))
 	}
 	dir, err := os.MkdirTemp("", "imperator-e2e-")
 	Expect(err).NotTo(HaveOccurred())

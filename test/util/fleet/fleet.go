@@ -46,6 +46,10 @@ type Options struct {
 	// HubArgs and AgentArgs are extra flags of the hub and of every agent
 	// (short certificate lifetimes in the fault suite, for instance).
 	HubArgs, AgentArgs []string
+	// HubReplicas is how many hub replicas serve the fleet (at least one):
+	// the spokes' agents are spread over them in turn (`make up
+	// HUB_REPLICAS=2`, as the chart ships).
+	HubReplicas int
 }
 
 // DefaultGracePeriod is the hub's grace period for silent spokes in a fleet:

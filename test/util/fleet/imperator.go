@@ -88,6 +88,9 @@ func (f *Fleet) installImperator(ctx context.Context) error {
 	if err := os.WriteFile(f.ImperatorctlConfig(), []byte(ctlConfig), 0o600); err != nil {
 		return fmt.Errorf("fleet: writing the imperatorctl configuration: %w", err)
 	}
+	if err := f.startHubReplicas(ctx); err != nil {
+		return err
+	}
 	if len(f.opts.Hosted) > 0 {
 		if err := ensureNamespaceNamed(ctx, f.Hub, HostedNamespace); err != nil {
 			return err

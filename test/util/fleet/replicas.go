@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/imperator-federation/imperator/test/util/faultproxy"
 	"github.com/imperator-federation/imperator/test/util/harness"
 )
 
@@ -132,4 +133,59 @@ func (f *Fleet) HubLogPath() string {
 		return ""
 	}
 	return f.hub.proc.LogPath()
+}
+
+// startHubReplicas starts the further replicas of Options.HubReplicas,
+// hub-2 on, and spreads the spokes with an agent inside over every replica
+// in turn (the first spoke on the fleet's hub, the second on hub-2, ...),
+// as a load balancer in front of the shipped two replicas would. A hosted
+// agent keeps dialing the fleet's hub.
+func (f *Fleet) startHubReplicas(ctx context.Context) error {
+	addresses := []string{""}
+	for i := 2; i <= f.opts.HubReplicas; i++ {
+		r, err := f.StartReplica(ctx, "hub-"+strconv.Itoa(i))
+		if err != nil {
+			return err
+		}
+		addresses = append(addresses, r.Address())
+	}
+	if len(addresses) == 1 {
+		return nil
+	}
+	next := 0
+	for _, name := range f.names {
+		if f.IsHosted(name) {
+			continue
+		}
+		address := addresses[next%len(addresses)]
+		next++
+		if address == "" {
+			continue
+		}
+		if !f.opts.FaultProxies {
+			f.DialHub(name, address)
+			continue
+		}
+		// The fault suite cuts the spoke's way to its replica.
+		p, err := faultproxy.Start(address)
+		if err != nil {
+			return fmt.Errorf("fleet: fault proxy of %s: %w", name, err)
+		}
+		f.mu.Lock()
+		f.proxies[name] = p
+		f.mu.Unlock()
+	}
+	return nil
+}
+
+// HubReplicaAddresses are the gRPC addresses of every hub replica, the
+// fleet's hub first.
+func (f *Fleet) HubReplicaAddresses() []string {
+	out := []string{f.HubAddress()}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.replicas {
+		out = append(out, r.Address())
+	}
+	return out
 }
