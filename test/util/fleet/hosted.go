@@ -81,7 +81,7 @@ func checkHosted(opts Options) error {
 // hosted agent's namespace of the hub cluster: the way a platform team adds
 // a member (deploy/overlays/spoke-hosted/member-secret.example.yaml).
 func (f *Fleet) addMember(ctx context.Context, spoke, token string) error {
-	kubeconfig, err := inlineKubeconfig(f.Spokes[spoke].KubeconfigPath)
+	kubeconfig, err := inlineKubeconfig(agentKubeconfigPath(f.Spokes[spoke]))
 	if err != nil {
 		return fmt.Errorf("fleet: kubeconfig of member %s: %w", spoke, err)
 	}

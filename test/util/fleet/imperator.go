@@ -42,9 +42,9 @@ type agentProcess struct {
 	metricsPort int
 }
 
-// installImperator installs the CRDs of each side, the agents' namespace and
-// the spokes' reservation PriorityClass, then starts the hub and one agent per
-// spoke, each joining with its own one-time token.
+// installImperator installs the CRDs of each side, the agents' namespace,
+// the spokes' reservation PriorityClass and admission policies, then starts
+// the hub and one agent per spoke, each joining with its own one-time token.
 func (f *Fleet) installImperator(ctx context.Context) error {
 	root, err := repo.Root()
 	if err != nil {
@@ -67,6 +67,14 @@ func (f *Fleet) installImperator(ctx context.Context) error {
 		}
 		// deploy/spoke ships it; the agent only reads it.
 		if err := InstallReservationPriorityClass(ctx, spoke); err != nil {
+			return err
+		}
+		// The tenant boundary, as deploy/spoke installs it; the agents act
+		// as the identity the policies know (AgentKubeconfig).
+		if err := InstallAdmissionPolicies(ctx, spoke); err != nil {
+			return err
+		}
+		if _, err := AgentKubeconfig(spoke); err != nil {
 			return err
 		}
 	}
@@ -275,7 +283,7 @@ func (f *Fleet) StartAgent(ctx context.Context, spoke string) error {
 		return err
 	}
 	a, err := f.startAgentProcess(ctx, agentStart{
-		name: "imperator-agent", what: "agent of " + spoke, dir: cluster.Dir, kubeconfig: cluster.KubeconfigPath,
+		name: "imperator-agent", what: "agent of " + spoke, dir: cluster.Dir, kubeconfig: agentKubeconfigPath(cluster),
 		hubAddress: hubAddress, previous: f.agents[spoke],
 		args: []string{"--cluster-name", spoke, "--join-token-file", f.tokenPath(spoke)},
 	})
