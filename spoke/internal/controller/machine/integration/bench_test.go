@@ -292,3 +292,116 @@ func reportLatencies(b *testing.B, name string, d []time.Duration) {
 	b.ReportMetric(float64(d[len(d)-1].Milliseconds()), name+"-max-ms")
 	b.ReportMetric(float64(len(d)), name+"-samples")
 }
+
+// gangRounds is how many times BenchmarkGangAdmission frees the last unit a
+// waiting gang needs.
+const gangRounds = 10
+
+// BenchmarkGangAdmission measures how long a 4-pod gang waiting whole for
+// compute-medium (available 4) takes to be bound, every member, from the
+// moment the single guest holding the last unit it needs is deleted: the
+// controller sees the unit free, lets the four members through together,
+// and the scheduler binds them. It reports the median, 90th and 99th
+// percentile and maximum over gangRounds rounds, and the FailedScheduling
+// events the members got (none is expected: they pass the gate only into
+// free units). Run with
+//
+//	go test ./spoke/internal/controller/machine/integration/ -run '^$' -bench GangAdmission -benchtime 1x
+func BenchmarkGangAdmission(b *testing.B) {
+	ctx := context.Background()
+	e := startBenchEnvironment(b, "machine-gang")
+	guests := benchNamespace(b, e, injectionEnabled)
+	if err := e.Client.Create(ctx, mediumMachine(4)); err != nil {
+		b.Fatal(err)
+	}
+	waitRunningReservations(b, e, "compute-medium", 4)
+
+	var admitted []time.Duration
+	for b.Loop() {
+		for round := range gangRounds {
+			gang := "train-" + strconv.Itoa(round)
+			blocker := guest(guests, "blocker-"+strconv.Itoa(round), "compute-medium")
+			timeUntilRunning(b, e, blocker)
+			var members []*corev1.Pod
+			for i := range 4 {
+				member := gangMember(guests, gang+"-"+strconv.Itoa(i), gang, 4)
+				if err := e.Client.Create(ctx, member); err != nil {
+					b.Fatal(err)
+				}
+				members = append(members, member)
+			}
+			// Waiting whole: every member told so, no reservation left.
+			waitGangTold(b, e, guests, gang)
+			waitReservations(b, e, "compute-medium", 0, isBound)
+			admitted = append(admitted, timeUntilGangBound(b, e, blocker, gang, 4))
+			for _, m := range members {
+				if err := e.Client.Delete(ctx, m, client.GracePeriodSeconds(0)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			waitRunningReservations(b, e, "compute-medium", 4)
+		}
+	}
+	b.StopTimer()
+	reportLatencies(b, "gang-bound", admitted)
+	failed := failedScheduling(b, e, guests)
+	b.ReportMetric(float64(failed), "failedscheduling-events")
+	if failed > 0 {
+		b.Errorf("the scheduler tried gang members %d times before their units were free (FailedScheduling events)", failed)
+	}
+}
+
+// waitGangTold waits until every member of gang carries its queue note.
+func waitGangTold(b *testing.B, e *environment, namespace, gang string) {
+	b.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		if err := e.Client.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels{imperatorv1alpha1.GangKey: gang}); err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if p.Annotations[imperatorv1alpha1.QueueAnnotation] == "" {
+				return false, nil
+			}
+		}
+		return len(pods.Items) > 0, nil
+	})
+	if err != nil {
+		b.Fatalf("waiting for gang %s to be told it waits: %v", gang, err)
+	}
+}
+
+// timeUntilGangBound deletes blocker, which holds the last unit gang needs,
+// and returns the time from just before the delete call until a watch
+// reports all size members of gang bound to a node.
+func timeUntilGangBound(b *testing.B, e *environment, blocker *corev1.Pod, gang string, size int) time.Duration {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w, err := e.Cluster.Kubernetes().CoreV1().Pods(blocker.Namespace).Watch(ctx, metav1.ListOptions{
+		LabelSelector: imperatorv1alpha1.GangKey + "=" + gang,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	start := time.Now()
+	if err := e.Client.Delete(ctx, blocker, client.GracePeriodSeconds(0)); err != nil {
+		b.Fatal(err)
+	}
+	bound := map[string]bool{}
+	for ev := range w.ResultChan() {
+		p, ok := ev.Object.(*corev1.Pod)
+		if !ok || ev.Type == watch.Deleted {
+			continue
+		}
+		if p.Spec.NodeName != "" {
+			bound[p.Name] = true
+		}
+		if len(bound) == size {
+			return time.Since(start)
+		}
+	}
+	b.Fatalf("gang %s was not bound within 60s of its last unit freeing (%d of %d bound)", gang, len(bound), size)
+	return 0
+}

@@ -1,0 +1,178 @@
+package machine_test
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
+)
+
+// mediumMachine is general-machine offering available compute-medium units
+// on eriri alone, a node with room for eight.
+func mediumMachine(available int32) *imperatorv1alpha1.Machine {
+	return wrappers.MakeMachine(machineName, group).
+		Type("compute-medium", "6000m", "48Gi", available).GPU("nvidia.com/gpu", 1, "", "").GPUMachine("DGX-1").
+		Node("eriri", "compute-medium").Tainted().Obj()
+}
+
+// gangMember is a guest of compute-medium in gang of size members.
+func gangMember(namespace, name, gang string, size int) *corev1.Pod {
+	pod := guest(namespace, name, "compute-medium")
+	pod.Labels[imperatorv1alpha1.GangKey] = gang
+	pod.Annotations[imperatorv1alpha1.GangSizeAnnotation] = strconv.Itoa(size)
+	return pod
+}
+
+// createGang creates n members of gang of size members, named <gang>-0 ...,
+// one after the other, and returns their names.
+func createGang(ctx context.Context, namespace, gang string, size, n int) []string {
+	GinkgoHelper()
+	var names []string
+	for i := range n {
+		name := gang + "-" + strconv.Itoa(i)
+		Expect(k8s.Create(ctx, gangMember(namespace, name, gang, size))).To(Succeed())
+		names = append(names, name)
+	}
+	return names
+}
+
+// states maps each name to state.
+func states(state string, names ...string) map[string]string {
+	out := map[string]string{}
+	for _, n := range names {
+		out[n] = state
+	}
+	return out
+}
+
+// merged is the union of maps.
+func merged(maps ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range maps {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+var _ = Describe("Gangs at the slot gate", func() {
+	var guests string
+
+	BeforeEach(func(ctx context.Context) {
+		guests = createGuestNamespace(ctx, injectionEnabled)
+	})
+
+	guestStates := func(ctx context.Context) func(Gomega) map[string]string {
+		return func(g Gomega) map[string]string {
+			out := map[string]string{}
+			for _, p := range podsOf(ctx, g, guests, nil) {
+				switch {
+				case running(&p):
+					out[p.Name] = "Running"
+				case schedulingGated(&p):
+					out[p.Name] = "SchedulingGated"
+				default:
+					out[p.Name] = string(p.Status.Phase)
+				}
+			}
+			return out
+		}
+	}
+	deletePods := func(ctx context.Context, names ...string) {
+		GinkgoHelper()
+		for _, n := range names {
+			Expect(k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: guests, Name: n}}, client.GracePeriodSeconds(0))).To(Succeed())
+		}
+	}
+
+	It("lets one of two 4-pod gangs on 6 units run whole, the other waits whole with the single guest behind it, and runs whole once the first leaves", func(ctx context.Context) {
+		createMachine(ctx, mediumMachine(6))
+		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-medium")).To(Equal(6)) }).WithTimeout(60 * time.Second).Should(Succeed())
+
+		a := createGang(ctx, guests, "a", 4, 4)
+		b := createGang(ctx, guests, "b", 4, 4)
+		Expect(k8s.Create(ctx, guest(guests, "late", "compute-medium"))).To(Succeed())
+		want := merged(states("Running", a...), states("SchedulingGated", b...), states("SchedulingGated", "late"))
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(want))
+		By("keeping every member of the second gang and the guest behind it at the gate, though two units are free")
+		Consistently(guestStates(ctx)).WithTimeout(3 * time.Second).Should(Equal(want))
+		Eventually(usage(ctx, machineName)).WithTimeout(10 * time.Second).Should(HaveKeyWithValue("compute-medium", uq(6, 0, 4, 5, 5)))
+
+		By("telling every member of the waiting gang why, in the Volcano PodGroup words, and the single guest its place behind it")
+		for _, name := range b {
+			Eventually(queueNote(ctx, guests, name)).WithTimeout(10 * time.Second).Should(Equal(
+				"gang " + guests + "/b: 4 of 4 needed, 2 free; Pending (NotEnoughResources): waiting whole for compute-medium, 1st in line, 4 of 6 in use"))
+			Expect(podEventNotes(ctx, Default, guests, name, "Queued")).To(HaveLen(1))
+		}
+		Eventually(queueNote(ctx, guests, "late")).WithTimeout(10 * time.Second).Should(Equal("waiting for compute-medium: 2nd in line, 4 of 6 in use"))
+		Expect(podEventNotes(ctx, Default, guests, "a-0", "SlotGranted")).To(ConsistOf(
+			"gang " + guests + "/a: 4 of 4 let through together, Running: granted a unit of compute-medium of Machine general-machine, the scheduler places the guest now"))
+
+		By("deleting the first gang: the second runs whole, then the single guest")
+		deletePods(ctx, a...)
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(merged(states("Running", b...), states("Running", "late"))))
+		for _, name := range b {
+			Expect(podEventNotes(ctx, Default, guests, name, "FailedScheduling")).To(BeEmpty())
+		}
+	})
+
+	It("keeps a gang bigger than the type at the gate, told why, holding no unit, while a single guest passes", func(ctx context.Context) {
+		createMachine(ctx, mediumMachine(6))
+		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-medium")).To(Equal(6)) }).WithTimeout(60 * time.Second).Should(Succeed())
+
+		big := createGang(ctx, guests, "big", 7, 7)
+		Expect(k8s.Create(ctx, guest(guests, "late", "compute-medium"))).To(Succeed())
+		want := merged(states("SchedulingGated", big...), states("Running", "late"))
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(want))
+		Consistently(guestStates(ctx)).WithTimeout(3 * time.Second).Should(Equal(want))
+		for _, name := range big {
+			Eventually(queueNote(ctx, guests, name)).WithTimeout(10 * time.Second).Should(Equal(
+				"gang " + guests + "/big: 7 needed at once, compute-medium has 6 available; Unschedulable (NotEnoughResources): never let through while available is below its size, it holds no unit"))
+		}
+		By("keeping the reservation for the units nobody uses: the gang's members are queued and unplaceable")
+		want7 := imperatorv1alpha1.Usage{Maximum: 6, Reserved: 5, Used: 1, Waiting: 7, Queued: 7, Unplaceable: 7}
+		Eventually(usage(ctx, machineName)).WithTimeout(30 * time.Second).Should(HaveKeyWithValue("compute-medium", want7))
+		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-medium")).To(Equal(5)) }).WithTimeout(30 * time.Second).Should(Succeed())
+	})
+
+	It("parks a waiting gang that loses a member: it holds no unit and sets nothing aside until the member is created again, then runs whole", func(ctx context.Context) {
+		createMachine(ctx, mediumMachine(6))
+		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-medium")).To(Equal(6)) }).WithTimeout(60 * time.Second).Should(Succeed())
+		for _, name := range []string{"s0", "s1", "s2", "s3"} {
+			Expect(k8s.Create(ctx, guest(guests, name, "compute-medium"))).To(Succeed())
+		}
+		singles := states("Running", "s0", "s1", "s2", "s3")
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(singles))
+		train := createGang(ctx, guests, "train", 4, 4)
+		Eventually(queueNote(ctx, guests, "train-3")).WithTimeout(30 * time.Second).Should(Equal(
+			"gang " + guests + "/train: 4 of 4 needed, 2 free; Pending (NotEnoughResources): waiting whole for compute-medium, 1st in line, 4 of 6 in use"))
+
+		By("deleting a member while the gang waits")
+		deletePods(ctx, "train-3")
+		for _, name := range train[:3] {
+			Eventually(queueNote(ctx, guests, name)).WithTimeout(10 * time.Second).Should(Equal(
+				"gang " + guests + "/train: 3 of 4 members here; Pending (NotEnoughTasks): it holds no unit until every member is created"))
+		}
+		By("growing the reservation back into the units the gang no longer sets aside")
+		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-medium")).To(Equal(2)) }).WithTimeout(30 * time.Second).Should(Succeed())
+
+		By("letting no member through when every unit is free")
+		deletePods(ctx, "s0", "s1", "s2", "s3")
+		waiting := states("SchedulingGated", train[:3]...)
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(waiting))
+		Consistently(guestStates(ctx)).WithTimeout(3 * time.Second).Should(Equal(waiting))
+
+		By("creating the member again: the gang runs whole")
+		Expect(k8s.Create(ctx, gangMember(guests, "train-3", "train", 4))).To(Succeed())
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(states("Running", train...)))
+	})
+})
