@@ -1,13 +1,8 @@
 package podinjector_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
-	"io"
-	"os"
-	"path/filepath"
+	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -16,15 +11,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/machinetype"
-	"github.com/imperator-federation/imperator/test/util/repo"
+	"github.com/imperator-federation/imperator/test/util/fleet"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -34,30 +27,16 @@ const group = "general-machine"
 // loadPolicy reads a file of deploy/spoke/policy: a
 // ValidatingAdmissionPolicy and its binding.
 func loadPolicy(file string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
-	root, err := repo.Root()
+	policies, err := fleet.AdmissionPolicies()
 	if err != nil {
 		return nil, nil, err
 	}
-	raw, err := os.ReadFile(filepath.Join(root, "deploy", "spoke", "policy", file))
-	if err != nil {
-		return nil, nil, err
-	}
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
-	for _, obj := range []any{policy, binding} {
-		doc, err := docs.Read()
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := yaml.UnmarshalStrict(doc, obj); err != nil {
-			return nil, nil, err
+	for _, p := range policies {
+		if p.File == file {
+			return p.Policy, p.Binding, nil
 		}
 	}
-	if _, err := docs.Read(); !errors.Is(err, io.EOF) {
-		return nil, nil, errors.New(file + " holds more than the policy and its binding")
-	}
-	return policy, binding, nil
+	return nil, nil, fmt.Errorf("%s holds no policy %s", fleet.AdmissionPolicyDir, file)
 }
 
 // poolPod is a pod of namespace that copies what a compute-xlarge guest of
