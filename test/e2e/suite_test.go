@@ -193,4 +193,11 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 			GPU: "nvidia.com/gpu", Hold: "squat",
 		})
 	}, SpecTimeout(4*time.Minute))
+
+	It("10: a 2-pod gang on spoke-b's compute-xlarge waits whole while one unit is free and runs whole once two more free", func(ctx SpecContext) {
+		GangSpec(ctx, GangInput{
+			Env: env, Spoke: spokeB, Machine: "hopper-machine", Group: "hopper-machine", Type: "compute-xlarge",
+			Namespace: "team-gang",
+		})
+	}, SpecTimeout(3*time.Minute))
 })
