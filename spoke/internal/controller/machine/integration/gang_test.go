@@ -175,4 +175,36 @@ var _ = Describe("Gangs at the slot gate", func() {
 		Expect(k8s.Create(ctx, gangMember(guests, "train-3", "train", 4))).To(Succeed())
 		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(states("Running", train...)))
 	})
+
+	It("lets a gang claiming a hold that covers it through together while the ordinary line is full, and keeps a gang without a claim waiting whole", func(ctx context.Context) {
+		createMachine(ctx, smallMachine(4))
+		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-small")).To(Equal(4)) }).WithTimeout(60 * time.Second).Should(Succeed())
+		hold := createHold(ctx, "train", 2, time.Now().Add(10*time.Minute))
+		Eventually(heldUnits(ctx)).WithTimeout(30 * time.Second).Should(Equal(int32(2)))
+		for _, name := range []string{"s0", "s1"} {
+			Expect(k8s.Create(ctx, guest(guests, name, "compute-small"))).To(Succeed())
+		}
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(states("Running", "s0", "s1")))
+
+		By("a gang of 2 without a claim: waits whole, the held units are not its")
+		for _, name := range []string{"free-0", "free-1"} {
+			pod := guest(guests, name, "compute-small")
+			pod.Labels[imperatorv1alpha1.GangKey] = "free"
+			pod.Annotations[imperatorv1alpha1.GangSizeAnnotation] = "2"
+			Expect(k8s.Create(ctx, pod)).To(Succeed())
+		}
+		By("a gang of 2 whose members claim the hold: let through together")
+		for _, name := range []string{"held-0", "held-1"} {
+			pod := heldGuest(guests, name, hold)
+			pod.Labels[imperatorv1alpha1.GangKey] = "held"
+			pod.Annotations[imperatorv1alpha1.GangSizeAnnotation] = "2"
+			Expect(k8s.Create(ctx, pod)).To(Succeed())
+		}
+		want := merged(states("Running", "s0", "s1", "held-0", "held-1"), states("SchedulingGated", "free-0", "free-1"))
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(want))
+		Consistently(guestStates(ctx)).WithTimeout(3 * time.Second).Should(Equal(want))
+		Eventually(holdStatus(ctx, "train")).WithTimeout(10 * time.Second).Should(HaveField("Claimed", int32(2)))
+		Eventually(queueNote(ctx, guests, "free-1")).WithTimeout(10 * time.Second).Should(Equal(
+			"gang " + guests + "/free: 2 of 2 needed, 0 free; Pending (NotEnoughResources): waiting whole for compute-small, 1st in line, 4 of 4 in use"))
+	})
 })
