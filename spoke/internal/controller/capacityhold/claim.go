@@ -26,7 +26,16 @@ func ClaimOf(pod *corev1.Pod) types.UID {
 // group and type.
 func Claims(hold *imperatorv1alpha1.CapacityHold, pod *corev1.Pod) bool {
 	uid := ClaimOf(pod)
-	return uid != "" && uid == hold.UID && Allows(hold, pod.Namespace)
+	return uid != "" && uid == hold.UID && Allows(hold, pod.Namespace) && !createdBefore(pod, hold)
+}
+
+// createdBefore tells whether pod was created before hold (creation
+// timestamps have one-second resolution: a pod of the hold's second is not).
+// The injector stamps only guests created once the hold exists, so a pod
+// that carries the UID of a younger hold wrote it itself, past the injector
+// (its registration deleted): it claims nothing.
+func createdBefore(pod *corev1.Pod, hold *imperatorv1alpha1.CapacityHold) bool {
+	return pod.CreationTimestamp.Before(&hold.CreationTimestamp)
 }
 
 // Allows tells whether guests of namespace may claim the hold: every

@@ -76,9 +76,13 @@ func claimant(name, hold string) *corev1.Pod {
 	return stamped(guest(name, hold), types.UID("uid-"+hold))
 }
 
-// stamped sets the hold UID the injector stamps on a guest.
+// stamped sets the hold UID the injector stamps on a guest, created now
+// (after the tables' holds, unless it says when).
 func stamped(pod *corev1.Pod, uid types.UID) *corev1.Pod {
 	pod.Annotations = map[string]string{imperatorv1alpha1.HoldUIDAnnotation: string(uid)}
+	if pod.CreationTimestamp.IsZero() {
+		pod.CreationTimestamp = metav1.NewTime(now)
+	}
 	return pod
 }
 
@@ -412,6 +416,12 @@ func TestClaims(t *testing.T) {
 			hold: makeHold("train", 2).uid("uid-train-again").obj(), pod: claimant("t1", "train")},
 		"the UID, in a namespace the hold does not allow":      {hold: makeHold("train", 2).namespaces("team-b").obj(), pod: claimant("t1", "train")},
 		"an empty UID claims nothing, even a hold without one": {hold: makeHold("train", 2).uid("").obj(), pod: stamped(guest("t1", "train"), "")},
+		"the UID on a pod created before the hold (written past the injector) claims nothing": {hold: train,
+			pod: func() *corev1.Pod {
+				p := guest("t1", "train")
+				p.CreationTimestamp = metav1.NewTime(now.Add(-time.Hour))
+				return stamped(p, "uid-train")
+			}()},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -59,14 +59,27 @@ func gated(pod *corev1.Pod) bool {
 // imperatorv1alpha1.AdmittedAtAnnotation (RFC 3339 with nanoseconds), else,
 // when that is missing or unreadable, its creation timestamp (one-second
 // resolution).
+//
+// A stamp further from the creation timestamp than an admission takes
+// (admissionWindow) is not the injector's: a pod created past the injector
+// (its registration deleted) could otherwise write 1970 and go first. It is
+// ignored, and the creation timestamp orders the pod.
 func admittedAt(pod *corev1.Pod) time.Time {
+	created := pod.CreationTimestamp.Time
 	if value, ok := pod.Annotations[imperatorv1alpha1.AdmittedAtAnnotation]; ok {
-		if t, err := time.Parse(time.RFC3339Nano, value); err == nil {
+		if t, err := time.Parse(time.RFC3339Nano, value); err == nil &&
+			(created.IsZero() || (!t.Before(created.Add(-admissionWindow)) && t.Before(created.Add(time.Second)))) {
 			return t
 		}
 	}
-	return pod.CreationTimestamp.Time
+	return created
 }
+
+// admissionWindow bounds how long before its creation timestamp a pod can
+// have been admitted: the API server stamps the creation time (truncated to
+// the second) after the mutating webhooks ran, and the injector's
+// webhook times out after 5 s.
+const admissionWindow = 10 * time.Second
 
 // arrivalOrder orders guests first come, first served: by admittedAt, then
 // by UID, so that every reconcile, and every agent replica, sees the same
