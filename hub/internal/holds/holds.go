@@ -74,8 +74,11 @@ type Options struct {
 	Deadline time.Duration
 	// Poll is how often a replica waiting on a FleetHold reads it again
 	// (defaultPoll).
-	Poll  time.Duration
-	Clock clock.PassiveClock
+	Poll time.Duration
+	// UsageWait bounds how long a Held answer waits for this replica's
+	// figures to count the held units (DefaultUsageWait; see awaitUsage).
+	UsageWait time.Duration
+	Clock     clock.PassiveClock
 }
 
 // defaultPoll is Options.Poll's default.
@@ -93,6 +96,9 @@ func New(opts Options) *Coordinator {
 	}
 	if opts.Poll <= 0 {
 		opts.Poll = defaultPoll
+	}
+	if opts.UsageWait <= 0 {
+		opts.UsageWait = DefaultUsageWait
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -149,6 +155,10 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 	}
 	if parts == nil {
 		return nil, fmt.Errorf("%w: %s", ErrDoesNotFit, why)
+	}
+	heldBefore := make([]int32, len(parts))
+	for i, p := range parts {
+		heldBefore[i] = c.heldInStore(p)
 	}
 	// Replace the ended hold of the same name, only as read: another
 	// replica may have replaced it meanwhile with one it is coordinating.
@@ -219,6 +229,7 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 			}
 			log.Info("Fleet hold decided", "phase", decided.Status.Phase, "clusters", len(parts), "count", spec.Request.Count, "message", decided.Status.Message)
 			if decided.Status.Phase == imperatorv1alpha1.FleetHoldHeld {
+				c.awaitUsage(ctx, parts, heldBefore)
 				return decided, nil
 			}
 			// Phase two, abort: answer once the Deliverers released
@@ -231,6 +242,58 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 		case <-ticker.C:
 		}
 	}
+}
+
+// DefaultUsageWait bounds how long a Held answer waits for this replica's
+// figures to show the held units: a part delivered by another replica
+// reaches this one's store when that replica persists the spoke's
+// inventory (at most persist.DefaultInterval apart).
+const DefaultUsageWait = 5 * time.Second
+
+// awaitUsage waits, up to Options.UsageWait, until this replica's figures count
+// every part's units held (more than heldBefore, as planned), so that the
+// usage a holder reads right after CreateHold answered shows them, on
+// whichever replica the parts were delivered.
+func (c *Coordinator) awaitUsage(ctx context.Context, parts []part, heldBefore []int32) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.UsageWait)
+	defer cancel()
+	ticker := time.NewTicker(c.opts.Poll)
+	defer ticker.Stop()
+	for {
+		shown := true
+		for i, p := range parts {
+			shown = shown && c.heldInStore(p) >= heldBefore[i]+p.count
+		}
+		if shown {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// heldInStore is how many units of p's type this replica's figures count
+// held on p's cluster.
+func (c *Coordinator) heldInStore(p part) int32 {
+	cl, ok := c.opts.Store.Get(p.cluster)
+	if !ok {
+		return 0
+	}
+	var held int32
+	for _, m := range cl.Machines {
+		if m.GetGroup() != p.group {
+			continue
+		}
+		for _, t := range m.GetTypes() {
+			if t.GetName() == p.typ {
+				held += t.GetUsage().GetHeld()
+			}
+		}
+	}
+	return held
 }
 
 // connectedNowhere reports whether no replica has the cluster's stream

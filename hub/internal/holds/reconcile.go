@@ -26,8 +26,8 @@ const (
 	confirmAfter = 10 * time.Second
 )
 
-// ReasonNoLongerHeld: the spoke no longer reports the part's CapacityHold
-// (deleted, failed, or its units taken back).
+// ReasonNoLongerHeld says that the spoke no longer reports the part's
+// CapacityHold (deleted, failed, or its units taken back).
 const ReasonNoLongerHeld = "NoLongerHeld"
 
 // HubHoldReports are the hub holds the spokes whose streams are open on
@@ -59,7 +59,8 @@ type Reconciler struct {
 	seen map[string]time.Time
 }
 
-// NeedLeaderElection: every replica reconciles the spokes on its streams.
+// NeedLeaderElection is false: every replica reconciles the spokes on its
+// streams.
 func (r *Reconciler) NeedLeaderElection() bool { return false }
 
 // Start reconciles every reconcileInterval until ctx ends.

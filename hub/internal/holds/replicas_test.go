@@ -131,7 +131,7 @@ func newTwoReplicas(t *testing.T) *twoReplicas {
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	for _, r := range []string{"a", "b"} {
 		c := New(Options{Client: api, Namespace: "imperator-system", Store: st, Spokes: replicaSpokes{fleet: h.fleet, replica: r},
-			Deadline: 2 * time.Second, Poll: 10 * time.Millisecond})
+			Deadline: 2 * time.Second, Poll: 10 * time.Millisecond, UsageWait: time.Millisecond})
 		h.replicas[r] = c
 		d := &Deliverer{Coordinator: c}
 		wg.Add(1)
