@@ -15,7 +15,7 @@ K8S_BIN    = $(shell hack/k8s-bin.sh dir)
 # start real control planes (envtest or the harness): every package in an
 # `integration` directory, test/integration/ for cross-cutting ones and
 # <package>/integration/ beside the internal package a suite exercises.
-UNIT_PKGS        = $(shell $(GO) list ./... | grep -v -e /integration -e /test/e2e -e /test/fault)
+UNIT_PKGS        = $(shell $(GO) list ./... | grep -v -e /integration -e /test/e2e -e /test/fault -e /test/util/realnode)
 INTEGRATION_PKGS = $(shell $(GO) list ./... | grep /integration)
 
 # The version and commit every binary reports (imperatorctl version), from
@@ -98,6 +98,11 @@ e2e-hosted: ## The same journeys with spoke-b served by a hosted agent in the hu
 .PHONY: fault
 fault: k8s-bin build ## The fault suite: faults injected for real into a local fleet; prints each fault's time to detect and to recover.
 	E2E_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -v ./test/fault/ 2>&1 | tee $(BIN)/fault.log
+
+.PHONY: realnode
+realnode: k8s-bin ## One real node (containerd, runc, bridge CNI, kubelet) runs a pod and leaves nothing on the host (root; installs the Debian packages it needs).
+	hack/realnode/install-deps.sh
+	$(GO) test -count=1 -timeout 10m -v ./test/util/realnode/
 
 .PHONY: e2e-kind
 e2e-kind: ## The e2e journeys on kind clusters with the built images (needs Docker and kind; not run in CI).

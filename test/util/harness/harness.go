@@ -115,10 +115,12 @@ type Cluster struct {
 	procs   []*Process // in start order; stopped in reverse
 	// apiArgs are the kube-apiserver's arguments, to start it again after
 	// StopAPIServer.
-	apiArgs  []string
-	kube     kubernetes.Interface
-	stopOnce sync.Once
-	stopErr  error
+	apiArgs []string
+	kube    kubernetes.Interface
+	// stopHooks run first when the cluster stops, newest first.
+	stopHooks []func() error
+	stopOnce  sync.Once
+	stopErr   error
 }
 
 // BinDir returns the directory the control-plane binaries are taken from.
@@ -264,6 +266,12 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--cert-dir=" + path("apiserver-certs"),
+		// For logs, exec and port-forward on a real node (test/util/realnode),
+		// whose kubelet trusts client certificates of the cluster CA.
+		"--kubelet-client-certificate=" + path("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + path("apiserver-kubelet-client.key"),
+		// A real node's name is not in DNS; its InternalIP is the host's.
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 	}
 	apiArgs = append(apiArgs, opts.APIServerFlags...)
 	c.apiArgs = apiArgs
@@ -415,10 +423,21 @@ func (c *Cluster) startAfterAPIServer(opts Options) error {
 // working directory unless the caller chose it. It is safe to call twice.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
-		c.stopErr = c.stopProcesses()
+		var errs []error
+		for i := len(c.stopHooks) - 1; i >= 0; i-- {
+			errs = append(errs, c.stopHooks[i]())
+		}
+		c.stopErr = errors.Join(append(errs, c.stopProcesses())...)
 		c.removeDir()
 	})
 	return c.stopErr
+}
+
+// OnStop registers fn to run when the cluster stops, before its control
+// plane: a real node (test/util/realnode) stops its kubelet and containerd
+// and cleans the host while the API server still answers.
+func (c *Cluster) OnStop(fn func() error) {
+	c.stopHooks = append(c.stopHooks, fn)
 }
 
 func (c *Cluster) stopProcesses() error {
@@ -541,6 +560,10 @@ func (c *Cluster) writeCertificates() error {
 	if err != nil {
 		return fmt.Errorf("harness: %w", err)
 	}
+	kubeletClient, kubeletClientKey, err := ca.IssueClient("kube-apiserver-kubelet-client", nil, certValidity)
+	if err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
 	// The API server reads the service-account key as a public key too, which
 	// it only accepts in the SEC 1 "EC PRIVATE KEY" form, not PKCS#8.
 	sa, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -556,6 +579,7 @@ func (c *Cluster) writeCertificates() error {
 		"ca.crt": ca.CertPEM, "ca.key": caKey,
 		"apiserver.crt": serving, "apiserver.key": servingKey,
 		"admin.crt": admin, "admin.key": adminKey,
+		"apiserver-kubelet-client.crt": kubeletClient, "apiserver-kubelet-client.key": kubeletClientKey,
 		"sa.key": saKey,
 	} {
 		if err := os.WriteFile(filepath.Join(c.Dir, name), data, 0o600); err != nil {
