@@ -55,7 +55,7 @@ func webhookKubeconfig(webhookURL string) ([]byte, error) {
 	}
 	hostPort := u.Host
 	if u.Port() == "" {
-		hostPort = net.JoinHostPort(u.Host, "443")
+		hostPort = net.JoinHostPort(u.Hostname(), "443")
 	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.AuthInfos[hostPort] = &clientcmdapi.AuthInfo{ClientCertificate: corev1.TLSCertKey, ClientKey: corev1.TLSPrivateKeyKey}

@@ -40,6 +40,7 @@ func TestMemberClientSecretIsWhatTheAPIServerNeeds(t *testing.T) {
 		"URL with a port":                    {webhookURL: "https://127.0.0.1:9443", wantHostPort: "127.0.0.1:9443"},
 		"URL without a port (443)":           {webhookURL: "https://webhooks.example.com", wantHostPort: "webhooks.example.com:443"},
 		"URL with a path and a trailing one": {webhookURL: "https://webhooks.example.com:8443/imperator/", wantHostPort: "webhooks.example.com:8443"},
+		"IPv6 URL without a port (443)":      {webhookURL: "https://[::1]/imperator", wantHostPort: "[::1]:443"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

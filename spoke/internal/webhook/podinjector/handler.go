@@ -35,8 +35,13 @@ const WebhookPath = "/mutate-v1-pod"
 // Handler is the admission handler of the Pod Resource Injector. It injects
 // guest pods on CREATE and lets every other operation through untouched.
 type Handler struct {
-	// Reader finds Machines by their machine-group label; the manager's cache.
+	// Reader finds Machines by their machine-group label, and CapacityHolds;
+	// the manager's cache.
 	Reader client.Reader
+	// APIReader, when set, reads a CapacityHold the cache does not show
+	// (yet): a guest created right after its hold would otherwise claim
+	// nothing, for good, since only the injector stamps the claim.
+	APIReader client.Reader
 	// Clock stamps imperatorv1alpha1.AdmittedAtAnnotation on the guests
 	// admitted.
 	Clock clock.PassiveClock
@@ -67,8 +72,10 @@ func SetupWebhookWithManager(mgr ctrl.Manager) error {
 			return fmt.Errorf("registering the %T informer of the pod injector: %w", obj, err)
 		}
 	}
+	handler := NewHandler(mgr.GetCache(), mgr.GetScheme())
+	handler.APIReader = mgr.GetAPIReader()
 	mgr.GetWebhookServer().Register(WebhookPath, &webhook.Admission{
-		Handler: webhookmetrics.Handler(webhookmetrics.PodInjector, NewHandler(mgr.GetCache(), mgr.GetScheme())),
+		Handler: webhookmetrics.Handler(webhookmetrics.PodInjector, handler),
 	})
 	return nil
 }
@@ -113,7 +120,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 
 	// The hold a guest claims is the one its name resolves to now; a UID the
 	// user wrote is replaced or removed.
-	holdUID, warning, err := holdClaim(ctx, h.Reader, pod, req.Namespace)
+	holdUID, warning, err := holdClaim(ctx, h.Reader, h.APIReader, pod, req.Namespace)
 	if err != nil {
 		return refusal(ctx, err)
 	}

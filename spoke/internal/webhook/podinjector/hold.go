@@ -39,14 +39,19 @@ func heldName(pod *corev1.Pod) (name, source string) {
 // error (a Deployment whose hold ended keeps making pods): the guest waits
 // in the ordinary line, and the warning tells the user who created it. A
 // hold of another machine group or type, or whose namespaces do not allow
-// the guest's, denies the guest.
-func holdClaim(ctx context.Context, reader client.Reader, pod *corev1.Pod, namespace string) (uid, warning string, err error) {
+// the guest's, denies the guest. A hold the cache does not show is read
+// through live, when given (nil: the cache alone decides).
+func holdClaim(ctx context.Context, cache, live client.Reader, pod *corev1.Pod, namespace string) (uid, warning string, err error) {
 	name, source := heldName(pod)
 	if name == "" {
 		return "", "", nil
 	}
 	hold := &imperatorv1alpha1.CapacityHold{}
-	if err := reader.Get(ctx, client.ObjectKey{Name: name}, hold); err != nil {
+	err = cache.Get(ctx, client.ObjectKey{Name: name}, hold)
+	if apierrors.IsNotFound(err) && live != nil {
+		err = live.Get(ctx, client.ObjectKey{Name: name}, hold)
+	}
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return "", fmt.Sprintf("CapacityHold %q (%s) does not exist: this guest claims no hold and waits in the ordinary line", name, source), nil
 		}

@@ -136,3 +136,28 @@ func TestHandleStampsTheHoldAGuestClaims(t *testing.T) {
 		})
 	}
 }
+
+// A guest created right after its hold, before the cache shows the hold,
+// still claims it: the injector reads the hold through the API server, and
+// nothing could stamp the claim later.
+func TestHandleReadsAHoldTheCacheDoesNotShowYet(t *testing.T) {
+	scheme := testScheme(t)
+	general := wrappers.GeneralMachine().Obj()
+	hold := wrappers.MakeCapacityHold("train", group, "compute-xlarge", 2).ValidUntil(time.Now().Add(time.Hour)).Obj()
+	hold.UID = "uid-train"
+	h := NewHandler(fake.NewClientBuilder().WithScheme(scheme).WithObjects(general).Build(), scheme)
+	h.APIReader = fake.NewClientBuilder().WithScheme(scheme).WithObjects(general, hold).Build()
+	h.Clock = clocktesting.NewFakePassiveClock(time.Now())
+	req := request(t, admissionv1.Create, rawPod(t, guest().Label(imperatorv1alpha1.HoldKey, "train").Obj()))
+	resp := h.Handle(context.Background(), req)
+	if !resp.Allowed || len(resp.Warnings) > 0 {
+		t.Fatalf("response %+v, warnings %q: want admitted without warning", resp.Result, resp.Warnings)
+	}
+	got := &corev1.Pod{}
+	if err := json.Unmarshal(applyPatch(t, req.Object.Raw, resp), got); err != nil {
+		t.Fatal(err)
+	}
+	if uid := got.Annotations[imperatorv1alpha1.HoldUIDAnnotation]; uid != "uid-train" {
+		t.Errorf("guest stamped with hold UID %q, want uid-train", uid)
+	}
+}

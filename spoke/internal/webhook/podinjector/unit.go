@@ -29,8 +29,9 @@ import (
 // A container's ask is its request, or its limit when it sets no request
 // (the API server defaults one to the other). Resources outside the unit
 // (ephemeral-storage, hugepages, other extended resources) are not the
-// machine type's business. The pool-guests-only admission policy enforces
-// the same rules in the API server (deploy/spoke/policy/guest-one-unit.yaml).
+// machine type's business. The imperator-guest-one-unit admission policy
+// enforces the same rules in the API server
+// (deploy/spoke/policy/guest-one-unit.yaml).
 func checkOneUnit(pod *corev1.Pod, target int, typeName string, contract *typeContract) error {
 	unit := contract.resources
 	for i := range pod.Spec.Containers {
@@ -57,7 +58,7 @@ func checkOneUnit(pod *corev1.Pod, target int, typeName string, contract *typeCo
 		}
 		for _, name := range contract.resourceNames {
 			q, ok := asked(c.Resources, name)
-			if !ok {
+			if !ok || q.IsZero() {
 				continue
 			}
 			if name != corev1.ResourceCPU && name != corev1.ResourceMemory {

@@ -67,6 +67,10 @@ func TestGuestTakesOneUnitOnly(t *testing.T) {
 			edit:       func(p *corev1.Pod) { initContainer(p, list("nvidia.com/gpu", "1")) },
 			wantDenied: []string{`spec.initContainers[0] ("fetch").resources.requests[nvidia.com/gpu]`, "GPUs"},
 		},
+		"an init container asking for zero GPUs is admitted, as the policy admits it": {
+			pod:  guest().Obj(),
+			edit: func(p *corev1.Pod) { initContainer(p, list("nvidia.com/gpu", "0")) },
+		},
 		"an init container asking for more cpu than the unit is refused": {
 			pod:        guest().Obj(),
 			edit:       func(p *corev1.Pod) { initContainer(p, list("cpu", "41")) },

@@ -13,6 +13,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -103,7 +104,7 @@ var _ = Describe("What a tenant cannot do (deploy/spoke/policy)", Ordered, func(
 					p.Spec.InitContainers = []corev1.Container{{Name: "proxy", Image: "envoy", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}
 				},
-				want: "spec.containers[name=proxy].resources.requests: asks for cpu",
+				want: "spec.initContainers[name=proxy].resources.requests: asks for cpu",
 			},
 			"an init container asking for a GPU": {
 				edit: func(p *corev1.Pod) {
@@ -166,6 +167,31 @@ var _ = Describe("What a tenant cannot do (deploy/spoke/policy)", Ordered, func(
 		grown.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = ninety
 		err := k8s.SubResource("resize").Patch(ctx, grown, client.MergeFrom(pod), client.DryRunAll)
 		Expect(refused(err)).To(ContainSubstring("a guest pod holds exactly one unit of its machine type and is not resized in place"))
+
+		By("admitting an update of the guest that leaves its resources alone")
+		Expect(k8s.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"vision"}}}`)), client.DryRunAll)).To(Succeed())
+	})
+
+	It("refuses placing a pod by spec.nodeName on a node a Machine selects by label, once its pool lists it", func(ctx context.Context) {
+		const selected = "gpu-node-by-label"
+		By("the agent's MachineNodePool of a Machine selecting its nodes by label, listing the node it selected")
+		pool := &imperatorv1alpha1.MachineNodePool{
+			ObjectMeta: metav1.ObjectMeta{Name: "by-label-node-pool"},
+			Spec: imperatorv1alpha1.MachineNodePoolSpec{MachineGroup: "by-label", NodePool: []imperatorv1alpha1.NodePool{{
+				NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+				MachineType:  []imperatorv1alpha1.MachineTypeRef{{Name: "compute-xlarge"}},
+			}}},
+		}
+		Expect(k8s.Create(ctx, pool)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, pool))).To(Succeed()) })
+		pool.Status.NodePool = []imperatorv1alpha1.NodePoolStatus{{Name: selected, Condition: imperatorv1alpha1.NodeConditionReady, MachineType: "compute-xlarge"}}
+		Expect(k8s.Status().Update(ctx, pool)).To(Succeed())
+
+		installPolicy(ctx, "pool-selected-nodes-by-scheduler.yaml", wrappers.MakePod(disabledNamespace, "probe").NodeName(selected).Obj())
+		Expect(refused(k8s.Create(ctx, wrappers.MakePod(disabledNamespace, "snipe").NodeName(selected).Obj(), client.DryRunAll))).To(
+			ContainSubstring("spec.nodeName: node " + selected + " is in the machine pool of by-label-node-pool"))
+		By("admitting a pod placed by hand on a node of no pool")
+		Expect(k8s.Create(ctx, wrappers.MakePod(disabledNamespace, "elsewhere").NodeName("cpu-node-1").Obj(), client.DryRunAll)).To(Succeed())
 	})
 
 	It("removes a hold UID a guest writes itself: a hold's units are claimed only through the injector", func(ctx context.Context) {
