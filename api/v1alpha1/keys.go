@@ -80,7 +80,7 @@ const (
 	// GangSizeAnnotation is how many members a gang needs at once (a
 	// positive number): for GangKey gangs, and for members of a
 	// coscheduling PodGroup (CoschedulingPodGroupKey) or a native PodGroup
-	// (spec.schedulingGroup), whose group objects the agent does not read.
+	// (spec.schedulingGroup), where it wins over the PodGroup's own size.
 	GangSizeAnnotation = Prefix + "gang-size"
 
 	// CoschedulingPodGroupKey is the scheduler-plugins coscheduling label

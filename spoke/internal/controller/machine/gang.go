@@ -22,9 +22,8 @@ import (
 // coscheduling label scheduling.x-k8s.io/pod-group, Kueue's
 // kueue.x-k8s.io/pod-group-name, and imperator.tenzen-y.io/gang. The size
 // is Kueue's kueue.x-k8s.io/pod-group-total-count for Kueue groups and
-// imperator.tenzen-y.io/gang-size for the others: the agent reads no group
-// object (a PodGroup's minMember or gang minCount), so their members carry
-// it too. Members share one namespace (the name is the namespace's) and one
+// imperator.tenzen-y.io/gang-size for the others; members of a PodGroup
+// without gang-size take its minMember or gang minCount (groups.go). Members share one namespace (the name is the namespace's) and one
 // machine type; members of several types of the group wait, told so.
 //
 // The line (planSlots): a gang stands in line at its oldest gated member.
@@ -102,7 +101,10 @@ type waitingGang struct {
 // above) leave the line for u.parked, with what they are told, and count as
 // unplaceable: they no longer lower the reservation's replicas; members of a gang that already
 // holds its size stay single guests.
-func formGangs(u *typeUsage, machineType string) {
+//
+// groupSize gives the size of a PodGroup's gang whose members carry none
+// (0: none); nil reads none.
+func formGangs(u *typeUsage, machineType string, groupSize func(gangID) int32) {
 	type found struct {
 		members  []*corev1.Pod
 		sizes    []int32
@@ -136,6 +138,13 @@ func formGangs(u *typeUsage, machineType string) {
 	for _, id := range ids {
 		f := byID[id]
 		slices.SortFunc(f.members, arrivalOrder)
+		if len(f.sizes) == 0 && (id.source == "coscheduling" || id.source == "podgroup") {
+			if n := sizeOfGroup(groupSize, id); n > 0 {
+				f.sizes, f.problems = []int32{n}, nil
+			} else {
+				f.problems = append(f.problems, "PodGroup "+id.String()+" gives no size (minMember, gang minCount)")
+			}
+		}
 		slices.Sort(f.sizes)
 		holding := u.gangHolding[id]
 		var note string
@@ -184,6 +193,13 @@ func formGangs(u *typeUsage, machineType string) {
 	u.Unplaceable += int32(n - len(u.gated))
 	u.unplaceable = slices.DeleteFunc(u.unplaceable, func(pod *corev1.Pod) bool { return parked[pod.UID] })
 	u.replicas = reservationReplicas(u.Maximum, u.Usage)
+}
+
+func sizeOfGroup(groupSize func(gangID) int32, id gangID) int32 {
+	if groupSize == nil {
+		return 0
+	}
+	return groupSize(id)
 }
 
 func joinSizes(sizes []int32) string {

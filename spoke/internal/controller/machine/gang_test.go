@@ -165,7 +165,7 @@ func TestFormGangs(t *testing.T) {
 			if tc.types != nil {
 				u.gangTypes = map[gangID][]string{id: tc.types}
 			}
-			formGangs(u, "compute-small")
+			formGangs(u, "compute-small", nil)
 			if diff := cmp.Diff(tc.wantGated, names(u.gated)); diff != "" {
 				t.Errorf("gated (-want +got):\n%s", diff)
 			}
@@ -199,11 +199,65 @@ func TestFormGangs(t *testing.T) {
 	}
 }
 
+func TestFormGangsOfPodGroups(t *testing.T) {
+	worker := func(name string, s int, podGroup string) *corev1.Pod {
+		pod := withUID(gatedGuest("team-a", name, s), name)
+		pod.Labels[imperatorv1alpha1.CoschedulingPodGroupKey] = podGroup
+		return pod
+	}
+	sizes := func(id gangID) int32 {
+		if id == (gangID{namespace: "team-a", source: "coscheduling", name: "pg"}) {
+			return 2
+		}
+		return 0
+	}
+	cases := map[string]struct {
+		gated      []*corev1.Pod
+		groupSize  func(gangID) int32
+		wantNeed   int32
+		wantParked string
+	}{
+		"members without gang-size take the PodGroup's minMember": {
+			gated: []*corev1.Pod{worker("w0", 1, "pg"), worker("w1", 2, "pg")}, groupSize: sizes, wantNeed: 2,
+		},
+		"gang-size on the members wins, the PodGroup is not read": {
+			gated: func() []*corev1.Pod {
+				a, b := worker("w0", 1, "pg"), worker("w1", 2, "pg")
+				a.Annotations[imperatorv1alpha1.GangSizeAnnotation] = "1"
+				b.Annotations[imperatorv1alpha1.GangSizeAnnotation] = "1"
+				return []*corev1.Pod{a, b}
+			}(),
+			groupSize: func(gangID) int32 { panic("read the PodGroup") }, wantNeed: 1,
+		},
+		"no PodGroup and no gang-size: told why": {
+			gated: []*corev1.Pod{worker("w0", 1, "other")}, groupSize: sizes,
+			wantParked: "gang team-a/other: annotation imperator.tenzen-y.io/gang-size is missing, PodGroup team-a/other gives no size (minMember, gang minCount); " +
+				"Unschedulable (InvalidGang): its members wait, holding no unit, until every member gives its size",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			u := &typeUsage{Usage: imperatorv1alpha1.Usage{Maximum: 4}, gated: tc.gated}
+			formGangs(u, "compute-small", tc.groupSize)
+			if tc.wantParked != "" {
+				if len(u.parked) != len(tc.gated) || u.parked[0].note != tc.wantParked {
+					t.Fatalf("parked %v, want every member told %q", u.parked, tc.wantParked)
+				}
+				return
+			}
+			g := u.gangs[tc.gated[0].UID]
+			if g == nil || g.need != tc.wantNeed {
+				t.Fatalf("gang %+v, want one needing %d", g, tc.wantNeed)
+			}
+		})
+	}
+}
+
 // gangLine is a line of compute-small whose gated guests' gangs formGangs
 // found.
 func gangLine(available, held int32, gated ...*corev1.Pod) line {
 	u := &typeUsage{Usage: imperatorv1alpha1.Usage{Maximum: available}, gated: gated}
-	formGangs(u, "compute-small")
+	formGangs(u, "compute-small", nil)
 	return line{machineType: "compute-small", available: available, held: held, gated: u.gated,
 		placeable: func(*corev1.Pod) bool { return true }, gangs: u.gangs, parked: u.parked}
 }

@@ -233,8 +233,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 		return ctrl.Result{}, err
 	}
 	r.expectations.observe(seriesKey, usage)
+	sizes := groupSizesFrom(cl.GetAPIReader()).of(ctx)
 	for name, u := range usage {
-		formGangs(u, name)
+		formGangs(u, name, sizes)
 	}
 	state.usage = usage
 	state.served = servedTypes(machine)

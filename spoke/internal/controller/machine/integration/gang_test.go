@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
@@ -207,4 +208,62 @@ var _ = Describe("Gangs at the slot gate", func() {
 		Eventually(queueNote(ctx, guests, "free-1")).WithTimeout(10 * time.Second).Should(Equal(
 			"gang " + guests + "/free: 2 of 2 needed, 0 free; Pending (NotEnoughResources): waiting whole for compute-small, 1st in line, 4 of 4 in use"))
 	})
+
+	It("takes a coscheduling PodGroup's minMember as the size of its members' gang", func(ctx context.Context) {
+		installPodGroupCRD(ctx)
+		createMachine(ctx, mediumMachine(6))
+		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-medium")).To(Equal(6)) }).WithTimeout(60 * time.Second).Should(Succeed())
+		podGroup := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+			"metadata": map[string]any{"name": "pg", "namespace": guests},
+			"spec":     map[string]any{"minMember": int64(3)},
+		}}
+		Expect(k8s.Create(ctx, podGroup)).To(Succeed())
+		for _, name := range []string{"s0", "s1", "s2", "s3"} {
+			Expect(k8s.Create(ctx, guest(guests, name, "compute-medium"))).To(Succeed())
+		}
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(states("Running", "s0", "s1", "s2", "s3")))
+
+		By("3 workers of PodGroup pg, without gang-size: they wait whole for 3 units")
+		workers := []string{"w0", "w1", "w2"}
+		for _, name := range workers {
+			pod := guest(guests, name, "compute-medium")
+			pod.Labels[imperatorv1alpha1.CoschedulingPodGroupKey] = "pg"
+			Expect(k8s.Create(ctx, pod)).To(Succeed())
+		}
+		want := merged(states("Running", "s0", "s1", "s2", "s3"), states("SchedulingGated", workers...))
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(want))
+		Consistently(guestStates(ctx)).WithTimeout(3 * time.Second).Should(Equal(want))
+		Eventually(queueNote(ctx, guests, "w2")).WithTimeout(10 * time.Second).Should(Equal(
+			"gang " + guests + "/pg: 3 of 3 needed, 2 free; Pending (NotEnoughResources): waiting whole for compute-medium, 1st in line, 4 of 6 in use"))
+
+		By("a single guest leaves: the three run together")
+		deletePods(ctx, "s0")
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(merged(states("Running", "s1", "s2", "s3"), states("Running", workers...))))
+	})
 })
+
+// installPodGroupCRD installs a minimal CustomResourceDefinition of the
+// scheduler-plugins coscheduling PodGroup (scheduling.x-k8s.io/v1alpha1,
+// any spec) for the spec, and removes it after.
+func installPodGroupCRD(ctx context.Context) {
+	GinkgoHelper()
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "podgroups.scheduling.x-k8s.io"},
+		"spec": map[string]any{
+			"group": "scheduling.x-k8s.io", "scope": "Namespaced",
+			"names": map[string]any{"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups", "singular": "podgroup"},
+			"versions": []any{map[string]any{"name": "v1alpha1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+		},
+	}}
+	Expect(k8s.Create(ctx, crd)).To(Succeed())
+	DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, crd))).To(Succeed()) })
+	Eventually(func(g Gomega) {
+		podGroups := &unstructured.UnstructuredList{}
+		podGroups.SetAPIVersion("scheduling.x-k8s.io/v1alpha1")
+		podGroups.SetKind("PodGroupList")
+		g.Expect(k8s.List(ctx, podGroups)).To(Succeed())
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+}
