@@ -189,3 +189,10 @@ func (f *Fleet) HubReplicaAddresses() []string {
 	}
 	return out
 }
+
+// Replicas are the further hub replicas, in the order they started.
+func (f *Fleet) Replicas() []*Replica {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*Replica(nil), f.replicas...)
+}
