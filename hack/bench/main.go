@@ -55,6 +55,7 @@ var runs = []run{
 		env: []string{"IMPERATOR_BENCH_SPOKES=100,1000"}, fullEnv: []string{"IMPERATOR_BENCH_SPOKES=1000,5000,10000"}},
 	{pkg: "./hub/internal/query/integration/", bench: "^BenchmarkReplicaPropagation$", times: "5x", smoke: "^BenchmarkReplicaPropagation$/spokes=10/"},
 	{pkg: "./hub/internal/query/integration/", bench: "^BenchmarkFleetHold$", times: "50x"},
+	{pkg: "./hub/internal/query/integration/", bench: "^BenchmarkFleetHoldTwoReplicas$", times: "50x"},
 	{pkg: "./hub/internal/query/integration/", bench: "^BenchmarkHubAPIWrites$", times: "1x", smoke: "^BenchmarkHubAPIWrites$/spokes=200$",
 		env: []string{"IMPERATOR_BENCH_SPOKES=200,1000"}, fullEnv: []string{"IMPERATOR_BENCH_SPOKES=10000"}},
 	{pkg: "./spoke/internal/webhook/podinjector/", bench: "^BenchmarkHandle$", times: "2000x"},
@@ -118,6 +119,7 @@ var goals = []goal{
 	{metric: "guest handover to bound p99 (slot reserved)", bench: "BenchmarkGuestHandover", unit: "handover-bound-p99-ms", max: 300, issue: "18"},
 	{metric: "gated guests tried by the scheduler too early", bench: "BenchmarkGuestHandover", unit: "failedscheduling-events", max: 0.5, issue: "18"},
 	{metric: "fleet hold creation p99 (two spokes)", bench: "BenchmarkFleetHold", unit: "p99-ms", max: 200, issue: "19"},
+	{metric: "fleet hold creation p99 (two replicas, spokes spread over them)", bench: "BenchmarkFleetHoldTwoReplicas", unit: "p99-ms", max: 500, issue: "31"},
 }
 
 // A figure is one value a benchmark reported.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,9 +35,6 @@ const retryElsewhere = 2 * time.Second
 // not answer delays neither the others nor the release that follows.
 type Deliverer struct {
 	Coordinator *Coordinator
-
-	mu       sync.Mutex
-	inFlight map[string]bool
 }
 
 // SetupWithManager runs the Deliverer on mgr on every replica (no leader
@@ -72,43 +68,48 @@ func (d *Deliverer) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	if err := c.opts.Client.Get(ctx, req.NamespacedName, fh); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	if c.deliver(ctx, fh) {
+		return reconcile.Result{RequeueAfter: retryElsewhere}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// deliver starts the requests the spokes streaming to this replica need
+// for fh (the Deliverer, and the replica that wrote fh, at once) and
+// reports whether any part still needs one.
+func (c *Coordinator) deliver(ctx context.Context, fh *imperatorv1alpha1.FleetHold) (needed bool) {
 	now := c.opts.Clock.Now()
-	var result reconcile.Result
 	for _, cl := range fh.Status.Clusters {
 		need := deliveryOf(fh, cl, now)
 		if need == deliverNothing {
 			continue
 		}
-		result.RequeueAfter = retryElsewhere
+		needed = true
 		if connected, _ := c.opts.Spokes.HoldStream(cl.Cluster); connected {
-			d.send(ctx, fh, cl, need == deliverRelease, now)
+			c.send(ctx, fh, cl, need == deliverRelease, now)
 		}
 	}
-	return result, nil
+	return needed
 }
 
 // send asks cl's spoke, in the background, unless the same request of
 // this booking is on its way already, and records the answer.
-func (d *Deliverer) send(ctx context.Context, fh *imperatorv1alpha1.FleetHold, cl imperatorv1alpha1.FleetHoldCluster, release bool, now time.Time) {
+func (c *Coordinator) send(ctx context.Context, fh *imperatorv1alpha1.FleetHold, cl imperatorv1alpha1.FleetHoldCluster, release bool, now time.Time) {
 	key := fmt.Sprintf("%s/%s/%t", fh.UID, cl.Cluster, release)
-	d.mu.Lock()
-	if d.inFlight == nil {
-		d.inFlight = map[string]bool{}
-	}
-	if d.inFlight[key] {
-		d.mu.Unlock()
+	c.mu.Lock()
+	if c.inFlight[key] {
+		c.mu.Unlock()
 		return
 	}
-	d.inFlight[key] = true
-	d.mu.Unlock()
-	c := d.Coordinator
+	c.inFlight[key] = true
+	c.mu.Unlock()
 	fh = fh.DeepCopy()
 	ctx = context.WithoutCancel(ctx)
 	go func() {
 		defer func() {
-			d.mu.Lock()
-			delete(d.inFlight, key)
-			d.mu.Unlock()
+			c.mu.Lock()
+			delete(c.inFlight, key)
+			c.mu.Unlock()
 		}()
 		deadline := now.Add(c.opts.Deadline)
 		askCtx, cancel := context.WithDeadline(ctx, deadline)
@@ -120,16 +121,17 @@ func (d *Deliverer) send(ctx context.Context, fh *imperatorv1alpha1.FleetHold, c
 		}
 		writeCtx, cancel := context.WithTimeout(ctx, c.opts.Deadline)
 		defer cancel()
-		if err := d.record(writeCtx, fh, []answered{{cluster: cl.Cluster, release: release, resp: resp, err: err}}); err != nil {
+		if err := c.record(writeCtx, fh, []answered{{cluster: cl.Cluster, release: release, resp: resp, err: err}}); err != nil {
 			ctrl.LoggerFrom(ctx).Info("Could not record a spoke's answer", "fleetHold", fh.Name, "cluster", cl.Cluster, "err", err.Error())
+			return
 		}
+		c.recorded(fh.UID)
 	}()
 }
 
 // record writes the answers into the parts of the hold read as fh,
 // reading it again after a conflict; nothing when the hold was replaced.
-func (d *Deliverer) record(ctx context.Context, fh *imperatorv1alpha1.FleetHold, answers []answered) error {
-	c := d.Coordinator
+func (c *Coordinator) record(ctx context.Context, fh *imperatorv1alpha1.FleetHold, answers []answered) error {
 	for attempt := 0; ; attempt++ {
 		current := &imperatorv1alpha1.FleetHold{}
 		if err := c.opts.Client.Get(ctx, client.ObjectKeyFromObject(fh), current); err != nil {

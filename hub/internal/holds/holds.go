@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -87,6 +89,14 @@ const defaultPoll = 50 * time.Millisecond
 // Coordinator runs fleet holds.
 type Coordinator struct {
 	opts Options
+
+	mu sync.Mutex
+	// inFlight are the requests on their way to this replica's spokes, by
+	// booking, cluster and kind.
+	inFlight map[string]bool
+	// answers wake a Create waiting on this replica for its hold's answers
+	// when this replica recorded one.
+	answers map[types.UID]chan struct{}
 }
 
 // New returns a Coordinator.
@@ -103,7 +113,7 @@ func New(opts Options) *Coordinator {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Coordinator{opts: opts}
+	return &Coordinator{opts: opts, inFlight: map[string]bool{}, answers: map[types.UID]chan struct{}{}}
 }
 
 // Spec is a validated CreateHold request.
@@ -156,10 +166,6 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 	if parts == nil {
 		return nil, fmt.Errorf("%w: %s", ErrDoesNotFit, why)
 	}
-	heldBefore := make([]int32, len(parts))
-	for i, p := range parts {
-		heldBefore[i] = c.heldInStore(p)
-	}
 	// Replace the ended hold of the same name, only as read: another
 	// replica may have replaced it meanwhile with one it is coordinating.
 	if ended != nil {
@@ -198,9 +204,13 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 	for _, p := range parts {
 		fh.Status.Clusters = append(fh.Status.Clusters, imperatorv1alpha1.FleetHoldCluster{Cluster: p.cluster, Group: p.group, Type: p.typ, Count: p.count})
 	}
+	answered := c.awaitAnswers(fh.UID)
+	defer c.forgetAnswers(fh.UID)
 	if err := c.patchStatus(ctx, fh, pending); err != nil {
 		return nil, fmt.Errorf("recording fleet hold %q as Pending: %w", spec.Name, err)
 	}
+	// The parts whose spokes stream here go out at once.
+	c.deliver(ctx, fh)
 
 	// Wait for every answer, or the deadline, then decide. The decision is
 	// written under the FleetHold's resourceVersion: when a late answer or
@@ -229,18 +239,46 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 			}
 			log.Info("Fleet hold decided", "phase", decided.Status.Phase, "clusters", len(parts), "count", spec.Request.Count, "message", decided.Status.Message)
 			if decided.Status.Phase == imperatorv1alpha1.FleetHoldHeld {
-				c.awaitUsage(ctx, parts, heldBefore)
+				c.awaitUsage(ctx, parts)
 				return decided, nil
 			}
 			// Phase two, abort: answer once the Deliverers released
 			// what was held (or the deadline passed: they keep trying).
+			c.deliver(ctx, decided)
 			return c.awaitRelease(ctx, spec.Name, c.opts.Clock.Now().Add(c.opts.Deadline))
 		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("waiting for the spokes' answers to fleet hold %q (the hub fails it after %s unless it is decided): %w", spec.Name, c.orphanAfter(), ctx.Err())
 		case <-ticker.C:
+		case <-answered:
 		}
+	}
+}
+
+// awaitAnswers returns a channel that receives when this replica records
+// an answer to the hold with uid.
+func (c *Coordinator) awaitAnswers(uid types.UID) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan struct{}, 1)
+	c.answers[uid] = ch
+	return ch
+}
+
+func (c *Coordinator) forgetAnswers(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.answers, uid)
+}
+
+// recorded wakes the Create waiting on this replica for the hold with uid.
+func (c *Coordinator) recorded(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case c.answers[uid] <- struct{}{}:
+	default:
 	}
 }
 
@@ -250,19 +288,19 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 // inventory (at most persist.DefaultInterval apart).
 const DefaultUsageWait = 5 * time.Second
 
-// awaitUsage waits, up to Options.UsageWait, until this replica's figures count
-// every part's units held (more than heldBefore, as planned), so that the
-// usage a holder reads right after CreateHold answered shows them, on
-// whichever replica the parts were delivered.
-func (c *Coordinator) awaitUsage(ctx context.Context, parts []part, heldBefore []int32) {
+// awaitUsage waits, up to Options.UsageWait, until this replica's figures
+// count at least every part's units held, so that the usage a holder reads
+// right after CreateHold answered shows them, on whichever replica the
+// parts were delivered.
+func (c *Coordinator) awaitUsage(ctx context.Context, parts []part) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.UsageWait)
 	defer cancel()
 	ticker := time.NewTicker(c.opts.Poll)
 	defer ticker.Stop()
 	for {
 		shown := true
-		for i, p := range parts {
-			shown = shown && c.heldInStore(p) >= heldBefore[i]+p.count
+		for _, p := range parts {
+			shown = shown && c.heldInStore(p) >= p.count
 		}
 		if shown {
 			return
@@ -373,6 +411,7 @@ func (c *Coordinator) Release(ctx context.Context, name string) (*imperatorv1alp
 			return nil, fmt.Errorf("recording fleet hold %q as Released: %w", name, err)
 		}
 		ctrl.LoggerFrom(ctx).Info("Fleet hold released", "fleetHold", name)
+		c.deliver(ctx, fh)
 		break
 	}
 	return c.awaitRelease(ctx, name, deadline)
@@ -384,10 +423,15 @@ func (c *Coordinator) Release(ctx context.Context, name string) (*imperatorv1alp
 func (c *Coordinator) awaitRelease(ctx context.Context, name string, deadline time.Time) (*imperatorv1alpha1.FleetHold, error) {
 	ticker := time.NewTicker(c.opts.Poll)
 	defer ticker.Stop()
+	var answered <-chan struct{}
 	for {
 		fh, err := c.Get(ctx, name)
 		if err != nil {
 			return nil, err
+		}
+		if answered == nil {
+			answered = c.awaitAnswers(fh.UID)
+			defer c.forgetAnswers(fh.UID)
 		}
 		left := unreleased(fh, c.opts.Clock.Now())
 		if len(left) == 0 || !c.opts.Clock.Now().Before(deadline) {
@@ -402,6 +446,7 @@ func (c *Coordinator) awaitRelease(ctx context.Context, name string, deadline ti
 		case <-ctx.Done():
 			return fh, nil
 		case <-ticker.C:
+		case <-answered:
 		}
 	}
 }
