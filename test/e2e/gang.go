@@ -34,7 +34,8 @@ type GangInput struct {
 // Everything is deleted at the end, and every unit is free again.
 func GangSpec(ctx context.Context, in GangInput) {
 	spoke := in.Env.Spoke(in.Spoke)
-	usage := func(g Gomega) *queryv1.TypeUsage {
+	// usage takes its context: the cleanup's outlives the spec's.
+	usage := func(ctx context.Context, g Gomega) *queryv1.TypeUsage {
 		resp, err := in.Env.Ctl.Usage(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
 		u := UsageOf(resp, in.Spoke, in.Group, in.Type)
@@ -43,7 +44,7 @@ func GangSpec(ctx context.Context, in GangInput) {
 	}
 	var units int32
 	Eventually(ctx, func(g Gomega) {
-		u := usage(g)
+		u := usage(ctx, g)
 		g.Expect(u.GetFree()).To(Equal(u.GetMaximum()), "the journey starts with every %s unit of %s free", in.Type, in.Spoke)
 		units = u.GetMaximum()
 		g.Expect(units).To(BeNumerically(">=", 3))
@@ -57,8 +58,8 @@ func GangSpec(ctx context.Context, in GangInput) {
 		Expect(client.IgnoreNotFound(spoke.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(in.Namespace), client.GracePeriodSeconds(0)))).To(Succeed())
 		Expect(client.IgnoreNotFound(spoke.Client.Delete(ctx, ns))).To(Succeed())
 		Eventually(ctx, func(g Gomega) {
-			u := usage(g)
-			g.Expect(u.GetFree()).To(Equal(u.GetMaximum()))
+			u := usage(ctx, g)
+			g.Expect(u.GetFree()).To(Equal(u.GetMaximum()), "every %s unit of %s is free again", in.Type, in.Spoke)
 		}).WithTimeout(joinTimeout).WithPolling(poll).Should(Succeed())
 	})
 
