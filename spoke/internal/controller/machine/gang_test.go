@@ -3,6 +3,7 @@ package machine
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
 // member is a gated guest of compute-small created at second s, member of
@@ -387,4 +389,46 @@ func repeat(n int, s string) []string {
 		out[i] = s
 	}
 	return out
+}
+
+// TestPodCountsFindsGangs checks what podCounts records for formGangs: the
+// members of a gang holding units, and the types a gang's members ask for.
+func TestPodCountsFindsGangs(t *testing.T) {
+	enabled := func(ns string) bool { return ns == guestNS }
+	ready := func(string) string { return string(imperatorv1alpha1.NodePoolReady) }
+	anywhere := func(string) []*corev1.Node { return []*corev1.Node{{}} }
+	gate := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: imperatorv1alpha1.SlotSchedulingGate}}
+		return p
+	}
+	running := wrappers.MakePod(guestNS, "train-0").InjectedGuest(group, "compute-small").Gang("train", 3).NodeName("kasumi").Obj()
+	waiting := gate(wrappers.MakePod(guestNS, "train-1").InjectedGuest(group, "compute-small").Gang("train", 3).Obj())
+	odd := gate(wrappers.MakePod(guestNS, "mixed-0").InjectedGuest(group, "compute-large").Gang("mixed", 2).Obj())
+	oddSmall := gate(wrappers.MakePod(guestNS, "mixed-1").InjectedGuest(group, "compute-small").Gang("mixed", 2).Obj())
+	third := gate(wrappers.MakePod(guestNS, "train-2").InjectedGuest(group, "compute-small").Gang("train", 3).Obj())
+	var pods []corev1.Pod
+	for _, p := range []*corev1.Pod{running, waiting, third, odd, oddSmall} {
+		pods = append(pods, *withUID(p, p.Name))
+	}
+	waiting = &pods[1]
+	usage := podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: ready, readyNodes: anywhere},
+		map[string]int32{"compute-small": 4, "compute-large": 2}, time.Time{})
+	small := usage["compute-small"]
+	train := gangID{namespace: guestNS, source: "gang", name: "train"}
+	mixed := gangID{namespace: guestNS, source: "gang", name: "mixed"}
+	if got := small.gangHolding[train]; got != 1 {
+		t.Errorf("members of train holding a unit = %d, want 1", got)
+	}
+	if diff := cmp.Diff([]string{"compute-large", "compute-small"}, small.gangTypes[mixed]); diff != "" {
+		t.Errorf("types of gang mixed (-want +got):\n%s", diff)
+	}
+	formGangs(small, "compute-small", nil)
+	if g := small.gangs[waiting.UID]; g == nil {
+		t.Errorf("train-1 is not in a gang: %+v", small.parked)
+	} else if g.need != 2 {
+		t.Errorf("train needs %d more, want 2 (one of 3 runs)", g.need)
+	}
+	if len(small.parked) != 1 || small.parked[0].pod.Name != "mixed-1" {
+		t.Errorf("parked %+v, want mixed-1 (its gang spans two types)", small.parked)
+	}
 }
