@@ -88,8 +88,8 @@ bench-smoke: k8s-bin ## Every benchmark once at its smallest size, so that none 
 	$(GO) run ./hack/bench -smoke
 
 .PHONY: e2e
-e2e: k8s-bin build ## The multi-cluster journeys against a fleet started for the run (or E2E_FLEET=.fleet/fleet.json); HOSTED=1: spoke-b served by a hosted agent; HUB_REPLICAS=2: two hub replicas, spoke-b on the second.
-	E2E_HOSTED=$(HOSTED) E2E_HUB_REPLICAS=$(HUB_REPLICAS) E2E_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -v ./test/e2e/
+e2e: k8s-bin build ## The multi-cluster journeys against a fleet started for the run (or E2E_FLEET=.fleet/fleet.json); HOSTED=1: spoke-b served by a hosted agent; HUB_REPLICAS=2: two hub replicas, spoke-b on the second; E2E_FOCUS: only the journeys it matches (ginkgo focus).
+	E2E_HOSTED=$(HOSTED) E2E_HUB_REPLICAS=$(HUB_REPLICAS) E2E_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -v ./test/e2e/ $(if $(E2E_FOCUS),-ginkgo.focus '$(E2E_FOCUS)')
 
 .PHONY: e2e-hosted
 e2e-hosted: ## The same journeys with spoke-b served by a hosted agent in the hub cluster (make e2e HOSTED=1).
