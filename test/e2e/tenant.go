@@ -128,11 +128,16 @@ func TenantSpec(ctx context.Context, in TenantInput) {
 	urgent := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "tenant-urgent"}, Value: 1_000_000}
 	Expect(client.IgnoreAlreadyExists(spoke.Client.Create(ctx, urgent))).To(Succeed())
 	DeferCleanup(func(ctx context.Context) { _ = spoke.Client.Delete(ctx, urgent) })
-	preempting := guest(onNamespace, "preempting")
-	preempting.Spec.PriorityClassName = urgent.Name
-	err = tenant.Create(ctx, preempting)
-	Expect(err).To(HaveOccurred())
-	Expect(err.Error()).To(ContainSubstring("spec.priority: a guest of priority 1000000"))
+	// The API server's Priority admission reads classes from an informer:
+	// until it sees the new class it refuses the pod for naming none.
+	Eventually(ctx, func() string {
+		preempting := guest(onNamespace, "preempting")
+		preempting.Spec.PriorityClassName = urgent.Name
+		if err := tenant.Create(ctx, preempting, client.DryRunAll); err != nil {
+			return err.Error()
+		}
+		return "admitted"
+	}).WithTimeout(30*time.Second).WithPolling(poll).Should(ContainSubstring("spec.priority: a guest of priority 1000000"))
 
 	By("2 guests labelled " + imperatorv1alpha1.HoldKey + ": " + in.Hold + " before the hold exists: they run in the ordinary line")
 	for i := range 2 {
