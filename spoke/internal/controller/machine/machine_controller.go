@@ -647,7 +647,7 @@ func (r *Reconciler) prune(ctx context.Context, c client.Client, machine *impera
 		stale = append(stale, &services.Items[i])
 	}
 	stale = slices.DeleteFunc(stale, func(obj client.Object) bool {
-		return keep[obj.GetName()] || !(metav1.IsControlledBy(obj, machine) || ownedByEarlier(obj, machine)) || !obj.GetDeletionTimestamp().IsZero()
+		return keep[obj.GetName()] || (!metav1.IsControlledBy(obj, machine) && !ownedByEarlier(obj, machine)) || !obj.GetDeletionTimestamp().IsZero()
 	})
 	var errs []error
 	for _, obj := range stale {
