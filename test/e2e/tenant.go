@@ -137,7 +137,7 @@ func TenantSpec(ctx context.Context, in TenantInput) {
 			return err.Error()
 		}
 		return "admitted"
-	}).WithTimeout(30*time.Second).WithPolling(poll).Should(ContainSubstring("spec.priority: a guest of priority 1000000"))
+	}).WithTimeout(30 * time.Second).WithPolling(poll).Should(ContainSubstring("spec.priority: a guest of priority 1000000"))
 
 	By("2 guests labelled " + imperatorv1alpha1.HoldKey + ": " + in.Hold + " before the hold exists: they run in the ordinary line")
 	for i := range 2 {
