@@ -74,7 +74,7 @@ func (p *Provider) identifyAndClaim(ctx context.Context, name multicluster.Clust
 	released := p.releaseLocked(name, uid)
 	p.identities[uid] = name
 	delete(p.refused, name)
-	m.claimed.Store(true)
+	p.touched[name] = m.Member
 	p.mu.Unlock()
 	if released {
 		p.retryRefused()

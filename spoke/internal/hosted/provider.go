@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/url"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -126,6 +125,12 @@ type Provider struct {
 	// already, reconciled again when a cluster is given up.
 	identities map[types.UID]multicluster.ClusterName
 	refused    map[multicluster.ClusterName]bool
+	// touched is, per Secret, the last member that claimed its cluster and
+	// so may have registered webhooks there. It outlives the member: one
+	// whose engagement failed (dropped, retried later) or whose restart
+	// never got as far as claiming still left its configurations in the
+	// cluster, and retiring the Secret must remove them.
+	touched map[multicluster.ClusterName]*Member
 
 	mgr      mcmanager.Manager
 	reader   client.Reader // the term manager's cache (Secrets of Namespace)
@@ -149,9 +154,6 @@ type member struct {
 	engaged chan struct{}
 	// done is closed once the member's goroutines have returned.
 	done chan struct{}
-	// claimed is set once the member holds its cluster's identity: only
-	// then may it have changed anything in the cluster (Options.Removed).
-	claimed atomic.Bool
 }
 
 var _ multicluster.Provider = (*Provider)(nil)
@@ -167,6 +169,7 @@ func New(opts Options) (*Provider, error) {
 	return &Provider{
 		opts: opts, log: opts.Log, members: map[multicluster.ClusterName]*member{}, retry: make(chan event.GenericEvent),
 		identities: map[types.UID]multicluster.ClusterName{}, refused: map[multicluster.ClusterName]bool{},
+		touched: map[multicluster.ClusterName]*Member{},
 	}, nil
 }
 
@@ -523,34 +526,39 @@ func (p *Provider) snapshot() []*member {
 }
 
 // remove stops a member; its controllers' engagement, reporter and cache end
-// with its context. It returns the member stopped, nil when none was served.
-func (p *Provider) remove(name multicluster.ClusterName, log logr.Logger) *member {
+// with its context, and it returns once they have.
+func (p *Provider) remove(name multicluster.ClusterName, log logr.Logger) {
 	p.mu.Lock()
 	m, ok := p.members[name]
 	delete(p.members, name)
 	p.mu.Unlock()
 	if !ok {
-		return nil
+		return
 	}
 	log.Info("Stopping member cluster", "member", m.Name)
 	m.cancel()
 	<-m.done
-	return m
 }
 
 // retire stops a member whose Secret is gone and undoes what Serve set up in
-// it (Options.Removed): a member no longer served must not keep calling the
-// agent's webhooks.
+// its cluster (Options.Removed): a member no longer served must not keep
+// calling the agent's webhooks. It does so also when no member runs for the
+// Secret any more (its engagement failed, or its restart did not reach the
+// cluster) but an earlier one claimed the cluster.
 func (p *Provider) retire(ctx context.Context, name multicluster.ClusterName, log logr.Logger) {
-	m := p.remove(name, log)
+	p.remove(name, log)
+	p.mu.Lock()
+	touched := p.touched[name]
+	delete(p.touched, name)
+	p.mu.Unlock()
 	p.release(name, "")
 	// A Secret of a cluster served already never touched it: the webhook
 	// configurations there are the serving member's.
-	if m == nil || !m.claimed.Load() || p.opts.Removed == nil {
+	if touched == nil || p.opts.Removed == nil {
 		return
 	}
-	p.opts.Removed(ctx, m.Member)
-	log.Info("Member cluster is no longer served", "member", m.Name)
+	p.opts.Removed(ctx, touched)
+	log.Info("Member cluster is no longer served", "member", touched.Name)
 }
 
 func (p *Provider) stopAll() {

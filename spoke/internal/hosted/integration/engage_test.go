@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -85,5 +86,72 @@ var _ = Describe("A member whose controllers could not be engaged", func() {
 			}
 			g.Expect(reasons).To(ContainElement("InvalidMember"))
 		}).WithTimeout(10 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+	})
+})
+
+// refuseAfterFirstEngage is a multicluster-aware runnable whose first Engage
+// succeeds and every later one fails.
+type refuseAfterFirstEngage struct{ calls atomic.Int32 }
+
+func (r *refuseAfterFirstEngage) Start(ctx context.Context) error { <-ctx.Done(); return nil }
+
+func (r *refuseAfterFirstEngage) Engage(context.Context, multicluster.ClusterName, cluster.Cluster) error {
+	if r.calls.Add(1) > 1 {
+		return errors.New("engage refused by the test")
+	}
+	return nil
+}
+
+var _ = Describe("A member dropped after a failed engagement", func() {
+	It("still has what it set up in its cluster undone when its Secret goes, so that no webhook configuration is left calling an agent that no longer serves it", func(ctx context.Context) {
+		const ns = "engage-retire"
+		Expect(management.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		removed := make(chan string, 4)
+		p, err := hosted.New(hosted.Options{
+			Namespace: ns, Scheme: clientgoscheme.Scheme, RequestTimeout: 5 * time.Second, Log: GinkgoLogr,
+			Removed: func(_ context.Context, m *hosted.Member) { removed <- m.Name },
+		})
+		Expect(err).NotTo(HaveOccurred())
+		mgr, err := mcmanager.New(management.Config, p, manager.Options{
+			Scheme:  clientgoscheme.Scheme,
+			Metrics: metricsserver.Options{BindAddress: "0"},
+			Cache:   hosted.CacheOptions(ns),
+		})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(p.SetupWithManager(mgr)).To(Succeed())
+		aware := &refuseAfterFirstEngage{}
+		Expect(mgr.Add(aware)).To(Succeed())
+		mgrCtx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- mgr.Start(mgrCtx) }()
+		DeferCleanup(func() {
+			stop()
+			Eventually(done).WithTimeout(30 * time.Second).Should(Receive())
+		})
+
+		secret := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "alpha", Labels: map[string]string{hosted.MemberLabel: "true"}},
+			Data:       map[string][]byte{hosted.KubeconfigKey: inlineKubeconfig("alpha")},
+		}
+		Expect(management.Client.Create(ctx, secret)).To(Succeed())
+		Eventually(func() error {
+			_, err := p.Get(ctx, "alpha")
+			return err
+		}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed(), "the member is served")
+
+		By("changing the Secret: the restarted member's engagement fails, and it is dropped")
+		patch := client.MergeFrom(secret.DeepCopy())
+		metav1.SetMetaDataAnnotation(&secret.ObjectMeta, hosted.WebhookURLAnnotation, "https://127.0.0.1:2")
+		Expect(management.Client.Patch(ctx, secret, patch)).To(Succeed())
+		Eventually(aware.calls.Load).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(BeNumerically(">=", 2))
+		Eventually(func() error {
+			_, err := p.Get(ctx, "alpha")
+			return err
+		}).WithTimeout(10 * time.Second).WithPolling(50 * time.Millisecond).Should(MatchError(multicluster.ErrClusterNotFound))
+
+		By("deleting the Secret")
+		Expect(management.Client.Delete(ctx, secret)).To(Succeed())
+		Eventually(removed).WithTimeout(30*time.Second).Should(Receive(Equal("alpha")),
+			"the cluster the dropped member claimed keeps its webhook configurations")
 	})
 })
