@@ -2,7 +2,7 @@
 # Builds the control-plane binaries the test harness runs as local processes:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (from
 # k8s.io/kubernetes via hack/k8s-bin), etcd (hack/etcd) and kwok; and the
-# kubelet of the harness's real node (test/util/realnode).
+# kubelet and kube-proxy of the harness's real node (test/util/realnode).
 #
 # Output goes to a versioned cache outside the clone, printed at the end:
 #   ${IMPERATOR_CACHE:-$HOME/.cache/imperator}/k8s-<version>/
@@ -42,9 +42,11 @@ regen() {
   } >>"$tmp"
   mv "$tmp" "$root/hack/k8s-bin/go.mod"
   (cd "$root/hack/k8s-bin" && go mod tidy)
-  # tidy sees no import of the kubelet and drops what only it needs (hnslib,
-  # otelrestful, k8s.io/cri-streaming); the kubelet's packages bring them back.
-  (cd "$root/hack/k8s-bin" && go get "k8s.io/kubernetes/pkg/kubelet@$K8S_VERSION" "k8s.io/kubernetes/pkg/kubelet/server@$K8S_VERSION")
+  # tidy sees no import of the kubelet or kube-proxy and drops what only they
+  # need (hnslib, otelrestful, k8s.io/cri-streaming; netlink, netns, ipvs,
+  # knftables); their packages bring them back.
+  (cd "$root/hack/k8s-bin" && go get "k8s.io/kubernetes/pkg/kubelet@$K8S_VERSION" "k8s.io/kubernetes/pkg/kubelet/server@$K8S_VERSION" \
+    "k8s.io/kubernetes/cmd/kube-proxy@$K8S_VERSION")
   log "regenerated hack/k8s-bin/go.mod for k8s.io/kubernetes $K8S_VERSION"
 }
 
@@ -54,7 +56,7 @@ build_kube() {
   local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   ldflags+=" -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitVersion=$K8S_VERSION -X $v.gitTreeState=clean"
   ldflags+=" -X $v.buildDate=1970-01-01T00:00:00Z"
-  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
+  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
     if fresh "$cmd" "$K8S_VERSION"; then continue; fi
     log "building $cmd $K8S_VERSION"
     (cd "$root/hack/k8s-bin" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$dir/$cmd" "k8s.io/kubernetes/cmd/$cmd")
