@@ -111,14 +111,24 @@ const (
 	HoldReasonNodeLeftPool = "NodeLeftPool"
 )
 
-// Cluster Autoscaler's ProvisioningRequest consumer annotations: a pod annotated
-// with ConsumeProvisioningRequestAnnotation naming a hold, and
-// ProvisioningClassNameAnnotation set to CapacityHoldProvisioningClass,
-// claims the hold as one labelled HoldKey does.
+// Cluster Autoscaler's ProvisioningRequest consumer annotations. A pod
+// annotated with ProvisioningClassNameAnnotation set to
+// CapacityHoldProvisioningClass and ConsumeProvisioningRequestAnnotation
+// naming a ProvisioningRequest of its namespace claims the CapacityHold the
+// agent made for that request and the pod's machine type. With the class
+// LegacyCapacityHoldProvisioningClass, the annotation names the hold itself,
+// as the label HoldKey does.
 const (
 	ConsumeProvisioningRequestAnnotation = "autoscaling.x-k8s.io/consume-provisioning-request"
 	ProvisioningClassNameAnnotation      = "autoscaling.x-k8s.io/provisioning-class-name"
-	CapacityHoldProvisioningClass        = "imperator.tenzen-y.io/capacity-hold"
+	// CapacityHoldProvisioningClass is the ProvisioningRequest class the
+	// agent serves with CapacityHolds: a DNS subdomain, as Kueue's
+	// ProvisioningRequestConfig requires of a class name.
+	CapacityHoldProvisioningClass = "capacity-hold.imperator.tenzen-y.io"
+	// LegacyCapacityHoldProvisioningClass is the class's first name, which
+	// Kueue refuses (not a DNS subdomain); still honoured on pods, whose
+	// consume-provisioning-request annotation then names the hold itself.
+	LegacyCapacityHoldProvisioningClass = "imperator.tenzen-y.io/capacity-hold"
 )
 
 // CapacityHold books units of a machine type in this cluster until a time,

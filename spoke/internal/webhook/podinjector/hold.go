@@ -10,23 +10,33 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/provisioningrequest"
 )
 
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=capacityholds,verbs=get;list;watch
 
-// heldName is the CapacityHold a guest being created asks for: its
-// imperator.tenzen-y.io/hold label, else, for a ProvisioningRequest consumer
-// of the class imperator.tenzen-y.io/capacity-hold, the request it
-// consumes; "" when it asks for none. The source names the field for
-// messages.
-func heldName(pod *corev1.Pod) (name, source string) {
+// heldName is the CapacityHold a guest being created in namespace asks
+// for: its imperator.tenzen-y.io/hold label; else, for a consumer of a
+// ProvisioningRequest of the class capacity-hold.imperator.tenzen-y.io,
+// the hold the agent made for that request (of the guest's namespace) and
+// the guest's machine type; else, for a consumer of the legacy class
+// imperator.tenzen-y.io/capacity-hold, the hold its annotation names. ""
+// when it asks for none. The source names the field for messages.
+func heldName(pod *corev1.Pod, namespace string) (name, source string) {
 	if name := pod.Labels[imperatorv1alpha1.HoldKey]; name != "" {
 		return name, "label " + imperatorv1alpha1.HoldKey
 	}
-	if pod.Annotations[imperatorv1alpha1.ProvisioningClassNameAnnotation] == imperatorv1alpha1.CapacityHoldProvisioningClass {
-		if name := pod.Annotations[imperatorv1alpha1.ConsumeProvisioningRequestAnnotation]; name != "" {
-			return name, "annotation " + imperatorv1alpha1.ConsumeProvisioningRequestAnnotation
-		}
+	request := pod.Annotations[imperatorv1alpha1.ConsumeProvisioningRequestAnnotation]
+	if request == "" {
+		return "", ""
+	}
+	source = "annotation " + imperatorv1alpha1.ConsumeProvisioningRequestAnnotation
+	switch pod.Annotations[imperatorv1alpha1.ProvisioningClassNameAnnotation] {
+	case imperatorv1alpha1.CapacityHoldProvisioningClass:
+		group, typeName := pod.Labels[imperatorv1alpha1.MachineGroupKey], pod.Labels[imperatorv1alpha1.MachineTypeKey]
+		return provisioningrequest.HoldName(namespace, request, group, typeName), source + ": ProvisioningRequest " + namespace + "/" + request
+	case imperatorv1alpha1.LegacyCapacityHoldProvisioningClass:
+		return request, source
 	}
 	return "", ""
 }
@@ -42,7 +52,7 @@ func heldName(pod *corev1.Pod) (name, source string) {
 // the guest's, denies the guest. A hold the cache does not show is read
 // through live, when given (nil: the cache alone decides).
 func holdClaim(ctx context.Context, cache, live client.Reader, pod *corev1.Pod, namespace string) (uid, warning string, err error) {
-	name, source := heldName(pod)
+	name, source := heldName(pod, namespace)
 	if name == "" {
 		return "", "", nil
 	}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/provisioningrequest"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -44,11 +45,15 @@ func TestHandleStampsTheHoldAGuestClaims(t *testing.T) {
 		p.Annotations[imperatorv1alpha1.HoldUIDAnnotation] = "uid-of-someone-elses-hold"
 		return p
 	}
-	consumer := guest().Obj()
-	consumer.Annotations = map[string]string{
-		imperatorv1alpha1.ConsumeProvisioningRequestAnnotation: "train",
-		imperatorv1alpha1.ProvisioningClassNameAnnotation:      imperatorv1alpha1.CapacityHoldProvisioningClass,
+	consumer := func(class string) *corev1.Pod {
+		p := guest().Obj()
+		p.Annotations = map[string]string{
+			imperatorv1alpha1.ConsumeProvisioningRequestAnnotation: "train",
+			imperatorv1alpha1.ProvisioningClassNameAnnotation:      class,
+		}
+		return p
 	}
+	requestHold := provisioningrequest.HoldName("team-a", "train", group, "compute-xlarge")
 
 	cases := map[string]struct {
 		holds       []client.Object
@@ -62,10 +67,24 @@ func TestHandleStampsTheHoldAGuestClaims(t *testing.T) {
 			pod:     labelled("train"),
 			wantUID: "uid-train",
 		},
-		"a ProvisioningRequest consumer of the capacity-hold class is stamped too": {
-			holds:   []client.Object{hold("train", "uid-train", nil)},
-			pod:     consumer,
+		"a ProvisioningRequest consumer of the capacity-hold class claims the hold made for its request and type": {
+			holds:   []client.Object{hold("train", "uid-train", nil), hold(requestHold, "uid-request", nil)},
+			pod:     consumer(imperatorv1alpha1.CapacityHoldProvisioningClass),
+			wantUID: "uid-request",
+		},
+		"a consumer of a request the agent made no hold for claims nothing, even if a hold has the request's name": {
+			holds:       []client.Object{hold("train", "uid-train", nil)},
+			pod:         consumer(imperatorv1alpha1.CapacityHoldProvisioningClass),
+			wantWarning: "ProvisioningRequest team-a/train) does not exist",
+		},
+		"a consumer of the legacy class imperator.tenzen-y.io/capacity-hold claims the hold its annotation names": {
+			holds:   []client.Object{hold("train", "uid-train", nil), hold(requestHold, "uid-request", nil)},
+			pod:     consumer(imperatorv1alpha1.LegacyCapacityHoldProvisioningClass),
 			wantUID: "uid-train",
+		},
+		"a consumer of another provisioning class claims nothing": {
+			holds: []client.Object{hold("train", "uid-train", nil), hold(requestHold, "uid-request", nil)},
+			pod:   consumer("check-capacity.autoscaling.x-k8s.io"),
 		},
 		"a guest naming a hold that does not exist claims nothing and is warned": {
 			pod:         labelled("train"),
