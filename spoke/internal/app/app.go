@@ -115,13 +115,13 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	}
 	if err := errors.Join(
 		setupProbes(local),
-		serveWebhooks(local, memberWebhooks),
+		serveWebhooks(local, memberWebhooks, cfg),
 		runControllers(local, campaign, setupControllers),
 		addHubReporter(local, cfg, direct, campaign, opts.Version),
 	); err != nil {
 		return fmt.Errorf("setting up the agent: %w", err)
 	}
-	log.Info("Starting agent", "namespace", cfg.Namespace, "hub", cfg.Hub.Address, "clustersFrom", cfg.Hosted.ClustersFrom)
+	log.Info("Starting agent", "clockOffset", cfg.ClockOffset, "namespace", cfg.Namespace, "hub", cfg.Hub.Address, "clustersFrom", cfg.Hosted.ClustersFrom)
 	if err := local.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)
 	}
@@ -349,11 +349,12 @@ func controllers(ctx context.Context, cfg config.Config, scheme *runtime.Scheme,
 		}
 		return errors.Join(
 			nodepool.SetupWithManager(mc),
-			capacityhold.SetupWithManager(mc, capacityhold.WithRetention(cfg.HoldRetention)),
+			capacityhold.SetupWithManager(mc, capacityhold.WithRetention(cfg.HoldRetention), capacityhold.WithClock(cfg.Clock())),
 			machine.SetupWithManager(mc, machine.Options{
 				Namespace:         cfg.Namespace,
 				Image:             cfg.Reservation.Image,
 				PriorityClassName: cfg.Reservation.PriorityClassName,
+				Clock:             cfg.Clock(),
 			}),
 		)
 	}
@@ -422,13 +423,13 @@ func setupProbes(local manager.Manager) error {
 // serveWebhooks registers the webhooks on local's server: in hosted mode
 // every member's under hosted.PathPrefix (memberWebhooks), else the
 // injector and the validator of the local cluster.
-func serveWebhooks(local manager.Manager, memberWebhooks *hosted.Webhooks) error {
+func serveWebhooks(local manager.Manager, memberWebhooks *hosted.Webhooks, cfg config.Config) error {
 	if memberWebhooks != nil {
 		local.GetWebhookServer().Register(hosted.PathPrefix, memberWebhooks)
 		return nil
 	}
 	return errors.Join(
-		podinjector.SetupWebhookWithManager(local),
+		podinjector.SetupWebhookWithManager(local, cfg.Clock()),
 		machinevalidator.SetupWebhookWithManager(local))
 }
 
@@ -474,6 +475,7 @@ func reporterOptions(cfg config.Config, c cache.Cache, direct client.Client, cam
 		AgentVersion: version,
 		// Heartbeats say when the agent's figures are stale.
 		APIServerStaleAfter: cfg.Hub.APIServerStaleAfter,
+		Clock:               cfg.Clock(),
 		Log:                 ctrl.Log.WithName("reporter"),
 	}
 	if campaign != nil {

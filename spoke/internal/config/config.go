@@ -44,6 +44,13 @@ type Config struct {
 	// event TTL, so the hold goes with the events that explain it).
 	HoldRetention time.Duration
 
+	// ClockOffset is added to every instant the agent reads for holds, its
+	// reports to the hub and the injector's admitted-at stamps (tests only:
+	// the fault suite runs a spoke whose clock is a minute off the hub's).
+	// Durations (timers, tickers, backoffs) and TLS certificate checks stay
+	// on the system clock. Within ±MaxClockOffset; zero in production.
+	ClockOffset time.Duration
+
 	Webhook     Webhook
 	Reservation Reservation
 	Hub         Hub
@@ -203,6 +210,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Webhook.CAValidity, "webhook-ca-validity", c.Webhook.CAValidity, "Lifetime of the webhook CA the agent issues (0: 10 years); it rolls over with a third left, old and new CA both trusted meanwhile.")
 	fs.DurationVar(&c.Webhook.CertValidity, "webhook-cert-validity", c.Webhook.CertValidity, "Lifetime of the webhook serving certificate the agent issues (0: 1 year); renewed with a third left.")
 	fs.DurationVar(&c.HoldRetention, "hold-retention", c.HoldRetention, "How long a CapacityHold whose booking ended (Failed, or Expired at validUntil) is kept before the agent deletes it; at least "+capacityhold.MinRetention.String()+".")
+	fs.DurationVar(&c.ClockOffset, "clock-offset", c.ClockOffset, "For tests only: run the agent's clock this much ahead (negative: behind) of the system clock, for the instants of holds, hub reports and admission stamps, to test clock skew between spoke and hub; within ±"+MaxClockOffset.String()+". Leave unset in production.")
 	fs.StringVar(&c.Reservation.Image, "reservation-image", c.Reservation.Image, "Image of the reservation placeholder container.")
 	fs.StringVar(&c.Reservation.PriorityClassName, "reservation-priority-class", c.Reservation.PriorityClassName, "PriorityClass of reservation pods (deploy/spoke ships it; the agent only reads it).")
 	fs.StringVar(&c.Hub.Address, "hub-address", c.Hub.Address, "host:port of the hub; empty runs the agent stand-alone.")
@@ -269,6 +277,9 @@ func (c *Config) Validate() error {
 	if c.HoldRetention < capacityhold.MinRetention {
 		errs = append(errs, fmt.Errorf("--hold-retention %s: must be at least %s, so that the hub's hold request still finds a failed hold to say why", c.HoldRetention, capacityhold.MinRetention))
 	}
+	if c.ClockOffset < -MaxClockOffset || c.ClockOffset > MaxClockOffset {
+		errs = append(errs, fmt.Errorf("--clock-offset %s: must be within ±%s (it is for clock skew tests)", c.ClockOffset, MaxClockOffset))
+	}
 	if c.Reservation.Image == "" {
 		errs = append(errs, errors.New("--reservation-image: must not be empty"))
 	}
@@ -289,6 +300,9 @@ func (c *Config) Validate() error {
 		}
 		if c.Hosted.WebhookProbeInterval < time.Second {
 			errs = append(errs, fmt.Errorf("--member-webhook-probe-interval %s: must be at least 1s", c.Hosted.WebhookProbeInterval))
+		}
+		if c.ClockOffset != 0 {
+			errs = append(errs, errors.New("--clock-offset: not supported with --clusters-from (the clock skew tests run in-cluster agents)"))
 		}
 		if c.Webhook.CertManagerCertificate != "" {
 			errs = append(errs, errors.New("--webhook-cert-manager-certificate: not supported with --clusters-from (the agent puts its own CA bundle into every member's webhook configurations)"))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/clock"
 )
 
 func TestDefaultsNeedNoFlags(t *testing.T) {
@@ -92,6 +93,15 @@ func TestValidateNamesTheFlag(t *testing.T) {
 			args: []string{"--hold-retention=30s"}, wantErrs: []string{"--hold-retention"},
 		},
 		"hold retention of a day": {args: []string{"--hold-retention=24h"}},
+		"clock a minute ahead":    {args: []string{"--clock-offset=60s"}},
+		"clock a minute behind":   {args: []string{"--clock-offset=-1m"}},
+		"clock an hour ahead":     {args: []string{"--clock-offset=1h"}},
+		"clock more than an hour ahead": {
+			args: []string{"--clock-offset=1h0m1s"}, wantErrs: []string{"--clock-offset 1h0m1s: must be within ±1h0m0s"},
+		},
+		"clock more than an hour behind": {
+			args: []string{"--clock-offset=-2h"}, wantErrs: []string{"--clock-offset -2h0m0s: must be within ±1h0m0s"},
+		},
 		// The Secret the agent would manage itself does not matter when
 		// cert-manager issues the certificate.
 		"cert-manager certificate ignores the cert secret": {
@@ -172,5 +182,26 @@ func TestCertManagerFlags(t *testing.T) {
 	got := Webhook{CertManagerCertificate: c.Webhook.CertManagerCertificate, CertDir: c.Webhook.CertDir}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("parsed webhook certificate settings (-want +got):\n%s", diff)
+	}
+}
+
+func TestClockOffset(t *testing.T) {
+	c := Default()
+	if _, real := c.Clock().(clock.RealClock); !real {
+		t.Errorf("default Clock() = %T, want the system clock", c.Clock())
+	}
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	c.BindFlags(fs)
+	if err := fs.Parse([]string{"--clock-offset=-60s"}); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	got := c.Clock().Now()
+	after := time.Now()
+	if got.Before(before.Add(-time.Minute)) || got.After(after.Add(-time.Minute)) {
+		t.Errorf("Clock().Now() = %s, want a minute before the system clock's [%s, %s]", got, before, after)
+	}
+	if since := c.Clock().Since(got); since < 0 || since > time.Second {
+		t.Errorf("Clock().Since(its own Now()) = %s, want a real duration close to 0", since)
 	}
 }

@@ -17,9 +17,10 @@ import (
 )
 
 // inventory reads every Machine and its MachineNodePool from r (the
-// manager's cache) and returns them in wire form, keyed by Machine name.
-func inventory(ctx context.Context, r client.Reader) (map[string]*federationv1.Machine, time.Time, error) {
-	observedAt := time.Now()
+// manager's cache) and returns them in wire form, keyed by Machine name,
+// with the instant (of now) they were read at.
+func inventory(ctx context.Context, r client.Reader, now func() time.Time) (map[string]*federationv1.Machine, time.Time, error) {
+	observedAt := now()
 	var machines imperatorv1alpha1.MachineList
 	if err := r.List(ctx, &machines); err != nil {
 		return nil, observedAt, fmt.Errorf("listing Machines: %w", err)

@@ -35,7 +35,7 @@ func (r *Reporter) probeAPIServer(ctx context.Context) {
 		probeCtx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
 		err := r.opts.Client.Get(probeCtx, client.ObjectKey{Name: r.opts.Namespace}, &corev1.Namespace{})
 		cancel()
-		now := time.Now()
+		now := r.now()
 		if apiServerAnswered(err) {
 			r.lastContact.Store(now.UnixNano())
 		}

@@ -65,6 +65,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -151,7 +152,12 @@ type Options struct {
 	// Leader tells whether this replica leads (leader.Campaign); nil when
 	// the agent runs without leader election and always reports.
 	Leader interface{ Leading() bool }
-	Log    logr.Logger
+	// Clock gives every instant the reporter reads: hold requests' arrival
+	// (a CapacityHold's validUntil), observedAt, heartbeats and the API
+	// server's last contact (config.Config.Clock; the system clock when
+	// nil). Durations are the system clock's.
+	Clock clock.PassiveClock
+	Log   logr.Logger
 }
 
 // Reporter streams the cluster's inventory to the hub.
@@ -231,6 +237,9 @@ func New(opts Options) (*Reporter, error) {
 	}
 	if opts.APIServerStaleAfter <= 0 {
 		opts.APIServerStaleAfter = DefaultAPIServerStaleAfter
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	return &Reporter{
 		opts:        opts,
@@ -348,7 +357,7 @@ func (r *Reporter) mandate(ctx context.Context, end context.CancelFunc) {
 			lostAt, answeredAt = time.Time{}, time.Time{}
 			continue
 		}
-		now := time.Now()
+		now := r.now()
 		switch {
 		case lostAt.IsZero():
 			lostAt = now
@@ -369,7 +378,7 @@ func (r *Reporter) mandate(ctx context.Context, end context.CancelFunc) {
 func (r *Reporter) run(ctx context.Context) {
 	// The cache has listed everything, or the last turn's probe reached
 	// the API server: count from now.
-	r.lastContact.Store(time.Now().UnixNano())
+	r.lastContact.Store(r.now().UnixNano())
 	r.metrics.setState(stateConnecting)
 
 	var workers sync.WaitGroup
@@ -536,7 +545,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 	// holdAnswers carries the answers to the hub's HoldRequests, each
 	// carried out in a goroutine of its own, to the loop that sends.
 	holdAnswers := make(chan *federationv1.HoldResponse, 16)
-	hs := holds{client: r.opts.Client, cache: r.opts.Cache, now: time.Now}
+	hs := holds{client: r.opts.Client, cache: r.opts.Cache, now: r.now}
 	go func() {
 		first := true
 		for {
@@ -658,7 +667,7 @@ func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *
 				return nil, fmt.Errorf("sending HoldResponse: %w", streamError(err))
 			}
 		case <-heartbeat.C:
-			if err := stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Heartbeat{Heartbeat: r.heartbeat(time.Now())}}); err != nil {
+			if err := stream.Send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Heartbeat{Heartbeat: r.heartbeat(r.now())}}); err != nil {
 				return nil, fmt.Errorf("sending Heartbeat: %w", streamError(err))
 			}
 			r.metrics.reportedIfAnswered(answered)
@@ -693,7 +702,7 @@ func drained(ctx context.Context, conn *grpc.ClientConn) <-chan struct{} {
 }
 
 func (r *Reporter) sendSnapshot(ctx context.Context, stream federationv1.Federation_ReportClient) (map[string]*federationv1.Machine, error) {
-	current, observedAt, err := inventory(ctx, r.opts.Cache)
+	current, observedAt, err := inventory(ctx, r.opts.Cache, r.now)
 	if err != nil {
 		return nil, err
 	}
@@ -713,7 +722,7 @@ func (r *Reporter) sendSnapshot(ctx context.Context, stream federationv1.Federat
 }
 
 func (r *Reporter) sendDelta(ctx context.Context, stream federationv1.Federation_ReportClient, sent map[string]*federationv1.Machine) (map[string]*federationv1.Machine, error) {
-	current, observedAt, err := inventory(ctx, r.opts.Cache)
+	current, observedAt, err := inventory(ctx, r.opts.Cache, r.now)
 	if err != nil {
 		return nil, err
 	}
@@ -778,10 +787,18 @@ func (r *Reporter) watchHubHolds(ctx context.Context) {
 	r.reportsHubHolds.Store(true)
 }
 
+// now is the reporter's clock's instant (Options.Clock).
+func (r *Reporter) now() time.Time {
+	if r.opts.Clock == nil {
+		return time.Now()
+	}
+	return r.opts.Clock.Now()
+}
+
 // hubHolds are the hub holds to report: none when they are not watched.
 func (r *Reporter) hubHolds(ctx context.Context) ([]*federationv1.HubHold, error) {
 	if !r.reportsHubHolds.Load() {
 		return nil, nil
 	}
-	return hubHolds(ctx, r.opts.Cache, time.Now())
+	return hubHolds(ctx, r.opts.Cache, r.now())
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -53,6 +54,13 @@ type Option func(*Controller)
 // is deleted (DefaultRetention when not given).
 func WithRetention(retention time.Duration) Option {
 	return func(r *Controller) { r.retention = retention }
+}
+
+// WithClock sets the clock whose instants are compared with the holds'
+// validUntil (the system clock when not given): the agent's one clock,
+// from which the reporter sets validUntil (config.Config.Clock).
+func WithClock(c clock.PassiveClock) Option {
+	return func(r *Controller) { r.now = c.Now }
 }
 
 // SetupWithManager registers the Controller with a multi-cluster manager.

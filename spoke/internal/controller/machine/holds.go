@@ -111,3 +111,13 @@ func (r *Reconciler) holdHandler(name multicluster.ClusterName, cl cluster.Clust
 		return ""
 	}, nil)
 }
+
+// holdsNow is the instant the holds' validUntil is compared with
+// (Options.Clock, the system clock when the Reconciler was made without
+// complete).
+func (r *Reconciler) holdsNow() time.Time {
+	if r.opts.Clock == nil {
+		return time.Now()
+	}
+	return r.opts.Clock.Now()
+}

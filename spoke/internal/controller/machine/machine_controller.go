@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -65,11 +67,18 @@ type Options struct {
 	PriorityClassName string
 	// MaxConcurrentReconciles defaults to the manager's setting, else 1.
 	MaxConcurrentReconciles int
+	// Clock gives the instants compared with the holds' validUntil: the
+	// agent's one clock, from which the reporter sets validUntil
+	// (config.Config.Clock). Default: the system clock.
+	Clock clock.PassiveClock
 }
 
 func (o *Options) complete() error {
 	if o.Image == "" {
 		o.Image = DefaultImage
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	if o.PriorityClassName == "" {
 		o.PriorityClassName = DefaultPriorityClassName
@@ -109,6 +118,8 @@ type Reconciler struct {
 	series       usageSeries
 	expectations grantExpectations
 	stuckWarned  stuckWarnings
+	// podGroups are the PodGroup kinds watched (groups.go).
+	podGroups podGroupKinds
 }
 
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
@@ -138,12 +149,12 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 	if err := capacityhold.SetupIndexer(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	r := &Reconciler{mgr: mgr, opts: opts}
+	r := &Reconciler{mgr: mgr, opts: opts, podGroups: servedPodGroupKinds(mgr.GetLocalManager().GetRESTMapper())}
 	ctrlOpts := controller.TypedOptions[mcreconcile.Request]{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}
 	// The multi-cluster builder takes only some of the manager's controller
 	// settings (not SkipNameValidation); take all of them here.
 	ctrlOpts.DefaultFromConfig(mgr.GetControllerOptions())
-	err := mcbuilder.ControllerManagedBy(mgr).
+	b := mcbuilder.ControllerManagedBy(mgr).
 		Named("machine").
 		For(&imperatorv1alpha1.Machine{}).
 		// The StatefulSet's status changes with every pod, and the pod watch
@@ -162,10 +173,15 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 		// A missing or wrong reservation PriorityClass holds the
 		// reservations back, and one put right restores them, without
 		// waiting for a resync.
-		Watches(&schedulingv1.PriorityClass{}, r.priorityClassHandler, mcbuilder.WithPredicates(isReservationPriorityClass(opts.PriorityClassName))).
-		WithOptions(ctrlOpts).
-		Complete(r)
-	if err != nil {
+		Watches(&schedulingv1.PriorityClass{}, r.priorityClassHandler, mcbuilder.WithPredicates(isReservationPriorityClass(opts.PriorityClassName)))
+	// A gang's size may come from its PodGroup (groups.go).
+	if r.podGroups.native {
+		b = b.Watches(&schedulingv1alpha2.PodGroup{}, r.podGroupHandler("podgroup"))
+	}
+	if r.podGroups.coscheduling {
+		b = b.Watches(newCoschedulingPodGroup(), r.podGroupHandler("coscheduling"))
+	}
+	if err := b.WithOptions(ctrlOpts).Complete(r); err != nil {
 		return fmt.Errorf("setting up the machine controller: %w", err)
 	}
 	return nil
@@ -233,16 +249,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 		return ctrl.Result{}, err
 	}
 	r.expectations.observe(seriesKey, usage)
-	sizes := groupSizesFrom(cl.GetAPIReader()).of(ctx)
+	podGroups := newGroupSizes(cl.GetCache(), cl.GetAPIReader(), r.podGroups)
 	for name, u := range usage {
-		formGangs(u, name, sizes)
+		formGangs(u, name, podGroups.of(ctx))
 	}
 	state.usage = usage
 	state.served = servedTypes(machine)
 	r.warnStuckReservations(seriesKey, recorder, machine, usage)
 	// Holds are decided, and their statuses written, before any
 	// reservation pod or guest moves (holds.go).
-	untilExpiry, unsettled, err := r.planHolds(ctx, c, recorder, machine, group, usage, state.served, time.Now())
+	untilExpiry, unsettled, err := r.planHolds(ctx, c, recorder, machine, group, usage, state.served, r.holdsNow())
 	if err != nil || unsettled {
 		return ctrl.Result{RequeueAfter: holdConflictRetry}, err
 	}

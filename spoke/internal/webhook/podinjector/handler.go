@@ -64,7 +64,9 @@ func NewHandler(reader client.Reader, _ *runtime.Scheme) *Handler {
 // webhook server, reading Machines from the manager's cache. The Machine
 // informer is registered now, so that it syncs with the cache instead of on
 // the first admission request.
-func SetupWebhookWithManager(mgr ctrl.Manager) error {
+// clk stamps the admitted-at annotation (the agent's one clock,
+// config.Config.Clock; nil: the system clock).
+func SetupWebhookWithManager(mgr ctrl.Manager, clk clock.PassiveClock) error {
 	// Before the manager starts, GetInformer only registers the informer and
 	// does not block on the context.
 	for _, obj := range []client.Object{&imperatorv1alpha1.Machine{}, &imperatorv1alpha1.CapacityHold{}} {
@@ -74,6 +76,9 @@ func SetupWebhookWithManager(mgr ctrl.Manager) error {
 	}
 	handler := NewHandler(mgr.GetCache(), mgr.GetScheme())
 	handler.APIReader = mgr.GetAPIReader()
+	if clk != nil {
+		handler.Clock = clk
+	}
 	mgr.GetWebhookServer().Register(WebhookPath, &webhook.Admission{
 		Handler: webhookmetrics.Handler(webhookmetrics.PodInjector, handler),
 	})
