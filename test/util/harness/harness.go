@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,10 +57,20 @@ const (
 	// left alone (a test can create a node that never becomes Ready).
 	KwokNodeAnnotation = "kwok.x-k8s.io/node"
 
+	// WorkloadAPIRuntimeConfig serves the alpha Workload API's version
+	// (Workload, PodGroup); an APIServerFlags entry, with
+	// WorkloadAPIFeatureGates.
+	WorkloadAPIRuntimeConfig = "--runtime-config=scheduling.k8s.io/v1alpha2=true"
+
 	defaultReadyTimeout = 90 * time.Second
 	startAttempts       = 3
 	certValidity        = 24 * time.Hour * 365
 )
+
+// WorkloadAPIFeatureGates turn on Kubernetes 1.36's alpha Workload API
+// (KEP-4671): pods name a PodGroup in spec.schedulingGroup, and the
+// scheduler's GangScheduling plugin binds a gang's pods only together.
+var WorkloadAPIFeatureGates = []string{"GenericWorkload=true", "GangScheduling=true"}
 
 //go:embed stages/*.yaml
 var stages embed.FS
@@ -86,12 +97,24 @@ type Options struct {
 	// "--kube-api-qps=200" (its default of 50 paces the binding of a
 	// burst of pods).
 	SchedulerFlags []string
+	// FeatureGates are Kubernetes feature gates ("GenericWorkload=true")
+	// given to the API server, the controller-manager and the scheduler
+	// alike (WorkloadAPIFeatureGates, say); alpha APIs they serve also need
+	// their version in an APIServerFlags --runtime-config.
+	FeatureGates []string
 	// KwokParallelism is how many pod stages, node stages and node Lease
 	// renewals (a write each) kwok plays at once, each; 0 keeps kwok's
 	// default of 4, which on a busy 2-core machine starts about 20 pods a
 	// second and lets the Leases of 1,000 nodes expire (the nodes go
 	// NotReady, and the controller-manager marks their pods not ready).
 	KwokParallelism uint
+	// AdvertiseAddress, when set, is a non-loopback address of this host
+	// (test/util/realnode.Host) the API server listens and advertises on,
+	// for clusters whose pods run for real: the "kubernetes" Service's
+	// endpoints are reconciled to it, so pods reach the API server through
+	// kube-proxy, and the ServiceAccount admission plugin mounts their
+	// tokens. Empty: loopback only, no ServiceAccount admission.
+	AdvertiseAddress string
 }
 
 // Cluster is a running control plane with simulated nodes.
@@ -185,7 +208,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if timeout == 0 {
 		timeout = defaultReadyTimeout
 	}
-	if err := c.writeCertificates(); err != nil {
+	if err := c.writeCertificates(opts.AdvertiseAddress); err != nil {
 		c.removeDir()
 		return nil, err
 	}
@@ -273,6 +296,13 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		// A real node's name is not in DNS; its InternalIP is the host's.
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 	}
+	if opts.AdvertiseAddress != "" {
+		apiArgs = slices.DeleteFunc(apiArgs, func(a string) bool {
+			return a == "--disable-admission-plugins=ServiceAccount" || a == "--endpoint-reconciler-type=none"
+		})
+		apiArgs = append(apiArgs, "--bind-address="+opts.AdvertiseAddress, "--advertise-address="+opts.AdvertiseAddress)
+	}
+	apiArgs = append(apiArgs, featureGateFlags(opts)...)
 	apiArgs = append(apiArgs, opts.APIServerFlags...)
 	c.apiArgs = apiArgs
 	apiserver, err := StartProcess(apiServerName, c.bin("kube-apiserver"), c.apiArgs, c.Dir)
@@ -281,8 +311,12 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	}
 	c.addProcess(apiserver)
 
+	host := "127.0.0.1"
+	if opts.AdvertiseAddress != "" {
+		host = opts.AdvertiseAddress
+	}
 	c.Config = &rest.Config{
-		Host: "https://127.0.0.1:" + strconv.Itoa(apiPort),
+		Host: "https://" + net.JoinHostPort(host, strconv.Itoa(apiPort)),
 		TLSClientConfig: rest.TLSClientConfig{
 			CAFile:   path("ca.crt"),
 			CertFile: path("admin.crt"),
@@ -310,6 +344,15 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		_, err := c.kube.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil
 	})
+}
+
+// featureGateFlags is the --feature-gates flag of opts.FeatureGates, none
+// without any.
+func featureGateFlags(opts Options) []string {
+	if len(opts.FeatureGates) == 0 {
+		return nil
+	}
+	return []string{"--feature-gates=" + strings.Join(opts.FeatureGates, ",")}
 }
 
 // processes returns the running processes, in start order.
@@ -399,8 +442,8 @@ func (c *Cluster) startAfterAPIServer(opts Options) error {
 			"--cluster-signing-cert-file=" + path("ca.crt"),
 			"--cluster-signing-key-file=" + path("ca.key"),
 			"--concurrent-statefulset-syncs=10",
-		}, opts.ControllerManagerFlags...)},
-		{"kube-scheduler", append([]string{kubeconfig, "--secure-port=0", "--leader-elect=false"}, opts.SchedulerFlags...)},
+		}, slices.Concat(featureGateFlags(opts), opts.ControllerManagerFlags)...)},
+		{"kube-scheduler", append([]string{kubeconfig, "--secure-port=0", "--leader-elect=false"}, slices.Concat(featureGateFlags(opts), opts.SchedulerFlags)...)},
 		{"kwok", []string{
 			kubeconfig,
 			"--config=" + stagesPath,
@@ -540,8 +583,9 @@ func (c *Cluster) DeleteNode(ctx context.Context, name string) error {
 func (c *Cluster) bin(name string) string { return filepath.Join(c.binDir, name) }
 
 // writeCertificates creates the cluster CA, the API server's serving
-// certificate, the admin client certificate and the service-account key.
-func (c *Cluster) writeCertificates() error {
+// certificate (for advertise too, when set), the admin client certificate and
+// the service-account key.
+func (c *Cluster) writeCertificates(advertise string) error {
 	ca, err := pki.NewCA(c.Name+"-ca", certValidity)
 	if err != nil {
 		return fmt.Errorf("harness: %w", err)
@@ -551,8 +595,11 @@ func (c *Cluster) writeCertificates() error {
 	if err != nil {
 		return fmt.Errorf("harness: %w", err)
 	}
-	serving, servingKey, err := ca.IssueServer("kube-apiserver",
-		[]string{"127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "10.96.0.1"}, certValidity)
+	hosts := []string{"127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "10.96.0.1"}
+	if advertise != "" {
+		hosts = append(hosts, advertise)
+	}
+	serving, servingKey, err := ca.IssueServer("kube-apiserver", hosts, certValidity)
 	if err != nil {
 		return fmt.Errorf("harness: %w", err)
 	}

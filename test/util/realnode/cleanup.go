@@ -41,7 +41,9 @@ var kubeletChains = map[string][]string{
 func (n *Node) Stop() error {
 	n.stopOnce.Do(func() {
 		n.stopErr = n.stop()
-		_ = n.lock.Close()
+		if n.lock != nil {
+			_ = n.lock.Close()
+		}
 	})
 	return n.stopErr
 }
@@ -49,26 +51,29 @@ func (n *Node) Stop() error {
 func (n *Node) stop() error {
 	var errs []error
 	n.mu.Lock()
-	kubelet, containerd := n.kubelet, n.containerd
+	kubelet, containerd, kubeProxy := n.kubelet, n.containerd, n.kubeProxy
 	n.mu.Unlock()
 	if kubelet != nil && kubelet.Running() {
 		errs = append(errs, n.deletePods())
 	}
-	for _, p := range []*harness.Process{kubelet, containerd} {
+	for _, p := range []*harness.Process{kubeProxy, kubelet, containerd} {
 		if p != nil {
 			errs = append(errs, p.Stop())
 		}
 	}
 	errs = append(errs,
 		killCgroup("kubepods"),
-		n.killShims(),
-		n.unmountUnder(),
+		killShimsMatching(func(cmdline string) bool { return strings.Contains(cmdline, n.Socket) }),
+		unmountMatching(func(point string) bool { return point == n.Dir || strings.HasPrefix(point, n.Dir+"/") }),
 		n.removeNetns(),
 		n.removeBridge(),
 		removeIPTables(n.network),
 		removeCgroup("kubepods"),
-		n.deleteBinding(),
+		n.deleteBinding("imperator-realnode:"+n.Name),
 	)
+	if n.withProxy {
+		errs = append(errs, cleanupKubeProxy(n.binDir), n.deleteBinding("imperator-realnode:kube-proxy"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -169,13 +174,13 @@ func removeCgroup(name string) error {
 	return errors.Join(errs...)
 }
 
-// killShims kills the containerd shims of this node's containerd (they
-// outlive containerd by design), found by the socket in their command line.
-func (n *Node) killShims() error {
+// killShimsMatching kills the containerd shims (they outlive containerd by
+// design) whose command line matches: a node's socket.
+func killShimsMatching(match func(cmdline string) bool) error {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, path := range procs {
 		data, err := os.ReadFile(path)
-		if err != nil || !strings.Contains(string(data), "containerd-shim") || !strings.Contains(string(data), n.Socket) {
+		if err != nil || !strings.Contains(string(data), "containerd-shim") || !match(string(data)) {
 			continue
 		}
 		var pid int
@@ -186,10 +191,10 @@ func (n *Node) killShims() error {
 	return nil
 }
 
-// unmountUnder unmounts every mount point under the node's directory,
-// deepest first: the kubelet's bind mount of its root directory, volumes,
-// containerd's rootfs and shm mounts.
-func (n *Node) unmountUnder() error {
+// unmountMatching unmounts every mount point that matches (those under a
+// node's directory), deepest first: the kubelet's bind mount of its root
+// directory, volumes, containerd's rootfs and shm mounts.
+func unmountMatching(match func(point string) bool) error {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return fmt.Errorf("reading mounts: %w", err)
@@ -199,7 +204,7 @@ func (n *Node) unmountUnder() error {
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		fields := strings.Fields(s.Text())
-		if len(fields) > 4 && (fields[4] == n.Dir || strings.HasPrefix(fields[4], n.Dir+"/")) {
+		if len(fields) > 4 && match(fields[4]) {
 			points = append(points, fields[4])
 		}
 	}
@@ -258,8 +263,9 @@ func (n *Node) removeBridge() error {
 }
 
 // removeIPTables removes the kubelet's chains with the rules that jump to
-// them, and the masquerading chains the bridge plugin left for network (the
-// ones of pods whose CNI DEL never ran), in IPv4 and IPv6.
+// them, and the masquerading chains the bridge plugin left for the networks
+// whose name starts with network (the ones of pods whose CNI DEL never ran),
+// in IPv4 and IPv6.
 func removeIPTables(network string) error {
 	var errs []error
 	for _, bin := range []string{"iptables", "ip6tables"} {
@@ -304,7 +310,7 @@ func removeIPTables(network string) error {
 }
 
 // cniChainOf reports whether chain carries the bridge plugin's comment for
-// network.
+// a network whose name starts with network.
 func cniChainOf(rules, chain, network string) bool {
 	for line := range strings.Lines(rules) {
 		if strings.HasPrefix(line, "-A "+chain+" ") && strings.Contains(line, `name: \"`+network+`\"`) {
@@ -343,12 +349,12 @@ func splitRule(rule string) []string {
 	return args
 }
 
-func (n *Node) deleteBinding() error {
+func (n *Node) deleteBinding(name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := n.cluster.Kubernetes().RbacV1().ClusterRoleBindings().Delete(ctx, "imperator-realnode:"+n.Name, metav1.DeleteOptions{})
+	err := n.cluster.Kubernetes().RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting the kubelet's ClusterRoleBinding: %w", err)
+		return fmt.Errorf("deleting ClusterRoleBinding %s: %w", name, err)
 	}
 	return nil
 }

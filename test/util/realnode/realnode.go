@@ -26,7 +26,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,6 +53,13 @@ type Options struct {
 	PodSubnet string
 	// ReadyTimeout bounds the start until the node is Ready; default 2m.
 	ReadyTimeout time.Duration
+	// Host, from Acquire, makes the node a full one for a cluster started
+	// with harness.Options.AdvertiseAddress = Host.Address: kube-proxy runs
+	// beside the kubelet, so that pods reach the API server and Services
+	// and the API server reaches webhook Services. The caller releases it
+	// after the cluster stopped. Nil: the node takes the host's lock itself
+	// and runs no kube-proxy.
+	Host *Host
 }
 
 // Node is a running real node.
@@ -73,11 +79,13 @@ type Node struct {
 	port        int
 	healthzPort int
 	lock        *os.File
+	withProxy   bool
 	netnsBefore map[string]bool
 
 	mu         sync.Mutex
 	containerd *harness.Process
 	kubelet    *harness.Process
+	kubeProxy  *harness.Process
 	stopOnce   sync.Once
 	stopErr    error
 }
@@ -127,17 +135,13 @@ func Start(ctx context.Context, c *harness.Cluster, opts Options) (*Node, error)
 	if opts.ReadyTimeout == 0 {
 		opts.ReadyTimeout = defaultWait
 	}
-	lock, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("realnode: opening %s: %w", lockPath, err)
-	}
-	// Another suite's real node may be running: wait for it, within the start's time.
-	err = wait.PollUntilContextTimeout(ctx, time.Second, opts.ReadyTimeout, true, func(context.Context) (bool, error) {
-		return syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil, nil
-	})
-	if err != nil {
-		_ = lock.Close()
-		return nil, fmt.Errorf("realnode: another real node runs on this host (%s stays locked): %w", lockPath, err)
+	var lock *os.File
+	if opts.Host == nil {
+		// Another suite's real node may be running: wait for it, within the start's time.
+		var err error
+		if lock, err = lockHost(ctx, opts.ReadyTimeout); err != nil {
+			return nil, err
+		}
 	}
 	n := &Node{
 		Name:      opts.Name,
@@ -148,6 +152,7 @@ func Start(ctx context.Context, c *harness.Cluster, opts Options) (*Node, error)
 		binDir:    opts.BinDir,
 		network:   "imperator-" + opts.Name,
 		lock:      lock,
+		withProxy: opts.Host != nil,
 	}
 	n.Socket = n.path("containerd.sock")
 	n.netnsBefore = netnsNames()
@@ -207,6 +212,11 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	n.setProcess(&n.kubelet, kubelet)
+	if n.withProxy {
+		if err := n.startKubeProxy(ctx); err != nil {
+			return err
+		}
+	}
 	return n.waitReady(ctx)
 }
 
@@ -225,12 +235,6 @@ func (n *Node) writeKubeconfig(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFile(n.path("kubelet.crt"), string(cert)); err != nil {
-		return err
-	}
-	if err := writeFile(n.path("kubelet.key"), string(key)); err != nil {
-		return err
-	}
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "imperator-realnode:" + n.Name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node"},
@@ -239,7 +243,19 @@ func (n *Node) writeKubeconfig(ctx context.Context) error {
 	if _, err := n.cluster.Kubernetes().RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("binding %s to system:node: %w", user, err)
 	}
-	return writeFile(n.path("kubelet.kubeconfig"), fmt.Sprintf(`apiVersion: v1
+	return n.writeClientKubeconfig("kubelet", cert, key)
+}
+
+// writeClientKubeconfig writes <name>.kubeconfig, <name>.crt and <name>.key
+// for a client of the node's cluster.
+func (n *Node) writeClientKubeconfig(name string, cert, key []byte) error {
+	if err := writeFile(n.path(name+".crt"), string(cert)); err != nil {
+		return err
+	}
+	if err := writeFile(n.path(name+".key"), string(key)); err != nil {
+		return err
+	}
+	return writeFile(n.path(name+".kubeconfig"), fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: %[1]s
@@ -247,15 +263,15 @@ clusters:
     server: %[2]s
     certificate-authority: %[3]s
 users:
-- name: kubelet
+- name: %[6]s
   user:
     client-certificate: %[4]s
     client-key: %[5]s
 contexts:
 - name: %[1]s
-  context: {cluster: %[1]s, user: kubelet}
+  context: {cluster: %[1]s, user: %[6]s}
 current-context: %[1]s
-`, n.cluster.Name, n.cluster.Config.Host, filepath.Join(n.cluster.Dir, "ca.crt"), n.path("kubelet.crt"), n.path("kubelet.key")))
+`, n.cluster.Name, n.cluster.Config.Host, filepath.Join(n.cluster.Dir, "ca.crt"), n.path(name+".crt"), n.path(name+".key"), name))
 }
 
 func (n *Node) waitContainerd(ctx context.Context) error {
@@ -269,8 +285,8 @@ func (n *Node) waitContainerd(ctx context.Context) error {
 
 func (n *Node) waitReady(ctx context.Context) error {
 	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		for _, p := range []*harness.Process{n.containerd, n.kubelet} {
-			if !p.Running() {
+		for _, p := range []*harness.Process{n.containerd, n.kubelet, n.kubeProxy} {
+			if p != nil && !p.Running() {
 				return false, fmt.Errorf("%s exited:\n%s", p.Name(), p.Tail(30))
 			}
 		}
@@ -312,7 +328,7 @@ func (n *Node) Logs(lines int) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var out string
-	for _, p := range []*harness.Process{n.containerd, n.kubelet} {
+	for _, p := range []*harness.Process{n.containerd, n.kubelet, n.kubeProxy} {
 		if p != nil {
 			out += fmt.Sprintf("==> %s/%s (%s)\n%s\n", n.Name, p.Name(), p.LogPath(), p.Tail(lines))
 		}
