@@ -34,12 +34,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/internal/leader"
 	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/spoke/internal/config"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/provisioningrequest"
 	"github.com/imperator-federation/imperator/spoke/internal/hosted"
 	"github.com/imperator-federation/imperator/spoke/internal/reporter"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/certs"
@@ -79,6 +81,9 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	log := ctrl.Log.WithName("spoke")
 	scheme, err := schemes.Spoke()
 	if err != nil {
+		return err
+	}
+	if err := provisioningrequest.AddToScheme(scheme); err != nil {
 		return err
 	}
 	// The certificate manager reads one Secret and two webhook
@@ -347,6 +352,9 @@ func controllers(ctx context.Context, cfg config.Config, scheme *runtime.Scheme,
 				return err
 			}
 		}
+		if err := setupProvisioningRequests(mc, provider != nil); err != nil {
+			return err
+		}
 		return errors.Join(
 			nodepool.SetupWithManager(mc),
 			capacityhold.SetupWithManager(mc, capacityhold.WithRetention(cfg.HoldRetention), capacityhold.WithClock(cfg.Clock())),
@@ -358,6 +366,30 @@ func controllers(ctx context.Context, cfg config.Config, scheme *runtime.Scheme,
 			}),
 		)
 	}
+}
+
+// setupProvisioningRequests sets up the ProvisioningRequest provider when
+// the cluster serves the ProvisioningRequest CRD (discovered at the start of
+// each leader term), and says in the log when it does not. Hosted mode does
+// not serve ProvisioningRequests: each member would need its own discovery.
+func setupProvisioningRequests(mc mcmanager.Manager, hostedMode bool) error {
+	log := ctrl.Log.WithName("spoke")
+	class := imperatorv1alpha1.CapacityHoldProvisioningClass
+	if hostedMode {
+		log.Info("Not serving ProvisioningRequests: hosted mode does not", "provisioningClass", class)
+		return nil
+	}
+	served, err := provisioningrequest.Served(mc.GetLocalManager().GetConfig())
+	if err != nil {
+		return err
+	}
+	if !served {
+		log.Info("Not serving ProvisioningRequests: the API server does not serve autoscaling.x-k8s.io/v1 provisioningrequests (install the CRD and restart the agent)",
+			"provisioningClass", class)
+		return nil
+	}
+	log.Info("Serving ProvisioningRequests", "provisioningClass", class)
+	return provisioningrequest.SetupWithManager(mc)
 }
 
 // memberClusters returns, in hosted mode, the provider of the member

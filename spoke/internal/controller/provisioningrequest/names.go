@@ -5,14 +5,15 @@ import (
 	"encoding/hex"
 )
 
-// Labels on the CapacityHolds the Controller makes, naming the
-// ProvisioningRequest they serve.
+// Labels and annotation on the CapacityHolds the Controller makes, naming
+// the ProvisioningRequest they serve.
 const (
 	// RequestNamespaceLabel is the namespace of the ProvisioningRequest.
 	RequestNamespaceLabel = "imperator.tenzen-y.io/provisioning-request-namespace"
-	// RequestNameLabel is the name of the ProvisioningRequest, when it fits
-	// a label value (RequestUIDLabel always identifies it).
-	RequestNameLabel = "imperator.tenzen-y.io/provisioning-request-name"
+	// RequestNameAnnotation is the name of the ProvisioningRequest: an
+	// annotation, since Kueue's request names may be longer than a label
+	// value.
+	RequestNameAnnotation = "imperator.tenzen-y.io/provisioning-request-name"
 	// RequestUIDLabel is the UID of the ProvisioningRequest: a hold left by
 	// an earlier request of the same name is not this request's.
 	RequestUIDLabel = "imperator.tenzen-y.io/provisioning-request-uid"

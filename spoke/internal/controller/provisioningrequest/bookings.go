@@ -1,0 +1,147 @@
+package provisioningrequest
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/machinetype"
+)
+
+// Reasons of a request's Failed condition that the mapping gives.
+const (
+	// ReasonPodSetNotMapped: a pod set names no machine type (no group or
+	// type label, or its template is missing).
+	ReasonPodSetNotMapped = "PodSetNotMapped"
+	// ReasonMachineTypeNotFound: no Machine of the group offers the type.
+	ReasonMachineTypeNotFound = imperatorv1alpha1.HoldReasonMachineTypeNotFound
+	// ReasonResourcesNotStated: the template does not ask for exactly the
+	// type's resources, so Kueue's quota would not count them.
+	ReasonResourcesNotStated = "ResourcesNotStated"
+)
+
+// Booking is the units of one machine type a request books: one
+// CapacityHold.
+type Booking struct {
+	MachineGroup string
+	MachineType  string
+	Count        int32
+}
+
+// Refusal says why a request cannot be served; Reason is a condition reason.
+type Refusal struct {
+	Reason  string
+	Message string
+}
+
+func (r *Refusal) Error() string { return r.Reason + ": " + r.Message }
+
+// Bookings maps the pod sets of a request to machine types, one Booking per
+// type, in the order the pod sets first name them. templates are the
+// request namespace's PodTemplates by name; machines are the Machines the
+// types are looked up in. It refuses the request when a pod set's template
+// is missing, names no group and type, names a type no Machine of the group
+// offers, or does not state the type's resources on its target container.
+func Bookings(podSets []PodSet, templates map[string]*corev1.PodTemplate, machines []imperatorv1alpha1.Machine) ([]Booking, *Refusal) {
+	if len(podSets) == 0 {
+		return nil, &Refusal{Reason: ReasonPodSetNotMapped, Message: "spec.podSets is empty: nothing to hold"}
+	}
+	var bookings []Booking
+	for i, ps := range podSets {
+		path := fmt.Sprintf("spec.podSets[%d]", i)
+		if ps.Count < 1 {
+			return nil, &Refusal{Reason: ReasonPodSetNotMapped, Message: fmt.Sprintf("%s.count is %d: it must be at least 1", path, ps.Count)}
+		}
+		template, ok := templates[ps.PodTemplateRef.Name]
+		if !ok {
+			return nil, &Refusal{Reason: ReasonPodSetNotMapped,
+				Message: fmt.Sprintf("%s.podTemplateRef: PodTemplate %q does not exist", path, ps.PodTemplateRef.Name)}
+		}
+		group, typeName := template.Template.Labels[imperatorv1alpha1.MachineGroupKey], template.Template.Labels[imperatorv1alpha1.MachineTypeKey]
+		if group == "" || typeName == "" {
+			return nil, &Refusal{Reason: ReasonPodSetNotMapped, Message: fmt.Sprintf(
+				"%s: PodTemplate %q has no %s and %s labels: label the Job's pod template with the machine group and type it runs on",
+				path, template.Name, imperatorv1alpha1.MachineGroupKey, imperatorv1alpha1.MachineTypeKey)}
+		}
+		spec, found := findType(machines, group, typeName)
+		if !found {
+			return nil, &Refusal{Reason: ReasonMachineTypeNotFound, Message: fmt.Sprintf(
+				"%s: no Machine of machine group %s offers machine type %s", path, group, typeName)}
+		}
+		if refusal := statesResources(path, &template.Template.Spec, template.Template.Labels, typeName, spec); refusal != nil {
+			return nil, refusal
+		}
+		at := slices.IndexFunc(bookings, func(b Booking) bool { return b.MachineGroup == group && b.MachineType == typeName })
+		if at < 0 {
+			bookings = append(bookings, Booking{MachineGroup: group, MachineType: typeName})
+			at = len(bookings) - 1
+		}
+		bookings[at].Count += ps.Count
+	}
+	return bookings, nil
+}
+
+// findType returns the spec of machine type typeName offered by a Machine
+// of group.
+func findType(machines []imperatorv1alpha1.Machine, group, typeName string) (imperatorv1alpha1.MachineTypeSpec, bool) {
+	for _, m := range machines {
+		if m.Labels[imperatorv1alpha1.MachineGroupKey] != group {
+			continue
+		}
+		for _, t := range m.Spec.MachineTypes {
+			if t.Name == typeName {
+				return t.Spec, true
+			}
+		}
+	}
+	return imperatorv1alpha1.MachineTypeSpec{}, false
+}
+
+// statesResources checks that the target container of a pod set's template
+// (the one imperator.tenzen-y.io/injecting-container names, else the first)
+// asks for exactly one unit of the type: Kueue counts quota from these
+// requests, and the injector would make them so anyway.
+func statesResources(path string, spec *corev1.PodSpec, labels map[string]string, typeName string, typeSpec imperatorv1alpha1.MachineTypeSpec) *Refusal {
+	if len(spec.Containers) == 0 {
+		return &Refusal{Reason: ReasonPodSetNotMapped, Message: path + ": the pod template has no containers"}
+	}
+	target := &spec.Containers[0]
+	if name := labels[imperatorv1alpha1.InjectingContainerKey]; name != "" {
+		at := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == name })
+		if at < 0 {
+			return &Refusal{Reason: ReasonPodSetNotMapped, Message: fmt.Sprintf("%s: label %s names container %q, which the template does not have",
+				path, imperatorv1alpha1.InjectingContainerKey, name)}
+		}
+		target = &spec.Containers[at]
+	}
+	want := machinetype.Resources(typeSpec)
+	var wrong []string
+	for _, name := range slices.Sorted(func(yield func(corev1.ResourceName) bool) {
+		for n := range want {
+			if !yield(n) {
+				return
+			}
+		}
+	}) {
+		got, ok := target.Resources.Requests[name]
+		if !ok {
+			got, ok = target.Resources.Limits[name]
+		}
+		if w := want[name]; !ok || got.Cmp(w) != 0 {
+			stated := "nothing"
+			if ok {
+				stated = got.String()
+			}
+			wrong = append(wrong, fmt.Sprintf("%s %s (asks %s)", name, w.String(), stated))
+		}
+	}
+	if len(wrong) > 0 {
+		return &Refusal{Reason: ReasonResourcesNotStated, Message: fmt.Sprintf(
+			"%s: container %q must request one unit of machine type %s, so that Kueue's quota counts it: %s",
+			path, target.Name, typeName, strings.Join(wrong, ", "))}
+	}
+	return nil
+}

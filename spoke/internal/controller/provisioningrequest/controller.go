@@ -1,0 +1,293 @@
+package provisioningrequest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
+	mchandler "sigs.k8s.io/multicluster-runtime/pkg/handler"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+// ControllerName names the controller in logs and events.
+const ControllerName = "imperator-provisioningrequest"
+
+// BookingDuration is how long a hold made for a request keeps its units for
+// the request's pods: Cluster Autoscaler's booking time. Kueue admits the
+// Workload as soon as the request is Provisioned, so its pods arrive well
+// within it; units they claim stay with them until they finish.
+const BookingDuration = 10 * time.Minute
+
+// machineGrace is how long a request whose machine type the cache does not
+// show waits before it fails: a Machine created at the same moment may not
+// have reached the cache yet.
+const machineGrace = 5 * time.Second
+
+// +kubebuilder:rbac:groups=autoscaling.x-k8s.io,resources=provisioningrequests,verbs=get;list;watch
+// +kubebuilder:rbac:groups=autoscaling.x-k8s.io,resources=provisioningrequests/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups="",resources=podtemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=capacityholds,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
+
+// Controller serves the ProvisioningRequests of the class
+// capacity-hold.imperator.tenzen-y.io with CapacityHolds (see the package
+// doc).
+type Controller struct {
+	mgr mcmanager.Manager
+	now func() time.Time
+}
+
+// Served tells whether the API server of config serves ProvisioningRequests
+// (autoscaling.x-k8s.io/v1): the Controller is set up only then, since its
+// watch would fail without the CRD.
+func Served(config *rest.Config) (bool, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(config)
+	if err != nil {
+		return false, fmt.Errorf("creating a discovery client: %w", err)
+	}
+	resources, err := dc.ServerResourcesForGroupVersion(GroupVersion.String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discovering %s: %w", GroupVersion, err)
+	}
+	return slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == "provisioningrequests" }), nil
+}
+
+// SetupWithManager registers the Controller with a multi-cluster manager.
+func SetupWithManager(mgr mcmanager.Manager) error {
+	r := &Controller{mgr: mgr, now: time.Now}
+	copts := controller.TypedOptions[mcreconcile.Request]{}
+	copts.DefaultFromConfig(mgr.GetControllerOptions())
+	err := mcbuilder.ControllerManagedBy(mgr).
+		Named("provisioningrequest").
+		For(&ProvisioningRequest{}, mcbuilder.WithPredicates(predicate.NewPredicateFuncs(ofOurClass))).
+		Watches(&imperatorv1alpha1.CapacityHold{}, mchandler.EnqueueRequestsFromMapFunc(holdToRequest)).
+		WithOptions(copts).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("setting up the provisioning request controller: %w", err)
+	}
+	return nil
+}
+
+// ofOurClass lets through the requests of the class the agent serves.
+func ofOurClass(obj client.Object) bool {
+	pr, ok := obj.(*ProvisioningRequest)
+	return ok && pr.Spec.ProvisioningClassName == imperatorv1alpha1.CapacityHoldProvisioningClass
+}
+
+// holdToRequest maps a hold the Controller made to its request.
+func holdToRequest(_ context.Context, obj client.Object) []reconcile.Request {
+	namespace, name := obj.GetLabels()[RequestNamespaceLabel], obj.GetAnnotations()[RequestNameAnnotation]
+	if namespace == "" || name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}}}
+}
+
+// Reconcile releases the holds of a request that is gone, and otherwise
+// makes the request's holds while it is not provisioned and keeps its
+// conditions from them.
+func (r *Controller) Reconcile(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
+	cl, err := r.mgr.GetCluster(ctx, req.ClusterName)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("getting cluster %q: %w", req.ClusterName, err)
+	}
+	c := cl.GetClient()
+	pr := &ProvisioningRequest{}
+	if err := c.Get(ctx, req.NamespacedName, pr); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.releaseStale(ctx, c, req.NamespacedName, "")
+		}
+		return ctrl.Result{}, fmt.Errorf("getting ProvisioningRequest %s: %w", req.NamespacedName, err)
+	}
+	if !ofOurClass(pr) || !pr.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.releaseStale(ctx, c, req.NamespacedName, "")
+	}
+	if err := r.releaseStale(ctx, c, req.NamespacedName, pr.UID); err != nil {
+		return ctrl.Result{}, err
+	}
+	holds, err := r.holdsOf(ctx, c, pr)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	before := pr.DeepCopy()
+	var result ctrl.Result
+	var release []string
+	switch {
+	case meta.IsStatusConditionTrue(pr.Status.Conditions, ConditionFailed):
+		release = HoldNames(pr)
+	case Final(pr):
+	default:
+		if !ProvisionedOnce(pr) {
+			result, err = r.book(ctx, c, pr, holds)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		release = FromHolds(pr, holds)
+	}
+	errs := []error{r.patchStatus(ctx, c, before, pr)}
+	for _, name := range release {
+		if hold, ok := holds[name]; ok {
+			errs = append(errs, r.deleteHold(ctx, c, hold, "the ProvisioningRequest failed"))
+		}
+	}
+	return result, errors.Join(errs...)
+}
+
+// book maps the request's pod sets to machine types and creates the holds
+// it lacks, recording them in the request's status; a request that cannot
+// be mapped is refused.
+func (r *Controller) book(ctx context.Context, c client.Client, pr *ProvisioningRequest, holds map[string]*imperatorv1alpha1.CapacityHold) (ctrl.Result, error) {
+	templates := map[string]*corev1.PodTemplate{}
+	for _, ps := range pr.Spec.PodSets {
+		t := &corev1.PodTemplate{}
+		err := c.Get(ctx, client.ObjectKey{Namespace: pr.Namespace, Name: ps.PodTemplateRef.Name}, t)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("getting PodTemplate %s/%s: %w", pr.Namespace, ps.PodTemplateRef.Name, err)
+		}
+		templates[t.Name] = t
+	}
+	machines := &imperatorv1alpha1.MachineList{}
+	if err := c.List(ctx, machines); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing Machines: %w", err)
+	}
+	bookings, refusal := Bookings(pr.Spec.PodSets, templates, machines.Items)
+	if refusal != nil {
+		// A Machine or PodTemplate created with the request may not be in
+		// the cache yet.
+		if wait := pr.CreationTimestamp.Add(machineGrace).Sub(r.now()); wait > 0 && refusal.Reason != ReasonResourcesNotStated {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+		Refuse(pr, refusal)
+		ctrl.LoggerFrom(ctx).V(1).Info("Refused a ProvisioningRequest", "provisioningRequest", klog.KObj(pr), "reason", refusal.Reason, "message", refusal.Message)
+		return ctrl.Result{}, nil
+	}
+	names := make([]string, 0, len(bookings))
+	for _, b := range bookings {
+		name := HoldName(pr.Namespace, pr.Name, b.MachineGroup, b.MachineType)
+		names = append(names, name)
+		if _, ok := holds[name]; ok {
+			continue
+		}
+		hold, err := r.createHold(ctx, c, pr, name, b)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		holds[name] = hold
+	}
+	Accept(pr, names)
+	return ctrl.Result{}, nil
+}
+
+// createHold creates the hold name for booking b of pr: for pr's namespace
+// only, labelled with pr's namespace, name and UID.
+func (r *Controller) createHold(ctx context.Context, c client.Client, pr *ProvisioningRequest, name string, b Booking) (*imperatorv1alpha1.CapacityHold, error) {
+	hold := &imperatorv1alpha1.CapacityHold{
+		ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels:      map[string]string{RequestNamespaceLabel: pr.Namespace, RequestUIDLabel: string(pr.UID)},
+			Annotations: map[string]string{RequestNameAnnotation: pr.Name}},
+		Spec: imperatorv1alpha1.CapacityHoldSpec{
+			MachineGroup: b.MachineGroup,
+			MachineType:  b.MachineType,
+			Count:        b.Count,
+			ValidUntil:   metav1.NewTime(r.now().Add(BookingDuration)),
+			Namespaces:   []string{pr.Namespace},
+		},
+	}
+	if err := c.Create(ctx, hold); err != nil {
+		return nil, fmt.Errorf("creating CapacityHold %s for ProvisioningRequest %s: %w", name, klog.KObj(pr), err)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Created a CapacityHold for a ProvisioningRequest", "provisioningRequest", klog.KObj(pr),
+		"capacityHold", name, "machineGroup", b.MachineGroup, "machineType", b.MachineType, "count", b.Count)
+	return hold, nil
+}
+
+// holdsOf returns the holds made for pr (by its UID), by name.
+func (r *Controller) holdsOf(ctx context.Context, c client.Client, pr *ProvisioningRequest) (map[string]*imperatorv1alpha1.CapacityHold, error) {
+	list := &imperatorv1alpha1.CapacityHoldList{}
+	if err := c.List(ctx, list, client.MatchingLabels{RequestUIDLabel: string(pr.UID)}); err != nil {
+		return nil, fmt.Errorf("listing the CapacityHolds of ProvisioningRequest %s: %w", klog.KObj(pr), err)
+	}
+	holds := make(map[string]*imperatorv1alpha1.CapacityHold, len(list.Items))
+	for i := range list.Items {
+		holds[list.Items[i].Name] = &list.Items[i]
+	}
+	return holds, nil
+}
+
+// releaseStale deletes the holds made for a request of key that is not
+// keep (the request's UID; "": every one, the request is gone).
+func (r *Controller) releaseStale(ctx context.Context, c client.Client, key types.NamespacedName, keep types.UID) error {
+	list := &imperatorv1alpha1.CapacityHoldList{}
+	if err := c.List(ctx, list, client.MatchingLabels{RequestNamespaceLabel: key.Namespace}); err != nil {
+		return fmt.Errorf("listing the CapacityHolds of ProvisioningRequest %s: %w", key, err)
+	}
+	var errs []error
+	for i := range list.Items {
+		hold := &list.Items[i]
+		if hold.Annotations[RequestNameAnnotation] == key.Name && (keep == "" || hold.Labels[RequestUIDLabel] != string(keep)) {
+			errs = append(errs, r.deleteHold(ctx, c, hold, "its ProvisioningRequest is gone"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// deleteHold deletes this very hold (UID precondition), which returns its
+// held units at once.
+func (r *Controller) deleteHold(ctx context.Context, c client.Client, hold *imperatorv1alpha1.CapacityHold, why string) error {
+	if !hold.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	if err := c.Delete(ctx, hold, client.Preconditions{UID: &hold.UID}); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil
+		}
+		return fmt.Errorf("deleting CapacityHold %s: %w", hold.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Released a CapacityHold", "capacityHold", klog.KObj(hold), "why", why)
+	return nil
+}
+
+// patchStatus writes the request's status when it changed, with the
+// resourceVersion it was read at.
+func (r *Controller) patchStatus(ctx context.Context, c client.Client, before, pr *ProvisioningRequest) error {
+	if equality.Semantic.DeepEqual(before.Status, pr.Status) {
+		return nil
+	}
+	if err := c.Status().Patch(ctx, pr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			// Changed since the cache gave it (its event queues it
+			// again), or gone.
+			return nil
+		}
+		return fmt.Errorf("patching the status of ProvisioningRequest %s: %w", klog.KObj(pr), err)
+	}
+	return nil
+}

@@ -1,0 +1,39 @@
+// Package provisioningrequest makes the spoke agent a ProvisioningRequest
+// provider (autoscaling.x-k8s.io/v1, Cluster Autoscaler's API, which Kueue's
+// ProvisioningRequest admission check speaks): it serves the requests of the
+// class capacity-hold.imperator.tenzen-y.io with CapacityHolds, and nothing
+// else. It owns the mapping of a request's pod sets to machine types
+// (Bookings), the names and labels of the holds it makes (HoldName), and the
+// request's conditions, which it derives from those holds.
+//
+// Mapping. Each pod set (a PodTemplate and a count) asks for a machine type
+// by the template's imperator.tenzen-y.io/machine-group and machine-type
+// labels, the guest labels the pods will carry. Pod sets of one type add
+// up: one hold per type. A pod set without those labels, or of a type no
+// Machine offers, fails the request with a message naming the pod set. The
+// template must also state the type's resources on its target container
+// (requests, or limits alone): Kueue counts a Workload's quota from the
+// template, before the pod injector gives a pod its unit, so a template
+// that relies on injection would look free to Kueue's quota (see
+// docs/kueue.md). A mismatch fails the request, naming the container and
+// the resource.
+//
+// Holds. For a request accepted and not provisioned yet, the Controller
+// creates one CapacityHold per type, named HoldName(namespace, request,
+// group, type), for the request's namespace only, labelled with the
+// request's namespace, name and UID, valid for BookingDuration. The
+// CapacityHold decides (package capacityhold): the request is Provisioned
+// once every hold is, Failed (reason and message of the failed hold; the
+// other holds are released) when one fails, BookingExpired when a hold's
+// booking expired or a provisioned hold is gone, CapacityRevoked while a
+// hold lost units. Failed and BookingExpired are final, as in Cluster
+// Autoscaler. Pods Kueue admits carry the consume-provisioning-request and
+// provisioning-class-name annotations; the pod injector resolves them to
+// HoldName and stamps the hold's UID, which alone claims it.
+//
+// Release. A CapacityHold is cluster-scoped and cannot be owned by a
+// namespaced request, so the Controller watches both: a hold whose request
+// is gone, or is another request of the same name (UID label), is deleted,
+// which returns its held units at once. The agent serves the class only
+// when the ProvisioningRequest CRD is served when it starts (Served).
+package provisioningrequest

@@ -1,0 +1,167 @@
+package provisioningrequest_test
+
+import (
+	"context"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	pr "github.com/imperator-federation/imperator/spoke/internal/controller/provisioningrequest"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
+)
+
+const (
+	group       = "general-machine"
+	machineType = "compute-xlarge"
+)
+
+// podTemplate is what Kueue creates for a pod set: the Job's template with
+// the guest labels, asking for one compute-xlarge unit when stated.
+func podTemplate(name string, stated bool) *corev1.PodTemplate {
+	t := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	t.Template.Labels = map[string]string{imperatorv1alpha1.MachineGroupKey: group, imperatorv1alpha1.MachineTypeKey: machineType,
+		imperatorv1alpha1.PodRoleKey: "guest"}
+	c := corev1.Container{Name: "train", Image: "trainer"}
+	if stated {
+		c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("40"),
+			corev1.ResourceMemory: resource.MustParse("128Gi"), "nvidia.com/gpu": resource.MustParse("2")}
+		c.Resources.Limits = c.Resources.Requests
+	}
+	t.Template.Spec.Containers = []corev1.Container{c}
+	return t
+}
+
+func request(name, class string, podSets ...pr.PodSet) *pr.ProvisioningRequest {
+	return &pr.ProvisioningRequest{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: pr.ProvisioningRequestSpec{ProvisioningClassName: class, PodSets: podSets}}
+}
+
+func condition(ctx context.Context, name, conditionType string) func(Gomega) *metav1.Condition {
+	return func(g Gomega) *metav1.Condition {
+		got := &pr.ProvisioningRequest{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, got)).To(Succeed())
+		c := meta.FindStatusCondition(got.Status.Conditions, conditionType)
+		g.Expect(c).NotTo(BeNil(), "condition %s of ProvisioningRequest %s", conditionType, name)
+		return c
+	}
+}
+
+// decide writes the status the Machine controller writes on a hold.
+func decide(ctx context.Context, name string, conditions ...metav1.Condition) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		hold := &imperatorv1alpha1.CapacityHold{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: name}, hold)).To(Succeed())
+		for _, c := range conditions {
+			c.ObservedGeneration = hold.Generation
+			meta.SetStatusCondition(&hold.Status.Conditions, c)
+		}
+		g.Expect(k8s.Status().Update(ctx, hold)).To(Succeed())
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+}
+
+var _ = Describe("A ProvisioningRequest of the capacity-hold class", Ordered, func() {
+	BeforeAll(func(ctx context.Context) {
+		Expect(k8s.Create(ctx, wrappers.GeneralMachine().Obj())).To(Succeed())
+		Expect(k8s.Create(ctx, podTemplate("stated", true))).To(Succeed())
+		Expect(k8s.Create(ctx, podTemplate("injected", false))).To(Succeed())
+	})
+
+	It("is held by one CapacityHold for its pod sets of one type, Provisioned once the hold is, and released when deleted", func(ctx context.Context) {
+		req := request("train", imperatorv1alpha1.CapacityHoldProvisioningClass,
+			pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 2}, pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 1})
+		Expect(k8s.Create(ctx, req)).To(Succeed())
+		holdName := pr.HoldName(namespace, "train", group, machineType)
+		hold := &imperatorv1alpha1.CapacityHold{}
+		Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Name: holdName}, hold) }).WithTimeout(10 * time.Second).Should(Succeed())
+		Expect(hold.Spec).To(And(HaveField("MachineGroup", group), HaveField("MachineType", machineType), HaveField("Count", int32(3)),
+			HaveField("Namespaces", Equal([]string{namespace}))))
+		Expect(hold.Spec.ValidUntil.Time).To(BeTemporally("~", time.Now().Add(pr.BookingDuration), 30*time.Second))
+		Eventually(condition(ctx, "train", pr.ConditionAccepted)).WithTimeout(10 * time.Second).Should(HaveField("Status", metav1.ConditionTrue))
+		Eventually(condition(ctx, "train", pr.ConditionProvisioned)).WithTimeout(10 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", pr.ReasonWaitingForHold)))
+
+		By("the Machine controller holding the units")
+		decide(ctx, holdName,
+			metav1.Condition{Type: imperatorv1alpha1.HoldConditionAccepted, Status: metav1.ConditionTrue, Reason: imperatorv1alpha1.HoldReasonAccepted},
+			metav1.Condition{Type: imperatorv1alpha1.HoldConditionProvisioned, Status: metav1.ConditionTrue, Reason: imperatorv1alpha1.HoldReasonUnitsHeld})
+		Eventually(condition(ctx, "train", pr.ConditionProvisioned)).WithTimeout(10 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", pr.ReasonProvisioned)))
+
+		By("a node of the hold leaving the pool")
+		decide(ctx, holdName, metav1.Condition{Type: imperatorv1alpha1.HoldConditionCapacityRevoked, Status: metav1.ConditionTrue,
+			Reason: imperatorv1alpha1.HoldReasonNodeLeftPool, Message: "node michiru left the ready pool"})
+		Eventually(condition(ctx, "train", pr.ConditionCapacityRevoked)).WithTimeout(10 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionTrue), HaveField("Message", ContainSubstring("node michiru left the ready pool"))))
+
+		By("deleting the request")
+		Expect(k8s.Delete(ctx, req)).To(Succeed())
+		Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Name: holdName}, &imperatorv1alpha1.CapacityHold{}) }).
+			WithTimeout(10 * time.Second).Should(Satisfy(apierrors.IsNotFound))
+	})
+
+	It("says BookingExpired when its hold's booking expired", func(ctx context.Context) {
+		Expect(k8s.Create(ctx, request("expiring", imperatorv1alpha1.CapacityHoldProvisioningClass,
+			pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 1}))).To(Succeed())
+		holdName := pr.HoldName(namespace, "expiring", group, machineType)
+		decide(ctx, holdName,
+			metav1.Condition{Type: imperatorv1alpha1.HoldConditionAccepted, Status: metav1.ConditionTrue, Reason: imperatorv1alpha1.HoldReasonAccepted},
+			metav1.Condition{Type: imperatorv1alpha1.HoldConditionProvisioned, Status: metav1.ConditionTrue, Reason: imperatorv1alpha1.HoldReasonUnitsHeld})
+		Eventually(condition(ctx, "expiring", pr.ConditionProvisioned)).WithTimeout(10 * time.Second).Should(HaveField("Status", metav1.ConditionTrue))
+		decide(ctx, holdName, metav1.Condition{Type: imperatorv1alpha1.HoldConditionBookingExpired, Status: metav1.ConditionTrue,
+			Reason: imperatorv1alpha1.HoldReasonExpired, Message: "validUntil passed"})
+		Eventually(condition(ctx, "expiring", pr.ConditionBookingExpired)).WithTimeout(10 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", imperatorv1alpha1.HoldReasonExpired)))
+	})
+
+	It("fails with the hold's reason when too few units are free, and releases the hold", func(ctx context.Context) {
+		Expect(k8s.Create(ctx, request("too-big", imperatorv1alpha1.CapacityHoldProvisioningClass,
+			pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 5}))).To(Succeed())
+		holdName := pr.HoldName(namespace, "too-big", group, machineType)
+		message := "5 units asked, 1 free: nothing is held"
+		decide(ctx, holdName,
+			metav1.Condition{Type: imperatorv1alpha1.HoldConditionAccepted, Status: metav1.ConditionTrue, Reason: imperatorv1alpha1.HoldReasonAccepted},
+			metav1.Condition{Type: imperatorv1alpha1.HoldConditionFailed, Status: metav1.ConditionTrue, Reason: imperatorv1alpha1.HoldReasonNotEnoughFreeUnits, Message: message})
+		Eventually(condition(ctx, "too-big", pr.ConditionFailed)).WithTimeout(10 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", imperatorv1alpha1.HoldReasonNotEnoughFreeUnits),
+			HaveField("Message", ContainSubstring(message))))
+		Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Name: holdName}, &imperatorv1alpha1.CapacityHold{}) }).
+			WithTimeout(10 * time.Second).Should(Satisfy(apierrors.IsNotFound))
+	})
+
+	It("fails, holding nothing, when its template relies on injection for the type's resources", func(ctx context.Context) {
+		Expect(k8s.Create(ctx, request("injected", imperatorv1alpha1.CapacityHoldProvisioningClass,
+			pr.PodSet{PodTemplateRef: pr.Reference{Name: "injected"}, Count: 1}))).To(Succeed())
+		Eventually(condition(ctx, "injected", pr.ConditionFailed)).WithTimeout(10 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", pr.ReasonResourcesNotStated),
+			HaveField("Message", ContainSubstring(`container "train" must request one unit of machine type compute-xlarge`))))
+		Consistently(func() error {
+			return k8s.Get(ctx, client.ObjectKey{Name: pr.HoldName(namespace, "injected", group, machineType)}, &imperatorv1alpha1.CapacityHold{})
+		}).WithTimeout(2 * time.Second).Should(Satisfy(apierrors.IsNotFound))
+	})
+
+	It("fails, naming the pod set, when its template is missing", func(ctx context.Context) {
+		Expect(k8s.Create(ctx, request("orphan", imperatorv1alpha1.CapacityHoldProvisioningClass,
+			pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 1}, pr.PodSet{PodTemplateRef: pr.Reference{Name: "gone"}, Count: 1}))).To(Succeed())
+		Eventually(condition(ctx, "orphan", pr.ConditionFailed)).WithTimeout(20 * time.Second).Should(And(
+			HaveField("Reason", pr.ReasonPodSetNotMapped), HaveField("Message", ContainSubstring(`spec.podSets[1].podTemplateRef: PodTemplate "gone" does not exist`))))
+	})
+
+	It("leaves a request of another class alone", func(ctx context.Context) {
+		Expect(k8s.Create(ctx, request("other", "check-capacity.autoscaling.x-k8s.io",
+			pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 1}))).To(Succeed())
+		Consistently(func(g Gomega) []metav1.Condition {
+			got := &pr.ProvisioningRequest{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "other"}, got)).To(Succeed())
+			return got.Status.Conditions
+		}).WithTimeout(3 * time.Second).Should(BeEmpty())
+	})
+})
