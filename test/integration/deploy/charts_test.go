@@ -18,6 +18,8 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/imperator-federation/imperator/test/util/harness"
 )
 
 // chartValueSet is one documented value set of a chart: its file under the
@@ -42,7 +44,7 @@ var chartValueSets = []chartValueSet{
 	{chart: "imperator-hub", values: "ocm-installed-values.yaml", kustomize: "overlays/hub-ocm-installed"},
 	{chart: "imperator-hub", values: "external-values.yaml", kustomize: "overlays/hub-example"},
 	{chart: "imperator-hub", values: "all-values.yaml"},
-	{chart: "imperator-spoke", kustomize: "spoke"},
+	{chart: "imperator-spoke", values: "standalone-values.yaml", kustomize: "spoke"},
 	{chart: "imperator-spoke", values: "join-values.yaml", kustomize: "overlays/spoke-example"},
 	{chart: "imperator-spoke", values: "cert-manager-values.yaml", kustomize: "overlays/spoke-cert-manager"},
 	{chart: "imperator-spoke", values: "all-values.yaml"},
@@ -78,9 +80,11 @@ func valuesArgs(v chartValueSet) []string {
 	return []string{"-f", filepath.Join(chartDir(v.chart), "ci", v.values)}
 }
 
-// helmTemplate renders chart with the flags extra and decodes the objects.
+// helmTemplate renders chart with the flags extra and decodes the objects,
+// for the harness's Kubernetes version: the charts' kubeVersion refuses the
+// v1.20 a helm built from source assumes without a cluster.
 func helmTemplate(ctx context.Context, chart string, extra ...string) ([]*unstructured.Unstructured, error) {
-	out, err := helmRun(ctx, append([]string{"template", chart, chartDir(chart)}, extra...)...)
+	out, err := helmRun(ctx, append([]string{"template", chart, chartDir(chart), "--kube-version", harness.K8sVersion}, extra...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -369,7 +373,7 @@ var _ = Describe("The Helm charts", func() {
 
 	It("leave the namespace to the installer with namespace.create=false, and restart the agent when the hub's address changes", func(ctx context.Context) {
 		for _, chart := range []string{"imperator-hub", "imperator-spoke"} {
-			objs, err := helmTemplate(ctx, chart, "--set", "namespace.create=false")
+			objs, err := helmTemplate(ctx, chart, append(standalone(chart), "--set", "namespace.create=false")...)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(ofKind(objs, "Namespace")).To(BeEmpty(), chart)
 		}
@@ -412,8 +416,30 @@ var _ = Describe("The Helm charts", func() {
 		Entry("a hosted agent given one member's join token", "imperator-spoke", []string{"hosted.mode=management", "hosted.webhookURL=https://w.example.com", "hub.address=h:9443", "hub.ca=x", "hub.joinToken=a.b"}, "at '/hub/joinToken'"),
 		Entry("a member given a hub to join", "imperator-spoke", []string{"hosted.mode=member", "hub.address=h:9443", "hub.clusterName=a", "hub.ca=x"}, "at '/hub/address'"),
 		Entry("a hosted agent's flag without hosted mode", "imperator-spoke", []string{"hosted.webhookURL=https://w.example.com"}, "at '/hosted/webhookURL'"),
+		Entry("a spoke without hub.address nor hub.standalone=true (an upgrade given only a new image tag would detach it)", "imperator-spoke", []string{"image.tag=v0.2.0"}, "at '/hub/standalone': value must be true"),
+		Entry("a spoke without hub.address nor hub.standalone=true names the address too", "imperator-spoke", []string{"hub.standalone=false"}, "at '/hub/address': minLength: got 0, want 1"),
+		Entry("a stand-alone spoke given a hub address", "imperator-spoke", []string{"hub.standalone=true", "hub.address=h:9443", "hub.clusterName=a", "hub.ca=x"}, "at '/hub/address': maxLength"),
 		Entry("a hosted agent with a cert-manager certificate", "imperator-spoke", []string{"hosted.mode=management", "hosted.webhookURL=https://w.example.com", "webhook.certManager.enabled=true"}, "at '/webhook/certManager/enabled'"),
 	)
+
+	It("tag the images with the chart's appVersion unless image.tag is set, and refuse Kubernetes before 1.30 (the admission policies)", func(ctx context.Context) {
+		for _, chart := range []string{"imperator-hub", "imperator-spoke"} {
+			data, err := os.ReadFile(filepath.Join(chartDir(chart), "Chart.yaml"))
+			Expect(err).NotTo(HaveOccurred())
+			var meta struct{ AppVersion, KubeVersion string }
+			Expect(yaml.Unmarshal(data, &meta)).To(Succeed())
+			Expect(meta.AppVersion).NotTo(BeEmpty(), chart)
+			Expect(meta.KubeVersion).To(Equal(">=1.30.0-0"), chart)
+			for tag, want := range map[string]string{"": meta.AppVersion, "v9.8.7": "v9.8.7"} {
+				objs, err := helmTemplate(ctx, chart, append(standalone(chart), "--set", "image.tag="+tag)...)
+				Expect(err).NotTo(HaveOccurred())
+				image, _, _ := unstructured.NestedSlice(ofKind(objs, "Deployment")[0].Object, "spec", "template", "spec", "containers")
+				Expect(image).To(ContainElement(HaveKeyWithValue("image", HaveSuffix(":"+want))), "%s with image.tag=%q", chart, tag)
+			}
+			_, err = helmRun(ctx, append([]string{"template", chart, chartDir(chart), "--kube-version", "1.29.9"}, standalone(chart)...)...)
+			Expect(err).To(MatchError(ContainSubstring("chart requires kubeVersion: >=1.30.0-0")), chart)
+		}
+	})
 
 	It("print the next command after install: the hub how to join a spoke, the spoke how to check the join", func(ctx context.Context) {
 		out, err := helmInstallDryRun(ctx, "imperator-hub", "-f", filepath.Join(chartDir("imperator-hub"), "ci", "external-values.yaml"))
@@ -435,6 +461,15 @@ var _ = Describe("The Helm charts", func() {
 // clusterScoped are the kinds the charts render without a namespace.
 var clusterScoped = []string{"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
 	"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+// standalone are the flags that let chart render without a hub: the spoke
+// refuses an empty hub.address unless hub.standalone=true says so.
+func standalone(chart string) []string {
+	if chart == "imperator-spoke" {
+		return []string{"--set", "hub.standalone=true"}
+	}
+	return nil
+}
 
 // entriesOf returns a table entry for each value set that keep accepts.
 func entriesOf(keep func(chartValueSet) bool) []TableEntry {

@@ -78,6 +78,16 @@ var _ = Describe("Installing with Helm as the README says", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(generation(spokeCluster, "imperator-spoke")).NotTo(Equal(before))
 		rollout(spokeCluster, "imperator-spoke")
+		// An upgrade given only a new image tag (the install's hub values
+		// forgotten) is refused, and the spoke stays joined.
+		_, err = helmRun(ctx, "upgrade", "imperator-spoke", chartDir("imperator-spoke"), "--kubeconfig", spokeCluster.KubeconfigPath,
+			"--set", "image.tag=v0.2.0")
+		Expect(err).To(MatchError(ContainSubstring("at '/hub/standalone': value must be true")))
+		address, err := spokeCluster.Kubectl(ctx, "-n", "imperator-system", "get", "configmap", "imperator-hub", "-o", "jsonpath={.data.address}")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(address).To(Equal("hub2.example.com:9443"))
+		_, err = spokeCluster.Kubectl(ctx, "-n", "imperator-system", "get", "secret", "imperator-hub-join")
+		Expect(err).NotTo(HaveOccurred(), "the join Secret is kept")
 
 		for _, c := range []struct {
 			cluster               *harness.Cluster
