@@ -79,6 +79,23 @@ IMAGE_TAG      ?=
 images: ## Build and test the hub and spoke images without Docker: bin/images (PLATFORMS, IMAGE_REGISTRY, IMAGE_TAG).
 	PLATFORMS="$(PLATFORMS)" IMAGE_REGISTRY="$(IMAGE_REGISTRY)" IMAGE_TAG="$(IMAGE_TAG)" hack/images.sh
 
+# A release (hack/release.sh), under bin/release/$(VERSION): the images as
+# `make images` builds them tagged VERSION, the charts packaged with
+# version/appVersion, imperatorctl for linux/darwin x amd64/arm64, the
+# CHANGELOG entry and SHA256SUMS. `make push` publishes it with
+# go-containerregistry (no Docker): REGISTRY/hub:VERSION, REGISTRY/spoke:VERSION
+# and oci://REGISTRY/charts/imperator-{hub,spoke}; PLAIN_HTTP=1 for an HTTP registry.
+REGISTRY   ?=
+PLAIN_HTTP ?=
+
+.PHONY: release
+release: ## Build release VERSION=vX.Y.Z[-pre] into bin/release/VERSION: images, charts, imperatorctl binaries, CHANGELOG entry, SHA256SUMS (PLATFORMS, IMAGE_REGISTRY).
+	PLATFORMS="$(PLATFORMS)" IMAGE_REGISTRY="$(IMAGE_REGISTRY)" hack/release.sh "$(VERSION)"
+
+.PHONY: push
+push: ## Push release VERSION's images and charts to REGISTRY=host/path with go-containerregistry (PLAIN_HTTP=1: no TLS).
+	REGISTRY="$(REGISTRY)" PLAIN_HTTP="$(PLAIN_HTTP)" hack/release.sh push "$(VERSION)"
+
 .PHONY: bench
 bench: k8s-bin ## Every benchmark, then one table: metric, figure, goal, pass/fail (bench/results.json; BENCH_FULL=1 adds 10,000 spokes).
 	$(GO) run ./hack/bench
