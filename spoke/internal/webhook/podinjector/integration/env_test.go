@@ -2,6 +2,8 @@ package podinjector_test
 
 import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/podinjector"
 	"github.com/imperator-federation/imperator/test/util/webhookenv"
@@ -27,6 +29,6 @@ func startEnvironment() (*webhookenv.Environment, error) {
 					admissionregistrationv1.WebhookClientConfig{URL: &url}),
 			}
 		},
-		Setup: podinjector.SetupWebhookWithManager,
+		Setup: func(mgr ctrl.Manager) error { return podinjector.SetupWebhookWithManager(mgr, clock.RealClock{}) },
 	})
 }
