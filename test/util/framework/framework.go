@@ -71,6 +71,9 @@ type Options struct {
 	// APIServerFlags are extra kube-apiserver flags of a harness cluster
 	// (a hosted member's admission configuration, say).
 	APIServerFlags []string
+	// FeatureGates of a harness cluster's components
+	// (harness.Options.FeatureGates).
+	FeatureGates []string
 	// Scheme of the client and the manager; the spoke's (schemes.Spoke)
 	// when nil. Hub suites pass schemes.Hub.
 	Scheme *runtime.Scheme
@@ -132,8 +135,8 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 	if opts.Harness && (opts.Mutating != nil || opts.Validating != nil) {
 		return nil, errors.New("framework options: webhooks (Mutating, Validating) need envtest, not Harness")
 	}
-	if !opts.Harness && len(opts.APIServerFlags) > 0 {
-		return nil, errors.New("framework options: APIServerFlags are a Harness cluster's")
+	if !opts.Harness && (len(opts.APIServerFlags) > 0 || len(opts.FeatureGates) > 0) {
+		return nil, errors.New("framework options: APIServerFlags and FeatureGates are a Harness cluster's")
 	}
 	e := &Environment{Scheme: opts.Scheme}
 	if e.Scheme == nil {
@@ -155,7 +158,7 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 		}
 	}()
 	if opts.Harness {
-		if err := e.startHarness(ctx, opts.Name, opts.APIServerFlags, crdDirs); err != nil {
+		if err := e.startHarness(ctx, harness.Options{Name: opts.Name, APIServerFlags: opts.APIServerFlags, FeatureGates: opts.FeatureGates}, crdDirs); err != nil {
 			return nil, err
 		}
 	} else if err := e.startEnvtest(opts, crdDirs); err != nil {
@@ -178,8 +181,8 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 	return e, nil
 }
 
-func (e *Environment) startHarness(ctx context.Context, name string, apiServerFlags []string, crdDirs []string) (err error) {
-	if e.Cluster, err = harness.Start(ctx, harness.Options{Name: name, APIServerFlags: apiServerFlags}); err != nil {
+func (e *Environment) startHarness(ctx context.Context, opts harness.Options, crdDirs []string) (err error) {
+	if e.Cluster, err = harness.Start(ctx, opts); err != nil {
 		return err
 	}
 	e.Config = e.Cluster.Config

@@ -42,6 +42,17 @@ import (
 // guests. A gang whose members all claim one CapacityHold takes the hold's
 // units, all of them at once, when the hold has that many free.
 
+// Why a gang waits, in the Volcano PodGroup vocabulary (NotEnoughResources,
+// NotEnoughTasks, Unschedulable) and ours (InvalidGang, MixedGang): in the
+// members' notes and the native PodGroup's condition.
+const (
+	reasonNotEnoughResources = "NotEnoughResources"
+	reasonNotEnoughTasks     = "NotEnoughTasks"
+	reasonUnschedulable      = "Unschedulable"
+	reasonInvalidGang        = "InvalidGang"
+	reasonMixedGang          = "MixedGang"
+)
+
 // gangID names a gang among a group's guests.
 type gangID struct {
 	namespace string
@@ -147,24 +158,29 @@ func formGangs(u *typeUsage, machineType string, groupSize func(gangID) int32) {
 		}
 		slices.Sort(f.sizes)
 		holding := u.gangHolding[id]
-		var note string
+		var note, reason string
 		switch kinds := u.gangTypes[id]; {
 		case len(kinds) > 1:
+			reason = reasonMixedGang
 			note = fmt.Sprintf("gang %s: members of machine types %s; Unschedulable (MixedGang): a gang's members share one namespace and one machine type, delete and create again those of the wrong type",
 				id, strings.Join(kinds, ", "))
 		case len(f.problems) > 0:
+			reason = reasonInvalidGang
 			note = fmt.Sprintf("gang %s: %s; Unschedulable (InvalidGang): its members wait, holding no unit, until every member gives its size",
 				id, strings.Join(f.problems, ", "))
 		case len(f.sizes) > 1:
+			reason = reasonInvalidGang
 			note = fmt.Sprintf("gang %s: members give sizes %s; Unschedulable (InvalidGang): its members wait, holding no unit, until they agree",
 				id, joinSizes(f.sizes))
 		case holding >= f.sizes[0]:
 			// Running: the members beyond its size are single guests.
 			continue
 		case f.sizes[0] > u.Maximum:
+			reason = reasonNotEnoughResources
 			note = fmt.Sprintf("gang %s: %d needed at once, %s has %d available; Unschedulable (NotEnoughResources): never let through while available is below its size, it holds no unit",
 				id, f.sizes[0], machineType, u.Maximum)
 		case holding+int32(len(f.members)) < f.sizes[0]:
+			reason = reasonNotEnoughTasks
 			note = fmt.Sprintf("gang %s: %d of %d members here; Pending (NotEnoughTasks): it holds no unit until every member is created",
 				id, holding+int32(len(f.members)), f.sizes[0])
 		}
@@ -180,7 +196,7 @@ func formGangs(u *typeUsage, machineType string, groupSize func(gangID) int32) {
 		}
 		for _, pod := range f.members {
 			parked[pod.UID] = true
-			u.parked = append(u.parked, queuedGuest{pod: pod, note: note})
+			u.parked = append(u.parked, queuedGuest{pod: pod, note: note, parkedReason: reason})
 		}
 	}
 	if len(parked) == 0 {

@@ -74,9 +74,10 @@ func replaced(err error) bool {
 // SlotGranted event when its gate is removed. usage must hold the replicas
 // the reservations were just applied with, and the grants the cache does not
 // show yet (grantExpectations.observe). Every grant is remembered in
-// expectations under key.
+// expectations under key. The native PodGroups of the gangs at the gate
+// are told where they stand (podgroup_status.go).
 func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder events.EventRecorder,
-	machine *imperatorv1alpha1.Machine, usage map[string]*typeUsage, key string) error {
+	machine *imperatorv1alpha1.Machine, usage map[string]*typeUsage, key string, podGroups *groupSizes) error {
 	log := ctrl.LoggerFrom(ctx)
 	var errs []error
 	for _, t := range machine.Spec.MachineTypes {
@@ -136,6 +137,9 @@ func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder e
 				"granted a unit of %s of Machine %s: the scheduler places the guest now", t.Name, machine.Name)
 		}
 		errs = append(errs, tellWaiting(ctx, c, recorder, machine, plan.queued))
+		if r.podGroups.native {
+			errs = append(errs, tellPodGroups(ctx, c, podGroups, podGroupVerdicts(u, plan, t.Name, machine.Name), time.Now()))
+		}
 	}
 	return errors.Join(errs...)
 }

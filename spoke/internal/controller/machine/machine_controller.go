@@ -310,7 +310,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	// The reservations are scaled for every waiting guest first; the gates
 	// open only once the reservation pods are gone.
 	if owner {
-		errs = append(errs, r.grantSlots(ctx, c, recorder, machine, usage, seriesKey))
+		errs = append(errs, r.grantSlots(ctx, c, recorder, machine, usage, seriesKey, podGroups))
 	} else if conflict.otherMachine == "" {
 		// Nobody runs the group's line: its guests learn why from this
 		// Machine. With another Machine controlling the reservations, that

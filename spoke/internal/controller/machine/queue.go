@@ -183,6 +183,10 @@ type queuedGuest struct {
 	gang     *waitingGang
 	gangPlan gangPlan
 	extra    bool
+	// parkedReason is, for a member of a parked gang, why it is parked in
+	// the Volcano PodGroup words (NotEnoughResources, NotEnoughTasks,
+	// InvalidGang, MixedGang).
+	parkedReason string
 }
 
 // slotPlan is what to do with one machine type's line.

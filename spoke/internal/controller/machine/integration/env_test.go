@@ -14,6 +14,7 @@ import (
 	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
 	"github.com/imperator-federation/imperator/test/util/fleet"
 	"github.com/imperator-federation/imperator/test/util/framework"
+	"github.com/imperator-federation/imperator/test/util/harness"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -24,7 +25,7 @@ const (
 )
 
 // environment is a harness cluster (API server, controller-manager with its
-// garbage collector, scheduler, kwok) with the sample's nodes as the node-pool
+// garbage collector, scheduler, kwok; the alpha Workload API on) with the sample's nodes as the node-pool
 // controller would leave them, and the Machine and CapacityHold controllers
 // running against it in a multi-cluster manager, as the agent runs them.
 type environment struct {
@@ -93,7 +94,10 @@ var controllers = framework.ManagerOptions{
 // deploy/spoke, then starts the controllers. Stop undoes everything, also
 // after a failure half-way.
 func startEnvironment(ctx context.Context, name string) (_ *environment, err error) {
-	env, err := framework.Start(ctx, framework.Options{Name: name, Harness: true, CRDs: framework.SpokeCRDs, Namespaces: []string{agentNamespace}})
+	// The alpha Workload API is on, as on a cluster that serves native
+	// PodGroups, for the gangs named in spec.schedulingGroup.
+	env, err := framework.Start(ctx, framework.Options{Name: name, Harness: true, CRDs: framework.SpokeCRDs, Namespaces: []string{agentNamespace},
+		FeatureGates: harness.WorkloadAPIFeatureGates, APIServerFlags: []string{harness.WorkloadAPIRuntimeConfig}})
 	if err != nil {
 		return nil, err
 	}

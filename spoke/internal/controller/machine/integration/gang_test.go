@@ -8,11 +8,15 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -241,7 +245,103 @@ var _ = Describe("Gangs at the slot gate", func() {
 		deletePods(ctx, "s0")
 		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(merged(states("Running", "s1", "s2", "s3"), states("Running", workers...))))
 	})
+
+	It("takes a native PodGroup's gang minCount as the size of its members' gang, tells the PodGroup, and the scheduler binds the gang together", func(ctx context.Context) {
+		createMachine(ctx, mediumMachine(6))
+		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-medium")).To(Equal(6)) }).WithTimeout(60 * time.Second).Should(Succeed())
+		for _, pg := range []*schedulingv1alpha2.PodGroup{nativePodGroup(guests, "train", 3), nativePodGroup(guests, "short", 3)} {
+			Expect(k8s.Create(ctx, pg)).To(Succeed())
+		}
+		for _, name := range []string{"s0", "s1", "s2", "s3"} {
+			Expect(k8s.Create(ctx, guest(guests, name, "compute-medium"))).To(Succeed())
+		}
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(states("Running", "s0", "s1", "s2", "s3")))
+
+		By("3 workers naming PodGroup train in spec.schedulingGroup, without gang-size: they wait whole for 3 units")
+		workers := []string{"w0", "w1", "w2"}
+		for _, name := range workers {
+			Expect(k8s.Create(ctx, nativeMember(guests, name, "train"))).To(Succeed())
+		}
+		By("2 of the 3 workers of PodGroup short: parked, they hold nothing")
+		for _, name := range []string{"x0", "x1"} {
+			Expect(k8s.Create(ctx, nativeMember(guests, name, "short"))).To(Succeed())
+		}
+		created := &corev1.Pod{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: guests, Name: "w0"}, created)).To(Succeed())
+		Expect(created.Spec.SchedulingGroup).NotTo(BeNil(), "the API server dropped spec.schedulingGroup: GenericWorkload is off")
+
+		want := merged(states("Running", "s0", "s1", "s2", "s3"), states("SchedulingGated", workers...), states("SchedulingGated", "x0", "x1"))
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(want))
+		Consistently(guestStates(ctx)).WithTimeout(3 * time.Second).Should(Equal(want))
+		waitingNote := "gang " + guests + "/train: 3 of 3 needed, 2 free; Pending (NotEnoughResources): waiting whole for compute-medium, 1st in line, 4 of 6 in use"
+		Eventually(queueNote(ctx, guests, "w2")).WithTimeout(10 * time.Second).Should(Equal(waitingNote))
+		parkedNote := "gang " + guests + "/short: 2 of 3 members here; Pending (NotEnoughTasks): it holds no unit until every member is created"
+		Eventually(queueNote(ctx, guests, "x1")).WithTimeout(10 * time.Second).Should(Equal(parkedNote))
+
+		By("telling each PodGroup where its gang stands, in its status")
+		Eventually(admittedCondition(ctx, guests, "train")).WithTimeout(10 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", "NotEnoughResources"), HaveField("Message", waitingNote)))
+		Eventually(admittedCondition(ctx, guests, "short")).WithTimeout(10 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", "NotEnoughTasks"), HaveField("Message", parkedNote)))
+
+		By("a single guest leaves: the three run together, the scheduler's gang plugin binding them")
+		deletePods(ctx, "s0")
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(merged(
+			states("Running", "s1", "s2", "s3"), states("Running", workers...), states("SchedulingGated", "x0", "x1"))))
+		Eventually(admittedCondition(ctx, guests, "train")).WithTimeout(10 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", "LetThrough"),
+			HaveField("Message", "gang "+guests+"/train: 3 of 3 let through the slot gate together to compute-medium of Machine "+machineName)))
+		Eventually(func(g Gomega) []metav1.Condition {
+			pg := &schedulingv1alpha2.PodGroup{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: guests, Name: "train"}, pg)).To(Succeed())
+			return pg.Status.Conditions
+		}).WithTimeout(10*time.Second).Should(ContainElement(And(HaveField("Type", schedulingv1alpha2.PodGroupScheduled), HaveField("Status", metav1.ConditionTrue))),
+			"the scheduler's own condition stands beside the agent's")
+		for _, name := range workers {
+			Expect(podEventNotes(ctx, Default, guests, name, "FailedScheduling")).NotTo(ContainElement(Not(ContainSubstring(gangQuorumWait))),
+				"no member was tried before its unit was free")
+		}
+
+		By("the missing member of short is created: no unit is free, the gang waits whole")
+		Expect(k8s.Create(ctx, nativeMember(guests, "x2", "short"))).To(Succeed())
+		Eventually(admittedCondition(ctx, guests, "short")).WithTimeout(10 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", "NotEnoughResources")))
+	})
 })
+
+// gangQuorumWait is in the FailedScheduling event the scheduler's
+// GangScheduling plugin (Kubernetes 1.36, alpha) gives a gang member it
+// holds at Permit until its peers are placed too, in the same cycle that
+// binds them all: a wait for peers, not for room.
+const gangQuorumWait = "waiting for minCount pods from a gang to be scheduled"
+
+// nativePodGroup is a native PodGroup (scheduling.k8s.io/v1alpha2) with a
+// gang policy of minCount.
+func nativePodGroup(namespace, name string, minCount int32) *schedulingv1alpha2.PodGroup {
+	return &schedulingv1alpha2.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: schedulingv1alpha2.PodGroupSpec{SchedulingPolicy: schedulingv1alpha2.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1alpha2.GangSchedulingPolicy{MinCount: minCount},
+		}},
+	}
+}
+
+// nativeMember is a guest of compute-medium naming PodGroup podGroup in
+// spec.schedulingGroup, without gang-size.
+func nativeMember(namespace, name, podGroup string) *corev1.Pod {
+	pod := guest(namespace, name, "compute-medium")
+	pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(podGroup)}
+	return pod
+}
+
+// admittedCondition reads the agent's condition of a native PodGroup.
+func admittedCondition(ctx context.Context, namespace, name string) func(Gomega) *metav1.Condition {
+	return func(g Gomega) *metav1.Condition {
+		pg := &schedulingv1alpha2.PodGroup{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pg)).To(Succeed())
+		return meta.FindStatusCondition(pg.Status.Conditions, machine.PodGroupAdmittedCondition)
+	}
+}
 
 // installPodGroupCRD installs a minimal CustomResourceDefinition of the
 // scheduler-plugins coscheduling PodGroup (scheduling.x-k8s.io/v1alpha1,
