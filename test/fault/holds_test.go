@@ -87,10 +87,15 @@ func WaitNoOrphans(ctx context.Context, env *e2e.Env, since time.Time) time.Dura
 	return time.Since(since)
 }
 
-// createHold runs imperatorctl hold create on ctl and returns the hold as
-// it answered (nil and the output when it failed).
+// createHold runs imperatorctl hold create on ctl for 15 minutes and
+// returns the hold as it answered (nil and the output when it failed).
 func createHold(ctx context.Context, ctl *e2e.Imperatorctl, name string, count int, spread bool) (*queryv1.FleetHold, e2e.Result, error) {
-	args := []string{"hold", "create", name, holdType, "--count", strconv.Itoa(count), "--ttl", "15m"}
+	return createHoldFor(ctx, ctl, name, count, spread, 15*time.Minute)
+}
+
+// createHoldFor is createHold for ttl.
+func createHoldFor(ctx context.Context, ctl *e2e.Imperatorctl, name string, count int, spread bool, ttl time.Duration) (*queryv1.FleetHold, e2e.Result, error) {
+	args := []string{"hold", "create", name, holdType, "--count", strconv.Itoa(count), "--ttl", ttl.String()}
 	if !spread {
 		args = append(args, "--same-cluster")
 	}
@@ -259,7 +264,8 @@ var _ = Describe("Fleet holds on two hub replicas", Ordered, ContinueOnFailure, 
 		holds = HoldsInput{Input: in, Second: &e2e.Imperatorctl{Bin: in.Env.Ctl.Bin, Config: replicas[0].ImperatorctlConfig()}}
 	}, NodeTimeout(8*time.Minute))
 	AfterEach(func(ctx SpecContext) {
-		for _, name := range []string{"across", "orphaned", "cut-off", "offline", "raced"} {
+		for _, name := range []string{"across", "orphaned", "cut-off", "offline", "raced",
+			"skew-ahead-60s", "skew-ahead-60s-expiry", "skew-behind-60s", "skew-behind-60s-expiry"} {
 			_, _ = holds.Env.Ctl.Run(ctx, "hold", "release", name)
 		}
 	})
@@ -283,4 +289,12 @@ var _ = Describe("Fleet holds on two hub replicas", Ordered, ContinueOnFailure, 
 	It("a hold created on one replica and released on the other at once ends Released, nothing held", func(ctx SpecContext) {
 		ConcurrentCreateReleaseSpec(ctx, holds)
 	}, SpecTimeout(3*time.Minute))
+
+	It("spoke-b's clock 60 s ahead: a SPREAD hold is Held on both spokes, claimed, released with nothing left, and a hold left alone ends on both at its validUntil", func(ctx SpecContext) {
+		ClockSkewHoldSpec(ctx, ClockSkewHoldInput{HoldsInput: holds, Spoke: spokeB, Skew: 60 * time.Second})
+	}, SpecTimeout(6*time.Minute))
+
+	It("spoke-b's clock 60 s behind: a SPREAD hold is Held on both spokes, claimed, released with nothing left, and a hold left alone ends on both at its validUntil", func(ctx SpecContext) {
+		ClockSkewHoldSpec(ctx, ClockSkewHoldInput{HoldsInput: holds, Spoke: spokeB, Skew: -60 * time.Second})
+	}, SpecTimeout(6*time.Minute))
 })

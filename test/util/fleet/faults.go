@@ -3,6 +3,7 @@ package fleet
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/imperator-federation/imperator/test/util/faultproxy"
 )
@@ -84,4 +85,31 @@ func (f *Fleet) AgentRunning(spoke string) bool {
 	defer f.mu.Unlock()
 	a := f.agents[spoke]
 	return a != nil && a.proc.Running()
+}
+
+// SetAgentClockOffset makes the agent of the in-cluster spoke run its clock
+// offset off the system clock (the agent's --clock-offset, tests only) from
+// its next StartAgent on; zero puts it back on the system clock. The
+// spoke's control plane keeps the system clock: only what the agent reads
+// as instants (holds, reports, admission stamps) moves.
+func (f *Fleet) SetAgentClockOffset(spoke string, offset time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.clockOffsets == nil {
+		f.clockOffsets = map[string]time.Duration{}
+	}
+	if offset == 0 {
+		delete(f.clockOffsets, spoke)
+		return
+	}
+	f.clockOffsets[spoke] = offset
+}
+
+// clockOffsetArgsLocked are the flags of spoke's agent for its clock
+// offset. f.mu is held.
+func (f *Fleet) clockOffsetArgsLocked(spoke string) []string {
+	if d, ok := f.clockOffsets[spoke]; ok {
+		return []string{"--clock-offset=" + d.String()}
+	}
+	return nil
 }

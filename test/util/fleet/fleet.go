@@ -74,6 +74,9 @@ type Fleet struct {
 	// the hub address an agent dials (DialHub).
 	replicas []*Replica
 	dial     map[string]string
+	// clockOffsets are the --clock-offset of an agent's next start
+	// (SetAgentClockOffset).
+	clockOffsets map[string]time.Duration
 	// hostedWebhookPort is the hosted agent's webhook port, chosen before
 	// the hosted spokes start: their API servers name it in the credentials
 	// of its webhooks (memberAdmission).
