@@ -1,0 +1,120 @@
+package provisioningrequest
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
+)
+
+// template is a pod set's template of a guest of group/type whose first
+// container asks for requests.
+func template(name, group, typeName string, requests corev1.ResourceList) *corev1.PodTemplate {
+	t := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	t.Template.Labels = map[string]string{}
+	if group != "" {
+		t.Template.Labels[imperatorv1alpha1.MachineGroupKey] = group
+	}
+	if typeName != "" {
+		t.Template.Labels[imperatorv1alpha1.MachineTypeKey] = typeName
+	}
+	t.Template.Spec.Containers = []corev1.Container{{Name: "train", Resources: corev1.ResourceRequirements{Requests: requests}}}
+	return t
+}
+
+func xlargeUnit() corev1.ResourceList {
+	return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("40"), corev1.ResourceMemory: resource.MustParse("128Gi"),
+		"nvidia.com/gpu": resource.MustParse("2")}
+}
+
+func TestBookings(t *testing.T) {
+	machines := []imperatorv1alpha1.Machine{*wrappers.GeneralMachine().Obj()}
+	const group = "general-machine"
+	mediumUnit := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("6"), corev1.ResourceMemory: resource.MustParse("48Gi"),
+		"nvidia.com/gpu": resource.MustParse("1")}
+	cases := map[string]struct {
+		podSets      []PodSet
+		templates    []*corev1.PodTemplate
+		wantBookings []Booking
+		wantRefusal  *Refusal
+	}{
+		"pod sets of one type add up to one booking, pod sets of another type make another": {
+			podSets: []PodSet{{PodTemplateRef: Reference{Name: "workers"}, Count: 2}, {PodTemplateRef: Reference{Name: "eval"}, Count: 1},
+				{PodTemplateRef: Reference{Name: "driver"}, Count: 1}},
+			templates: []*corev1.PodTemplate{template("workers", group, "compute-xlarge", xlargeUnit()),
+				template("eval", group, "compute-xlarge", xlargeUnit()), template("driver", group, "compute-medium", mediumUnit)},
+			wantBookings: []Booking{{MachineGroup: group, MachineType: "compute-xlarge", Count: 3}, {MachineGroup: group, MachineType: "compute-medium", Count: 1}},
+		},
+		"a template without the guest labels is refused, naming the pod set": {
+			podSets:     []PodSet{{PodTemplateRef: Reference{Name: "plain"}, Count: 1}},
+			templates:   []*corev1.PodTemplate{template("plain", "", "", xlargeUnit())},
+			wantRefusal: &Refusal{Reason: ReasonPodSetNotMapped, Message: `spec.podSets[0]: PodTemplate "plain" has no imperator.tenzen-y.io/machine-group and imperator.tenzen-y.io/machine-type labels: label the Job's pod template with the machine group and type it runs on`},
+		},
+		"a type no Machine of the group offers is refused": {
+			podSets:     []PodSet{{PodTemplateRef: Reference{Name: "w"}, Count: 1}},
+			templates:   []*corev1.PodTemplate{template("w", group, "compute-huge", xlargeUnit())},
+			wantRefusal: &Refusal{Reason: ReasonMachineTypeNotFound, Message: "spec.podSets[0]: no Machine of machine group general-machine offers machine type compute-huge"},
+		},
+		"a template relying on injection is refused: Kueue's quota would not count the unit": {
+			podSets:   []PodSet{{PodTemplateRef: Reference{Name: "w"}, Count: 1}},
+			templates: []*corev1.PodTemplate{template("w", group, "compute-xlarge", nil)},
+			wantRefusal: &Refusal{Reason: ReasonResourcesNotStated, Message: `spec.podSets[0]: container "train" must request one unit of machine type compute-xlarge, so that Kueue's quota counts it: ` +
+				"cpu 40 (asks nothing), memory 128Gi (asks nothing), nvidia.com/gpu 2 (asks nothing)"},
+		},
+		"a template asking for another shape is refused, naming the resources that differ": {
+			podSets:   []PodSet{{PodTemplateRef: Reference{Name: "w"}, Count: 1}},
+			templates: []*corev1.PodTemplate{template("w", group, "compute-xlarge", mediumUnit)},
+			wantRefusal: &Refusal{Reason: ReasonResourcesNotStated, Message: `spec.podSets[0]: container "train" must request one unit of machine type compute-xlarge, so that Kueue's quota counts it: ` +
+				"cpu 40 (asks 6), memory 128Gi (asks 48Gi), nvidia.com/gpu 2 (asks 1)"},
+		},
+		"a missing template is refused": {
+			podSets:     []PodSet{{PodTemplateRef: Reference{Name: "gone"}, Count: 1}},
+			wantRefusal: &Refusal{Reason: ReasonPodSetNotMapped, Message: `spec.podSets[0].podTemplateRef: PodTemplate "gone" does not exist`},
+		},
+		"no pod sets is refused": {
+			wantRefusal: &Refusal{Reason: ReasonPodSetNotMapped, Message: "spec.podSets is empty: nothing to hold"},
+		},
+		"a count below 1 is refused": {
+			podSets:     []PodSet{{PodTemplateRef: Reference{Name: "w"}, Count: 0}},
+			templates:   []*corev1.PodTemplate{template("w", group, "compute-xlarge", xlargeUnit())},
+			wantRefusal: &Refusal{Reason: ReasonPodSetNotMapped, Message: "spec.podSets[0].count is 0: it must be at least 1"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			templates := map[string]*corev1.PodTemplate{}
+			for _, tpl := range tc.templates {
+				templates[tpl.Name] = tpl
+			}
+			got, refusal := Bookings(tc.podSets, templates, machines)
+			if diff := cmp.Diff(tc.wantBookings, got); diff != "" {
+				t.Errorf("bookings (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantRefusal, refusal); diff != "" {
+				t.Errorf("refusal (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHoldNameIsAShortDNSLabelOfItsInputs(t *testing.T) {
+	long := "a-workload-name-kueue-gave-that-is-much-longer-than-sixty-three-characters-imperator-capacity-1"
+	name := HoldName("team-a", long, "general-machine", "compute-xlarge")
+	if len(name) > 63 {
+		t.Errorf("HoldName is %d characters, more than a label's 63", len(name))
+	}
+	if name != HoldName("team-a", long, "general-machine", "compute-xlarge") {
+		t.Error("HoldName is not a function of its inputs")
+	}
+	for _, other := range []string{HoldName("team-b", long, "general-machine", "compute-xlarge"),
+		HoldName("team-a", long, "general-machine", "compute-medium"), HoldName("team-a", "train", "general-machine", "compute-xlarge")} {
+		if other == name {
+			t.Errorf("HoldName %s is the same for other inputs", name)
+		}
+	}
+}
