@@ -28,6 +28,7 @@ copy "$hub/rbac" deploy/hub/rbac/role.yaml
 
 spoke=deploy/charts/imperator-spoke/files
 copy "$spoke/crds" deploy/spoke/crd/*.yaml
+copy "$spoke/provisioningrequest" deploy/spoke/provisioningrequest/autoscaling.x-k8s.io_*.yaml
 copy "$spoke/rbac" deploy/spoke/rbac/role.yaml
 copy "$spoke/webhook" deploy/spoke/webhook/manifests.yaml
 copy "$spoke/policy" deploy/spoke/policy/*.yaml

@@ -369,6 +369,12 @@ var _ = Describe("The Helm charts", func() {
 		pod := ofKind(spoke, "Deployment")[0].Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 		Expect(pod).To(HaveKeyWithValue("priorityClassName", "system-node-critical"))
 		Expect(pod["volumes"]).To(ContainElement(HaveKeyWithValue("secret", HaveKeyWithValue("secretName", "spoke-b-join"))))
+		Expect(ofKind(spoke, "CustomResourceDefinition")).To(ContainElement(HaveField("Object", HaveKeyWithValue("metadata",
+			HaveKeyWithValue("name", "provisioningrequests.autoscaling.x-k8s.io")))), "provisioningRequests.installCRD: the ProvisioningRequest CRD is installed")
+		standaloneSpoke, err := helmTemplate(ctx, "imperator-spoke", standalone("imperator-spoke")...)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ofKind(standaloneSpoke, "CustomResourceDefinition")).NotTo(ContainElement(HaveField("Object", HaveKeyWithValue("metadata",
+			HaveKeyWithValue("name", "provisioningrequests.autoscaling.x-k8s.io")))), "by default Cluster Autoscaler owns the ProvisioningRequest CRD")
 	})
 
 	It("leave the namespace to the installer with namespace.create=false, and restart the agent when the hub's address changes", func(ctx context.Context) {
@@ -404,6 +410,8 @@ var _ = Describe("The Helm charts", func() {
 		Entry("a misspelt nested key", "imperator-hub", []string{"service.typ=LoadBalancer"}, "at '/service': additional properties 'typ' not allowed"),
 		Entry("a service type Kubernetes does not have", "imperator-hub", []string{"service.type=Ingress"}, "at '/service/type'"),
 		Entry("an extra arg that is not a flag", "imperator-hub", []string{"extraArgs[0]=leader-elect"}, "at '/extraArgs/0'"),
+		Entry("installCRD that is not a boolean", "imperator-spoke", []string{"hub.standalone=true", "provisioningRequests.installCRD=yes"},
+			"at '/provisioningRequests/installCRD': got string, want boolean"),
 		Entry("a misspelt toleration field", "imperator-spoke", []string{"tolerations[0].key=a", "tolerations[0].opertor=Exists"}, "additional properties 'opertor' not allowed"),
 		Entry("a hub address without a cluster name", "imperator-spoke", []string{"hub.address=hub.example.com:9443", "hub.ca=x"}, "at '/hub/clusterName'"),
 		Entry("a hub address without the hub's CA", "imperator-spoke", []string{"hub.address=hub.example.com:9443", "hub.clusterName=spoke-a"}, "at '/hub/ca'"),
