@@ -15,6 +15,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/imperator-federation/imperator/test/util/harness"
@@ -67,7 +68,7 @@ func (n *Node) stop() error {
 		unmountMatching(func(point string) bool { return point == n.Dir || strings.HasPrefix(point, n.Dir+"/") }),
 		n.removeNetns(),
 		n.removeBridge(),
-		removeIPTables(n.network),
+		removeIPTables(n.network, false),
 		removeCgroup("kubepods"),
 		n.deleteBinding("imperator-realnode:"+n.Name),
 	)
@@ -77,11 +78,17 @@ func (n *Node) stop() error {
 	return errors.Join(errs...)
 }
 
-// deletePods deletes every pod bound to the node and waits until the kubelet
+// deletePods cordons the node, deletes every pod bound to it and waits until the kubelet
 // has confirmed each deletion (their containers are stopped).
 func (n *Node) deletePods() error {
 	ctx, cancel := context.WithTimeout(context.Background(), podsGoneTimeout)
 	defer cancel()
+	// Cordoned first: the pods of a Deployment or a StatefulSet would be
+	// replaced on the node as fast as they are deleted.
+	patch := []byte(`{"spec":{"unschedulable":true}}`)
+	if _, err := n.cluster.Kubernetes().CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("cordoning node %s: %w", n.Name, err)
+	}
 	pods := n.cluster.Kubernetes().CoreV1().Pods(metav1.NamespaceAll)
 	onNode := metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name}
 	list, err := pods.List(ctx, onNode)
@@ -265,8 +272,9 @@ func (n *Node) removeBridge() error {
 // removeIPTables removes the kubelet's chains with the rules that jump to
 // them, and the masquerading chains the bridge plugin left for the networks
 // whose name starts with network (the ones of pods whose CNI DEL never ran),
-// in IPv4 and IPv6.
-func removeIPTables(network string) error {
+// in IPv4 and IPv6. allKube removes every KUBE- chain too (kube-proxy's,
+// after a kube-proxy --cleanup that could not finish).
+func removeIPTables(network string, allKube bool) error {
 	var errs []error
 	for _, bin := range []string{"iptables", "ip6tables"} {
 		for _, table := range []string{"filter", "nat", "mangle"} {
@@ -282,6 +290,9 @@ func removeIPTables(network string) error {
 				if len(f) >= 2 && f[0] == "-N" && strings.HasPrefix(f[1], "CNI-") && strings.Contains(string(out), "-A "+f[1]+" ") && cniChainOf(string(out), f[1], network) {
 					chains = append(chains, f[1])
 				}
+				if len(f) >= 2 && f[0] == "-N" && allKube && strings.HasPrefix(f[1], "KUBE-") && !slices.Contains(chains, f[1]) {
+					chains = append(chains, f[1])
+				}
 				if strings.HasPrefix(line, "-A ") {
 					jumps = append(jumps, line)
 				}
@@ -295,11 +306,12 @@ func removeIPTables(network string) error {
 					}
 				}
 			}
+			chains = slices.DeleteFunc(chains, func(chain string) bool { return !strings.Contains(string(out), "-N "+chain+"\n") })
+			// Flushed first, all of them: kube-proxy's chains jump to each other.
 			for _, chain := range chains {
-				if !strings.Contains(string(out), "-N "+chain+"\n") {
-					continue
-				}
 				_ = exec.Command(bin, "-w", "-t", table, "-F", chain).Run()
+			}
+			for _, chain := range chains {
 				if out, err := exec.Command(bin, "-w", "-t", table, "-X", chain).CombinedOutput(); err != nil {
 					errs = append(errs, fmt.Errorf("%s -t %s -X %s: %w: %s", bin, table, chain, err, out))
 				}
@@ -313,7 +325,7 @@ func removeIPTables(network string) error {
 // a network whose name starts with network.
 func cniChainOf(rules, chain, network string) bool {
 	for line := range strings.Lines(rules) {
-		if strings.HasPrefix(line, "-A "+chain+" ") && strings.Contains(line, `name: \"`+network+`\"`) {
+		if strings.HasPrefix(line, "-A "+chain+" ") && strings.Contains(line, `name: \"`+network) {
 			return true
 		}
 	}

@@ -15,11 +15,14 @@ import (
 )
 
 const (
-	// hostLink is the dummy interface that carries HostAddress.
+	// hostLink is the interface that carries HostAddress: one end of a veth
+	// pair whose other end (hostPeer) only keeps it up. A veth rather than a
+	// dummy interface: kernels of CI containers may lack the dummy driver.
 	hostLink = "impapi0"
+	hostPeer = "impapi1"
 	// HostAddress is the address a cluster whose pods run for real gives its
 	// API server (harness.Options.AdvertiseAddress): on this host only (a
-	// dummy interface, not routed anywhere), yet not loopback, so that pods
+	// veth pair, not routed anywhere), yet not loopback, so that pods
 	// reach it through the "kubernetes" Service and kube-proxy.
 	HostAddress = "10.88.255.1"
 	// bridgePrefix starts the name of every node's CNI bridge.
@@ -38,7 +41,7 @@ type Host struct {
 
 // Acquire reserves the host for one real node (waiting up to timeout for
 // another run's node to stop), removes what a killed run left behind
-// (Sweep), and brings HostAddress up on a dummy interface. Release undoes it.
+// (Sweep), and brings HostAddress up on a veth pair. Release undoes it.
 func Acquire(ctx context.Context, timeout time.Duration) (*Host, error) {
 	if err := Missing(""); err != nil {
 		return nil, fmt.Errorf("realnode: %w", err)
@@ -52,8 +55,9 @@ func Acquire(ctx context.Context, timeout time.Duration) (*Host, error) {
 		return nil, errors.Join(fmt.Errorf("realnode: sweeping a killed run's leftovers: %w", err), h.Release())
 	}
 	for _, args := range [][]string{
-		{"link", "add", hostLink, "type", "dummy"},
+		{"link", "add", hostLink, "type", "veth", "peer", "name", hostPeer},
 		{"addr", "add", HostAddress + "/32", "dev", hostLink},
+		{"link", "set", hostPeer, "up"},
 		{"link", "set", hostLink, "up"},
 	} {
 		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
@@ -63,7 +67,7 @@ func Acquire(ctx context.Context, timeout time.Duration) (*Host, error) {
 	return h, nil
 }
 
-// Release removes the dummy interface and frees the host for another node.
+// Release removes the veth pair and frees the host for another node.
 // Safe to call twice.
 func (h *Host) Release() error {
 	if h.lock == nil {
@@ -96,7 +100,7 @@ func lockHost(ctx context.Context, timeout time.Duration) (*os.File, error) {
 // the run (their parent-death signal), but the containerd shims and the
 // containers outlive them, with their mounts, pod network namespaces, the
 // CNI bridge, the kubepods cgroups, the iptables chains of the kubelet,
-// kube-proxy and the bridge plugin, and the dummy interface.
+// kube-proxy and the bridge plugin, and the veth pair of HostAddress.
 func Sweep() error {
 	var errs []error
 	errs = append(errs, killCgroup("kubepods"), killShimsMatching(isNodeSocket))
@@ -108,7 +112,10 @@ func Sweep() error {
 			errs = append(errs, removeLink(name))
 		}
 	}
-	errs = append(errs, cleanupKubeProxy(""), removeIPTables(networkPrefix), removeCgroup("kubepods"))
+	// kube-proxy --cleanup refuses a chain another rule still jumps to; what
+	// it leaves, removeIPTables takes, chain by chain.
+	_ = cleanupKubeProxy("")
+	errs = append(errs, removeIPTables(networkPrefix, true), removeCgroup("kubepods"))
 	return errors.Join(errs...)
 }
 

@@ -18,8 +18,8 @@ const kubeProxyUser = "system:kube-proxy"
 // kubeProxyConfig is kube-proxy's configuration: iptables mode on the
 // node's pod subnet, its ports on loopback, and no host-wide setting
 // changed: conntrack sizes and timeouts are left as they are (0), and
-// NodePorts are not served on localhost (that needs route_localnet on every
-// interface).
+// NodePorts are served on the node's InternalIP only, not on localhost (that
+// needs route_localnet on every interface).
 func (n *Node) kubeProxyConfig(healthzPort, metricsPort int) string {
 	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
@@ -28,7 +28,7 @@ clientConnection:
   kubeconfig: %[1]q
 hostnameOverride: %[2]q
 clusterCIDR: %[3]q
-bindAddress: 127.0.0.1
+nodePortAddresses: [primary]
 healthzBindAddress: 127.0.0.1:%[4]d
 metricsBindAddress: 127.0.0.1:%[5]d
 conntrack:

@@ -140,3 +140,53 @@ func hostState(t *testing.T) map[string]string {
 	state["kubepods cgroup"] = map[bool]string{true: "absent", false: "present"}[os.IsNotExist(err)]
 	return state
 }
+
+// TestAcquireSweepsAKilledRun plants what a SIGKILLed run leaves in the
+// host's network namespace (a node's bridge, the bridge plugin's
+// masquerading chain with its jump, the kubelet's chain, a kube-proxy
+// chain, the API server's veth pair) and checks that Acquire removes all of
+// it and Release leaves the host as it was.
+func TestAcquireSweepsAKilledRun(t *testing.T) {
+	if err := realnode.Missing(""); err != nil {
+		t.Skipf("no real node here: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// What an earlier failed run of this test planted goes first.
+	if host, err := realnode.Acquire(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	} else if err := host.Release(); err != nil {
+		t.Fatal(err)
+	}
+	before := hostState(t)
+	comment := `name: "imperator-killed-node" id: "0123"`
+	plant := [][]string{
+		{"ip", "link", "add", "imp99999", "type", "bridge"},
+		{"ip", "link", "add", "impapi0", "type", "veth", "peer", "name", "impapi1"},
+		{"iptables", "-w", "-t", "nat", "-N", "CNI-killed0123"},
+		{"iptables", "-w", "-t", "nat", "-A", "CNI-killed0123", "-d", "10.89.0.0/24", "-m", "comment", "--comment", comment, "-j", "ACCEPT"},
+		{"iptables", "-w", "-t", "nat", "-A", "POSTROUTING", "-s", "10.89.0.9/32", "-m", "comment", "--comment", comment, "-j", "CNI-killed0123"},
+		{"iptables", "-w", "-t", "filter", "-N", "KUBE-FIREWALL"},
+		{"iptables", "-w", "-t", "filter", "-I", "INPUT", "-j", "KUBE-FIREWALL"},
+		{"iptables", "-w", "-t", "nat", "-N", "KUBE-SERVICES"},
+		{"iptables", "-w", "-t", "nat", "-I", "OUTPUT", "-j", "KUBE-SERVICES"},
+	}
+	for _, args := range plant {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", args, err, out)
+		}
+	}
+	host, err := realnode.Acquire(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Release(); err != nil {
+		t.Error(err)
+	}
+	after := hostState(t)
+	for what, was := range before {
+		if after[what] != was {
+			t.Errorf("%s differs after the sweep:\nbefore:\n%s\nafter:\n%s", what, was, after[what])
+		}
+	}
+}
