@@ -30,7 +30,8 @@ import (
 // read from the cache: a PodGroup created, changed or deleted reconciles the
 // Machines of its members' group, and a reconcile costs no request. A kind
 // served only later (a CRD installed after the agent started) is read live,
-// once per gang and reconcile, until the agent restarts; a cluster serving
+// once per gang and reconcile, until the agent restarts, and so is every
+// PodGroup in hosted mode (machine_controller.go); a cluster serving
 // neither costs nothing, since no member names such a group.
 var (
 	coschedulingPodGroup = schema.GroupVersionKind{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Kind: "PodGroup"}

@@ -149,7 +149,13 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 	if err := capacityhold.SetupIndexer(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	r := &Reconciler{mgr: mgr, opts: opts, podGroups: servedPodGroupKinds(mgr.GetLocalManager().GetRESTMapper())}
+	r := &Reconciler{mgr: mgr, opts: opts}
+	// With a provider (hosted mode) the clusters come and go and may serve
+	// different APIs; a watch of a kind one of them lacks would keep the
+	// controller from engaging it: their PodGroups are read live.
+	if mgr.GetProvider() == nil {
+		r.podGroups = servedPodGroupKinds(mgr.GetLocalManager().GetRESTMapper())
+	}
 	ctrlOpts := controller.TypedOptions[mcreconcile.Request]{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}
 	// The multi-cluster builder takes only some of the manager's controller
 	// settings (not SkipNameValidation); take all of them here.
