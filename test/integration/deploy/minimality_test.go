@@ -35,6 +35,9 @@ type ruleNeed struct {
 	// resource is the rule's first resource, resourceName its first
 	// resourceName if it has any: together they name the rule.
 	resource, resourceName string
+	// apiGroup, when set, is the rule's first API group: it tells apart
+	// rules of the same first resource in two groups (podgroups).
+	apiGroup string
 	// group: the rules of one group are taken away together and their
 	// scenarios checked in one run of the binary; their failures must not
 	// hide each other.
@@ -85,9 +88,17 @@ var ruleNeeds = []ruleNeed{
 	{side: "spoke", kind: "ClusterRole", resource: "machines", group: "spoke-informer-machines",
 		scenario:  "no Machine is reconciled, and the validator cannot see other Machines",
 		forbidden: forbiddenFor("spoke", "list|watch", "machines")},
-	{side: "spoke", kind: "ClusterRole", resource: "priorityclasses", group: "spoke-informer-priorityclasses",
-		scenario:  "the reservation PriorityClass deploy/spoke ships cannot be read: nothing is reserved",
+	// One rule with the native PodGroups (podgroups sorts first): the
+	// PriorityClass watch starts before the PodGroup one, and its failure
+	// is what the agent logs.
+	{side: "spoke", kind: "ClusterRole", resource: "podgroups", apiGroup: "scheduling.k8s.io", group: "spoke-informer-priorityclasses",
+		scenario:  "the reservation PriorityClass deploy/spoke ships cannot be read: nothing is reserved (nor are native PodGroups followed)",
 		forbidden: forbiddenFor("spoke", "list|watch", "priorityclasses")},
+	// Watched when the cluster serves the coscheduling PodGroup CRD at the
+	// agent's start, as the suite's does.
+	{side: "spoke", kind: "ClusterRole", resource: "podgroups", apiGroup: "scheduling.x-k8s.io", group: "spoke-informer-coscheduling-podgroups",
+		scenario:  "gangs of coscheduling PodGroups without gang-size get no size: they wait, parked",
+		forbidden: forbiddenFor("spoke", "list|watch", "podgroups") + ` in API group "scheduling.x-k8s.io"`},
 	{side: "spoke", kind: "Role", resource: "services", group: "spoke-informer-services",
 		scenario:  "reservation Services are not kept",
 		forbidden: forbiddenFor("spoke", "list|watch", "services")},
@@ -102,6 +113,9 @@ var ruleNeeds = []ruleNeed{
 	{side: "spoke", kind: "ClusterRole", resource: "events", group: "spoke-events",
 		scenario:  "a Machine's reservations and node pool changes leave no events",
 		forbidden: forbiddenFor("spoke", "create|patch", "events") + ` in API group "events.k8s.io"`},
+	{side: "spoke", kind: "ClusterRole", resource: "podgroups/status", group: "spoke-podgroup-status",
+		scenario:  "a native PodGroup whose gang waits at the slot gate is not told why",
+		forbidden: forbiddenFor("spoke", "patch", "podgroups/status") + ` in API group "scheduling.k8s.io"`},
 	{side: "spoke", kind: "ClusterRole", resource: "capacityholds/status", group: "spoke-writes",
 		scenario:  "a Machine's status (usage, Ready) is never written",
 		forbidden: forbiddenFor("spoke", "patch", "machines/status")},
@@ -183,9 +197,15 @@ func (n ruleNeed) key() string {
 // withoutRules returns copies of roles with the rules of needs removed.
 func withoutRules(roles []*unstructured.Unstructured, needs []ruleNeed) []*unstructured.Unstructured {
 	GinkgoHelper()
-	drop := map[string]bool{}
+	drop := map[string][]ruleNeed{}
 	for _, n := range needs {
-		drop[n.key()] = true
+		drop[n.key()] = append(drop[n.key()], n)
+	}
+	dropped := func(kind string, rule map[string]any) bool {
+		groups, _, _ := unstructured.NestedStringSlice(rule, "apiGroups")
+		return slices.ContainsFunc(drop[ruleKey(kind, rule)], func(n ruleNeed) bool {
+			return n.apiGroup == "" || (len(groups) > 0 && groups[0] == n.apiGroup)
+		})
 	}
 	var out []*unstructured.Unstructured
 	removed := 0
@@ -195,7 +215,7 @@ func withoutRules(roles []*unstructured.Unstructured, needs []ruleNeed) []*unstr
 		Expect(err).NotTo(HaveOccurred())
 		var kept []any
 		for _, r := range rules {
-			if drop[ruleKey(role.GetKind(), r.(map[string]any))] {
+			if dropped(role.GetKind(), r.(map[string]any)) {
 				removed++
 				continue
 			}
@@ -317,7 +337,62 @@ spec:
 		Expect(err).NotTo(HaveOccurred())
 	})
 	p := start("spoke-minimality-"+name, "spoke", env.spokeArgs()...)
+	if name == "spoke-podgroup-status" {
+		// A guest of the Machine's type in a gang of a native PodGroup:
+		// no node of the pool exists, so the gang waits, and the agent
+		// tells its PodGroup why.
+		gang := gangOfPodGroup(machineName)
+		return p, func(ctx context.Context) { _, _ = cluster.Kubectl(ctx, "apply", "-f", manifest, "-f", gang) }
+	}
 	return p, func(ctx context.Context) { _, _ = cluster.Kubectl(ctx, "apply", "-f", manifest) }
+}
+
+// gangOfPodGroup writes the manifest of an injection-enabled namespace
+// named after group, a native PodGroup of minCount 1 in it, and a guest of
+// group's compute-small naming it in spec.schedulingGroup; the spec deletes
+// the namespace when it ends.
+func gangOfPodGroup(group string) string {
+	GinkgoHelper()
+	manifest := filepath.Join(GinkgoT().TempDir(), "gang.yaml")
+	Expect(os.WriteFile(manifest, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata:
+  name: %[1]s
+  labels:
+    %[2]s: %[3]s
+---
+apiVersion: scheduling.k8s.io/v1alpha2
+kind: PodGroup
+metadata:
+  name: train
+  namespace: %[1]s
+spec:
+  schedulingPolicy:
+    gang:
+      minCount: 1
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: worker
+  namespace: %[1]s
+  labels:
+    %[4]s: %[1]s
+    %[5]s: compute-small
+    %[6]s: guest
+spec:
+  schedulingGroup:
+    podGroupName: train
+  containers:
+  - name: main
+    image: registry.k8s.io/pause:3.10
+`, group, imperatorv1alpha1.InjectResourceKey, imperatorv1alpha1.InjectResourceEnabled,
+		imperatorv1alpha1.MachineGroupKey, imperatorv1alpha1.MachineTypeKey, imperatorv1alpha1.PodRoleKey)), 0o600)).To(Succeed())
+	DeferCleanup(func(ctx context.Context) {
+		_, err := cluster.Kubectl(ctx, "delete", "namespace", group, "--ignore-not-found", "--wait=false")
+		Expect(err).NotTo(HaveOccurred())
+	})
+	return manifest
 }
 
 // hubScenario starts the hub as its ServiceAccount and, once it serves, a

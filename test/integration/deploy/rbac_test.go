@@ -336,5 +336,25 @@ var _ = Describe("The binaries under exactly the RBAC of deploy/", Ordered, func
 		}
 	})
 
+	It("lets the agent read the PodGroups of both APIs and write only its condition on a native PodGroup's status", func(ctx context.Context) {
+		canI := func(args ...string) bool {
+			GinkgoHelper()
+			_, err := cluster.Kubectl(ctx, append(append([]string{"auth", "can-i"}, args...), "-n", "team-a", "--as=system:serviceaccount:imperator-system:imperator-spoke")...)
+			return err == nil
+		}
+		for _, resource := range []string{"podgroups.scheduling.k8s.io", "podgroups.scheduling.x-k8s.io"} {
+			for _, verb := range []string{"get", "list", "watch"} {
+				Expect(canI(verb, resource)).To(BeTrue(), "the agent may not %s %s", verb, resource)
+			}
+			// A gang's PodGroup is its users': the agent never changes it.
+			for _, verb := range []string{"create", "update", "patch", "delete"} {
+				Expect(canI(verb, resource)).To(BeFalse(), "the agent may %s %s", verb, resource)
+			}
+		}
+		Expect(canI("patch", "podgroups.scheduling.k8s.io", "--subresource=status")).To(BeTrue(), "the agent may not patch a native PodGroup's status")
+		Expect(canI("update", "podgroups.scheduling.k8s.io", "--subresource=status")).To(BeFalse())
+		Expect(canI("patch", "podgroups.scheduling.x-k8s.io", "--subresource=status")).To(BeFalse(), "the coscheduling PodGroup's status is its controller's")
+	})
+
 	minimalitySpecs(env)
 })

@@ -89,7 +89,10 @@ var _ = BeforeSuite(func(ctx context.Context) {
 		// As some distributions do: owner references that block deletion
 		// need update on the owner's finalizers, which the minimality specs
 		// prove the agent's RBAC grants.
-		APIServerFlags: []string{"--enable-admission-plugins=OwnerReferencesPermissionEnforcement"},
+		// The alpha Workload API serves native PodGroups, which the agent
+		// then watches (the RBAC specs prove its rules for them).
+		APIServerFlags: []string{"--enable-admission-plugins=OwnerReferencesPermissionEnforcement", harness.WorkloadAPIRuntimeConfig},
+		FeatureGates:   harness.WorkloadAPIFeatureGates,
 	})
 	DeferCleanup(func() {
 		if cluster != nil {
@@ -98,6 +101,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	})
 	buildErr, helmErr := <-built, <-helmBuilt
 	Expect(err).NotTo(HaveOccurred())
+	installCoschedulingCRD(ctx)
 	Expect(buildErr).NotTo(HaveOccurred())
 	Expect(helmErr).NotTo(HaveOccurred())
 	// On a machine whose tool cache is empty, the kustomize and helm builds
@@ -339,4 +343,32 @@ func atURL(objs []*unstructured.Unstructured, base string) []*unstructured.Unstr
 		out = append(out, o)
 	}
 	return out
+}
+
+// installCoschedulingCRD installs a minimal CustomResourceDefinition of the
+// scheduler-plugins coscheduling PodGroup (scheduling.x-k8s.io/v1alpha1,
+// any spec), as a cluster running that scheduler has: an agent started
+// after it watches those PodGroups too.
+func installCoschedulingCRD(ctx context.Context) {
+	GinkgoHelper()
+	manifest := filepath.Join(GinkgoT().TempDir(), "podgroups-crd.yaml")
+	Expect(os.WriteFile(manifest, []byte(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: podgroups.scheduling.x-k8s.io
+spec:
+  group: scheduling.x-k8s.io
+  scope: Namespaced
+  names: {kind: PodGroup, listKind: PodGroupList, plural: podgroups, singular: podgroup}
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`), 0o600)).To(Succeed())
+	_, err := cluster.Kubectl(ctx, "apply", "-f", manifest)
+	Expect(err).NotTo(HaveOccurred())
+	_, err = cluster.Kubectl(ctx, "wait", "--for=condition=Established", "crd/podgroups.scheduling.x-k8s.io", "--timeout=60s")
+	Expect(err).NotTo(HaveOccurred())
 }
