@@ -1,21 +1,31 @@
-// Package admissionpolicy keeps the one piece of the in-API-server guest
-// injection (deploy/spoke/policy/injection) that CEL cannot derive from the
-// Machines: the binding of the imperator-guest-unknown-group
-// ValidatingAdmissionPolicy, whose object selector lists the machine groups
-// the Machines carry, so that a guest of any other group is refused even
-// when it was created with a copied injection record. A policy evaluates
-// one parameter at a time and cannot tell that none of them matched; the
-// agent can. Reconciler writes the binding by server-side apply whenever a
-// Machine changes; Binding is the pure computation.
+// Package admissionpolicy writes the bindings of the in-API-server guest
+// injection (deploy/spoke/policy/injection) from the Machines: one
+// MutatingAdmissionPolicyBinding of imperator-guest-injection per Machine,
+// its parameter that Machine and its object selector the Machine's group,
+// so the API server evaluates the injection once per guest, for its own
+// Machine only, however many Machines there are; and the binding of the
+// imperator-guest-unknown-group ValidatingAdmissionPolicy, whose object
+// selector lists the groups the Machines carry, so that a guest of any
+// other group is refused even when it was created with a copied injection
+// record (a policy evaluates one parameter at a time and cannot tell that
+// none matched; the agent can). Reconciler applies them by server-side
+// apply whenever a Machine changes and deletes the bindings of Machines
+// gone; InjectionBindings and Binding are the pure computations.
 package admissionpolicy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -31,9 +41,60 @@ const (
 	UnknownGroupPolicy = "imperator-guest-unknown-group"
 	// FieldOwner is the server-side apply field manager of the binding.
 	FieldOwner = "imperator-admission-policy"
+	// InjectionPolicy names the MutatingAdmissionPolicy of
+	// deploy/spoke/policy/injection/guest-injection.yaml.
+	InjectionPolicy = "imperator-guest-injection"
+	// ManagedByLabel marks the injection bindings the Reconciler owns, so
+	// that it finds and deletes those of Machines gone.
+	ManagedByLabel = "imperator.tenzen-y.io/injection-binding"
 )
 
+// InjectionBindingName is the name of the injection binding of the Machine
+// named machine: the policy's name and the Machine's, shortened with a hash
+// when that would be longer than an object name may be.
+func InjectionBindingName(machine string) string {
+	name := InjectionPolicy + "-" + machine
+	if len(name) <= validation.DNS1123SubdomainMaxLength {
+		return name
+	}
+	sum := sha256.Sum256([]byte(machine))
+	return name[:validation.DNS1123SubdomainMaxLength-17] + "-" + hex.EncodeToString(sum[:8])
+}
+
+// InjectionBindings returns one binding of InjectionPolicy per Machine
+// labelled with a machine group and not being deleted: its parameter is the
+// Machine, and it matches only pods labelled with the Machine's group.
+func InjectionBindings(machines []imperatorv1alpha1.Machine) []*admissionregistrationv1.MutatingAdmissionPolicyBinding {
+	var bindings []*admissionregistrationv1.MutatingAdmissionPolicyBinding
+	for _, m := range machines {
+		group := m.Labels[imperatorv1alpha1.MachineGroupKey]
+		if group == "" || !m.DeletionTimestamp.IsZero() {
+			continue
+		}
+		deny := admissionregistrationv1.DenyAction
+		bindings = append(bindings, &admissionregistrationv1.MutatingAdmissionPolicyBinding{
+			TypeMeta: metav1.TypeMeta{
+				APIVersion: admissionregistrationv1.SchemeGroupVersion.String(),
+				Kind:       "MutatingAdmissionPolicyBinding",
+			},
+			ObjectMeta: metav1.ObjectMeta{
+				Name:   InjectionBindingName(m.Name),
+				Labels: map[string]string{ManagedByLabel: "true"},
+			},
+			Spec: admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{
+				PolicyName: InjectionPolicy,
+				ParamRef:   &admissionregistrationv1.ParamRef{Name: m.Name, ParameterNotFoundAction: &deny},
+				MatchResources: &admissionregistrationv1.MatchResources{ObjectSelector: &metav1.LabelSelector{
+					MatchLabels: map[string]string{imperatorv1alpha1.MachineGroupKey: group},
+				}},
+			},
+		})
+	}
+	return bindings
+}
+
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingadmissionpolicybindings,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
 
 // Binding returns the binding of UnknownGroupPolicy for machines: it
@@ -76,21 +137,44 @@ type Reconciler struct {
 	Client client.Client
 }
 
-// Reconcile lists the Machines and applies their binding.
+// Reconcile lists the Machines, applies their bindings and deletes the
+// injection bindings of Machines gone.
 func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	var machines imperatorv1alpha1.MachineList
 	if err := r.Client.List(ctx, &machines); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing Machines: %w", err)
 	}
-	binding := Binding(machines.Items)
-	u, err := toUnstructured(binding)
+	wanted := map[string]bool{}
+	var errs []error
+	for _, binding := range InjectionBindings(machines.Items) {
+		wanted[binding.Name] = true
+		errs = append(errs, r.apply(ctx, binding))
+	}
+	errs = append(errs, r.apply(ctx, Binding(machines.Items)))
+	var existing admissionregistrationv1.MutatingAdmissionPolicyBindingList
+	if err := r.Client.List(ctx, &existing, client.HasLabels{ManagedByLabel}); err != nil {
+		errs = append(errs, fmt.Errorf("listing MutatingAdmissionPolicyBindings: %w", err))
+	}
+	for i := range existing.Items {
+		if b := &existing.Items[i]; !wanted[b.Name] {
+			if err := r.Client.Delete(ctx, b); client.IgnoreNotFound(err) != nil {
+				errs = append(errs, fmt.Errorf("deleting MutatingAdmissionPolicyBinding %s: %w", b.Name, err))
+			}
+		}
+	}
+	return reconcile.Result{}, errors.Join(errs...)
+}
+
+// apply applies obj with FieldOwner.
+func (r *Reconciler) apply(ctx context.Context, obj client.Object) error {
+	u, err := toUnstructured(obj)
 	if err != nil {
-		return reconcile.Result{}, err
+		return err
 	}
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return reconcile.Result{}, fmt.Errorf("applying ValidatingAdmissionPolicyBinding %s: %w", binding.Name, err)
+		return fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
 	}
-	return reconcile.Result{}, nil
+	return nil
 }
 
 // SetupWithManager runs the Reconciler on mgr's Machines.
@@ -102,4 +186,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 				return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: UnknownGroupPolicy}}}
 			})).
 		Complete(r)
+}
+
+// toUnstructured converts obj for a server-side apply.
+func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, fmt.Errorf("converting %T: %w", obj, err)
+	}
+	u := &unstructured.Unstructured{Object: content}
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	return u, nil
 }

@@ -1,6 +1,7 @@
 package admissionpolicy
 
 import (
+	"strings"
 	"time"
 
 	"testing"
@@ -47,5 +48,31 @@ func TestTheBindingSelectsGuestsOfGroupsNoMachineHas(t *testing.T) {
 				t.Errorf("object selector (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestEachMachineBindsTheInjectionToItsOwnGroup(t *testing.T) {
+	deleting := wrappers.MakeMachine("leaving", "leaving").Obj()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
+	machines := []imperatorv1alpha1.Machine{*wrappers.MakeMachine("gpu-a", "team-a").Obj(), *deleting, *wrappers.MakeMachine("gpu-b", "team-b").Obj()}
+	got := map[string][2]string{}
+	for _, b := range InjectionBindings(machines) {
+		if b.Spec.PolicyName != InjectionPolicy || b.Labels[ManagedByLabel] != "true" {
+			t.Errorf("binding %s: policy %s, labels %v", b.Name, b.Spec.PolicyName, b.Labels)
+		}
+		got[b.Name] = [2]string{b.Spec.ParamRef.Name, b.Spec.MatchResources.ObjectSelector.MatchLabels[imperatorv1alpha1.MachineGroupKey]}
+	}
+	want := map[string][2]string{
+		"imperator-guest-injection-gpu-a": {"gpu-a", "team-a"},
+		"imperator-guest-injection-gpu-b": {"gpu-b", "team-b"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("bindings: name -> (paramRef, group) (-want +got):\n%s", diff)
+	}
+
+	long := strings.Repeat("m", 253)
+	name := InjectionBindingName(long)
+	if len(name) > 253 || name == InjectionBindingName(long[:252]+"n") {
+		t.Errorf("InjectionBindingName of a 253-character Machine = %q (%d characters), want at most 253 and distinct per Machine", name, len(name))
 	}
 }
