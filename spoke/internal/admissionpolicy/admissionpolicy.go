@@ -22,10 +22,12 @@ import (
 	"slices"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/discovery"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -93,7 +95,7 @@ func InjectionBindings(machines []imperatorv1alpha1.Machine) []*admissionregistr
 	return bindings
 }
 
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingadmissionpolicybindings,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
 
@@ -131,14 +133,58 @@ func Binding(machines []imperatorv1alpha1.Machine) *admissionregistrationv1.Vali
 	}
 }
 
-// Reconciler applies Binding of the Machines it lists whenever a Machine
-// changes. Every event maps to one request: the binding is one object.
+// The agent's --injection values: where guests are injected.
+const (
+	// ModeAuto is ModePolicy when the API server serves
+	// MutatingAdmissionPolicies (admissionregistration.k8s.io/v1,
+	// Kubernetes 1.36 and later), else ModeWebhook.
+	ModeAuto = "auto"
+	// ModePolicy: the agent writes the bindings of the injection policies.
+	ModePolicy = "policy"
+	// ModeWebhook: the agent's webhook injects; the agent deletes the
+	// bindings it wrote, so one path injects.
+	ModeWebhook = "webhook"
+)
+
+// Modes are the values of --injection.
+var Modes = []string{ModeAuto, ModePolicy, ModeWebhook}
+
+// UsePolicy resolves mode: whether the agent maintains the injection
+// policies' bindings. ModeAuto asks discovery whether the API server serves
+// mutatingadmissionpolicies in admissionregistration.k8s.io/v1.
+func UsePolicy(mode string, disc discovery.DiscoveryInterface) (bool, error) {
+	switch mode {
+	case ModePolicy:
+		return true, nil
+	case ModeWebhook:
+		return false, nil
+	case ModeAuto:
+		resources, err := disc.ServerResourcesForGroupVersion(admissionregistrationv1.SchemeGroupVersion.String())
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("discovering %s: %w", admissionregistrationv1.SchemeGroupVersion, err)
+		}
+		return slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool {
+			return r.Name == "mutatingadmissionpolicies"
+		}), nil
+	default:
+		return false, fmt.Errorf("injection mode %q: must be one of %v", mode, Modes)
+	}
+}
+
+// Reconciler applies InjectionBindings and Binding of the Machines it
+// lists whenever a Machine changes (Enabled), or deletes the bindings it
+// wrote (not Enabled: the webhook injects). Every event maps to one
+// request: the bindings are decided together.
 type Reconciler struct {
-	Client client.Client
+	Client  client.Client
+	Enabled bool
 }
 
 // Reconcile lists the Machines, applies their bindings and deletes the
-// injection bindings of Machines gone.
+// injection bindings of Machines gone (all of them when not Enabled).
 func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	var machines imperatorv1alpha1.MachineList
 	if err := r.Client.List(ctx, &machines); err != nil {
@@ -146,11 +192,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	}
 	wanted := map[string]bool{}
 	var errs []error
-	for _, binding := range InjectionBindings(machines.Items) {
-		wanted[binding.Name] = true
-		errs = append(errs, r.apply(ctx, binding))
+	if r.Enabled {
+		for _, binding := range InjectionBindings(machines.Items) {
+			wanted[binding.Name] = true
+			errs = append(errs, r.apply(ctx, binding))
+		}
+		errs = append(errs, r.apply(ctx, Binding(machines.Items)))
+	} else {
+		unknownGroup := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: UnknownGroupPolicy}}
+		if err := r.Client.Delete(ctx, unknownGroup); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("deleting ValidatingAdmissionPolicyBinding %s: %w", UnknownGroupPolicy, err))
+		}
 	}
-	errs = append(errs, r.apply(ctx, Binding(machines.Items)))
 	var existing admissionregistrationv1.MutatingAdmissionPolicyBindingList
 	if err := r.Client.List(ctx, &existing, client.HasLabels{ManagedByLabel}); err != nil {
 		errs = append(errs, fmt.Errorf("listing MutatingAdmissionPolicyBindings: %w", err))

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
@@ -74,5 +76,37 @@ func TestEachMachineBindsTheInjectionToItsOwnGroup(t *testing.T) {
 	name := InjectionBindingName(long)
 	if len(name) > 253 || name == InjectionBindingName(long[:252]+"n") {
 		t.Errorf("InjectionBindingName of a 253-character Machine = %q (%d characters), want at most 253 and distinct per Machine", name, len(name))
+	}
+}
+
+func TestAutoInjectsByPolicyWhereTheAPIServerServesMutatingAdmissionPolicies(t *testing.T) {
+	served := func(resources ...string) *fakediscovery.FakeDiscovery {
+		d := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}
+		list := &metav1.APIResourceList{GroupVersion: "admissionregistration.k8s.io/v1"}
+		for _, r := range resources {
+			list.APIResources = append(list.APIResources, metav1.APIResource{Name: r})
+		}
+		d.Resources = []*metav1.APIResourceList{list}
+		return d
+	}
+	cases := map[string]struct {
+		mode       string
+		disc       *fakediscovery.FakeDiscovery
+		wantPolicy bool
+		wantErr    bool
+	}{
+		"auto on 1.36: policy":               {mode: ModeAuto, disc: served("validatingadmissionpolicies", "mutatingadmissionpolicies"), wantPolicy: true},
+		"auto before 1.36: webhook":          {mode: ModeAuto, disc: served("validatingadmissionpolicies")},
+		"policy whatever the server serves":  {mode: ModePolicy, disc: served(), wantPolicy: true},
+		"webhook whatever the server serves": {mode: ModeWebhook, disc: served("mutatingadmissionpolicies")},
+		"an unknown mode is an error, named": {mode: "cel", disc: served(), wantErr: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := UsePolicy(tc.mode, tc.disc)
+			if (err != nil) != tc.wantErr || got != tc.wantPolicy {
+				t.Errorf("UsePolicy(%q) = %v, %v; want %v, error %v", tc.mode, got, err, tc.wantPolicy, tc.wantErr)
+			}
+		})
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -37,6 +38,7 @@ import (
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/internal/leader"
 	"github.com/imperator-federation/imperator/internal/schemes"
+	"github.com/imperator-federation/imperator/spoke/internal/admissionpolicy"
 	"github.com/imperator-federation/imperator/spoke/internal/config"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/machine"
@@ -355,6 +357,11 @@ func controllers(ctx context.Context, cfg config.Config, scheme *runtime.Scheme,
 		if err := setupProvisioningRequests(mc, provider != nil); err != nil {
 			return err
 		}
+		if provider == nil {
+			if err := setupInjectionPolicies(mgr, cfg.Injection); err != nil {
+				return err
+			}
+		}
 		return errors.Join(
 			nodepool.SetupWithManager(mc),
 			capacityhold.SetupWithManager(mc, capacityhold.WithRetention(cfg.HoldRetention), capacityhold.WithClock(cfg.Clock())),
@@ -366,6 +373,28 @@ func controllers(ctx context.Context, cfg config.Config, scheme *runtime.Scheme,
 			}),
 		)
 	}
+}
+
+// setupInjectionPolicies resolves --injection (auto asks the API server's
+// discovery at the start of each leader term) and, on the policy path, runs
+// the controller that writes the injection policies' bindings.
+func setupInjectionPolicies(mgr manager.Manager, mode string) error {
+	disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("creating the discovery client: %w", err)
+	}
+	usePolicy, err := admissionpolicy.UsePolicy(mode, disc)
+	if err != nil {
+		return err
+	}
+	ctrl.Log.WithName("spoke").Info("Guest injection", "injection", mode, "policy", usePolicy)
+	if !usePolicy {
+		// The webhook path reads and writes no policy binding (and needs no
+		// RBAC for them); bindings left by an earlier policy run are
+		// deleted by hand (docs/contract.md).
+		return nil
+	}
+	return (&admissionpolicy.Reconciler{Client: mgr.GetClient(), Enabled: true}).SetupWithManager(mgr)
 }
 
 // setupProvisioningRequests sets up the ProvisioningRequest provider when

@@ -11,12 +11,14 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/imperator-federation/imperator/internal/configflag"
+	"github.com/imperator-federation/imperator/spoke/internal/admissionpolicy"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
 )
 
@@ -50,6 +52,13 @@ type Config struct {
 	// Durations (timers, tickers, backoffs) and TLS certificate checks stay
 	// on the system clock. Within ±MaxClockOffset; zero in production.
 	ClockOffset time.Duration
+
+	// Injection says where guests are injected (package admissionpolicy):
+	// "webhook" (the default), "policy" (the MutatingAdmissionPolicy of
+	// deploy/spoke/policy/injection, whose bindings the agent writes) or
+	// "auto" (policy when the API server serves MutatingAdmissionPolicies).
+	// In-cluster agents only.
+	Injection string
 
 	Webhook     Webhook
 	Reservation Reservation
@@ -166,6 +175,7 @@ func Default() Config {
 		LeaderElection:   true,
 		LeaderElectionID: "imperator-spoke-agent",
 		HoldRetention:    capacityhold.DefaultRetention,
+		Injection:        admissionpolicy.ModeWebhook,
 		Webhook: Webhook{
 			Port:                    9443,
 			ServiceName:             "imperator-webhook",
@@ -211,6 +221,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Webhook.CertValidity, "webhook-cert-validity", c.Webhook.CertValidity, "Lifetime of the webhook serving certificate the agent issues (0: 1 year); renewed with a third left.")
 	fs.DurationVar(&c.HoldRetention, "hold-retention", c.HoldRetention, "How long a CapacityHold whose booking ended (Failed, or Expired at validUntil) is kept before the agent deletes it; at least "+capacityhold.MinRetention.String()+".")
 	fs.DurationVar(&c.ClockOffset, "clock-offset", c.ClockOffset, "For tests only: run the agent's clock this much ahead (negative: behind) of the system clock, for the instants of holds, hub reports and admission stamps, to test clock skew between spoke and hub; within ±"+MaxClockOffset.String()+". Leave unset in production.")
+	fs.StringVar(&c.Injection, "injection", c.Injection, "Where guests are injected: webhook (the agent's webhook), policy (the MutatingAdmissionPolicy of deploy/spoke/policy/injection; the agent writes its bindings) or auto (policy when the API server serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicies, Kubernetes 1.36 and later). In-cluster agents only.")
 	fs.StringVar(&c.Reservation.Image, "reservation-image", c.Reservation.Image, "Image of the reservation placeholder container.")
 	fs.StringVar(&c.Reservation.PriorityClassName, "reservation-priority-class", c.Reservation.PriorityClassName, "PriorityClass of reservation pods (deploy/spoke ships it; the agent only reads it).")
 	fs.StringVar(&c.Hub.Address, "hub-address", c.Hub.Address, "host:port of the hub; empty runs the agent stand-alone.")
@@ -279,6 +290,11 @@ func (c *Config) Validate() error {
 	}
 	if c.ClockOffset < -MaxClockOffset || c.ClockOffset > MaxClockOffset {
 		errs = append(errs, fmt.Errorf("--clock-offset %s: must be within ±%s (it is for clock skew tests)", c.ClockOffset, MaxClockOffset))
+	}
+	if !slices.Contains(admissionpolicy.Modes, c.Injection) {
+		errs = append(errs, fmt.Errorf("--injection %q: must be one of %s", c.Injection, strings.Join(admissionpolicy.Modes, ", ")))
+	} else if c.Injection != admissionpolicy.ModeWebhook && c.IsHosted() {
+		errs = append(errs, fmt.Errorf("--injection %s: hosted agents (--clusters-from) inject with the webhook only", c.Injection))
 	}
 	if c.Reservation.Image == "" {
 		errs = append(errs, errors.New("--reservation-image: must not be empty"))

@@ -116,7 +116,7 @@ func startPolicyEnvironment(b *testing.B) *framework.Environment {
 	if err := installInjectionPolicies(ctx, e.Client); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := (&admissionpolicy.Reconciler{Client: e.Client}).Reconcile(ctx, reconcile.Request{}); err != nil {
+	if _, err := (&admissionpolicy.Reconciler{Client: e.Client, Enabled: true}).Reconcile(ctx, reconcile.Request{}); err != nil {
 		b.Fatal(err)
 	}
 	if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-probe",

@@ -84,7 +84,7 @@ var _ = Describe("One contract, two paths: the injector webhook and the admissio
 		Expect(policyEnv.Client.Create(ctx, binding)).To(Succeed())
 		Expect(installInjectionPolicies(ctx, policyEnv.Client)).To(Succeed())
 		By("writing the unknown-group binding as the agent does")
-		_, err = (&admissionpolicy.Reconciler{Client: policyEnv.Client}).Reconcile(ctx, reconcile.Request{})
+		_, err = (&admissionpolicy.Reconciler{Client: policyEnv.Client, Enabled: true}).Reconcile(ctx, reconcile.Request{})
 		Expect(err).NotTo(HaveOccurred())
 
 		By("waiting until the second API server injects, refuses an unknown type and enforces one unit")
