@@ -144,6 +144,24 @@ func expectHubMatchesMachine(g Gomega, ctx context.Context, ctl *Imperatorctl, c
 	}
 }
 
+// expectHubMatchesSpokes checks that the hub shows, for every Machine of
+// every spoke named, the figures of its status, once the agent has written
+// that status for the Machine's current spec.
+func expectHubMatchesSpokes(g Gomega, ctx context.Context, env *Env, spokes []string) {
+	for _, name := range spokes {
+		var machines imperatorv1alpha1.MachineList
+		g.Expect(env.Spoke(name).Client.List(ctx, &machines)).To(Succeed(), "Machines of %s", name)
+		for i := range machines.Items {
+			m := &machines.Items[i]
+			g.Expect(m.Status.Conditions).NotTo(BeEmpty(), "status of Machine %s/%s", name, m.Name)
+			for _, c := range m.Status.Conditions {
+				g.Expect(c.ObservedGeneration).To(Equal(m.Generation), "condition %s of Machine %s/%s observed its spec", c.Type, name, m.Name)
+			}
+			expectHubMatchesMachine(g, ctx, env.Ctl, name, m)
+		}
+	}
+}
+
 // hubNodeCounts returns the hub's node counts of group/typ in cluster.
 func hubNodeCounts(g Gomega, ctx context.Context, ctl *Imperatorctl, cluster, group, typ string) *federationv1.NodeCounts {
 	resp, err := ctl.Machines(ctx, "--cluster", cluster, "--group", group, "--type", typ)
