@@ -46,7 +46,7 @@ const machineGrace = 5 * time.Second
 // +kubebuilder:rbac:groups=autoscaling.x-k8s.io,resources=provisioningrequests,verbs=get;list;watch
 // +kubebuilder:rbac:groups=autoscaling.x-k8s.io,resources=provisioningrequests/status,verbs=get;patch;update
 // +kubebuilder:rbac:groups="",resources=podtemplates,verbs=get;list;watch
-// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=capacityholds,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=capacityholds,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
 
 // Controller serves the ProvisioningRequests of the class
@@ -84,6 +84,7 @@ func SetupWithManager(mgr mcmanager.Manager) error {
 		Named("provisioningrequest").
 		For(&ProvisioningRequest{}, mcbuilder.WithPredicates(predicate.NewPredicateFuncs(ofOurClass))).
 		Watches(&imperatorv1alpha1.CapacityHold{}, mchandler.EnqueueRequestsFromMapFunc(holdToRequest)).
+		Watches(&corev1.Pod{}, mchandler.EnqueueRequestsFromMapFunc(consumerToRequest)).
 		WithOptions(copts).
 		Complete(r)
 	if err != nil {
@@ -105,6 +106,17 @@ func holdToRequest(_ context.Context, obj client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}}}
+}
+
+// consumerToRequest maps a pod consuming a request of the class to the
+// request: whether the pods that claim a hold exist ends its booking.
+func consumerToRequest(_ context.Context, obj client.Object) []reconcile.Request {
+	annotations := obj.GetAnnotations()
+	name := annotations[imperatorv1alpha1.ConsumeProvisioningRequestAnnotation]
+	if name == "" || annotations[imperatorv1alpha1.ProvisioningClassNameAnnotation] != imperatorv1alpha1.CapacityHoldProvisioningClass {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
 }
 
 // Reconcile releases the holds of a request that is gone, and otherwise
@@ -150,6 +162,13 @@ func (r *Controller) Reconcile(ctx context.Context, req mcreconcile.Request) (ct
 		release = FromHolds(pr, holds)
 	}
 	errs := []error{r.patchStatus(ctx, c, before, pr)}
+	if ProvisionedOnce(pr) && !meta.IsStatusConditionTrue(pr.Status.Conditions, ConditionFailed) {
+		for _, name := range HoldNames(pr) {
+			if hold, ok := holds[name]; ok {
+				errs = append(errs, r.endConsumedBooking(ctx, c, hold))
+			}
+		}
+	}
 	for _, name := range release {
 		if hold, ok := holds[name]; ok {
 			errs = append(errs, r.deleteHold(ctx, c, hold, "the ProvisioningRequest failed"))
@@ -257,6 +276,56 @@ func (r *Controller) releaseStale(ctx context.Context, c client.Client, key type
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// endConsumedBooking ends the booking of a hold every unit of which its
+// guests claimed (validUntil moved to now), as Cluster Autoscaler's booking
+// ends once the pods are scheduled: the claimed units stay with the pods
+// until they finish and then go back to everyone, instead of being held
+// again for the rest of the booking for pods that will not come (Kueue
+// makes the Job's pods once).
+func (r *Controller) endConsumedBooking(ctx context.Context, c client.Client, hold *imperatorv1alpha1.CapacityHold) error {
+	now := r.now()
+	if !hold.Spec.ValidUntil.After(now) || !hold.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	if hold.Status.Claimed < hold.Spec.Count {
+		// Pods that finished before the Machine controller counted them
+		// claimed the hold too: they carry its UID.
+		claimants, err := r.claimants(ctx, c, hold)
+		if err != nil || claimants < hold.Spec.Count {
+			return err
+		}
+	}
+	before := hold.DeepCopy()
+	hold.Spec.ValidUntil = metav1.NewTime(now)
+	if err := c.Patch(ctx, hold, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("ending the booking of CapacityHold %s: %w", hold.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Ended the booking of a CapacityHold whose units are all claimed", "capacityHold", klog.KObj(hold))
+	return nil
+}
+
+// claimants counts the pods, in any phase, stamped with hold's UID: the
+// guests of its group and type in the namespaces it allows.
+func (r *Controller) claimants(ctx context.Context, c client.Client, hold *imperatorv1alpha1.CapacityHold) (int32, error) {
+	var n int32
+	for _, namespace := range hold.Spec.Namespaces {
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels{imperatorv1alpha1.MachineGroupKey: hold.Spec.MachineGroup,
+			imperatorv1alpha1.MachineTypeKey: hold.Spec.MachineType}); err != nil {
+			return 0, fmt.Errorf("listing the guests of CapacityHold %s: %w", hold.Name, err)
+		}
+		for i := range pods.Items {
+			if pods.Items[i].Annotations[imperatorv1alpha1.HoldUIDAnnotation] == string(hold.UID) {
+				n++
+			}
+		}
+	}
+	return n, nil
 }
 
 // deleteHold deletes this very hold (UID precondition), which returns its

@@ -27,7 +27,11 @@
 // other holds are released) when one fails, BookingExpired when a hold's
 // booking expired or a provisioned hold is gone, CapacityRevoked while a
 // hold lost units. Failed and BookingExpired are final, as in Cluster
-// Autoscaler. Pods Kueue admits carry the consume-provisioning-request and
+// Autoscaler. Once the pods claimed every unit of a hold, its booking is
+// consumed: the Controller moves its validUntil to now, so that the units
+// go back to everyone when the pods finish instead of being held again for
+// the rest of the booking (the request then says BookingExpired, which
+// Kueue ignores for an admitted Workload). Pods Kueue admits carry the consume-provisioning-request and
 // provisioning-class-name annotations; the pod injector resolves them to
 // HoldName and stamps the hold's UID, which alone claims it.
 //

@@ -96,6 +96,19 @@ var _ = Describe("A ProvisioningRequest of the capacity-hold class", Ordered, fu
 		Eventually(condition(ctx, "train", pr.ConditionProvisioned)).WithTimeout(10 * time.Second).Should(And(
 			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", pr.ReasonProvisioned)))
 
+		By("the pods claiming every unit: the booking is consumed, the units go back when they finish")
+		Eventually(func(g Gomega) {
+			got := &imperatorv1alpha1.CapacityHold{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Name: holdName}, got)).To(Succeed())
+			got.Status.Claimed = 3
+			g.Expect(k8s.Status().Update(ctx, got)).To(Succeed())
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+		Eventually(func(g Gomega) {
+			got := &imperatorv1alpha1.CapacityHold{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Name: holdName}, got)).To(Succeed())
+			g.Expect(got.Spec.ValidUntil.Time).To(BeTemporally("~", time.Now(), 15*time.Second))
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+
 		By("a node of the hold leaving the pool")
 		decide(ctx, holdName, metav1.Condition{Type: imperatorv1alpha1.HoldConditionCapacityRevoked, Status: metav1.ConditionTrue,
 			Reason: imperatorv1alpha1.HoldReasonNodeLeftPool, Message: "node michiru left the ready pool"})
