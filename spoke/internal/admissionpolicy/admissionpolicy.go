@@ -10,7 +10,8 @@
 // record (a policy evaluates one parameter at a time and cannot tell that
 // none matched; the agent can). Reconciler applies them by server-side
 // apply whenever a Machine changes and deletes the bindings of Machines
-// gone; InjectionBindings and Binding are the pure computations.
+// gone; InjectionBindings and Binding are the pure computations. FirstSight
+// stamps the arrival order the policy cannot (CEL has no clock).
 package admissionpolicy
 
 import (

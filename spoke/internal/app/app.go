@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -377,7 +378,8 @@ func controllers(ctx context.Context, cfg config.Config, scheme *runtime.Scheme,
 
 // setupInjectionPolicies resolves --injection (auto asks the API server's
 // discovery at the start of each leader term) and, on the policy path, runs
-// the controller that writes the injection policies' bindings.
+// the controller that writes the injection policies' bindings and the
+// stamper of the guests' arrival (CEL has no clock).
 func setupInjectionPolicies(mgr manager.Manager, mode string) error {
 	disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
 	if err != nil {
@@ -394,7 +396,13 @@ func setupInjectionPolicies(mgr manager.Manager, mode string) error {
 		// deleted by hand (docs/contract.md).
 		return nil
 	}
-	return (&admissionpolicy.Reconciler{Client: mgr.GetClient(), Enabled: true}).SetupWithManager(mgr)
+	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("creating the clientset of the first-sight stamper: %w", err)
+	}
+	return errors.Join(
+		(&admissionpolicy.Reconciler{Client: mgr.GetClient(), Enabled: true}).SetupWithManager(mgr),
+		mgr.Add(&admissionpolicy.FirstSight{Clientset: clientset, Client: mgr.GetClient()}))
 }
 
 // setupProvisioningRequests sets up the ProvisioningRequest provider when

@@ -1,0 +1,141 @@
+package podinjector_test
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/admissionpolicy"
+	"github.com/imperator-federation/imperator/test/util/framework"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
+)
+
+var _ = Describe("Arrival order on the policy path: the agent's first sight, across its restart", Ordered, func() {
+	var (
+		policyEnv *framework.Environment
+		clientset kubernetes.Interface
+	)
+	const namespace = "team-fifo"
+
+	BeforeAll(func(ctx context.Context) {
+		var err error
+		policyEnv, err = framework.Start(ctx, framework.Options{CRDs: framework.SpokeCRDs})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { Expect(policyEnv.Stop()).To(Succeed()) })
+		clientset, err = kubernetes.NewForConfig(policyEnv.Config)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(policyEnv.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace,
+			Labels: map[string]string{imperatorv1alpha1.InjectResourceKey: imperatorv1alpha1.InjectResourceEnabled}}})).To(Succeed())
+		Expect(policyEnv.Client.Create(ctx, wrappers.GeneralMachine().Obj())).To(Succeed())
+		Expect(installInjectionPolicies(ctx, policyEnv.Client)).To(Succeed())
+		_, err = (&admissionpolicy.Reconciler{Client: policyEnv.Client, Enabled: true}).Reconcile(ctx, reconcile.Request{})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			pod := guestOf(namespace, "probe", "compute-xlarge", "main")
+			g.Expect(policyEnv.Client.Create(ctx, pod, client.DryRunAll)).To(Succeed())
+			g.Expect(pod.Annotations).To(HaveKey(imperatorv1alpha1.InjectedAnnotation))
+		}).WithContext(ctx).WithTimeout(60 * time.Second).Should(Succeed())
+	}, NodeTimeout(2*time.Minute))
+
+	// startAgent runs the first-sight stamper as the agent would, until
+	// the returned stop is called.
+	startAgent := func() (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- (&admissionpolicy.FirstSight{Clientset: clientset, Client: policyEnv.Client}).Start(ctx)
+		}()
+		return func() {
+			cancel()
+			Expect(<-done).To(Succeed())
+		}
+	}
+	// createGuests creates guests one after the other (each committed
+	// before the next is sent): their arrival order is their index.
+	createGuests := func(ctx context.Context, from, to int) {
+		for i := from; i < to; i++ {
+			Expect(policyEnv.Client.Create(ctx, guestOf(namespace, fmt.Sprintf("guest-%02d", i), "compute-xlarge", "main"))).To(Succeed())
+		}
+	}
+	// line is the guests in the Machine controller's order: admitted-at
+	// (the queue takes a stamp within the creation second), then UID.
+	line := func(g Gomega, ctx context.Context) []string {
+		var pods corev1.PodList
+		g.Expect(policyEnv.Client.List(ctx, &pods, client.InNamespace(namespace))).To(Succeed())
+		stamp := func(p *corev1.Pod) time.Time {
+			t, err := time.Parse(time.RFC3339Nano, p.Annotations[imperatorv1alpha1.AdmittedAtAnnotation])
+			g.Expect(err).NotTo(HaveOccurred(), "%s has no admitted-at stamp", p.Name)
+			g.Expect(t.Unix()).To(Equal(p.CreationTimestamp.Unix()), "%s is stamped outside its creation second", p.Name)
+			return t
+		}
+		items := make([]*corev1.Pod, len(pods.Items))
+		for i := range pods.Items {
+			items[i] = &pods.Items[i]
+		}
+		slices.SortFunc(items, func(a, b *corev1.Pod) int {
+			if c := stamp(a).Compare(stamp(b)); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.UID, b.UID)
+		})
+		names := make([]string, len(items))
+		for i, p := range items {
+			names[i] = p.Name
+		}
+		return names
+	}
+	arrival := func(n int) []string {
+		names := make([]string, n)
+		for i := range n {
+			names[i] = fmt.Sprintf("guest-%02d", i)
+		}
+		return names
+	}
+
+	It("stamps guests in the order they were created, also those created while the agent was down", func(ctx context.Context) {
+		By("creating 8 guests while the agent runs")
+		stop := startAgent()
+		createGuests(ctx, 0, 8)
+		Eventually(func(g Gomega) []string { return line(g, ctx) }).WithContext(ctx).WithTimeout(30 * time.Second).
+			Should(Equal(arrival(8)))
+
+		By("stopping the agent and creating 8 more, named so that name order is not arrival order")
+		stop()
+		for i := 8; i < 16; i++ {
+			// Names in reverse: a list returns them by name.
+			Expect(policyEnv.Client.Create(ctx, guestOf(namespace, fmt.Sprintf("guest-%02d", 8+15-i), "compute-xlarge", "main"))).To(Succeed())
+		}
+		var pods corev1.PodList
+		Expect(policyEnv.Client.List(ctx, &pods, client.InNamespace(namespace))).To(Succeed())
+		unstamped := 0
+		for _, p := range pods.Items {
+			g := p.Spec.SchedulingGates
+			Expect(g).To(ContainElement(corev1.PodSchedulingGate{Name: imperatorv1alpha1.SlotSchedulingGate}), "%s admitted ungated while the agent is down", p.Name)
+			if _, ok := p.Annotations[imperatorv1alpha1.AdmittedAtAnnotation]; !ok {
+				unstamped++
+			}
+		}
+		Expect(unstamped).To(Equal(8), "guests created while the agent is down are admitted, gated, and not stamped yet")
+
+		By("starting the agent again: the line is the arrival order")
+		stop = startAgent()
+		DeferCleanup(stop)
+		want := arrival(8)
+		for i := 8; i < 16; i++ {
+			want = append(want, fmt.Sprintf("guest-%02d", 8+15-i))
+		}
+		Eventually(func(g Gomega) []string { return line(g, ctx) }).WithContext(ctx).WithTimeout(30 * time.Second).
+			Should(Equal(want))
+	}, SpecTimeout(2*time.Minute))
+})
