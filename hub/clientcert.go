@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
@@ -18,99 +18,112 @@ import (
 	"github.com/imperator-federation/imperator/internal/pki"
 )
 
-// runClientCert issues a person's (or automation's) client certificate from
-// the hub CA and prints an imperatorctl configuration file that holds it:
+// clientCertCommand issues a person's (or automation's) client certificate
+// from the hub CA and prints an imperatorctl configuration file that holds it:
 //
 //	hub client-cert --name alice --role admin --hub-address hub.example.com:9443 > ~/.imperator/config
 //
 // and revokes one by serial (printed when it is issued):
 //
 //	hub client-cert revoke [--reason TEXT] SERIAL
-func runClientCert(args []string) error {
-	if len(args) > 0 && args[0] == "revoke" {
-		return runRevokeClientCert(args[1:])
+func clientCertCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "client-cert --name NAME --role viewer|holder|admin --hub-address HOST:PORT",
+		Short: "Issue a client certificate and print an imperatorctl configuration holding it",
+		Args:  cobra.NoArgs,
 	}
-	fs, cfg := adminFlags("client-cert")
+	cfg := adminFlags(cmd.Flags())
+	fs := cmd.Flags()
 	name := fs.String("name", "", "Name of the person or automation (the certificate's common name).")
 	role := fs.String("role", "viewer", "viewer (read-only queries), holder (also fleet holds) or admin (also bootstrap tokens).")
 	hubAddress := fs.String("hub-address", "", "host:port at which imperatorctl reaches the hub.")
 	validity := fs.Duration("validity", query.DefaultClientCertValidity, fmt.Sprintf("Lifetime of the certificate, at most %s.", query.MaxClientCertValidity))
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	var errs []error
-	if msgs := validation.IsDNS1123Subdomain(*name); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("--name %q: %v", *name, msgs))
-	}
-	organization := map[string]string{"viewer": query.ViewerOrganization, "holder": query.HolderOrganization, "admin": query.AdminOrganization}[*role]
-	if organization == "" {
-		errs = append(errs, fmt.Errorf("--role %q: want viewer, holder or admin", *role))
-	}
-	if *hubAddress == "" {
-		errs = append(errs, errors.New("--hub-address: required"))
-	}
-	if *validity <= 0 || *validity > query.MaxClientCertValidity {
-		errs = append(errs, fmt.Errorf("--validity %s: must be positive and at most %s (the hub refuses longer-lived certificates)", *validity, query.MaxClientCertValidity))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		var errs []error
+		if msgs := validation.IsDNS1123Subdomain(*name); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--name %q: %v", *name, msgs))
+		}
+		organization := map[string]string{"viewer": query.ViewerOrganization, "holder": query.HolderOrganization, "admin": query.AdminOrganization}[*role]
+		if organization == "" {
+			errs = append(errs, fmt.Errorf("--role %q: want viewer, holder or admin", *role))
+		}
+		if *hubAddress == "" {
+			errs = append(errs, errors.New("--hub-address: required"))
+		}
+		if *validity <= 0 || *validity > query.MaxClientCertValidity {
+			errs = append(errs, fmt.Errorf("--validity %s: must be positive and at most %s (the hub refuses longer-lived certificates)", *validity, query.MaxClientCertValidity))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return &failure{code: exitUsage, err: err}
+		}
 
-	ca, err := loadCA(cfg)
-	if err != nil {
-		return err
+		ctx, cancel := context.WithTimeout(cmd.Context(), adminTimeout)
+		defer cancel()
+		ca, err := loadCA(ctx, cfg)
+		if err != nil {
+			return failed(err)
+		}
+		certPEM, keyPEM, err := ca.IssueClient(*name, []string{organization}, *validity)
+		if err != nil {
+			return failed(fmt.Errorf("issuing the client certificate of %s: %w", *name, err))
+		}
+		cert, err := pki.ParseCertificate(certPEM)
+		if err != nil {
+			return failed(fmt.Errorf("reading the issued certificate: %w", err))
+		}
+		out, err := yaml.Marshal(ctlconfig.Config{
+			CurrentContext: *name,
+			Contexts: []ctlconfig.Context{{
+				Name:                     *name,
+				Hub:                      *hubAddress,
+				CertificateAuthorityData: string(ca.CertPEM),
+				ClientCertificateData:    string(certPEM),
+				ClientKeyData:            string(keyPEM),
+			}},
+		})
+		if err != nil {
+			return failed(fmt.Errorf("encoding the imperatorctl configuration: %w", err))
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "Issued a %s certificate for %s, serial %s, valid until %s (revoke it with: hub client-cert revoke %s); the imperatorctl configuration follows.\n",
+			*role, *name, identity.SerialOf(cert), cert.NotAfter.Format(time.RFC3339), identity.SerialOf(cert))
+		_, err = cmd.OutOrStdout().Write(out)
+		return failed(err)
 	}
-	certPEM, keyPEM, err := ca.IssueClient(*name, []string{organization}, *validity)
-	if err != nil {
-		return fmt.Errorf("issuing the client certificate of %s: %w", *name, err)
-	}
-	cert, err := pki.ParseCertificate(certPEM)
-	if err != nil {
-		return fmt.Errorf("reading the issued certificate: %w", err)
-	}
-	out, err := yaml.Marshal(ctlconfig.Config{
-		CurrentContext: *name,
-		Contexts: []ctlconfig.Context{{
-			Name:                     *name,
-			Hub:                      *hubAddress,
-			CertificateAuthorityData: string(ca.CertPEM),
-			ClientCertificateData:    string(certPEM),
-			ClientKeyData:            string(keyPEM),
-		}},
-	})
-	if err != nil {
-		return fmt.Errorf("encoding the imperatorctl configuration: %w", err)
-	}
-	fmt.Fprintf(os.Stderr, "Issued a %s certificate for %s, serial %s, valid until %s (revoke it with: hub client-cert revoke %s); the imperatorctl configuration follows.\n",
-		*role, *name, identity.SerialOf(cert), cert.NotAfter.Format(time.RFC3339), identity.SerialOf(cert))
-	_, err = os.Stdout.Write(out)
-	return err
+	cmd.AddCommand(revokeClientCertCommand())
+	return cmd
 }
 
-// runRevokeClientCert adds a certificate's serial to the hub's revocation
-// list; every hub replica refuses it within --revocations-refresh.
-func runRevokeClientCert(args []string) error {
-	fs, cfg := adminFlags("client-cert revoke")
-	reason := fs.String("reason", "", "Why the certificate is revoked, kept with the entry.")
-	if err := fs.Parse(args); err != nil {
-		return err
+// revokeClientCertCommand adds a certificate's serial to the hub's
+// revocation list; every hub replica refuses it within --revocations-refresh.
+func revokeClientCertCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "revoke [--reason TEXT] SERIAL",
+		Short: "Revoke a client certificate on every hub replica",
 	}
-	if fs.NArg() != 1 {
-		return errors.New("usage: hub client-cert revoke [--reason TEXT] SERIAL")
+	cfg := adminFlags(cmd.Flags())
+	reason := cmd.Flags().String("reason", "", "Why the certificate is revoked, kept with the entry.")
+	cmd.Args = func(_ *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return usageError("usage: hub client-cert revoke [--reason TEXT] SERIAL")
+		}
+		return nil
 	}
-	serial := strings.ToLower(strings.TrimPrefix(strings.ReplaceAll(fs.Arg(0), ":", ""), "0x"))
-	if !registry.ValidSerial(serial) {
-		return fmt.Errorf("SERIAL %q: want the certificate's serial number in hex, as hub client-cert printed it (openssl x509 -serial also works)", fs.Arg(0))
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		serial := strings.ToLower(strings.TrimPrefix(strings.ReplaceAll(args[0], ":", ""), "0x"))
+		if !registry.ValidSerial(serial) {
+			return usageError("SERIAL %q: want the certificate's serial number in hex, as hub client-cert printed it (openssl x509 -serial also works)", args[0])
+		}
+		c, err := adminClient(cfg)
+		if err != nil {
+			return failed(err)
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), adminTimeout)
+		defer cancel()
+		if err := registry.Revoke(ctx, c, cfg.Namespace, serial, *reason, time.Now()); err != nil {
+			return failed(err)
+		}
+		_, err = fmt.Fprintln(cmd.OutOrStdout(), "revoked", serial)
+		return failed(err)
 	}
-	c, err := adminClient(cfg)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := registry.Revoke(ctx, c, cfg.Namespace, serial, *reason, time.Now()); err != nil {
-		return err
-	}
-	fmt.Println("revoked", serial)
-	return nil
+	return cmd
 }

@@ -3,158 +3,187 @@
 // in memory and in the hub cluster's Kubernetes API (OCM ManagedCluster plus a
 // ClusterInventory per cluster), and tracks cluster liveness.
 //
-//	hub [flags]                                   serve (default)
-//	hub token create [--ttl 24h] [--cluster NAME] [--description TEXT]   the same command as imperatorctl token,
-//	hub token list [-o table|wide|json|yaml]                            run with the hub cluster's kubeconfig
-//	hub token revoke ID
-//	hub ca                                        print the hub CA bundle (PEM) for spokes' --hub-ca-file
-//	hub client-cert --name N --role viewer|admin --hub-address H
+//	hub serve [flags]                             run the hub (bare `hub [flags]` does the same)
+//	hub token create|list|revoke                  the same command as imperatorctl token,
+//	                                              run with the hub cluster's kubeconfig
+//	hub ca print                                  print the hub CA bundle (PEM) for spokes' --hub-ca-file
+//	hub ca init                                   create the hub CA (the hub also does at its first start)
+//	hub client-cert --name N --role viewer|holder|admin --hub-address H
 //	                                              print an imperatorctl configuration with a new client certificate
 //	hub client-cert revoke SERIAL                 revoke a client certificate on every hub replica
+//	hub version                                   print the build
+//
+// Exit codes: 0 success, 1 the command failed, 2 a bad command line.
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/imperator-federation/imperator/hub/internal/app"
 	"github.com/imperator-federation/imperator/hub/internal/config"
-	"github.com/imperator-federation/imperator/hub/internal/hubca"
-	"github.com/imperator-federation/imperator/hub/internal/join"
-	"github.com/imperator-federation/imperator/hub/internal/query"
-	"github.com/imperator-federation/imperator/internal/cli"
-	"github.com/imperator-federation/imperator/internal/pki"
-	"github.com/imperator-federation/imperator/internal/schemes"
+	"github.com/imperator-federation/imperator/internal/version"
+)
+
+// Exit codes scripts can rely on (imperatorctl's).
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "hub:", err)
-		os.Exit(1)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// failure is an error a command returned after its command line was
+// accepted: it exits 1 (or code, when set). Any other error comes from cobra
+// refusing the command line and exits 2.
+type failure struct {
+	code int
+	err  error
+}
+
+func (f *failure) Error() string {
+	if f.err == nil {
+		return ""
+	}
+	return f.err.Error()
+}
+func (f *failure) Unwrap() error { return f.err }
+
+// failed marks err as the command's own failure (exit 1).
+func failed(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &failure{code: exitFailure, err: err}
+}
+
+// usageError is a command line a command refused itself (exit 2).
+func usageError(format string, args ...any) error {
+	return &failure{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// run executes the hub's command line and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRootCommand(stdout, stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	code := exitUsage
+	var f *failure
+	if errors.As(err, &f) {
+		code = f.code
+	} else {
+		err = fmt.Errorf("%w (see `hub --help`)", err)
+	}
+	if msg := err.Error(); msg != "" {
+		_, _ = fmt.Fprintln(stderr, "hub:", msg)
+	}
+	return code
+}
+
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	info := version.Get()
+	root := &cobra.Command{
+		Use:   "hub",
+		Short: "The Imperator hub: aggregates spoke agents and answers fleet queries",
+		Long: `The Imperator hub accepts spoke agents' Report streams over mutually
+authenticated gRPC, keeps every cluster's Machines and usage in memory and in
+the hub cluster's Kubernetes API, tracks cluster liveness and answers queries.
+
+Run without a subcommand, with the flags of 'hub serve', it serves: that is
+how the shipped manifests start it.`,
+		Version:           info.Version,
+		Args:              cobra.NoArgs,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+	}
+	root.SetVersionTemplate(versionLine(info) + "\n")
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
+	bindServe(root)
+	root.AddCommand(serveCommand(), caCommand(), tokenCommand(), clientCertCommand(), versionCommand())
+	return root
+}
+
+func versionLine(info version.Info) string {
+	line := "hub " + info.Version
+	if info.GitCommit != "" {
+		line += " commit " + info.GitCommit
+	}
+	return line + " " + info.GoVersion + " " + info.Platform
+}
+
+func versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the hub's build: version, commit, Go toolchain, platform",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), versionLine(version.Get()))
+			return failed(err)
+		},
 	}
 }
 
-func run(args []string) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "token":
-			os.Exit(runToken(args[1:]))
-		case "ca":
-			return runCA(args[1:])
-		case "client-cert":
-			return runClientCert(args[1:])
-		}
+func serveCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the hub (the default when no subcommand is given)",
+		Args:  cobra.NoArgs,
 	}
-	return serve(args)
+	bindServe(cmd)
+	return cmd
 }
 
-func serve(args []string) error {
+// bindServe gives cmd the server's flags (the hub configuration's and the
+// logger's, Go flags shown as pflags) and makes it serve.
+func bindServe(cmd *cobra.Command) {
 	cfg := config.Default()
-	fs := flag.NewFlagSet("hub", flag.ContinueOnError)
-	cfg.BindFlags(fs)
+	goFlags := flag.NewFlagSet("hub", flag.ContinueOnError)
+	cfg.BindFlags(goFlags)
 	zapOpts := zap.Options{}
-	zapOpts.BindFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil // -help printed the usage: not a failure
+	zapOpts.BindFlags(goFlags)
+	cmd.Flags().AddGoFlagSet(goFlags)
+	cmd.RunE = func(*cobra.Command, []string) error {
+		cfg.Complete()
+		if err := cfg.Validate(); err != nil {
+			return usageError("invalid configuration:\n%w", err)
 		}
-		return err
+		ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+		restConfig, err := restConfigFor(cfg.Kubeconfig)
+		if err != nil {
+			return failed(err)
+		}
+		return failed(app.Run(ctrl.SetupSignalHandler(), cfg, restConfig, app.Options{}))
 	}
-	cfg.Complete()
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", err)
-	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	restConfig, err := restConfigFor(cfg.Kubeconfig)
-	if err != nil {
-		return err
-	}
-	return app.Run(ctrl.SetupSignalHandler(), cfg, restConfig, app.Options{})
 }
 
-// adminFlags are the flags of the token and ca subcommands.
-func adminFlags(name string) (*flag.FlagSet, *config.Config) {
+// adminFlags binds the flags every admin subcommand (ca, client-cert) shares
+// to fs and returns the configuration they fill.
+func adminFlags(fs *pflag.FlagSet) *config.Config {
 	cfg := config.Default()
-	fs := flag.NewFlagSet("hub "+name, flag.ContinueOnError)
-	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", cfg.Kubeconfig, "Kubeconfig of the hub cluster.")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", cfg.Kubeconfig, "Kubeconfig of the hub cluster (default: in-cluster or $KUBECONFIG).")
 	fs.StringVar(&cfg.Namespace, "namespace", cfg.Namespace, "Namespace of the hub CA and bootstrap tokens.")
 	fs.StringVar(&cfg.CASecret, "ca-secret", cfg.CASecret, "Secret in --namespace holding the hub CA.")
-	return fs, &cfg
-}
-
-func adminClient(cfg *config.Config) (client.Client, error) {
-	restConfig, err := restConfigFor(cfg.Kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	scheme, err := schemes.Hub()
-	if err != nil {
-		return nil, err
-	}
-	return client.New(restConfig, client.Options{Scheme: scheme})
-}
-
-// runToken runs imperatorctl's token command (internal/cli) against the
-// hub cluster's API with the caller's kubeconfig: the same flags, output
-// formats and exit codes as `imperatorctl token`, for the first token of a
-// hub that has no admin certificate yet.
-func runToken(args []string) int {
-	cfg := config.Default()
-	env := cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
-	cmd := cli.NewHubTokenCommand(env, cli.HubTokens{
-		BindFlags: func(fs *pflag.FlagSet) {
-			fs.StringVar(&cfg.Kubeconfig, "kubeconfig", cfg.Kubeconfig, "Kubeconfig of the hub cluster (default: in-cluster or $KUBECONFIG).")
-			fs.StringVar(&cfg.Namespace, "namespace", cfg.Namespace, "Namespace of the bootstrap tokens.")
-		},
-		Open: func(context.Context) (cli.TokenAPI, string, error) {
-			c, err := adminClient(&cfg)
-			if err != nil {
-				return nil, "", err
-			}
-			return query.NewTokens(join.NewTokens(c, cfg.Namespace, nil)), "the hub cluster's API server", nil
-		},
-	})
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
-	return cli.Execute(ctx, cmd, append([]string{"token"}, args...), env)
-}
-
-func runCA(args []string) error {
-	fs, cfg := adminFlags("ca")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	ca, err := loadCA(cfg)
-	if err != nil {
-		return err
-	}
-	_, err = os.Stdout.Write(ca.CertPEM)
-	return err
-}
-
-// loadCA reads the hub CA from the hub cluster, creating it on first use.
-func loadCA(cfg *config.Config) (*pki.CA, error) {
-	c, err := adminClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return hubca.LoadOrCreate(ctx, c, cfg.Namespace, cfg.CASecret)
+	return &cfg
 }
 
 func restConfigFor(kubeconfig string) (*rest.Config, error) {

@@ -15,7 +15,9 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -26,10 +28,51 @@ import (
 )
 
 func main() {
+	if code, done := runCommand(os.Args[1:], os.Stdout, os.Stderr); done {
+		os.Exit(code)
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "spoke:", err)
 		os.Exit(1)
 	}
+}
+
+// runCommand answers the command lines that do not start the agent:
+// `spoke version` and `--version` print the build, and any other word is a
+// usage error (exit 2) rather than an agent started with it ignored. done is
+// false when the agent is to start.
+func runCommand(args []string, stdout, stderr io.Writer) (code int, done bool) {
+	if len(args) > 0 && args[0] == "version" {
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "spoke: version takes no arguments, got %q\n", args[1:])
+			return 2, true
+		}
+		fmt.Fprintln(stdout, versionLine())
+		return 0, true
+	}
+	for _, arg := range args {
+		if arg == "--" {
+			break
+		}
+		if arg == "--version" || arg == "-version" {
+			fmt.Fprintln(stdout, versionLine())
+			return 0, true
+		}
+	}
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(stderr, "spoke: unknown command %q: the agent takes only flags (see `spoke --help`), or `spoke version`\n", args[0])
+		return 2, true
+	}
+	return 0, false
+}
+
+func versionLine() string {
+	info := version.Get()
+	line := "spoke " + info.Version
+	if info.GitCommit != "" {
+		line += " commit " + info.GitCommit
+	}
+	return line + " " + info.GoVersion + " " + info.Platform
 }
 
 func run() error {
@@ -38,6 +81,9 @@ func run() error {
 	cfg, zapOpts, err := parseFlags(flag.CommandLine, os.Args[1:])
 	if err != nil {
 		return err
+	}
+	if flag.CommandLine.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q after the flags: the agent takes only flags", flag.CommandLine.Arg(0))
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	restConfig, err := ctrl.GetConfig()

@@ -6,6 +6,7 @@ package hubca
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -57,6 +58,56 @@ func LoadOrCreate(ctx context.Context, c client.Client, namespace, name string) 
 	ca, err := pki.LoadCA(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey])
 	if err != nil {
 		return nil, fmt.Errorf("loading hub CA from secret %s: %w", key, err)
+	}
+	return ca, nil
+}
+
+// ErrNoCA is returned by Load when the hub cluster has no CA Secret: the hub
+// has never run there, or the kubeconfig names another cluster.
+var ErrNoCA = errors.New("no hub CA")
+
+// Load reads the CA from the Secret namespace/name and never creates one, so
+// that an administrator pointing a command at the wrong cluster leaves no
+// stray CA there.
+func Load(ctx context.Context, c client.Client, namespace, name string) (*pki.CA, error) {
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	var secret corev1.Secret
+	if err := c.Get(ctx, key, &secret); apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: secret %s not found (is this the hub cluster? the hub creates its CA at its first start, or run `hub ca init`)", ErrNoCA, key)
+	} else if err != nil {
+		return nil, fmt.Errorf("reading hub CA secret %s: %w", key, err)
+	}
+	ca, err := pki.LoadCA(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey])
+	if err != nil {
+		return nil, fmt.Errorf("loading hub CA from secret %s: %w", key, err)
+	}
+	return ca, nil
+}
+
+// ErrCAExists is returned by Create when the Secret is already there.
+var ErrCAExists = errors.New("hub CA exists")
+
+// Create makes a new CA in the Secret namespace/name and refuses to replace
+// one that exists.
+func Create(ctx context.Context, c client.Client, namespace, name string) (*pki.CA, error) {
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	ca, err := pki.NewCA("imperator-hub-ca", caValidity)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := ca.KeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	secret := corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{corev1.TLSCertKey: ca.CertPEM, corev1.TLSPrivateKeyKey: keyPEM},
+	}
+	if err := c.Create(ctx, &secret); apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("%w: secret %s is already there (print it with `hub ca print`)", ErrCAExists, key)
+	} else if err != nil {
+		return nil, fmt.Errorf("creating hub CA secret %s: %w", key, err)
 	}
 	return ca, nil
 }
