@@ -15,7 +15,7 @@ K8S_BIN    = $(shell hack/k8s-bin.sh dir)
 # start real control planes (envtest or the harness): every package in an
 # `integration` directory, test/integration/ for cross-cutting ones and
 # <package>/integration/ beside the internal package a suite exercises.
-UNIT_PKGS        = $(shell $(GO) list ./... | grep -v -e /integration -e /test/e2e -e /test/fault -e /test/util/realnode)
+UNIT_PKGS        = $(shell $(GO) list ./... | grep -v -e /integration -e /test/e2e -e /test/fault -e /test/util/realnode -e /test/install)
 INTEGRATION_PKGS = $(shell $(GO) list ./... | grep /integration)
 
 # The version and commit every binary reports (imperatorctl version), from
@@ -40,7 +40,7 @@ tools: ## Build the pinned code generators and test tools into the cache.
 	@hack/tools.sh >/dev/null
 
 .PHONY: k8s-bin
-k8s-bin: ## Build kube-apiserver, controller-manager, scheduler, kubectl, kubelet, etcd and kwok into the cache.
+k8s-bin: ## Build kube-apiserver, controller-manager, scheduler, kubectl, kubelet, kube-proxy, etcd and kwok into the cache.
 	@hack/k8s-bin.sh
 
 .PHONY: generate
@@ -120,6 +120,21 @@ fault: k8s-bin build ## The fault suite: faults injected for real into a local f
 realnode: k8s-bin ## One real node (containerd, runc, bridge CNI, kubelet) runs a pod and leaves nothing on the host (root; installs the Debian packages it needs).
 	hack/realnode/install-deps.sh
 	$(GO) test -count=1 -timeout 10m -v ./test/util/realnode/
+
+# The install journey (test/install): images built twice (the second, a
+# rebuilt tag for helm upgrade) for this machine's platform, imported into a
+# real node's containerd, and the charts installed, upgraded and uninstalled
+# with the README's commands. Root; installs the Debian packages it needs.
+INSTALL_IMAGES = $(BIN)/install-images
+INSTALL_ARCH   = $(shell $(GO) env GOARCH)
+
+.PHONY: e2e-install
+e2e-install: k8s-bin build ## Install journey: our images as pods on a real node from the Helm charts; upgrade to a rebuilt tag, uninstall (root).
+	hack/realnode/install-deps.sh
+	IMAGES_OUT=$(INSTALL_IMAGES)/1 PLATFORMS=linux/$(INSTALL_ARCH) IMAGE_TAG=$(VERSION)-install-1 hack/images.sh
+	IMAGES_OUT=$(INSTALL_IMAGES)/2 PLATFORMS=linux/$(INSTALL_ARCH) IMAGE_TAG=$(VERSION)-install-2 hack/images.sh
+	INSTALL_IMAGES=$(INSTALL_IMAGES)/1 INSTALL_UPGRADE_IMAGES=$(INSTALL_IMAGES)/2 E2E_BIN_DIR=$(BIN) \
+	  $(GO) test -count=1 -timeout 20m -v ./test/install/
 
 .PHONY: e2e-kind
 e2e-kind: ## The e2e journeys on kind clusters with the built images (needs Docker and kind; not run in CI).

@@ -34,6 +34,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -57,21 +59,23 @@ const (
 
 // journey is what the steps share: the cluster, its real node, the tools.
 type journey struct {
-	t        *testing.T
-	root     string
-	cluster  *harness.Cluster
-	node     *realnode.Node
-	helm     string
-	ctl      string
-	ctlCfg   string
-	hubAddr  string
-	images   images
-	upgrade  images
-	figures  []string
-	nodeIP   string
-	started  time.Time
-	tenant   kubernetes.Interface
-	hubReady time.Time
+	t       *testing.T
+	root    string
+	cluster *harness.Cluster
+	node    *realnode.Node
+	helm    string
+	ctl     string
+	ctlCfg  string
+	hubAddr string
+	images  images
+	upgrade images
+	figures []string
+	nodeIP  string
+	started time.Time
+	tenant  kubernetes.Interface
+	// kubeconfig has the contexts hub and spoke-a, both of the one cluster.
+	kubeconfig string
+	hubReady   time.Time
 }
 
 // images are the hub and spoke image references of one `make images` run.
@@ -153,6 +157,7 @@ func TestInstallJourney(t *testing.T) {
 		}
 	}
 	j.nodeIP = j.nodeInternalIP(ctx)
+	j.writeKubeconfig()
 	if err := j.cluster.AddNode(ctx, wrappers.MakeNode(gpuNode).
 		Capacity(corev1.ResourceCPU, "64").Capacity(corev1.ResourceMemory, "512Gi").
 		GPU(8, "NVIDIA-H100-80GB-HBM3", "hopper").Obj()); err != nil {
@@ -188,6 +193,22 @@ func (j *journey) figure(what string, d time.Duration) {
 	j.t.Log(strings.TrimSpace(line))
 }
 
+// podFigures records each pod's time from creation to Ready, by the API
+// server's timestamps (whole seconds).
+func (j *journey) podFigures(ctx context.Context, app string) {
+	pods, err := j.cluster.Kubernetes().CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				j.figure("pod "+p.Name+" created to Ready", c.LastTransitionTime.Sub(p.CreationTimestamp.Time))
+			}
+		}
+	}
+}
+
 func (j *journey) step(what string) { j.t.Logf("STEP: %s", what) }
 
 func (j *journey) imagesDir(env, n string) string {
@@ -200,20 +221,21 @@ func (j *journey) installHub(ctx context.Context) {
 	j.step("helm install the hub chart; its pods become Ready")
 	repoName, tag := splitRef(j.images.hub)
 	start := time.Now()
-	j.helmRun(ctx, "install", "imperator-hub", filepath.Join(j.root, "deploy/charts/imperator-hub"),
+	j.helmRun(ctx, "hub", "install", "imperator-hub", filepath.Join(j.root, "deploy/charts/imperator-hub"),
 		"--set", "image.repository="+repoName, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
 		"--set", "service.type=NodePort",
 		"--set", "servingHosts={"+j.nodeIP+",localhost,127.0.0.1}",
 		"--set", "nodeSelector.kubernetes\\.io/hostname="+j.node.Name)
-	j.kubectl(ctx, "-n", namespace, "rollout", "status", "deploy/imperator-hub", "--timeout=3m")
+	j.kubectl(ctx, "hub", "-n", namespace, "rollout", "status", "deploy/imperator-hub", "--timeout=3m")
 	j.figure("hub pods Ready after helm install", time.Since(start))
+	j.podFigures(ctx, "imperator-hub")
 	j.hubReady = time.Now()
 
 	j.step("imperatorctl reaches the hub through its NodePort Service")
-	port := strings.TrimSpace(j.kubectl(ctx, "-n", namespace, "get", "service", "imperator-hub", "-o", "jsonpath={.spec.ports[0].nodePort}"))
+	port := strings.TrimSpace(j.kubectl(ctx, "hub", "-n", namespace, "get", "service", "imperator-hub", "-o", "jsonpath={.spec.ports[0].nodePort}"))
 	j.hubAddr = j.nodeIP + ":" + port
-	cfg := j.kubectl(ctx, "-n", namespace, "exec", "deploy/imperator-hub", "--",
-		"/hub", "client-cert", "--name", "alice", "--role", "admin", "--hub-address", j.hubAddr)
+	cfg := j.kubectl(ctx, "hub", "-n", namespace, "exec", "deploy/imperator-hub", "--",
+		"/hub", "client-cert", "--name", "alice", "--role", "viewer", "--hub-address", j.hubAddr)
 	j.ctlCfg = filepath.Join(j.cluster.Dir, "imperatorctl-config")
 	if err := os.WriteFile(j.ctlCfg, []byte(cfg), 0o600); err != nil {
 		j.t.Fatal(err)
@@ -230,8 +252,8 @@ func (j *journey) installHub(ctx context.Context) {
 func (j *journey) installSpoke(ctx context.Context) {
 	j.step("a join token from the hub; helm install the spoke chart; the agent becomes Ready and joins")
 	dir := j.cluster.Dir
-	ca := j.kubectl(ctx, "-n", namespace, "exec", "deploy/imperator-hub", "--", "/hub", "ca")
-	token := j.kubectl(ctx, "-n", namespace, "exec", "deploy/imperator-hub", "--", "/hub", "token", "create", "--cluster", clusterName, "--ttl", "1h")
+	ca := j.kubectl(ctx, "hub", "-n", namespace, "exec", "deploy/imperator-hub", "--", "/hub", "ca")
+	token := j.kubectl(ctx, "hub", "-n", namespace, "exec", "deploy/imperator-hub", "--", "/hub", "token", "create", "--cluster", clusterName, "--ttl", "1h")
 	for name, data := range map[string]string{"hub-ca.crt": ca, "join-token": token} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
 			j.t.Fatal(err)
@@ -239,15 +261,16 @@ func (j *journey) installSpoke(ctx context.Context) {
 	}
 	repoName, tag := splitRef(j.images.spoke)
 	start := time.Now()
-	j.helmRun(ctx, "install", "imperator-spoke", filepath.Join(j.root, "deploy/charts/imperator-spoke"),
+	j.helmRun(ctx, clusterName, "install", "imperator-spoke", filepath.Join(j.root, "deploy/charts/imperator-spoke"),
 		"--set", "hub.address="+j.hubAddr, "--set", "hub.clusterName="+clusterName,
 		"--set-file", "hub.ca="+filepath.Join(dir, "hub-ca.crt"), "--set-file", "hub.joinToken="+filepath.Join(dir, "join-token"),
 		"--set", "image.repository="+repoName, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
 		// The hub's chart made imperator-system already: one cluster holds both.
 		"--set", "namespace.create=false",
 		"--set", "nodeSelector.kubernetes\\.io/hostname="+j.node.Name)
-	j.kubectl(ctx, "-n", namespace, "rollout", "status", "deploy/imperator-spoke", "--timeout=3m")
+	j.kubectl(ctx, clusterName, "-n", namespace, "rollout", "status", "deploy/imperator-spoke", "--timeout=3m")
 	j.figure("agent pods Ready after helm install", time.Since(start))
+	j.podFigures(ctx, "imperator-spoke")
 	j.eventually(ctx, "the hub lists spoke-a Available", 2*time.Minute, func(ctx context.Context) error {
 		return j.spokeAvailable(ctx)
 	})
@@ -283,8 +306,8 @@ spec:
         family: hopper
     available: 2
 `, machineName, gpuNode, machineType)
-	j.apply(ctx, machine)
-	j.apply(ctx, fmt.Sprintf(`apiVersion: v1
+	j.apply(ctx, clusterName, machine)
+	j.apply(ctx, clusterName, fmt.Sprintf(`apiVersion: v1
 kind: Namespace
 metadata:
   name: %[1]s
@@ -316,7 +339,7 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-creator}
 subjects:
 - {kind: ServiceAccount, name: tenant, namespace: %[1]s}
 `, tenantNS))
-	token := strings.TrimSpace(j.kubectl(ctx, "-n", tenantNS, "create", "token", "tenant", "--duration=1h"))
+	token := strings.TrimSpace(j.kubectl(ctx, clusterName, "-n", tenantNS, "create", "token", "tenant", "--duration=1h"))
 	cfg := rest.CopyConfig(j.cluster.Config)
 	cfg.CertFile, cfg.KeyFile, cfg.BearerToken = "", "", token
 	var err error
@@ -470,14 +493,12 @@ func (j *journey) upgradeBoth(ctx context.Context) {
 		}
 	})
 	start := time.Now()
-	hubRepo, hubTag := splitRef(j.upgrade.hub)
-	j.helmRun(ctx, "upgrade", "imperator-hub", filepath.Join(j.root, "deploy/charts/imperator-hub"), "--reuse-values",
-		"--set", "image.repository="+hubRepo, "--set", "image.tag="+hubTag)
-	spokeRepo, spokeTag := splitRef(j.upgrade.spoke)
-	j.helmRun(ctx, "upgrade", "imperator-spoke", filepath.Join(j.root, "deploy/charts/imperator-spoke"), "--reuse-values",
-		"--set", "image.repository="+spokeRepo, "--set", "image.tag="+spokeTag)
-	j.kubectl(ctx, "-n", namespace, "rollout", "status", "deploy/imperator-hub", "--timeout=3m")
-	j.kubectl(ctx, "-n", namespace, "rollout", "status", "deploy/imperator-spoke", "--timeout=3m")
+	_, hubTag := splitRef(j.upgrade.hub)
+	j.helmRun(ctx, "hub", "upgrade", "imperator-hub", filepath.Join(j.root, "deploy/charts/imperator-hub"), "--reuse-values", "--set", "image.tag="+hubTag)
+	_, spokeTag := splitRef(j.upgrade.spoke)
+	j.helmRun(ctx, clusterName, "upgrade", "imperator-spoke", filepath.Join(j.root, "deploy/charts/imperator-spoke"), "--reuse-values", "--set", "image.tag="+spokeTag)
+	j.kubectl(ctx, "hub", "-n", namespace, "rollout", "status", "deploy/imperator-hub", "--timeout=3m")
+	j.kubectl(ctx, clusterName, "-n", namespace, "rollout", "status", "deploy/imperator-spoke", "--timeout=3m")
 	j.figure("helm upgrade of both, rolled out", time.Since(start))
 	// A little load after the rollout too: the new pods answer.
 	time.Sleep(3 * time.Second)
@@ -497,7 +518,7 @@ func (j *journey) upgradeBoth(ctx context.Context) {
 		return j.spokeAvailable(ctx)
 	})
 	for _, d := range []string{"imperator-hub", "imperator-spoke"} {
-		img := j.kubectl(ctx, "-n", namespace, "get", "deploy", d, "-o", "jsonpath={.spec.template.spec.containers[0].image}")
+		img := j.kubectl(ctx, "hub", "-n", namespace, "get", "deploy", d, "-o", "jsonpath={.spec.template.spec.containers[0].image}")
 		if img != j.upgrade.hub && img != j.upgrade.spoke {
 			j.t.Errorf("deployment %s runs %s after the upgrade, not the rebuilt tag", d, img)
 		}
@@ -508,13 +529,12 @@ func (j *journey) upgradeBoth(ctx context.Context) {
 // helm uninstall of both; nothing of ours may refuse a pod afterwards.
 func (j *journey) uninstallBoth(ctx context.Context) {
 	j.step("delete the Machines, helm uninstall both; nothing of ours is left that refuses pods")
-	j.kubectl(ctx, "delete", "pods", "-n", tenantNS, "--all", "--wait=false")
-	j.kubectl(ctx, "delete", "machines", "--all", "--timeout=2m")
-	j.helmRun(ctx, "uninstall", "imperator-spoke", "--wait", "--timeout", "3m")
-	j.helmRun(ctx, "uninstall", "imperator-hub", "--wait", "--timeout", "3m")
+	j.kubectl(ctx, clusterName, "delete", "machines", "--all", "--timeout=2m")
+	j.helmRun(ctx, clusterName, "uninstall", "imperator-spoke", "--wait")
+	j.helmRun(ctx, "hub", "uninstall", "imperator-hub", "--wait")
 	for _, kind := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations",
 		"mutatingadmissionpolicies", "validatingadmissionpolicies", "validatingadmissionpolicybindings", "mutatingadmissionpolicybindings"} {
-		out := j.kubectl(ctx, "get", kind, "-o", "name")
+		out := j.kubectl(ctx, "hub", "get", kind, "-o", "name")
 		if strings.Contains(out, "imperator") {
 			j.t.Errorf("left after helm uninstall: %s", out)
 		}
@@ -522,7 +542,7 @@ func (j *journey) uninstallBoth(ctx context.Context) {
 	// Pods go after their grace period (the 5 s preStop included).
 	j.eventually(ctx, "nothing of ours left in "+namespace, time.Minute, func(ctx context.Context) error {
 		var left []string
-		out := j.kubectl(ctx, "get", "deploy,statefulsets,services,pods,serviceaccounts,roles,rolebindings", "-n", namespace, "-o", "name")
+		out := j.kubectl(ctx, "hub", "get", "deploy,statefulsets,services,pods,serviceaccounts,roles,rolebindings", "-n", namespace, "-o", "name")
 		for line := range strings.Lines(out) {
 			if strings.Contains(line, "imperator") {
 				left = append(left, strings.TrimSpace(line))
@@ -535,8 +555,8 @@ func (j *journey) uninstallBoth(ctx context.Context) {
 	})
 	// Kept as the README says: the namespace, the CRDs and what the binaries
 	// wrote (the hub's CA, issued certificates, inventories, Leases).
-	j.t.Logf("kept after helm uninstall, as documented:\n%s", j.kubectl(ctx, "get", "secrets,configmaps,leases", "-n", namespace, "-o", "name"))
-	out := j.kubectl(ctx, "get", "clusterroles,clusterrolebindings,priorityclasses", "-o", "name")
+	j.t.Logf("kept after helm uninstall, as documented:\n%s", j.kubectl(ctx, "hub", "get", "secrets,configmaps,leases", "-n", namespace, "-o", "name"))
+	out := j.kubectl(ctx, "hub", "get", "clusterroles,clusterrolebindings,priorityclasses", "-o", "name")
 	for line := range strings.Lines(out) {
 		if strings.Contains(line, "imperator") && !strings.Contains(line, "imperator-realnode") {
 			j.t.Errorf("left after helm uninstall: %s", strings.TrimSpace(line))
@@ -550,10 +570,11 @@ func (j *journey) uninstallBoth(ctx context.Context) {
 	})
 }
 
-func (j *journey) helmRun(ctx context.Context, args ...string) string {
+// helmRun runs helm --kube-context kctx with args, as the README does.
+func (j *journey) helmRun(ctx context.Context, kctx string, args ...string) string {
 	j.t.Helper()
-	cmd := exec.CommandContext(ctx, j.helm, append([]string{"--kubeconfig", j.cluster.KubeconfigPath}, args...)...)
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(j.cluster.Dir, "helm-cache"),
+	cmd := exec.CommandContext(ctx, j.helm, append([]string{"--kube-context", kctx}, args...)...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+j.kubeconfig, "HELM_CACHE_HOME="+filepath.Join(j.cluster.Dir, "helm-cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(j.cluster.Dir, "helm-config"), "HELM_DATA_HOME="+filepath.Join(j.cluster.Dir, "helm-data"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -565,9 +586,10 @@ func (j *journey) helmRun(ctx context.Context, args ...string) string {
 // kubectl runs the cached kubectl against the cluster and returns its
 // standard output (a command's own messages on stderr stay out of files
 // written from it, as in a user's shell).
-func (j *journey) kubectl(ctx context.Context, args ...string) string {
+func (j *journey) kubectl(ctx context.Context, kctx string, args ...string) string {
 	j.t.Helper()
-	cmd := exec.CommandContext(ctx, filepath.Join(harness.BinDir(), "kubectl"), append([]string{"--kubeconfig=" + j.cluster.KubeconfigPath}, args...)...)
+	cmd := exec.CommandContext(ctx, filepath.Join(harness.BinDir(), "kubectl"), append([]string{"--context", kctx}, args...)...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+j.kubeconfig)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -581,13 +603,13 @@ func (j *journey) kubectlOut(ctx context.Context, args ...string) string {
 	return out
 }
 
-func (j *journey) apply(ctx context.Context, manifest string) {
+func (j *journey) apply(ctx context.Context, kctx, manifest string) {
 	j.t.Helper()
 	path := filepath.Join(j.cluster.Dir, fmt.Sprintf("apply-%d.yaml", time.Now().UnixNano()))
 	if err := os.WriteFile(path, []byte(manifest), 0o600); err != nil {
 		j.t.Fatal(err)
 	}
-	j.kubectl(ctx, "apply", "-f", path)
+	j.kubectl(ctx, kctx, "apply", "-f", path)
 }
 
 func (j *journey) imperatorctl(ctx context.Context, args ...string) (string, error) {
@@ -612,6 +634,25 @@ func (j *journey) eventually(ctx context.Context, what string, timeout time.Dura
 		j.t.Fatalf("%s: not within %s: %v", what, timeout, last)
 	}
 	j.t.Logf("%s (%s)", what, time.Since(start).Round(100*time.Millisecond))
+}
+
+// writeKubeconfig writes the cluster's kubeconfig with two contexts, hub
+// and spoke-a, so that the journey's commands are the README's.
+func (j *journey) writeKubeconfig() {
+	cfg, err := clientcmd.LoadFromFile(j.cluster.KubeconfigPath)
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	hub := cfg.Contexts[cfg.CurrentContext]
+	if hub == nil {
+		j.t.Fatalf("%s has no current context", j.cluster.KubeconfigPath)
+	}
+	cfg.Contexts = map[string]*clientcmdapi.Context{"hub": hub, clusterName: hub.DeepCopy()}
+	cfg.CurrentContext = "hub"
+	j.kubeconfig = filepath.Join(j.cluster.Dir, "kubeconfig-contexts")
+	if err := clientcmd.WriteToFile(*cfg, j.kubeconfig); err != nil {
+		j.t.Fatal(err)
+	}
 }
 
 func (j *journey) nodeInternalIP(ctx context.Context) string {
