@@ -101,9 +101,9 @@ func InjectionBindings(machines []imperatorv1alpha1.Machine) []*admissionregistr
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
 
 // Binding returns the binding of UnknownGroupPolicy for machines: it
-// selects the pods whose machine-group label is none of the groups the
-// Machines are labelled with (pods without the label included), or every
-// pod when no Machine has a group. The groups are sorted and deduplicated,
+// selects the guests (pod-role=guest) whose machine-group label is none of
+// the groups the Machines are labelled with (guests without the label
+// included), or every guest when no Machine has a group. The groups are sorted and deduplicated,
 // so the binding only changes when the set of groups does.
 func Binding(machines []imperatorv1alpha1.Machine) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
 	var groups []string
@@ -114,7 +114,8 @@ func Binding(machines []imperatorv1alpha1.Machine) *admissionregistrationv1.Vali
 	}
 	slices.Sort(groups)
 	groups = slices.Compact(groups)
-	selector := &metav1.LabelSelector{}
+	// Only guests: every other pod skips the policy without any CEL.
+	selector := &metav1.LabelSelector{MatchLabels: map[string]string{imperatorv1alpha1.PodRoleKey: string(imperatorv1alpha1.PodRoleGuest)}}
 	if len(groups) > 0 {
 		selector.MatchExpressions = []metav1.LabelSelectorRequirement{{
 			Key: imperatorv1alpha1.MachineGroupKey, Operator: metav1.LabelSelectorOpNotIn, Values: groups,

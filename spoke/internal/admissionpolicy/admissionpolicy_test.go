@@ -15,6 +15,10 @@ import (
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
+func guests() *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchLabels: map[string]string{imperatorv1alpha1.PodRoleKey: string(imperatorv1alpha1.PodRoleGuest)}}
+}
+
 func TestTheBindingSelectsGuestsOfGroupsNoMachineHas(t *testing.T) {
 	deleting := wrappers.MakeMachine("leaving", "leaving").Obj()
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
@@ -25,19 +29,19 @@ func TestTheBindingSelectsGuestsOfGroupsNoMachineHas(t *testing.T) {
 		wantSelector *metav1.LabelSelector
 	}{
 		"no Machine: every guest is of an unknown group": {
-			wantSelector: &metav1.LabelSelector{},
+			wantSelector: guests(),
 		},
 		"groups sorted and once each, whatever the Machines' order": {
 			machines: []imperatorv1alpha1.Machine{
 				*wrappers.MakeMachine("b", "team-b").Obj(), *wrappers.MakeMachine("a", "team-a").Obj(), *wrappers.MakeMachine("a2", "team-a").Obj(),
 			},
-			wantSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			wantSelector: &metav1.LabelSelector{MatchLabels: guests().MatchLabels, MatchExpressions: []metav1.LabelSelectorRequirement{{
 				Key: imperatorv1alpha1.MachineGroupKey, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"team-a", "team-b"},
 			}}},
 		},
 		"a Machine being deleted or without a group offers no group": {
 			machines:     []imperatorv1alpha1.Machine{*deleting, *unlabelled},
-			wantSelector: &metav1.LabelSelector{},
+			wantSelector: guests(),
 		},
 	}
 	for name, tc := range cases {
