@@ -200,4 +200,12 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 			Namespace: "team-gang",
 		})
 	}, SpecTimeout(3*time.Minute))
+
+	// The timeout covers building Kueue when the tool cache lacks it
+	// (minutes, once per hack/tools/kueue go.sum; CI builds it first).
+	It("11: Kueue admits a 2-pod Job on spoke-b once a ProvisioningRequest of capacity-hold.imperator.tenzen-y.io holds 2 compute-xlarge, and shows why a Job of 5 is not admitted", func(ctx SpecContext) {
+		KueueSpec(ctx, KueueInput{
+			Env: env, Spoke: spokeB, Group: "hopper-machine", Type: "compute-xlarge", TooMany: 5, Namespace: "team-kueue",
+		})
+	}, SpecTimeout(15*time.Minute))
 })
