@@ -309,7 +309,8 @@ const gangRounds = 10
 // percentile and maximum over gangRounds rounds, the FailedScheduling
 // events the members got (none is expected: they pass the gate only into
 // free units), the machine controller's mean reconcile time and the GETs
-// of PodGroups the API server answered per round.
+// and writes (the agent's condition) of PodGroups the API server answered
+// per round.
 // BenchmarkGangAdmissionPodGroup does the same with members of a native
 // PodGroup (sized by its gang minCount, no gang-size), the scheduler's
 // GangScheduling plugin binding them. Run both with
@@ -327,7 +328,11 @@ func BenchmarkGangAdmission(b *testing.B) {
 
 // BenchmarkGangAdmissionPodGroup is BenchmarkGangAdmission with a native
 // PodGroup of minCount 4 per round, its members naming it in
-// spec.schedulingGroup.
+// spec.schedulingGroup. On 2 shared cores, with the PodGroups read live on
+// every reconcile of a gang at the gate: 6.0 and 5.9 GETs per round, bound
+// p50 174 and 242 ms; from the watch's cache: 0 GETs, p50 249, 204 and
+// 132 ms (the machine's load, not the read, moves the latency), and 5.1
+// writes per round of the Admitted condition, one per change of the note.
 func BenchmarkGangAdmissionPodGroup(b *testing.B) {
 	benchmarkGangAdmission(b, "machine-podgroup", func(ctx context.Context, e *environment, namespace, gang string) []*corev1.Pod {
 		if err := e.Client.Create(ctx, nativePodGroup(namespace, gang, 4)); err != nil {
@@ -359,6 +364,7 @@ func benchmarkGangAdmission(b *testing.B, name string, newGang func(ctx context.
 	var admitted []time.Duration
 	countBefore, sumBefore := reconcileTime(b)
 	getsBefore := apiServerRequests(b, e, "podgroups", "GET")
+	writesBefore := apiServerRequests(b, e, "podgroups", "PATCH") + apiServerRequests(b, e, "podgroups", "APPLY")
 	for b.Loop() {
 		for round := range gangRounds {
 			gang := "train-" + strconv.Itoa(round)
@@ -390,6 +396,8 @@ func benchmarkGangAdmission(b *testing.B, name string, newGang func(ctx context.
 		b.ReportMetric(float64(count-countBefore)/gangRounds, "reconciles/round")
 	}
 	b.ReportMetric((apiServerRequests(b, e, "podgroups", "GET")-getsBefore)/gangRounds, "podgroup-gets/round")
+	writes := apiServerRequests(b, e, "podgroups", "PATCH") + apiServerRequests(b, e, "podgroups", "APPLY") - writesBefore
+	b.ReportMetric(writes/gangRounds, "podgroup-writes/round")
 	failed := failedScheduling(b, e, guests)
 	b.ReportMetric(float64(failed), "failedscheduling-events")
 	if failed > 0 {
