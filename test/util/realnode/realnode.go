@@ -13,8 +13,14 @@
 // (cleanup.go). containerd, runc and the CNI plugins come from Debian's
 // packages (hack/realnode/install-deps.sh); running one needs root.
 //
+// A node started with a Host (Acquire) is a full one: its cluster's API
+// server listens on the Host's address, reachable from pods, and kube-proxy
+// runs beside the kubelet, so that Services work both ways (pods to the API
+// server and to each other, the API server to webhook Services, NodePorts).
+//
 // One real node runs on a host at a time: the kubelet's kubepods cgroups and
-// iptables chains are host-wide.
+// kube-proxy's and the kubelet's iptables chains are host-wide. Acquire
+// sweeps what a killed run left before a node starts (host.go).
 package realnode
 
 import (
