@@ -23,6 +23,7 @@ import (
 	"slices"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -53,10 +54,16 @@ const (
 )
 
 // InjectionBindingName is the name of the injection binding of the Machine
-// named machine: the policy's name and the Machine's, shortened with a hash
-// when that would be longer than an object name may be.
-func InjectionBindingName(machine string) string {
-	name := InjectionPolicy + "-" + machine
+// named machine for namespaces labelled with the canonical injection label
+// (legacy false) or only with the original Imperator's (legacy true): the
+// policy's name and the Machine's, shortened with a hash when that would be
+// longer than an object name may be.
+func InjectionBindingName(machine string, legacy bool) string {
+	prefix := InjectionPolicy + "-"
+	if legacy {
+		prefix = InjectionPolicy + "-legacy-"
+	}
+	name := prefix + machine
 	if len(name) <= validation.DNS1123SubdomainMaxLength {
 		return name
 	}
@@ -64,9 +71,38 @@ func InjectionBindingName(machine string) string {
 	return name[:validation.DNS1123SubdomainMaxLength-17] + "-" + hex.EncodeToString(sum[:8])
 }
 
-// InjectionBindings returns one binding of InjectionPolicy per Machine
-// labelled with a machine group and not being deleted: its parameter is the
-// Machine, and it matches only pods labelled with the Machine's group.
+// injectionNamespaces are the namespace selectors of the two bindings of a
+// Machine, as the webhook registration's (a selector cannot OR two labels):
+// namespaces labelled imperator.tenzen-y.io/inject-resource=enabled, and
+// those labelled only imperator.tenzen.io/inject-resource=enabled; never
+// kube-system nor the agent's namespace. The policy checks the same again.
+func injectionNamespaces(legacy bool) *metav1.LabelSelector {
+	notExcluded := metav1.LabelSelectorRequirement{
+		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{metav1.NamespaceSystem, AgentNamespace},
+	}
+	enabled := func(key string) metav1.LabelSelectorRequirement {
+		return metav1.LabelSelectorRequirement{Key: key, Operator: metav1.LabelSelectorOpIn, Values: []string{imperatorv1alpha1.InjectResourceEnabled}}
+	}
+	if !legacy {
+		return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{enabled(imperatorv1alpha1.InjectResourceKey), notExcluded}}
+	}
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		enabled(imperatorv1alpha1.LegacyInjectResourceKey),
+		{Key: imperatorv1alpha1.InjectResourceKey, Operator: metav1.LabelSelectorOpNotIn, Values: []string{imperatorv1alpha1.InjectResourceEnabled}},
+		notExcluded,
+	}}
+}
+
+// AgentNamespace is the namespace the policies exclude from injection, as
+// they name it (deploy/spoke/policy): the agent's in deploy/spoke and the
+// Helm chart.
+const AgentNamespace = "imperator-system"
+
+// InjectionBindings returns two bindings of InjectionPolicy per Machine
+// labelled with a machine group and not being deleted, one per injection
+// label of namespaces: its parameter is the Machine, and it matches only
+// pods labelled with the Machine's group in injection-enabled namespaces,
+// so that no other pod costs the API server a policy evaluation.
 func InjectionBindings(machines []imperatorv1alpha1.Machine) []*admissionregistrationv1.MutatingAdmissionPolicyBinding {
 	var bindings []*admissionregistrationv1.MutatingAdmissionPolicyBinding
 	for _, m := range machines {
@@ -74,31 +110,33 @@ func InjectionBindings(machines []imperatorv1alpha1.Machine) []*admissionregistr
 		if group == "" || !m.DeletionTimestamp.IsZero() {
 			continue
 		}
-		deny := admissionregistrationv1.DenyAction
-		bindings = append(bindings, &admissionregistrationv1.MutatingAdmissionPolicyBinding{
-			TypeMeta: metav1.TypeMeta{
-				APIVersion: admissionregistrationv1.SchemeGroupVersion.String(),
-				Kind:       "MutatingAdmissionPolicyBinding",
-			},
-			ObjectMeta: metav1.ObjectMeta{
-				Name:   InjectionBindingName(m.Name),
-				Labels: map[string]string{ManagedByLabel: "true"},
-			},
-			Spec: admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{
-				PolicyName: InjectionPolicy,
-				ParamRef:   &admissionregistrationv1.ParamRef{Name: m.Name, ParameterNotFoundAction: &deny},
-				MatchResources: &admissionregistrationv1.MatchResources{ObjectSelector: &metav1.LabelSelector{
-					MatchLabels: map[string]string{imperatorv1alpha1.MachineGroupKey: group},
-				}},
-			},
-		})
+		for _, legacy := range []bool{false, true} {
+			deny := admissionregistrationv1.DenyAction
+			bindings = append(bindings, &admissionregistrationv1.MutatingAdmissionPolicyBinding{
+				TypeMeta: metav1.TypeMeta{
+					APIVersion: admissionregistrationv1.SchemeGroupVersion.String(),
+					Kind:       "MutatingAdmissionPolicyBinding",
+				},
+				ObjectMeta: metav1.ObjectMeta{
+					Name:   InjectionBindingName(m.Name, legacy),
+					Labels: map[string]string{ManagedByLabel: "true"},
+				},
+				Spec: admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{
+					PolicyName: InjectionPolicy,
+					ParamRef:   &admissionregistrationv1.ParamRef{Name: m.Name, ParameterNotFoundAction: &deny},
+					MatchResources: &admissionregistrationv1.MatchResources{
+						NamespaceSelector: injectionNamespaces(legacy),
+						ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+							imperatorv1alpha1.MachineGroupKey: group,
+							imperatorv1alpha1.PodRoleKey:      string(imperatorv1alpha1.PodRoleGuest),
+						}},
+					},
+				},
+			})
+		}
 	}
 	return bindings
 }
-
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingadmissionpolicybindings,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
 
 // Binding returns the binding of UnknownGroupPolicy for machines: it
 // selects the guests (pod-role=guest) whose machine-group label is none of

@@ -69,16 +69,18 @@ func TestEachMachineBindsTheInjectionToItsOwnGroup(t *testing.T) {
 		got[b.Name] = [2]string{b.Spec.ParamRef.Name, b.Spec.MatchResources.ObjectSelector.MatchLabels[imperatorv1alpha1.MachineGroupKey]}
 	}
 	want := map[string][2]string{
-		"imperator-guest-injection-gpu-a": {"gpu-a", "team-a"},
-		"imperator-guest-injection-gpu-b": {"gpu-b", "team-b"},
+		"imperator-guest-injection-gpu-a":        {"gpu-a", "team-a"},
+		"imperator-guest-injection-legacy-gpu-a": {"gpu-a", "team-a"},
+		"imperator-guest-injection-gpu-b":        {"gpu-b", "team-b"},
+		"imperator-guest-injection-legacy-gpu-b": {"gpu-b", "team-b"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("bindings: name -> (paramRef, group) (-want +got):\n%s", diff)
 	}
 
 	long := strings.Repeat("m", 253)
-	name := InjectionBindingName(long)
-	if len(name) > 253 || name == InjectionBindingName(long[:252]+"n") {
+	name := InjectionBindingName(long, true)
+	if len(name) > 253 || name == InjectionBindingName(long[:252]+"n", true) {
 		t.Errorf("InjectionBindingName of a 253-character Machine = %q (%d characters), want at most 253 and distinct per Machine", name, len(name))
 	}
 }
