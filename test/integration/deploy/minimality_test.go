@@ -99,6 +99,14 @@ var ruleNeeds = []ruleNeed{
 	{side: "spoke", kind: "ClusterRole", resource: "podgroups", apiGroup: "scheduling.x-k8s.io", group: "spoke-informer-coscheduling-podgroups",
 		scenario:  "gangs of coscheduling PodGroups without gang-size get no size: they wait, parked",
 		forbidden: forbiddenFor("spoke", "list|watch", "podgroups") + ` in API group "scheduling.x-k8s.io"`},
+	// Watched when the cluster serves the ProvisioningRequest CRD at the
+	// agent's start, as the suite's does.
+	{side: "spoke", kind: "ClusterRole", resource: "provisioningrequests", group: "spoke-informer-provisioningrequests",
+		scenario:  "ProvisioningRequests of the class capacity-hold.imperator.tenzen-y.io are not served: Kueue never admits a Job through them",
+		forbidden: forbiddenFor("spoke", "list|watch", "provisioningrequests") + ` in API group "autoscaling.x-k8s.io"`},
+	{side: "spoke", kind: "ClusterRole", resource: "provisioningrequests/status", group: "spoke-provisioningrequest-status",
+		scenario:  "a ProvisioningRequest of the class is never told Provisioned or Failed: Kueue waits forever",
+		forbidden: forbiddenFor("spoke", "patch", "provisioningrequests/status") + ` in API group "autoscaling.x-k8s.io"`},
 	{side: "spoke", kind: "Role", resource: "services", group: "spoke-informer-services",
 		scenario:  "reservation Services are not kept",
 		forbidden: forbiddenFor("spoke", "list|watch", "services")},
@@ -337,6 +345,12 @@ spec:
 		Expect(err).NotTo(HaveOccurred())
 	})
 	p := start("spoke-minimality-"+name, "spoke", env.spokeArgs()...)
+	if name == "spoke-provisioningrequest-status" {
+		// A request of the class whose PodTemplate does not exist: the
+		// agent fails it, naming the pod set.
+		request := provisioningRequestWithoutTemplate(machineName)
+		return p, func(ctx context.Context) { _, _ = cluster.Kubectl(ctx, "apply", "-f", manifest, "-f", request) }
+	}
 	if name == "spoke-podgroup-status" {
 		// A guest of the Machine's type in a gang of a native PodGroup:
 		// no node of the pool exists, so the gang waits, and the agent
@@ -388,6 +402,37 @@ spec:
     image: registry.k8s.io/pause:3.10
 `, group, imperatorv1alpha1.InjectResourceKey, imperatorv1alpha1.InjectResourceEnabled,
 		imperatorv1alpha1.MachineGroupKey, imperatorv1alpha1.MachineTypeKey, imperatorv1alpha1.PodRoleKey)), 0o600)).To(Succeed())
+	DeferCleanup(func(ctx context.Context) {
+		_, err := cluster.Kubectl(ctx, "delete", "namespace", group, "--ignore-not-found", "--wait=false")
+		Expect(err).NotTo(HaveOccurred())
+	})
+	return manifest
+}
+
+// provisioningRequestWithoutTemplate writes the manifest of a namespace
+// named after group and a ProvisioningRequest of the class
+// capacity-hold.imperator.tenzen-y.io in it naming a PodTemplate that does
+// not exist; the spec deletes the namespace when it ends.
+func provisioningRequestWithoutTemplate(group string) string {
+	GinkgoHelper()
+	manifest := filepath.Join(GinkgoT().TempDir(), "provisioningrequest.yaml")
+	Expect(os.WriteFile(manifest, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata:
+  name: %[1]s
+---
+apiVersion: autoscaling.x-k8s.io/v1
+kind: ProvisioningRequest
+metadata:
+  name: train
+  namespace: %[1]s
+spec:
+  provisioningClassName: %[2]s
+  podSets:
+  - podTemplateRef:
+      name: missing
+    count: 1
+`, group, imperatorv1alpha1.CapacityHoldProvisioningClass)), 0o600)).To(Succeed())
 	DeferCleanup(func(ctx context.Context) {
 		_, err := cluster.Kubectl(ctx, "delete", "namespace", group, "--ignore-not-found", "--wait=false")
 		Expect(err).NotTo(HaveOccurred())

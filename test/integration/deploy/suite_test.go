@@ -102,6 +102,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	buildErr, helmErr := <-built, <-helmBuilt
 	Expect(err).NotTo(HaveOccurred())
 	installCoschedulingCRD(ctx)
+	installProvisioningRequestCRD(ctx)
 	Expect(buildErr).NotTo(HaveOccurred())
 	Expect(helmErr).NotTo(HaveOccurred())
 	// On a machine whose tool cache is empty, the kustomize and helm builds
@@ -370,5 +371,19 @@ spec:
 	_, err := cluster.Kubectl(ctx, "apply", "-f", manifest)
 	Expect(err).NotTo(HaveOccurred())
 	_, err = cluster.Kubectl(ctx, "wait", "--for=condition=Established", "crd/podgroups.scheduling.x-k8s.io", "--timeout=60s")
+	Expect(err).NotTo(HaveOccurred())
+}
+
+// installProvisioningRequestCRD installs the ProvisioningRequest CRD the
+// spoke chart ships (deploy/spoke/provisioningrequest), as a cluster with
+// Cluster Autoscaler or Kueue has: an agent started after it serves the
+// class capacity-hold.imperator.tenzen-y.io.
+func installProvisioningRequestCRD(ctx context.Context) {
+	GinkgoHelper()
+	root, err := repo.Root()
+	Expect(err).NotTo(HaveOccurred())
+	_, err = cluster.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(root, "deploy", "spoke", "provisioningrequest", "autoscaling.x-k8s.io_provisioningrequests.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	_, err = cluster.Kubectl(ctx, "wait", "--for=condition=Established", "crd/provisioningrequests.autoscaling.x-k8s.io", "--timeout=60s")
 	Expect(err).NotTo(HaveOccurred())
 }
