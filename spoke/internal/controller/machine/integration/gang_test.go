@@ -307,6 +307,25 @@ var _ = Describe("Gangs at the slot gate", func() {
 		Eventually(admittedCondition(ctx, guests, "short")).WithTimeout(10 * time.Second).Should(And(
 			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", "NotEnoughResources")))
 	})
+
+	It("lets a gang whose native PodGroup is created after its members through as soon as the PodGroup appears", func(ctx context.Context) {
+		createMachine(ctx, mediumMachine(6))
+		Eventually(func(g Gomega) { g.Expect(runningReservations(ctx, g, "compute-medium")).To(Equal(6)) }).WithTimeout(60 * time.Second).Should(Succeed())
+		workers := []string{"w0", "w1"}
+		for _, name := range workers {
+			Expect(k8s.Create(ctx, nativeMember(guests, name, "late"))).To(Succeed())
+		}
+		By("no PodGroup yet: the members have no size and wait, told why")
+		Eventually(queueNote(ctx, guests, "w1")).WithTimeout(30 * time.Second).Should(Equal(
+			"gang " + guests + "/late: annotation imperator.tenzen-y.io/gang-size is missing, PodGroup " + guests + "/late gives no size (minMember, gang minCount); " +
+				"Unschedulable (InvalidGang): its members wait, holding no unit, until every member gives its size"))
+		Consistently(guestStates(ctx)).WithTimeout(2 * time.Second).Should(Equal(states("SchedulingGated", workers...)))
+
+		By("creating the PodGroup, nothing else: the watch brings the gang through whole")
+		Expect(k8s.Create(ctx, nativePodGroup(guests, "late", 2))).To(Succeed())
+		Eventually(guestStates(ctx)).WithTimeout(30 * time.Second).Should(Equal(states("Running", workers...)))
+		Eventually(admittedCondition(ctx, guests, "late")).WithTimeout(10 * time.Second).Should(HaveField("Status", metav1.ConditionTrue))
+	})
 })
 
 // gangQuorumWait is in the FailedScheduling event the scheduler's
