@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -17,11 +18,12 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/admissionpolicy"
+	"github.com/imperator-federation/imperator/spoke/internal/webhook/podinjector"
 	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
-var _ = Describe("Arrival order on the policy path: the agent's first sight, across its restart", Ordered, func() {
+var _ = Describe("The policy path with the agent away: arrival order by its first sight across a restart, and no guest refused", Ordered, func() {
 	var (
 		policyEnv *framework.Environment
 		clientset kubernetes.Interface
@@ -137,5 +139,35 @@ var _ = Describe("Arrival order on the policy path: the agent's first sight, acr
 		}
 		Eventually(func(g Gomega) []string { return line(g, ctx) }).WithContext(ctx).WithTimeout(30 * time.Second).
 			Should(Equal(want))
+	}, SpecTimeout(2*time.Minute))
+
+	It("refuses every guest create with the webhook registered and the agent down, and none without it", func(ctx context.Context) {
+		const n = 20
+		create := func(prefix string) (refused int) {
+			for i := range n {
+				if err := policyEnv.Client.Create(ctx, guestOf(namespace, fmt.Sprintf("%s-%02d", prefix, i), "compute-xlarge", "main")); err != nil {
+					refused++
+				}
+			}
+			return refused
+		}
+		By("the policy path, no agent: every guest admitted")
+		Expect(create("down-policy")).To(Equal(0))
+
+		By("registering the injector's webhook at an address where no agent answers (the webhook path while the agent is down)")
+		url := "https://127.0.0.1:1" + podinjector.WebhookPath
+		registration := podinjector.MutatingWebhookConfiguration(webhookConfigurationName, agentNamespace,
+			admissionregistrationv1.WebhookClientConfig{URL: &url})
+		Expect(policyEnv.Client.Create(ctx, registration)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			Expect(client.IgnoreNotFound(policyEnv.Client.Delete(ctx, registration))).To(Succeed())
+		})
+		Eventually(func() error {
+			return policyEnv.Client.Create(ctx, guestOf(namespace, "probe", "compute-xlarge", "main"), client.DryRunAll)
+		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(HaveOccurred())
+		refused := create("down-webhook")
+		AddReportEntry("guest creates refused while the agent is down", map[string]string{
+			"policy": fmt.Sprintf("0 of %d", n), "webhook": fmt.Sprintf("%d of %d", refused, n)})
+		Expect(refused).To(Equal(n))
 	}, SpecTimeout(2*time.Minute))
 })
