@@ -60,7 +60,9 @@ var (
 // CapacityHold holds 2 units; the Job's pods claim the hold (its UID stamped
 // by the injector) and run; the units are free again when the Job finished.
 // A Job of more pods than the type has is not admitted: the request fails
-// with NotEnoughFreeUnits and Kueue's Workload says so. The same 2-pod Job
+// with NotEnoughFreeUnits and Kueue's Workload says so; so is a Job whose
+// template relies on injection for its unit (ResourcesNotStated: Kueue's
+// quota would not count it, docs/kueue.md). The same 2-pod Job
 // through a ClusterQueue without the check is the comparison: both times
 // (Job to admitted, Job to Running) go into the report.
 func KueueSpec(ctx context.Context, in KueueInput) {
@@ -193,29 +195,45 @@ func KueueSpec(ctx context.Context, in KueueInput) {
 		g.Expect(failed).To(ContainElement(imperatorv1alpha1.HoldReasonNotEnoughFreeUnits))
 	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
 	Eventually(ctx, func(g Gomega) {
-		wls := &unstructured.UnstructuredList{}
-		wls.SetGroupVersionKind(kueueGV.WithKind("WorkloadList"))
-		g.Expect(c.List(ctx, wls, client.InNamespace(in.Namespace))).To(Succeed())
-		var messages []string
-		for _, w := range wls.Items {
-			if owner := w.GetOwnerReferences(); len(owner) == 0 || owner[0].Name != tooBig.Name {
-				continue
-			}
-			checks, _, _ := unstructured.NestedSlice(w.Object, "status", "admissionChecks")
-			for _, ch := range checks {
-				m, _ := ch.(map[string]any)
-				messages = append(messages, fmt.Sprint(m["message"]))
-			}
-			conds, _, _ := unstructured.NestedSlice(w.Object, "status", "conditions")
-			for _, cond := range conds {
-				m, _ := cond.(map[string]any)
-				g.Expect(m["type"] == "Admitted" && m["status"] == "True").To(BeFalse(), "the Workload of %s is admitted", tooBig.Name)
-			}
-		}
-		g.Expect(messages).To(ContainElement(And(ContainSubstring("Retrying after failure: CapacityHold"),
+		g.Expect(checkMessages(ctx, g, c, tooBig)).To(ContainElement(And(ContainSubstring("Retrying after failure: CapacityHold"),
 			ContainSubstring(fmt.Sprintf("%d units of %s asked", in.TooMany, in.Type)))),
 			"Kueue's admission check says why, in the Workload")
 	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
+
+	By("a Job whose template relies on injection for the unit is not admitted: Kueue's quota would not count it, and the Workload says so")
+	injected := kueueJob(in, "injected", kueueHeldQueue, 1)
+	injected.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+	Expect(c.Create(ctx, injected)).To(Succeed())
+	Eventually(ctx, func(g Gomega) {
+		g.Expect(checkMessages(ctx, g, c, injected)).To(ContainElement(And(ContainSubstring("Retrying after failure"),
+			ContainSubstring(fmt.Sprintf("must request one unit of machine type %s, so that Kueue's quota counts it", in.Type)))),
+			"Kueue's admission check says why, in the Workload")
+	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
+}
+
+// checkMessages are the admission check messages of job's Workload; it
+// fails when the Workload is admitted.
+func checkMessages(ctx context.Context, g Gomega, c client.Client, job *batchv1.Job) []string {
+	wls := &unstructured.UnstructuredList{}
+	wls.SetGroupVersionKind(kueueGV.WithKind("WorkloadList"))
+	g.Expect(c.List(ctx, wls, client.InNamespace(job.Namespace))).To(Succeed())
+	var messages []string
+	for _, w := range wls.Items {
+		if owner := w.GetOwnerReferences(); len(owner) == 0 || owner[0].Name != job.Name {
+			continue
+		}
+		checks, _, _ := unstructured.NestedSlice(w.Object, "status", "admissionChecks")
+		for _, ch := range checks {
+			m, _ := ch.(map[string]any)
+			messages = append(messages, fmt.Sprint(m["message"]))
+		}
+		conds, _, _ := unstructured.NestedSlice(w.Object, "status", "conditions")
+		for _, cond := range conds {
+			m, _ := cond.(map[string]any)
+			g.Expect(m["type"] == "Admitted" && m["status"] == "True").To(BeFalse(), "the Workload of %s is admitted", job.Name)
+		}
+	}
+	return messages
 }
 
 // kueueObjects are the Kueue objects of docs/kueue.md: a ResourceFlavor,
