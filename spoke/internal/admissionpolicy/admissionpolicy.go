@@ -138,6 +138,10 @@ func InjectionBindings(machines []imperatorv1alpha1.Machine) []*admissionregistr
 	return bindings
 }
 
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingadmissionpolicybindings,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
+
 // Binding returns the binding of UnknownGroupPolicy for machines: it
 // selects the guests (pod-role=guest) whose machine-group label is none of
 // the groups the Machines are labelled with (guests without the label
