@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -131,6 +132,15 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	cached, apiReader := mgr.GetClient(), mgr.GetAPIReader()
 	tokens := join.NewTokens(direct, cfg.Namespace, clk)
 	queries := query.New(st, tokens, clk)
+	// People's Kubernetes identities of the hub cluster on the query API.
+	kube, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return fmt.Errorf("creating Kubernetes client: %w", err)
+	}
+	tokenAuth, err := query.NewTokenAuthorizer(kube, query.TokenAuthOptions{})
+	if err != nil {
+		return err
+	}
 	publisher := scores.New(mgr.GetClient(), st, scores.Options{Clock: clk, Log: log.WithName("scores")})
 	revocations := &registry.Revocations{Reader: direct, Namespace: cfg.Namespace, Refresh: cfg.RevocationsRefresh, Clock: clk, Log: log.WithName("revocations")}
 	if err := revocations.Load(ctx); err != nil {
@@ -162,6 +172,8 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		Limits:          cfg.Limits,
 		Services:        []func(grpc.ServiceRegistrar){queries.Register},
 		Authorize:       query.Authorize,
+		AuthorizeToken:  tokenAuth.Authorize,
+		HasToken:        query.HasBearerToken,
 		Revoked:         revocations.Revoked,
 	})
 	if err != nil {

@@ -109,6 +109,9 @@ func (s *Service) CreateHold(ctx context.Context, req *queryv1.CreateHoldRequest
 	if err != nil {
 		return nil, err
 	}
+	if err := authorizeHoldNamespaces(ctx, "create", spec.Namespaces); err != nil {
+		return nil, err
+	}
 	spec.Creator = caller
 	ctx, cancel := context.WithTimeout(ctx, holdsCallLimit)
 	defer cancel()
@@ -162,8 +165,26 @@ func (s *Service) ReleaseHold(ctx context.Context, req *queryv1.ReleaseHoldReque
 	}
 	ctx, cancel := context.WithTimeout(ctx, holdsCallLimit)
 	defer cancel()
-	// A holder releases its own holds; an admin any.
-	if _, role, err := callerOf(ctx); err == nil && role < RoleAdmin {
+	// A holder certificate releases its own holds, an admin any; a
+	// Kubernetes identity those of the namespaces RBAC lets it delete holds
+	// in, whoever created them.
+	if _, ok := tokenCallerOf(ctx); ok {
+		existing, err := s.holds.Get(ctx, req.GetName())
+		if errors.Is(err, holds.ErrNotFound) {
+			// As the API server answers a delete: refused before
+			// NotFound to whoever may not delete holds anywhere it
+			// could have been.
+			if err := authorizeHoldNamespaces(ctx, "delete", nil); err != nil {
+				return nil, err
+			}
+		}
+		if err != nil {
+			return nil, holdsError(err)
+		}
+		if err := authorizeHoldNamespaces(ctx, "delete", existing.Spec.Namespaces); err != nil {
+			return nil, err
+		}
+	} else if _, role, err := callerOf(ctx); err == nil && role < RoleAdmin {
 		existing, err := s.holds.Get(ctx, req.GetName())
 		if err != nil {
 			return nil, holdsError(err)

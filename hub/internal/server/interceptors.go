@@ -30,8 +30,10 @@ func infrastructureMethod(fullMethod string) bool {
 }
 
 // authenticate decides every call, in one place, before its handler runs:
-//   - without a verified client certificate (the anonymous server) only Join
-//     and the health check get here (anonymousTap refused the rest);
+//   - without a verified client certificate (the anonymous server) only Join,
+//     the health check and registered services' calls with a bearer token
+//     get here (anonymousTap refused the rest); AuthorizeToken decides the
+//     latter;
 //   - a revoked certificate is refused everything (PermissionDenied);
 //   - Join is open to every caller (a spoke may join again holding its old
 //     certificate); Renew and Report need a spoke certificate, whose
@@ -49,6 +51,9 @@ func (s *Server) authenticate(ctx context.Context, fullMethod string) (context.C
 	if err != nil {
 		if fullMethod == federationv1.Federation_Join_FullMethodName || fullMethod == healthCheckMethod {
 			return ctx, nil
+		}
+		if s.opts.AuthorizeToken != nil && !federationMethod(fullMethod) && !infrastructureMethod(fullMethod) && s.opts.HasToken(ctx) {
+			return s.opts.AuthorizeToken(ctx, fullMethod)
 		}
 		// Unreachable through the router; kept so that no route around it
 		// (a server built without it) serves an anonymous caller.

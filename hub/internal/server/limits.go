@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -272,19 +273,33 @@ func sourceKey(addr net.Addr) string {
 const healthCheckMethod = "/grpc.health.v1.Health/Check"
 
 // anonymousTap runs before an anonymous call's request is read: it lets
-// through Join (within its rate) and the health check and refuses everything
-// else with Unauthenticated.
+// through Join (within its rate), the health check and, when the server
+// takes tokens, a service's call with a bearer token (authenticate decides
+// it), and refuses everything else with Unauthenticated.
 func (s *Server) anonymousTap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	switch info.FullMethodName {
 	case federationv1.Federation_Join_FullMethodName:
 		return s.joinTap(ctx, info)
 	case healthCheckMethod:
 		return ctx, nil
-	default:
-		s.metrics.rejectedConnections.WithLabelValues(rejectAnonymousMethod).Inc()
-		return nil, status.Errorf(codes.Unauthenticated,
-			"%s requires a client certificate signed by the hub CA: only Join and the health check are served without one", info.FullMethodName)
 	}
+	if s.opts.AuthorizeToken != nil && !federationMethod(info.FullMethodName) && !infrastructureMethod(info.FullMethodName) && bearerHeader(info) {
+		// A Kubernetes identity: authenticate decides it.
+		return ctx, nil
+	}
+	s.metrics.rejectedConnections.WithLabelValues(rejectAnonymousMethod).Inc()
+	return nil, status.Errorf(codes.Unauthenticated,
+		"%s requires a client certificate signed by the hub CA or a bearer token of the hub cluster: only Join and the health check are served without one", info.FullMethodName)
+}
+
+// bearerHeader reports whether a call's headers carry a bearer token.
+func bearerHeader(info *tap.Info) bool {
+	for _, v := range info.Header.Get("authorization") {
+		if len(v) > len("bearer ") && strings.EqualFold(v[:len("bearer ")], "bearer ") {
+			return true
+		}
+	}
+	return false
 }
 
 // joinTap applies the per-source Join rate, on both servers: a spoke joining

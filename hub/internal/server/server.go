@@ -86,6 +86,15 @@ type Options struct {
 	// verified client certificate: nil lets it through, else a status
 	// error (PermissionDenied). Required when Services are given.
 	Authorize func(ctx context.Context, fullMethod string) error
+	// AuthorizeToken, when set, decides a registered Service's call that
+	// carries a bearer token and no client certificate (a Kubernetes
+	// identity of the hub cluster, query.TokenAuthorizer): it returns the
+	// call's context with its caller, else a status error. Such calls are
+	// served by the anonymous server, within its limits.
+	AuthorizeToken func(ctx context.Context, fullMethod string) (context.Context, error)
+	// HasToken reports whether a call's metadata carries a bearer token;
+	// required with AuthorizeToken.
+	HasToken func(ctx context.Context) bool
 	// Revoked reports whether a verified client certificate was revoked
 	// (by serial); revoked certificates are refused on every call. Nil
 	// revokes nothing.
@@ -141,6 +150,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if len(opts.Services) > 0 && opts.Authorize == nil {
 		return nil, errors.New("creating hub server: Authorize is required with Services")
+	}
+	if opts.AuthorizeToken != nil && opts.HasToken == nil {
+		return nil, errors.New("creating hub server: HasToken is required with AuthorizeToken")
 	}
 	limits := opts.Limits
 	s := &Server{
@@ -205,6 +217,13 @@ func New(opts Options) (*Server, error) {
 	)
 	federationv1.RegisterFederationServer(s.anonymous, s)
 	healthpb.RegisterHealthServer(s.anonymous, s.health)
+	if opts.AuthorizeToken != nil {
+		// Callers with a bearer token and no certificate (anonymousTap
+		// lets only those through to the services).
+		for _, register := range opts.Services {
+			register(s.anonymous)
+		}
+	}
 	return s, nil
 }
 

@@ -1,0 +1,356 @@
+package query
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/client-go/kubernetes"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
+)
+
+// FleetGroup is the API group of the virtual resources the query API
+// authorizes Kubernetes identities on. Nothing is stored under it: Roles
+// and ClusterRoles name its resources so that the hub cluster's RBAC says
+// who may call what.
+const FleetGroup = "fleet.imperator.tenzen-y.io"
+
+// The virtual resources of FleetGroup.
+const (
+	ResourceClusters = "clusters"
+	ResourceMachines = "machines"
+	ResourceUsage    = "usage"
+	ResourceCapacity = "capacity"
+	ResourceHolds    = "holds"
+	ResourceTokens   = "tokens"
+)
+
+// access is the one SubjectAccessReview a Query method needs. namespaced
+// methods (the hold writes) need get on the resource across the fleet before
+// their handler, which knows the namespaces, asks verb in each namespace of
+// the hold.
+type access struct {
+	verb, resource string
+	namespaced     bool
+}
+
+// methodAccess is what each Query method asks of the hub cluster's RBAC for
+// a caller with a bearer token. A method missing here is refused to every
+// token: a new method must be given its access (the test of this table
+// fails until it is).
+var methodAccess = map[string]access{
+	queryv1.Query_ListClusters_FullMethodName: {verb: "list", resource: ResourceClusters},
+	queryv1.Query_Watch_FullMethodName:        {verb: "watch", resource: ResourceClusters},
+	queryv1.Query_GetVersion_FullMethodName:   {verb: "get", resource: ResourceClusters},
+	queryv1.Query_ListMachines_FullMethodName: {verb: "list", resource: ResourceMachines},
+	queryv1.Query_GetUsage_FullMethodName:     {verb: "get", resource: ResourceUsage},
+	queryv1.Query_FindCapacity_FullMethodName: {verb: "get", resource: ResourceCapacity},
+	queryv1.Query_GetHold_FullMethodName:      {verb: "get", resource: ResourceHolds},
+	queryv1.Query_ListHolds_FullMethodName:    {verb: "list", resource: ResourceHolds},
+	queryv1.Query_CreateHold_FullMethodName:   {verb: "create", resource: ResourceHolds, namespaced: true},
+	queryv1.Query_ReleaseHold_FullMethodName:  {verb: "delete", resource: ResourceHolds, namespaced: true},
+	queryv1.Query_CreateToken_FullMethodName:  {verb: "create", resource: ResourceTokens},
+	queryv1.Query_ListTokens_FullMethodName:   {verb: "list", resource: ResourceTokens},
+	queryv1.Query_RevokeToken_FullMethodName:  {verb: "delete", resource: ResourceTokens},
+}
+
+// Defaults of TokenAuthOptions.
+const (
+	DefaultTokenAuthTTL  = 10 * time.Second
+	DefaultTokenAuthSize = 4096
+	// maxBearerTokenBytes bounds the token sent to the API server: service
+	// account and OIDC tokens are a few kilobytes, and token calls come
+	// through the anonymous server, whose headers are at most 8KiB.
+	maxBearerTokenBytes = 7 << 10
+)
+
+// TokenAuthOptions configure a TokenAuthorizer.
+type TokenAuthOptions struct {
+	// TTL is how long an authentication or an authorization decision is
+	// reused (DefaultTokenAuthTTL when zero): a revoked token or a removed
+	// RoleBinding is honoured within it.
+	TTL time.Duration
+	// Size bounds each cache's entries (DefaultTokenAuthSize when zero).
+	Size int
+	// Audiences, when set, are the audiences a token must be issued for
+	// (TokenReview spec.audiences); empty accepts the API server's own.
+	Audiences []string
+	// Clock of the caches; the real clock when nil.
+	Clock cache.Clock
+}
+
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// TokenAuthorizer authenticates bearer tokens with TokenReview and
+// authorizes Query calls with SubjectAccessReview against the hub cluster,
+// caching both for a short time in bounded LRU caches. Only the query API
+// uses it: spokes' Report streams never wait on it.
+type TokenAuthorizer struct {
+	client    kubernetes.Interface
+	ttl       time.Duration
+	audiences []string
+	users     *cache.LRUExpireCache // sha256(token) -> authentication
+	decisions *cache.LRUExpireCache // reviewKey -> decision
+}
+
+// NewTokenAuthorizer returns an authorizer asking c, the hub cluster's API.
+func NewTokenAuthorizer(c kubernetes.Interface, opts TokenAuthOptions) (*TokenAuthorizer, error) {
+	if c == nil {
+		return nil, errors.New("creating the token authorizer: no Kubernetes client")
+	}
+	if opts.TTL < 0 || opts.Size < 0 {
+		return nil, fmt.Errorf("creating the token authorizer: TTL %s and size %d must not be negative", opts.TTL, opts.Size)
+	}
+	if opts.TTL == 0 {
+		opts.TTL = DefaultTokenAuthTTL
+	}
+	if opts.Size == 0 {
+		opts.Size = DefaultTokenAuthSize
+	}
+	newCache := cache.NewLRUExpireCache
+	if opts.Clock != nil {
+		newCache = func(size int) *cache.LRUExpireCache { return cache.NewLRUExpireCacheWithClock(size, opts.Clock) }
+	}
+	return &TokenAuthorizer{
+		client:    c,
+		ttl:       opts.TTL,
+		audiences: slices.Clone(opts.Audiences),
+		users:     newCache(opts.Size),
+		decisions: newCache(opts.Size),
+	}, nil
+}
+
+// tokenUser is who a bearer token authenticates as.
+type tokenUser struct {
+	name   string
+	uid    string
+	groups []string
+	extra  map[string]authorizationv1.ExtraValue
+}
+
+type authentication struct {
+	user *tokenUser
+	// refusal is why the token was refused (user is nil then).
+	refusal string
+}
+
+type decision struct {
+	allowed bool
+	reason  string
+}
+
+type callerKey struct{}
+
+// tokenCaller is the authenticated token caller of a call, in its context.
+type tokenCaller struct {
+	user *tokenUser
+	auth *TokenAuthorizer
+}
+
+// BearerToken returns the bearer token of the call's metadata (the
+// authorization header), or false when there is none.
+func BearerToken(ctx context.Context) (string, bool) {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return "", false
+	}
+	values := md.Get("authorization")
+	if len(values) == 0 {
+		return "", false
+	}
+	scheme, token, found := strings.Cut(values[0], " ")
+	if !found || !strings.EqualFold(scheme, "bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
+}
+
+// HasBearerToken reports whether the call carries an authorization header of
+// the bearer scheme.
+func HasBearerToken(ctx context.Context) bool {
+	_, ok := BearerToken(ctx)
+	return ok
+}
+
+// Authorize authenticates the call's bearer token and decides fullMethod
+// for its user: Unauthenticated without a token, with one the API server
+// does not recognise (expired, of another cluster, revoked) or one beyond
+// the size limit; PermissionDenied when RBAC does not grant the method's
+// access. It returns ctx carrying the caller, whose handlers read it
+// (callerOf) and, for the hold writes, ask the namespaced reviews.
+func (a *TokenAuthorizer) Authorize(ctx context.Context, fullMethod string) (context.Context, error) {
+	want, ok := methodAccess[fullMethod]
+	if !ok {
+		return nil, status.Errorf(codes.PermissionDenied, "%s is granted to no Kubernetes identity", fullMethod)
+	}
+	token, ok := BearerToken(ctx)
+	if !ok || token == "" {
+		return nil, status.Error(codes.Unauthenticated, "the query API requires a bearer token of the hub cluster (authorization: Bearer ...) or a client certificate signed by the hub CA")
+	}
+	if len(token) > maxBearerTokenBytes {
+		return nil, status.Errorf(codes.Unauthenticated, "the bearer token is %d bytes, more than the %d the hub accepts", len(token), maxBearerTokenBytes)
+	}
+	user, err := a.authenticate(ctx, token)
+	if err != nil {
+		return nil, err
+	}
+	caller := &tokenCaller{user: user, auth: a}
+	verb := want.verb
+	if want.namespaced {
+		// Whoever writes holds reads them across the fleet first: a
+		// caller RBAC gives nothing learns nothing, not even whether a
+		// hold of that name exists; the handler then asks the write in
+		// each namespace of the hold.
+		verb = "get"
+	}
+	if err := caller.allowed(ctx, verb, want.resource, ""); err != nil {
+		return nil, err
+	}
+	return context.WithValue(ctx, callerKey{}, caller), nil
+}
+
+func (a *TokenAuthorizer) authenticate(ctx context.Context, token string) (*tokenUser, error) {
+	key := sha256.Sum256([]byte(token))
+	if cached, ok := a.users.Get(key); ok {
+		auth := cached.(authentication)
+		if auth.user == nil {
+			return nil, status.Errorf(codes.Unauthenticated, "the bearer token was refused by the hub cluster: %s", auth.refusal)
+		}
+		return auth.user, nil
+	}
+	review, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		// Not cached: the hub cluster's API may be back at the next call.
+		return nil, status.Errorf(codes.Unavailable, "authenticating the bearer token with the hub cluster (TokenReview): %v", err)
+	}
+	auth := authentication{refusal: review.Status.Error}
+	if review.Status.Authenticated {
+		u := review.Status.User
+		user := &tokenUser{name: u.Username, uid: u.UID, groups: slices.Clone(u.Groups)}
+		if len(u.Extra) > 0 {
+			user.extra = make(map[string]authorizationv1.ExtraValue, len(u.Extra))
+			for k, v := range u.Extra {
+				user.extra[k] = authorizationv1.ExtraValue(v)
+			}
+		}
+		auth.user = user
+	} else if auth.refusal == "" {
+		auth.refusal = "not authenticated"
+	}
+	a.users.Add(key, auth, a.ttl)
+	if auth.user == nil {
+		return nil, status.Errorf(codes.Unauthenticated, "the bearer token was refused by the hub cluster: %s", auth.refusal)
+	}
+	return auth.user, nil
+}
+
+// reviewKey identifies one decision: the user as the API server sees it
+// and the access asked.
+func (u *tokenUser) reviewKey(verb, resource, namespace string) string {
+	var b strings.Builder
+	for _, part := range []string{u.name, u.uid, verb, resource, namespace} {
+		b.WriteString(part)
+		b.WriteByte(0)
+	}
+	groups := slices.Clone(u.groups)
+	slices.Sort(groups)
+	for _, g := range groups {
+		b.WriteString(g)
+		b.WriteByte(1)
+	}
+	keys := make([]string, 0, len(u.extra))
+	for k := range u.extra {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte(2)
+		b.WriteString(strings.Join(u.extra[k], "\x03"))
+		b.WriteByte(2)
+	}
+	return b.String()
+}
+
+// allowed asks (or reuses) the SubjectAccessReview of verb on resource in
+// namespace ("" for the whole fleet) and returns PermissionDenied, naming
+// the access, when RBAC does not grant it.
+func (c *tokenCaller) allowed(ctx context.Context, verb, resource, namespace string) error {
+	key := c.user.reviewKey(verb, resource, namespace)
+	d, ok := c.auth.decisions.Get(key)
+	if !ok {
+		review, err := c.auth.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:   c.user.name,
+				UID:    c.user.uid,
+				Groups: c.user.groups,
+				Extra:  c.user.extra,
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Group:     FleetGroup,
+					Resource:  resource,
+					Verb:      verb,
+					Namespace: namespace,
+				},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return status.Errorf(codes.Unavailable, "authorizing %q with the hub cluster (SubjectAccessReview): %v", c.user.name, err)
+		}
+		d = decision{allowed: review.Status.Allowed && !review.Status.Denied, reason: review.Status.Reason}
+		c.auth.decisions.Add(key, d, c.auth.ttl)
+	}
+	if got := d.(decision); !got.allowed {
+		where := "across the fleet (a ClusterRoleBinding)"
+		if namespace != "" {
+			where = "in namespace " + namespace
+		}
+		msg := fmt.Sprintf("%q may not %s %s.%s %s", c.user.name, verb, resource, FleetGroup, where)
+		if got.reason != "" {
+			msg += ": " + got.reason
+		}
+		return status.Error(codes.PermissionDenied, msg)
+	}
+	return nil
+}
+
+// tokenCallerOf returns the token caller of the call in ctx, if any.
+func tokenCallerOf(ctx context.Context) (*tokenCaller, bool) {
+	c, ok := ctx.Value(callerKey{}).(*tokenCaller)
+	return c, ok
+}
+
+// authorizeHoldNamespaces asks, for a token caller, verb on holds in each
+// of namespaces (across the fleet when there are none): a holder bound in
+// one namespace books and releases holds for it only. Certificate callers
+// were decided by their role.
+func authorizeHoldNamespaces(ctx context.Context, verb string, namespaces []string) error {
+	caller, ok := tokenCallerOf(ctx)
+	if !ok {
+		return nil
+	}
+	if len(namespaces) == 0 {
+		return caller.allowed(ctx, verb, ResourceHolds, "")
+	}
+	for _, ns := range namespaces {
+		if err := caller.allowed(ctx, verb, ResourceHolds, ns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
