@@ -75,7 +75,7 @@ func BenchmarkInjectionPolicyCost(b *testing.B) {
 	}
 	stages := []harness.Stage{
 		// The API server times its mutating policies per check; its
-		// validating policies' histogram only sees denials.
+		// validating policies' histogram only sees denials and errors.
 		{Label: "mutating admission policy check", Family: "apiserver_mutating_admission_policy_check_duration_seconds"},
 	}
 	for _, bc := range []struct{ name, group, machineType string }{
