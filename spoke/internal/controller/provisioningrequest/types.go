@@ -122,7 +122,7 @@ func (l *ProvisioningRequestList) DeepCopyObject() runtime.Object {
 		return nil
 	}
 	out := &ProvisioningRequestList{TypeMeta: l.TypeMeta}
-	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	l.DeepCopyInto(&out.ListMeta)
 	if l.Items != nil {
 		out.Items = make([]ProvisioningRequest, len(l.Items))
 		for i := range l.Items {
