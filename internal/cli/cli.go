@@ -109,6 +109,8 @@ func (g *globals) bindConnection(fs *pflag.FlagSet) {
 	fs.StringVar(&g.over.cert, "cert", "", "Client certificate (PEM file).")
 	fs.StringVar(&g.over.key, "key", "", "Client key (PEM file).")
 	fs.StringVar(&g.over.serverName, "server-name", "", "TLS server name of the hub (default: the host of --hub).")
+	fs.StringVar(&g.over.kubeconfig, "kubeconfig", "", "Authenticate with the bearer token of this kubeconfig's user (token, token file or exec plugin) instead of a client certificate; the hub checks it with the hub cluster's API server.")
+	fs.StringVar(&g.over.kubeContext, "kube-context", "", "Context of --kubeconfig (default: its current-context).")
 }
 
 // bindWatch binds --watch on the commands that can follow changes.
@@ -332,16 +334,27 @@ func (p *program) dialHub(c *command) (func(), error) {
 	if err != nil {
 		return nil, fail(ExitUsage, "%v", err)
 	}
-	pair, err := tls.X509KeyPair(conn.certPEM, conn.keyPEM)
-	if err != nil {
-		return nil, fail(ExitUsage, "loading the client certificate and key: %v", err)
+	var pair *tls.Certificate
+	var dialOpts []grpc.DialOption
+	if conn.kubeconfig != "" {
+		creds, err := newKubeCredentials(conn.kubeconfig, conn.kubeContext)
+		if err != nil {
+			return nil, fail(ExitUsage, "%v", err)
+		}
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(creds))
+	} else {
+		loaded, err := tls.X509KeyPair(conn.certPEM, conn.keyPEM)
+		if err != nil {
+			return nil, fail(ExitUsage, "loading the client certificate and key: %v", err)
+		}
+		pair = &loaded
 	}
-	tlsCfg, err := identity.ClientTLS(conn.caPEM, &pair, conn.serverName)
+	tlsCfg, err := identity.ClientTLS(conn.caPEM, pair, conn.serverName)
 	if err != nil {
 		return nil, fail(ExitUsage, "%v", err)
 	}
 	c.hub = conn.hub
-	cc, err := grpc.NewClient(conn.hub, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	cc, err := grpc.NewClient(conn.hub, append(dialOpts, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))...)
 	if err != nil {
 		return nil, fail(ExitUsage, "hub address %q: %v", conn.hub, err)
 	}

@@ -17,11 +17,15 @@ type connection struct {
 	caPEM      []byte
 	certPEM    []byte
 	keyPEM     []byte
+	// kubeconfig and kubeContext, instead of certPEM and keyPEM: the
+	// bearer token of the kubeconfig context's user.
+	kubeconfig, kubeContext string
 }
 
 // overrides are the connection settings given as flags or environment.
 type overrides struct {
 	hub, ca, cert, key, serverName string
+	kubeconfig, kubeContext        string
 }
 
 // resolve merges ctx and the overrides (which win) and reads the files.
@@ -60,6 +64,16 @@ func resolve(ctx ctlconfig.Context, o overrides) (*connection, error) {
 		return nil, errors.New("no hub CA: set --ca or certificate-authority in the configuration file (`hub ca` prints it)")
 	}
 	certPath, keyPath := pick(o.cert, ctx.ClientCertificate), pick(o.key, ctx.ClientKey)
+	if conn.kubeconfig = pick(o.kubeconfig, ctx.Kubeconfig); conn.kubeconfig != "" {
+		if o.cert != "" || o.key != "" {
+			return nil, errors.New("--kubeconfig and --cert/--key: authenticate with one of them, not both")
+		}
+		conn.kubeContext = pick(o.kubeContext, ctx.KubeContext)
+		return conn, nil
+	}
+	if o.kubeContext != "" {
+		return nil, errors.New("--kube-context: needs --kubeconfig (or kubeconfig in the configuration file)")
+	}
 	if conn.certPEM, err = read("client certificate", certPath, ctx.ClientCertificateData); err != nil {
 		return nil, err
 	}
@@ -67,7 +81,7 @@ func resolve(ctx ctlconfig.Context, o overrides) (*connection, error) {
 		return nil, err
 	}
 	if len(conn.certPEM) == 0 || len(conn.keyPEM) == 0 {
-		return nil, errors.New("no client certificate: set --cert and --key, or client-certificate and client-key in the configuration file")
+		return nil, errors.New("no credentials: set --cert and --key (client-certificate and client-key in the configuration file), or --kubeconfig (kubeconfig) to use your identity of the hub cluster")
 	}
 	return conn, nil
 }

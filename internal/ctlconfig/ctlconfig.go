@@ -24,6 +24,8 @@ import (
 //	  client-certificate: ~/.imperator/alice.crt         # or client-certificate-data (PEM)
 //	  client-key: ~/.imperator/alice.key                 # or client-key-data (PEM)
 //	  server-name: hub.example.com                       # optional TLS name (default: the hub host)
+//	  kubeconfig: ~/.kube/config                         # instead of a client certificate: the bearer token
+//	  kube-context: hub-admin                            # of this kubeconfig context's user (default: its current)
 //
 // Relative paths are relative to the file; a leading ~/ is the home directory.
 type Config struct {
@@ -42,6 +44,11 @@ type Context struct {
 	ClientKey                string `json:"client-key,omitempty"`
 	ClientKeyData            string `json:"client-key-data,omitempty"`
 	ServerName               string `json:"server-name,omitempty"`
+	// Kubeconfig, instead of a client certificate, authenticates with the
+	// bearer token its user presents to the hub cluster's API server
+	// (token, token file or exec plugin); KubeContext names its context.
+	Kubeconfig  string `json:"kubeconfig,omitempty"`
+	KubeContext string `json:"kube-context,omitempty"`
 }
 
 // Load reads the configuration file at path and resolves its relative and
@@ -62,7 +69,7 @@ func Load(path string, explicit bool) (*Config, error) {
 	base := filepath.Dir(path)
 	for i := range cfg.Contexts {
 		c := &cfg.Contexts[i]
-		for _, p := range []*string{&c.CertificateAuthority, &c.ClientCertificate, &c.ClientKey} {
+		for _, p := range []*string{&c.CertificateAuthority, &c.ClientCertificate, &c.ClientKey, &c.Kubeconfig} {
 			switch {
 			case strings.HasPrefix(*p, "~/"):
 				if home, err := os.UserHomeDir(); err == nil {

@@ -15,6 +15,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,6 +40,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/config"
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/query"
+	"github.com/imperator-federation/imperator/internal/cli"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/repo"
@@ -388,6 +391,70 @@ func TestKubernetesIdentitiesOnTheQueryAPI(t *testing.T) {
 		defer conn.Close()
 		if _, err := queryv1.NewQueryClient(conn).ListClusters(ctx, &queryv1.ListClustersRequest{}); status.Code(err) != codes.Unauthenticated {
 			t.Errorf("ListClusters: %v, want Unauthenticated", err)
+		}
+	})
+
+	t.Run("imperatorctl through a kubeconfig", func(t *testing.T) {
+		dir := t.TempDir()
+		caFile := filepath.Join(dir, "hub-ca.crt")
+		write := func(name, content string) string {
+			path := filepath.Join(dir, name)
+			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return path
+		}
+		write("hub-ca.crt", string(f.caPEM))
+		// The viewer's token comes from an exec plugin, as OIDC and cloud
+		// IAM plugins hand theirs to kubectl; the holder's is static.
+		credential := write("credential.json", `{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"`+viewerToken+`"}}`)
+		kubeconfig := write("kubeconfig", fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: hub
+  cluster:
+    server: https://127.0.0.1:1
+contexts:
+- name: viewer
+  context: {cluster: hub, user: viewer}
+- name: holder
+  context: {cluster: hub, user: holder}
+current-context: viewer
+users:
+- name: viewer
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1
+      command: /bin/cat
+      args: [%q]
+      interactiveMode: Never
+- name: holder
+  user:
+    token: %s
+`, credential, holderToken))
+		env := cli.Env{Stdout: io.Discard, Getenv: func(string) string { return "" }}
+		cases := map[string]struct {
+			args     []string
+			wantCode int
+		}{
+			"viewer lists clusters":          {args: []string{"clusters"}, wantCode: cli.ExitOK},
+			"viewer reads usage":             {args: []string{"usage"}, wantCode: cli.ExitOK},
+			"viewer may not list tokens":     {args: []string{"token", "list"}, wantCode: cli.ExitDenied},
+			"holder may not book for team-b": {args: []string{"hold", "create", "h1", "compute-xlarge", "--count", "1", "--ttl", "1h", "--namespace", teamB, "--kube-context", "holder"}, wantCode: cli.ExitDenied},
+			"holder books for team-a":        {args: []string{"hold", "create", "h1", "compute-xlarge", "--count", "1", "--ttl", "1h", "--namespace", teamA, "--kube-context", "holder"}, wantCode: cli.ExitFailure},
+			"a kube-context not in the file": {args: []string{"clusters", "--kube-context", "nobody"}, wantCode: cli.ExitUsage},
+			"a kubeconfig and a certificate": {args: []string{"clusters", "--cert", caFile, "--key", caFile}, wantCode: cli.ExitUsage},
+		}
+		for name, tc := range cases {
+			t.Run(name, func(t *testing.T) {
+				var stderr strings.Builder
+				env := env
+				env.Stderr = &stderr
+				args := append(append([]string{}, tc.args...), "--hub", f.hub.Address(), "--server-name", "127.0.0.1", "--ca", caFile, "--kubeconfig", kubeconfig)
+				if code := cli.Run(ctx, args, env); code != tc.wantCode {
+					t.Errorf("imperatorctl %s: exit %d, want %d: %s", strings.Join(tc.args, " "), code, tc.wantCode, stderr.String())
+				}
+			})
 		}
 	})
 
