@@ -219,14 +219,17 @@ func (r *Controller) book(ctx context.Context, c client.Client, pr *Provisioning
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		holds[name] = hold
+		if hold != nil {
+			holds[name] = hold
+		}
 	}
 	Accept(pr, names)
 	return ctrl.Result{}, nil
 }
 
 // createHold creates the hold name for booking b of pr: for pr's namespace
-// only, labelled with pr's namespace, name and UID.
+// only, labelled with pr's namespace, name and UID. It returns nil when a
+// hold of that name exists already.
 func (r *Controller) createHold(ctx context.Context, c client.Client, pr *ProvisioningRequest, name string, b Booking) (*imperatorv1alpha1.CapacityHold, error) {
 	hold := &imperatorv1alpha1.CapacityHold{
 		ObjectMeta: metav1.ObjectMeta{Name: name,
@@ -241,6 +244,12 @@ func (r *Controller) createHold(ctx context.Context, c client.Client, pr *Provis
 		},
 	}
 	if err := c.Create(ctx, hold); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// Made by an earlier reconcile the cache does not show yet
+			// (its event comes back here), or left by an earlier request
+			// of the same name, which releaseStale deletes.
+			return nil, nil
+		}
 		return nil, fmt.Errorf("creating CapacityHold %s for ProvisioningRequest %s: %w", name, klog.KObj(pr), err)
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Created a CapacityHold for a ProvisioningRequest", "provisioningRequest", klog.KObj(pr),
