@@ -56,6 +56,7 @@ var runs = []run{
 	{pkg: "./hub/internal/query/integration/", bench: "^BenchmarkReplicaPropagation$", times: "5x", smoke: "^BenchmarkReplicaPropagation$/spokes=10/"},
 	{pkg: "./hub/internal/query/integration/", bench: "^BenchmarkFleetHold$", times: "50x"},
 	{pkg: "./hub/internal/query/integration/", bench: "^BenchmarkFleetHoldTwoReplicas$", times: "50x"},
+	{pkg: "./hub/internal/query/tokenauth/", bench: "^BenchmarkQueryAuth$", times: "200x"},
 	{pkg: "./hub/internal/query/integration/", bench: "^BenchmarkHubAPIWrites$", times: "1x", smoke: "^BenchmarkHubAPIWrites$/spokes=200$",
 		env: []string{"IMPERATOR_BENCH_SPOKES=200,1000"}, fullEnv: []string{"IMPERATOR_BENCH_SPOKES=10000"}},
 	{pkg: "./spoke/internal/webhook/podinjector/", bench: "^BenchmarkHandle$", times: "2000x"},

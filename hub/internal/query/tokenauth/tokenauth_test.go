@@ -41,6 +41,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/query"
 	"github.com/imperator-federation/imperator/internal/cli"
+	"github.com/imperator-federation/imperator/internal/pki"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/repo"
@@ -144,11 +145,12 @@ func authorized(err error) bool {
 type fixture struct {
 	kube  kubernetes.Interface
 	hub   *hubtest.Hub
+	ca    *pki.CA
 	caPEM []byte
 	saKey *ecdsa.PrivateKey
 }
 
-func setUp(t *testing.T) *fixture {
+func setUp(t testing.TB) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	opts, err := hubtest.ClusterOptions()
@@ -198,12 +200,12 @@ func setUp(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	installShippedRoles(t, kube)
-	return &fixture{kube: kube, hub: hub, caPEM: ca.CertPEM, saKey: saKey}
+	return &fixture{kube: kube, hub: hub, ca: ca, caPEM: ca.CertPEM, saKey: saKey}
 }
 
 // installShippedRoles creates the ClusterRoles the hub ships, as kustomize
 // and the chart install them.
-func installShippedRoles(t *testing.T, kube kubernetes.Interface) {
+func installShippedRoles(t testing.TB, kube kubernetes.Interface) {
 	t.Helper()
 	root, err := repo.Root()
 	if err != nil {
@@ -234,7 +236,7 @@ func installShippedRoles(t *testing.T, kube kubernetes.Interface) {
 
 // serviceAccount creates a ServiceAccount with bindings (ClusterRole name in
 // namespace, "" for a ClusterRoleBinding) and returns a token of it.
-func (f *fixture) serviceAccount(t *testing.T, name string, bindings map[string]string) (token string, sa *corev1.ServiceAccount) {
+func (f *fixture) serviceAccount(t testing.TB, name string, bindings map[string]string) (token string, sa *corev1.ServiceAccount) {
 	t.Helper()
 	ctx := context.Background()
 	sa, err := f.kube.CoreV1().ServiceAccounts(identities).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
@@ -271,7 +273,7 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 func (bearer) RequireTransportSecurity() bool { return true }
 
 // dial connects to the hub with a token and no client certificate.
-func (f *fixture) dial(t *testing.T, token string) queryv1.QueryClient {
+func (f *fixture) dial(t testing.TB, token string) queryv1.QueryClient {
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(f.caPEM)
