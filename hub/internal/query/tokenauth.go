@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -237,6 +238,8 @@ func (a *TokenAuthorizer) authenticate(ctx context.Context, token string) (*toke
 	}, metav1.CreateOptions{})
 	if err != nil {
 		// Not cached: the hub cluster's API may be back at the next call.
+		// Logged: an operator sees a missing right (forbidden) here.
+		ctrl.LoggerFrom(ctx).Error(err, "Authenticating a bearer token failed")
 		return nil, status.Errorf(codes.Unavailable, "authenticating the bearer token with the hub cluster (TokenReview): %v", err)
 	}
 	auth := authentication{refusal: review.Status.Error}
@@ -310,6 +313,7 @@ func (c *tokenCaller) allowed(ctx context.Context, verb, resource, namespace str
 			},
 		}, metav1.CreateOptions{})
 		if err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Authorizing a bearer token's call failed", "user", c.user.name)
 			return status.Errorf(codes.Unavailable, "authorizing %q with the hub cluster (SubjectAccessReview): %v", c.user.name, err)
 		}
 		d = decision{allowed: review.Status.Allowed && !review.Status.Denied, reason: review.Status.Reason}
