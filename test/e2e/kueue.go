@@ -125,6 +125,17 @@ func KueueSpec(ctx context.Context, in KueueInput) {
 		}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
 	})
 
+	By("both ClusterQueues are active (the admission check found its ProvisioningRequestConfig)")
+	Eventually(ctx, func(g Gomega) {
+		for _, name := range []string{in.Namespace + "-" + kueueHeldQueue, in.Namespace + "-" + kueuePlainQueue} {
+			cq := &unstructured.Unstructured{}
+			cq.SetGroupVersionKind(kueueGV.WithKind("ClusterQueue"))
+			g.Expect(c.Get(ctx, client.ObjectKey{Name: name}, cq)).To(Succeed())
+			conds, _, _ := unstructured.NestedSlice(cq.Object, "status", "conditions")
+			g.Expect(conds).To(ContainElement(And(HaveKeyWithValue("type", "Active"), HaveKeyWithValue("status", "True"))), "ClusterQueue %s is active", name)
+		}
+	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
+
 	By("a 2-pod Job through the ClusterQueue without the check: the comparison")
 	plain := kueueJob(in, "plain-2", kueuePlainQueue, 2)
 	plainAdmitted, plainRunning := runKueueJob(ctx, c, plain)
