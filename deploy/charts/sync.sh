@@ -24,7 +24,7 @@ shopt -s nullglob
 hub=deploy/charts/imperator-hub/files
 copy "$hub/crds" deploy/hub/crd/*.yaml
 copy "$hub/crds/ocm" deploy/hub/crd/ocm/*.yaml
-copy "$hub/rbac" deploy/hub/rbac/role.yaml deploy/hub/rbac/access_roles.yaml
+copy "$hub/rbac" deploy/hub/rbac/*.yaml
 
 spoke=deploy/charts/imperator-spoke/files
 copy "$spoke/crds" deploy/spoke/crd/*.yaml

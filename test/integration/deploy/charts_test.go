@@ -221,7 +221,7 @@ var _ = Describe("The Helm charts", func() {
 		copies := []struct{ dir, sources string }{
 			{"imperator-hub/files/crds", "hub/crd/*.yaml"},
 			{"imperator-hub/files/crds/ocm", "hub/crd/ocm/*.yaml"},
-			{"imperator-hub/files/rbac", "hub/rbac/role.yaml"},
+			{"imperator-hub/files/rbac", "hub/rbac/*.yaml"},
 			{"imperator-spoke/files/crds", "spoke/crd/*.yaml"},
 			{"imperator-spoke/files/rbac", "spoke/rbac/role.yaml"},
 			{"imperator-spoke/files/webhook", "spoke/webhook/manifests.yaml"},
