@@ -167,6 +167,7 @@ func TestInstallJourney(t *testing.T) {
 	j.installHub(ctx)
 	j.installSpoke(ctx)
 	j.runGuest(ctx)
+	j.noForbidden(ctx)
 	j.upgradeBoth(ctx)
 	j.uninstallBoth(ctx)
 
@@ -385,6 +386,24 @@ subjects:
 	j.eventually(ctx, "the hub's usage shows guest-1", time.Minute, func(ctx context.Context) error {
 		return j.usedAtHub(ctx, 1)
 	})
+}
+
+// noForbidden fails the journey on an API request of ours the cluster
+// refused: a verb the pods use in-cluster that the charts' RBAC lacks shows
+// only in their logs.
+func (j *journey) noForbidden(ctx context.Context) {
+	j.step("no request of the hub's or the agent's pods was forbidden")
+	for _, app := range []string{"imperator-hub", "imperator-spoke"} {
+		logs := j.kubectl(ctx, "hub", "-n", namespace, "logs", "-l", "app.kubernetes.io/name="+app, "--tail=-1", "--prefix")
+		if strings.TrimSpace(logs) == "" {
+			j.t.Errorf("%s: no logs to read", app)
+		}
+		for line := range strings.Lines(logs) {
+			if strings.Contains(line, "is forbidden") || strings.Contains(line, "cannot list resource") || strings.Contains(line, "cannot get resource") {
+				j.t.Errorf("%s: %s", app, strings.TrimSpace(line))
+			}
+		}
+	}
 }
 
 // usedAtHub checks that the hub counts want guests of the type in use.
