@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -75,9 +76,11 @@ func Served(config *rest.Config) (bool, error) {
 	return slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == "provisioningrequests" }), nil
 }
 
-// SetupWithManager registers the Controller with a multi-cluster manager.
-func SetupWithManager(mgr mcmanager.Manager) error {
-	r := &Controller{mgr: mgr, now: time.Now}
+// SetupWithManager registers the Controller with a multi-cluster manager;
+// clock gives the instants of the holds' bookings (the agent's one clock for
+// holds).
+func SetupWithManager(mgr mcmanager.Manager, clock clock.PassiveClock) error {
+	r := &Controller{mgr: mgr, now: clock.Now}
 	copts := controller.TypedOptions[mcreconcile.Request]{}
 	copts.DefaultFromConfig(mgr.GetControllerOptions())
 	err := mcbuilder.ControllerManagedBy(mgr).

@@ -13,6 +13,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
@@ -44,7 +45,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 				served, err := provisioningrequest.Served(mgr.GetLocalManager().GetConfig())
 				Expect(err).NotTo(HaveOccurred())
 				Expect(served).To(BeTrue(), "discovery does not show the ProvisioningRequest CRD the suite installed")
-				return provisioningrequest.SetupWithManager(mgr)
+				return provisioningrequest.SetupWithManager(mgr, clock.RealClock{})
 			},
 		},
 	})
