@@ -93,8 +93,10 @@ type TokenAuthOptions struct {
 	Clock cache.Clock
 }
 
-// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
-// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// The hub's ServiceAccount creates TokenReviews and SubjectAccessReviews
+// through a binding to the built-in ClusterRole system:auth-delegator (as
+// metrics-server and aggregated API servers do), not a generated rule:
+// deploy/hub/manager/rbac_bindings.yaml and the chart's access-roles.yaml.
 
 // TokenAuthorizer authenticates bearer tokens with TokenReview and
 // authorizes Query calls with SubjectAccessReview against the hub cluster,
