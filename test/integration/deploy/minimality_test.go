@@ -107,6 +107,11 @@ var ruleNeeds = []ruleNeed{
 	{side: "spoke", kind: "ClusterRole", resource: "provisioningrequests/status", group: "spoke-provisioningrequest-status",
 		scenario:  "a ProvisioningRequest of the class is never told Provisioned or Failed: Kueue waits forever",
 		forbidden: forbiddenFor("spoke", "patch", "provisioningrequests/status") + ` in API group "autoscaling.x-k8s.io"`},
+	// Injection by admission policy (--injection=policy): the agent binds
+	// the injection policies to each Machine.
+	{side: "spoke", kind: "ClusterRole", resource: "mutatingadmissionpolicybindings", group: "spoke-injection-policy",
+		scenario:  "with --injection=policy no guest is injected: the agent cannot bind the injection policies to its Machines",
+		forbidden: forbiddenFor("spoke", "get|list|watch|create|patch", "(mutating|validating)admissionpolicybindings")},
 	{side: "spoke", kind: "Role", resource: "services", group: "spoke-informer-services",
 		scenario:  "reservation Services are not kept",
 		forbidden: forbiddenFor("spoke", "list|watch", "services")},
@@ -344,7 +349,13 @@ spec:
 		_, err := cluster.Kubectl(ctx, "delete", "machines.imperator.tenzen-y.io", machineName, "--ignore-not-found", "--wait=false")
 		Expect(err).NotTo(HaveOccurred())
 	})
-	p := start("spoke-minimality-"+name, "spoke", env.spokeArgs()...)
+	var args []string
+	if name == "spoke-injection-policy" {
+		args = env.spokeArgs("--injection=policy")
+	} else {
+		args = env.spokeArgs()
+	}
+	p := start("spoke-minimality-"+name, "spoke", args...)
 	if name == "spoke-provisioningrequest-status" {
 		// A request of the class whose PodTemplate does not exist: the
 		// agent fails it, naming the pod set.
