@@ -42,6 +42,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/query"
 	"github.com/imperator-federation/imperator/internal/cli"
 	"github.com/imperator-federation/imperator/internal/pki"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/repo"
@@ -380,6 +381,28 @@ func TestKubernetesIdentitiesOnTheQueryAPI(t *testing.T) {
 					t.Errorf("ListClusters: %v, want %s", err, tc.wantCode)
 				}
 			})
+		}
+	})
+
+	t.Run("a token opens the query API only", func(t *testing.T) {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(f.caPEM)
+		conn, err := grpc.NewClient(f.hub.Address(),
+			grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})),
+			grpc.WithPerRPCCredentials(bearer(adminToken)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := federationv1.NewFederationClient(conn).Renew(ctx, &federationv1.RenewRequest{}); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("Renew with an admin's token: %v, want Unauthenticated (spokes' calls need a spoke certificate)", err)
+		}
+		stream, err := federationv1.NewFederationClient(conn).Report(ctx)
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if status.Code(err) != codes.Unauthenticated {
+			t.Errorf("Report with an admin's token: %v, want Unauthenticated", err)
 		}
 	})
 
