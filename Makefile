@@ -106,6 +106,7 @@ bench-smoke: k8s-bin ## Every benchmark once at its smallest size, so that none 
 
 .PHONY: e2e
 e2e: k8s-bin build ## The multi-cluster journeys against a fleet started for the run (or E2E_FLEET=.fleet/fleet.json); HOSTED=1: spoke-b served by a hosted agent; HUB_REPLICAS=2: two hub replicas, spoke-b on the second; E2E_FOCUS: only the journeys it matches (ginkgo focus).
+	@hack/tools.sh path kueue >/dev/null # journey 11's Kueue manager: built once per version into the tool cache, not inside a spec's timeout
 	E2E_HOSTED=$(HOSTED) E2E_HUB_REPLICAS=$(HUB_REPLICAS) E2E_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -v ./test/e2e/ $(if $(E2E_FOCUS),-ginkgo.focus '$(E2E_FOCUS)')
 
 .PHONY: e2e-hosted
