@@ -21,7 +21,15 @@ const (
 	// ReasonResourcesNotStated: the template does not ask for exactly the
 	// type's resources, so Kueue's quota would not count them.
 	ReasonResourcesNotStated = "ResourcesNotStated"
+	// ReasonTooManyUnits: the pod sets of one machine type add up to more
+	// units than one CapacityHold can hold (MaxUnits).
+	ReasonTooManyUnits = "TooManyUnits"
 )
+
+// MaxUnits is the most units one CapacityHold holds (the maximum of its
+// spec.count): a request booking more of one type is refused instead of
+// failing to create its hold on every retry.
+const MaxUnits = 10000
 
 // Booking is the units of one machine type a request books: one
 // CapacityHold.
@@ -44,7 +52,8 @@ func (r *Refusal) Error() string { return r.Reason + ": " + r.Message }
 // request namespace's PodTemplates by name; machines are the Machines the
 // types are looked up in. It refuses the request when a pod set's template
 // is missing, names no group and type, names a type no Machine of the group
-// offers, or does not state the type's resources on its target container.
+// offers, or does not state the type's resources on its target container,
+// and when the pod sets of one type add up to more than MaxUnits.
 func Bookings(podSets []PodSet, templates map[string]*corev1.PodTemplate, machines []imperatorv1alpha1.Machine) ([]Booking, *Refusal) {
 	if len(podSets) == 0 {
 		return nil, &Refusal{Reason: ReasonPodSetNotMapped, Message: "spec.podSets is empty: nothing to hold"}
@@ -78,6 +87,12 @@ func Bookings(podSets []PodSet, templates map[string]*corev1.PodTemplate, machin
 		if at < 0 {
 			bookings = append(bookings, Booking{MachineGroup: group, MachineType: typeName})
 			at = len(bookings) - 1
+		}
+		// In int64: int32 counts of many pod sets could wrap round.
+		if total := int64(bookings[at].Count) + int64(ps.Count); total > MaxUnits {
+			return nil, &Refusal{Reason: ReasonTooManyUnits, Message: fmt.Sprintf(
+				"%s: the pod sets of machine type %s of machine group %s add up to %d units, more than a CapacityHold's %d",
+				path, typeName, group, total, MaxUnits)}
 		}
 		bookings[at].Count += ps.Count
 	}

@@ -1,6 +1,7 @@
 package provisioningrequest
 
 import (
+	"math"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -78,6 +79,24 @@ func TestBookings(t *testing.T) {
 		},
 		"no pod sets is refused": {
 			wantRefusal: &Refusal{Reason: ReasonPodSetNotMapped, Message: "spec.podSets is empty: nothing to hold"},
+		},
+		"pod sets of one type adding up to more units than a hold can have are refused, their sum not wrapping round": {
+			podSets: []PodSet{{PodTemplateRef: Reference{Name: "w"}, Count: math.MaxInt32}, {PodTemplateRef: Reference{Name: "w"}, Count: math.MaxInt32},
+				{PodTemplateRef: Reference{Name: "w"}, Count: 2}},
+			templates: []*corev1.PodTemplate{template("w", group, "compute-xlarge", xlargeUnit())},
+			wantRefusal: &Refusal{Reason: ReasonTooManyUnits, Message: "spec.podSets[0]: the pod sets of machine type compute-xlarge of machine group general-machine " +
+				"add up to 2147483647 units, more than a CapacityHold's 10000"},
+		},
+		"pod sets of one type adding up to one unit more than a hold can have are refused": {
+			podSets:   []PodSet{{PodTemplateRef: Reference{Name: "w"}, Count: 6000}, {PodTemplateRef: Reference{Name: "w"}, Count: 4001}},
+			templates: []*corev1.PodTemplate{template("w", group, "compute-xlarge", xlargeUnit())},
+			wantRefusal: &Refusal{Reason: ReasonTooManyUnits, Message: "spec.podSets[1]: the pod sets of machine type compute-xlarge of machine group general-machine " +
+				"add up to 10001 units, more than a CapacityHold's 10000"},
+		},
+		"pod sets adding up to a hold's maximum are one booking": {
+			podSets:      []PodSet{{PodTemplateRef: Reference{Name: "w"}, Count: 9999}, {PodTemplateRef: Reference{Name: "w"}, Count: 1}},
+			templates:    []*corev1.PodTemplate{template("w", group, "compute-xlarge", xlargeUnit())},
+			wantBookings: []Booking{{MachineGroup: group, MachineType: "compute-xlarge", Count: 10000}},
 		},
 		"a count below 1 is refused": {
 			podSets:     []PodSet{{PodTemplateRef: Reference{Name: "w"}, Count: 0}},

@@ -204,7 +204,7 @@ func (r *Controller) book(ctx context.Context, c client.Client, pr *Provisioning
 	if refusal != nil {
 		// A Machine or PodTemplate created with the request may not be in
 		// the cache yet.
-		if wait := pr.CreationTimestamp.Add(machineGrace).Sub(r.now()); wait > 0 && refusal.Reason != ReasonResourcesNotStated {
+		if wait := pr.CreationTimestamp.Add(machineGrace).Sub(r.now()); wait > 0 && refusal.Reason != ReasonResourcesNotStated && refusal.Reason != ReasonTooManyUnits {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 		Refuse(pr, refusal)
