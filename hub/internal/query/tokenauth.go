@@ -5,19 +5,26 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/lru"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
@@ -76,6 +83,27 @@ const (
 	// account and OIDC tokens are a few kilobytes, and token calls come
 	// through the anonymous server, whose headers are at most 8KiB.
 	maxBearerTokenBytes = 7 << 10
+	// DefaultTokenReviewRate and DefaultTokenReviewBurst bound the
+	// TokenReviews of tokens the caches do not know, of all callers
+	// together: token calls come through the anonymous server, anyone can
+	// send a new random token with each call, and the hub's client has no
+	// client-side rate limit (its own writes and leases share the API
+	// server's fairness share with these reviews). A known token, accepted
+	// or refused, costs no review within the TTL.
+	DefaultTokenReviewRate  = 50
+	DefaultTokenReviewBurst = 100
+	// DefaultSourceTokenReviewRate and DefaultSourceTokenReviewBurst bound
+	// them per source (an IPv4 address, an IPv6 /64), so that one source
+	// cannot take every review of the hub: a person presents one token per
+	// TTL, a NAT of many people a few.
+	DefaultSourceTokenReviewRate  = 5
+	DefaultSourceTokenReviewBurst = 20
+	// maxReviewSources bounds the sources whose review rate is tracked; the
+	// least recently seen is forgotten first.
+	maxReviewSources = 16384
+	// reviewTimeout bounds one TokenReview or SubjectAccessReview, whatever
+	// the caller's deadline (a call may have none).
+	reviewTimeout = 10 * time.Second
 )
 
 // TokenAuthOptions configure a TokenAuthorizer.
@@ -91,6 +119,13 @@ type TokenAuthOptions struct {
 	Audiences []string
 	// Clock of the caches; the real clock when nil.
 	Clock cache.Clock
+	// ReviewRate (per second) and ReviewBurst bound the TokenReviews of
+	// unknown tokens of all callers together; SourceReviewRate and
+	// SourceReviewBurst per source. The Default*TokenReview* constants when
+	// zero. Beyond them a call with an unknown token is refused with
+	// ResourceExhausted, before the hub cluster's API is asked.
+	ReviewRate, SourceReviewRate   float64
+	ReviewBurst, SourceReviewBurst int
 }
 
 // The hub's ServiceAccount creates TokenReviews and SubjectAccessReviews
@@ -106,8 +141,17 @@ type TokenAuthorizer struct {
 	client    kubernetes.Interface
 	ttl       time.Duration
 	audiences []string
+	// users holds accepted tokens and refused the refused ones, apart:
+	// a flood of unknown tokens evicts no accepted one.
 	users     *cache.LRUExpireCache // sha256(token) -> authentication
+	refused   *cache.LRUExpireCache // sha256(token) -> authentication
 	decisions *cache.LRUExpireCache // reviewKey -> decision
+
+	reviews     *rate.Limiter
+	sourceRate  rate.Limit
+	sourceBurst int
+	sourcesMu   sync.Mutex
+	sources     *lru.Cache // source -> *rate.Limiter
 }
 
 // NewTokenAuthorizer returns an authorizer asking c, the hub cluster's API.
@@ -117,6 +161,22 @@ func NewTokenAuthorizer(c kubernetes.Interface, opts TokenAuthOptions) (*TokenAu
 	}
 	if opts.TTL < 0 || opts.Size < 0 {
 		return nil, fmt.Errorf("creating the token authorizer: TTL %s and size %d must not be negative", opts.TTL, opts.Size)
+	}
+	if opts.ReviewRate < 0 || opts.ReviewBurst < 0 || opts.SourceReviewRate < 0 || opts.SourceReviewBurst < 0 {
+		return nil, fmt.Errorf("creating the token authorizer: review rates %g, %g and bursts %d, %d must not be negative",
+			opts.ReviewRate, opts.SourceReviewRate, opts.ReviewBurst, opts.SourceReviewBurst)
+	}
+	if opts.ReviewRate == 0 {
+		opts.ReviewRate = DefaultTokenReviewRate
+	}
+	if opts.ReviewBurst == 0 {
+		opts.ReviewBurst = DefaultTokenReviewBurst
+	}
+	if opts.SourceReviewRate == 0 {
+		opts.SourceReviewRate = DefaultSourceTokenReviewRate
+	}
+	if opts.SourceReviewBurst == 0 {
+		opts.SourceReviewBurst = DefaultSourceTokenReviewBurst
 	}
 	if opts.TTL == 0 {
 		opts.TTL = DefaultTokenAuthTTL
@@ -129,12 +189,60 @@ func NewTokenAuthorizer(c kubernetes.Interface, opts TokenAuthOptions) (*TokenAu
 		newCache = func(size int) *cache.LRUExpireCache { return cache.NewLRUExpireCacheWithClock(size, opts.Clock) }
 	}
 	return &TokenAuthorizer{
-		client:    c,
-		ttl:       opts.TTL,
-		audiences: slices.Clone(opts.Audiences),
-		users:     newCache(opts.Size),
-		decisions: newCache(opts.Size),
+		client:      c,
+		ttl:         opts.TTL,
+		audiences:   slices.Clone(opts.Audiences),
+		users:       newCache(opts.Size),
+		refused:     newCache(opts.Size),
+		decisions:   newCache(opts.Size),
+		reviews:     rate.NewLimiter(rate.Limit(opts.ReviewRate), opts.ReviewBurst),
+		sourceRate:  rate.Limit(opts.SourceReviewRate),
+		sourceBurst: opts.SourceReviewBurst,
+		sources:     lru.New(maxReviewSources),
 	}, nil
+}
+
+// allowReview reports whether the caller in ctx may have a token reviewed
+// now: within its source's rate first, then within the hub's.
+func (a *TokenAuthorizer) allowReview(ctx context.Context) error {
+	source := reviewSourceOf(ctx)
+	a.sourcesMu.Lock()
+	limiter, ok := a.sources.Get(source)
+	if !ok {
+		limiter = rate.NewLimiter(a.sourceRate, a.sourceBurst)
+		a.sources.Add(source, limiter)
+	}
+	a.sourcesMu.Unlock()
+	if !limiter.(*rate.Limiter).Allow() {
+		return status.Errorf(codes.ResourceExhausted, "too many new bearer tokens from %s (more than %g a second): retry later with a token the hub has seen", source, float64(a.sourceRate))
+	}
+	if !a.reviews.Allow() {
+		return status.Errorf(codes.ResourceExhausted, "the hub is authenticating more than %g new bearer tokens a second: retry later", float64(a.reviews.Limit()))
+	}
+	return nil
+}
+
+// reviewSourceOf is the source of the call in ctx as the hub's connection
+// limits count it: an IPv4 address, the /64 of an IPv6 one ("" when
+// unknown: all such calls share one source).
+func reviewSourceOf(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	host := p.Addr.String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap()
+	if ip.Is6() {
+		return netip.PrefixFrom(ip.WithZone(""), 64).Masked().String()
+	}
+	return ip.String()
 }
 
 // tokenUser is who a bearer token authenticates as.
@@ -229,13 +337,17 @@ func (a *TokenAuthorizer) Authorize(ctx context.Context, fullMethod string) (con
 func (a *TokenAuthorizer) authenticate(ctx context.Context, token string) (*tokenUser, error) {
 	key := sha256.Sum256([]byte(token))
 	if cached, ok := a.users.Get(key); ok {
-		auth := cached.(authentication)
-		if auth.user == nil {
-			return nil, status.Errorf(codes.Unauthenticated, "the bearer token was refused by the hub cluster: %s", auth.refusal)
-		}
-		return auth.user, nil
+		return cached.(authentication).user, nil
 	}
-	review, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+	if cached, ok := a.refused.Get(key); ok {
+		return nil, status.Errorf(codes.Unauthenticated, "the bearer token was refused by the hub cluster: %s", cached.(authentication).refusal)
+	}
+	if err := a.allowReview(ctx); err != nil {
+		return nil, err
+	}
+	reviewCtx, cancel := context.WithTimeout(ctx, reviewTimeout)
+	defer cancel()
+	review, err := a.client.AuthenticationV1().TokenReviews().Create(reviewCtx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -258,10 +370,11 @@ func (a *TokenAuthorizer) authenticate(ctx context.Context, token string) (*toke
 	} else if auth.refusal == "" {
 		auth.refusal = "not authenticated"
 	}
-	a.users.Add(key, auth, a.ttl)
 	if auth.user == nil {
+		a.refused.Add(key, auth, a.ttl)
 		return nil, status.Errorf(codes.Unauthenticated, "the bearer token was refused by the hub cluster: %s", auth.refusal)
 	}
+	a.users.Add(key, auth, a.ttl)
 	return auth.user, nil
 }
 
@@ -300,7 +413,9 @@ func (c *tokenCaller) allowed(ctx context.Context, verb, resource, namespace str
 	key := c.user.reviewKey(verb, resource, namespace)
 	d, ok := c.auth.decisions.Get(key)
 	if !ok {
-		review, err := c.auth.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+		reviewCtx, cancel := context.WithTimeout(ctx, reviewTimeout)
+		defer cancel()
+		review, err := c.auth.client.AuthorizationV1().SubjectAccessReviews().Create(reviewCtx, &authorizationv1.SubjectAccessReview{
 			Spec: authorizationv1.SubjectAccessReviewSpec{
 				User:   c.user.name,
 				UID:    c.user.uid,
