@@ -307,7 +307,15 @@ spec:
         family: hopper
     available: 2
 `, machineName, gpuNode, machineType)
-	j.apply(ctx, clusterName, machine)
+	// The webhook Service answers once kube-proxy has the agent's endpoints,
+	// which may be a moment after the rollout: until then the API server's
+	// call is refused, as it would be for a user applying a Machine right
+	// after `rollout status`.
+	start := time.Now()
+	j.eventually(ctx, "the Machine is admitted through the webhook Service", time.Minute, func(ctx context.Context) error {
+		return j.tryApply(ctx, clusterName, machine)
+	})
+	j.figure("Machine admitted after the agent's rollout", time.Since(start))
 	j.apply(ctx, clusterName, fmt.Sprintf(`apiVersion: v1
 kind: Namespace
 metadata:
@@ -620,6 +628,20 @@ func (j *journey) kubectl(ctx context.Context, kctx string, args ...string) stri
 func (j *journey) kubectlOut(ctx context.Context, args ...string) string {
 	out, _ := j.cluster.Kubectl(ctx, args...)
 	return out
+}
+
+// tryApply is kubectl apply -f of manifest, its failure returned.
+func (j *journey) tryApply(ctx context.Context, kctx, manifest string) error {
+	path := filepath.Join(j.cluster.Dir, fmt.Sprintf("apply-%d.yaml", time.Now().UnixNano()))
+	if err := os.WriteFile(path, []byte(manifest), 0o600); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(harness.BinDir(), "kubectl"), "--context", kctx, "apply", "-f", path)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+j.kubeconfig)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kubectl apply: %w: %s", err, out)
+	}
+	return nil
 }
 
 func (j *journey) apply(ctx context.Context, kctx, manifest string) {
