@@ -24,6 +24,9 @@ const (
 	// ReasonTooManyUnits: the pod sets of one machine type add up to more
 	// units than one CapacityHold can hold (MaxUnits).
 	ReasonTooManyUnits = "TooManyUnits"
+	// ReasonHoldNameTaken: a CapacityHold not made for the request has the
+	// name of the request's hold (HoldName).
+	ReasonHoldNameTaken = "HoldNameTaken"
 )
 
 // MaxUnits is the most units one CapacityHold holds (the maximum of its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -153,7 +154,9 @@ func (r *Controller) Reconcile(ctx context.Context, req mcreconcile.Request) (ct
 	var release []string
 	switch {
 	case meta.IsStatusConditionTrue(pr.Status.Conditions, ConditionFailed):
-		release = HoldNames(pr)
+		// Every hold made for this request, also those made before a
+		// later one was refused (not recorded in its status).
+		release = slices.Sorted(maps.Keys(holds))
 	case Final(pr):
 	default:
 		if !ProvisionedOnce(pr) {
@@ -218,9 +221,14 @@ func (r *Controller) book(ctx context.Context, c client.Client, pr *Provisioning
 		if _, ok := holds[name]; ok {
 			continue
 		}
-		hold, err := r.createHold(ctx, c, pr, name, b)
+		hold, refusal, err := r.createHold(ctx, c, pr, name, b)
 		if err != nil {
 			return ctrl.Result{}, err
+		}
+		if refusal != nil {
+			Refuse(pr, refusal)
+			ctrl.LoggerFrom(ctx).V(1).Info("Refused a ProvisioningRequest", "provisioningRequest", klog.KObj(pr), "reason", refusal.Reason, "message", refusal.Message)
+			return ctrl.Result{}, nil
 		}
 		if hold != nil {
 			holds[name] = hold
@@ -232,8 +240,9 @@ func (r *Controller) book(ctx context.Context, c client.Client, pr *Provisioning
 
 // createHold creates the hold name for booking b of pr: for pr's namespace
 // only, labelled with pr's namespace, name and UID. It returns nil when a
-// hold of that name exists already.
-func (r *Controller) createHold(ctx context.Context, c client.Client, pr *ProvisioningRequest, name string, b Booking) (*imperatorv1alpha1.CapacityHold, error) {
+// hold of that name made for a request of pr's name exists already, and a
+// refusal when a hold of that name was not made for one (HoldNameTaken).
+func (r *Controller) createHold(ctx context.Context, c client.Client, pr *ProvisioningRequest, name string, b Booking) (*imperatorv1alpha1.CapacityHold, *Refusal, error) {
 	hold := &imperatorv1alpha1.CapacityHold{
 		ObjectMeta: metav1.ObjectMeta{Name: name,
 			Labels:      map[string]string{RequestNamespaceLabel: pr.Namespace, RequestUIDLabel: string(pr.UID)},
@@ -247,17 +256,30 @@ func (r *Controller) createHold(ctx context.Context, c client.Client, pr *Provis
 		},
 	}
 	if err := c.Create(ctx, hold); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			// Made by an earlier reconcile the cache does not show yet
-			// (its event comes back here), or left by an earlier request
-			// of the same name, which releaseStale deletes.
-			return nil, nil
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, nil, fmt.Errorf("creating CapacityHold %s for ProvisioningRequest %s: %w", name, klog.KObj(pr), err)
 		}
-		return nil, fmt.Errorf("creating CapacityHold %s for ProvisioningRequest %s: %w", name, klog.KObj(pr), err)
+		// Made by an earlier reconcile the cache does not show yet (its
+		// event comes back here), or left by an earlier request of the
+		// same name, which releaseStale deletes; or someone else's, whose
+		// end no event of ours would tell (a fleet hold of that name).
+		existing := &imperatorv1alpha1.CapacityHold{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, existing); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, nil, nil
+			}
+			return nil, nil, fmt.Errorf("getting CapacityHold %s for ProvisioningRequest %s: %w", name, klog.KObj(pr), err)
+		}
+		if !MadeFor(existing, pr.Namespace, pr.Name) {
+			return nil, &Refusal{Reason: ReasonHoldNameTaken, Message: fmt.Sprintf(
+				"CapacityHold %s, the name of this request's hold of %s/%s, is taken by a hold not made for it (fleet hold %q): recreate the request under another name",
+				name, b.MachineGroup, b.MachineType, existing.Spec.FleetHold)}, nil
+		}
+		return nil, nil, nil
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Created a CapacityHold for a ProvisioningRequest", "provisioningRequest", klog.KObj(pr),
 		"capacityHold", name, "machineGroup", b.MachineGroup, "machineType", b.MachineType, "count", b.Count)
-	return hold, nil
+	return hold, nil, nil
 }
 
 // holdsOf returns the holds made for pr (by its UID), by name.

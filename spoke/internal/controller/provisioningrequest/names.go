@@ -3,6 +3,8 @@ package provisioningrequest
 import (
 	"crypto/sha256"
 	"encoding/hex"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 )
 
 // Labels and annotation on the CapacityHolds the Controller makes, naming
@@ -28,4 +30,12 @@ const (
 func HoldName(namespace, request, group, machineType string) string {
 	sum := sha256.Sum256([]byte(namespace + "/" + request + "/" + group + "/" + machineType))
 	return "pr-" + hex.EncodeToString(sum[:])[:37]
+}
+
+// MadeFor tells whether hold is one the Controller made for the
+// ProvisioningRequest namespace/request. A hold of the name HoldName gives
+// that was not (a fleet hold named so: fleet hold names are chosen by their
+// holder and HoldName is no secret) serves neither the request nor its pods.
+func MadeFor(hold *imperatorv1alpha1.CapacityHold, namespace, request string) bool {
+	return hold.Labels[RequestNamespaceLabel] == namespace && hold.Annotations[RequestNameAnnotation] == request
 }

@@ -22,23 +22,24 @@ import (
 // the guest's machine type; else, for a consumer of the legacy class
 // imperator.tenzen-y.io/capacity-hold, the hold its annotation names. ""
 // when it asks for none. The source names the field for messages.
-func heldName(pod *corev1.Pod, namespace string) (name, source string) {
+// forRequest is the request of the class whose hold it is ("" otherwise).
+func heldName(pod *corev1.Pod, namespace string) (name, source, forRequest string) {
 	if name := pod.Labels[imperatorv1alpha1.HoldKey]; name != "" {
-		return name, "label " + imperatorv1alpha1.HoldKey
+		return name, "label " + imperatorv1alpha1.HoldKey, ""
 	}
 	request := pod.Annotations[imperatorv1alpha1.ConsumeProvisioningRequestAnnotation]
 	if request == "" {
-		return "", ""
+		return "", "", ""
 	}
 	source = "annotation " + imperatorv1alpha1.ConsumeProvisioningRequestAnnotation
 	switch pod.Annotations[imperatorv1alpha1.ProvisioningClassNameAnnotation] {
 	case imperatorv1alpha1.CapacityHoldProvisioningClass:
 		group, typeName := pod.Labels[imperatorv1alpha1.MachineGroupKey], pod.Labels[imperatorv1alpha1.MachineTypeKey]
-		return provisioningrequest.HoldName(namespace, request, group, typeName), source + ": ProvisioningRequest " + namespace + "/" + request
+		return provisioningrequest.HoldName(namespace, request, group, typeName), source + ": ProvisioningRequest " + namespace + "/" + request, request
 	case imperatorv1alpha1.LegacyCapacityHoldProvisioningClass:
-		return request, source
+		return request, source, ""
 	}
-	return "", ""
+	return "", "", ""
 }
 
 // holdClaim resolves the hold a guest of namespace asks for into the UID
@@ -52,7 +53,7 @@ func heldName(pod *corev1.Pod, namespace string) (name, source string) {
 // the guest's, denies the guest. A hold the cache does not show is read
 // through live, when given (nil: the cache alone decides).
 func holdClaim(ctx context.Context, cache, live client.Reader, pod *corev1.Pod, namespace string) (uid, warning string, err error) {
-	name, source := heldName(pod, namespace)
+	name, source, forRequest := heldName(pod, namespace)
 	if name == "" {
 		return "", "", nil
 	}
@@ -66,6 +67,11 @@ func holdClaim(ctx context.Context, cache, live client.Reader, pod *corev1.Pod, 
 			return "", fmt.Sprintf("CapacityHold %q (%s) does not exist: this guest claims no hold and waits in the ordinary line", name, source), nil
 		}
 		return "", "", fmt.Errorf("getting CapacityHold %s: %w", name, err)
+	}
+	if forRequest != "" && !provisioningrequest.MadeFor(hold, namespace, forRequest) {
+		// A hold someone else named as the agent names the request's: it
+		// neither serves nor denies the request's pods.
+		return "", fmt.Sprintf("CapacityHold %q (%s) was not made for that request: this guest claims no hold and waits in the ordinary line", name, source), nil
 	}
 	group, typeName := pod.Labels[imperatorv1alpha1.MachineGroupKey], pod.Labels[imperatorv1alpha1.MachineTypeKey]
 	if hold.Spec.MachineGroup != group || hold.Spec.MachineType != typeName {

@@ -54,6 +54,13 @@ func TestHandleStampsTheHoldAGuestClaims(t *testing.T) {
 		return p
 	}
 	requestHold := provisioningrequest.HoldName("team-a", "train", group, "compute-xlarge")
+	// madeForTrain labels a hold as the agent labels the one it makes for
+	// ProvisioningRequest team-a/train.
+	madeForTrain := func(w *wrappers.CapacityHoldWrapper) {
+		w.Labels = map[string]string{provisioningrequest.RequestNamespaceLabel: "team-a", provisioningrequest.RequestUIDLabel: "uid-of-train"}
+		w.Annotations = map[string]string{provisioningrequest.RequestNameAnnotation: "train"}
+		w.Namespaces("team-a")
+	}
 
 	cases := map[string]struct {
 		holds       []client.Object
@@ -68,9 +75,14 @@ func TestHandleStampsTheHoldAGuestClaims(t *testing.T) {
 			wantUID: "uid-train",
 		},
 		"a ProvisioningRequest consumer of the capacity-hold class claims the hold made for its request and type": {
-			holds:   []client.Object{hold("train", "uid-train", nil), hold(requestHold, "uid-request", nil)},
+			holds:   []client.Object{hold("train", "uid-train", nil), hold(requestHold, "uid-request", madeForTrain)},
 			pod:     consumer(imperatorv1alpha1.CapacityHoldProvisioningClass),
 			wantUID: "uid-request",
+		},
+		"a hold named as the agent names a request's but not made for it (a fleet hold of another team) neither serves nor denies the request's pods": {
+			holds:       []client.Object{hold(requestHold, "uid-squatter", func(w *wrappers.CapacityHoldWrapper) { w.Namespaces("team-b") })},
+			pod:         consumer(imperatorv1alpha1.CapacityHoldProvisioningClass),
+			wantWarning: "was not made for that request",
 		},
 		"a consumer of a request the agent made no hold for claims nothing, even if a hold has the request's name": {
 			holds:       []client.Object{hold("train", "uid-train", nil)},

@@ -168,6 +168,25 @@ var _ = Describe("A ProvisioningRequest of the capacity-hold class", Ordered, fu
 			HaveField("Reason", pr.ReasonPodSetNotMapped), HaveField("Message", ContainSubstring(`spec.podSets[1].podTemplateRef: PodTemplate "gone" does not exist`))))
 	})
 
+	It("fails HoldNameTaken, leaving that hold alone, when a hold not made for it has its hold's name (a fleet hold named so)", func(ctx context.Context) {
+		holdName := pr.HoldName(namespace, "squatted", group, machineType)
+		squatter := wrappers.MakeCapacityHold(holdName, group, machineType, 1).ValidUntil(time.Now().Add(time.Hour)).Namespaces("team-b").Obj()
+		Expect(k8s.Create(ctx, squatter)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			Expect(client.IgnoreNotFound(k8s.Delete(ctx, squatter))).To(Succeed())
+		})
+		Expect(k8s.Create(ctx, request("squatted", imperatorv1alpha1.CapacityHoldProvisioningClass,
+			pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 1}))).To(Succeed())
+		Eventually(condition(ctx, "squatted", pr.ConditionFailed)).WithTimeout(10 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", pr.ReasonHoldNameTaken),
+			HaveField("Message", ContainSubstring("is taken by a hold not made for it"))))
+		Consistently(func(g Gomega) {
+			got := &imperatorv1alpha1.CapacityHold{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Name: holdName}, got)).To(Succeed())
+			g.Expect(got.UID).To(Equal(squatter.UID))
+		}).WithTimeout(2 * time.Second).Should(Succeed())
+	})
+
 	It("leaves a request of another class alone", func(ctx context.Context) {
 		Expect(k8s.Create(ctx, request("other", "check-capacity.autoscaling.x-k8s.io",
 			pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 1}))).To(Succeed())
