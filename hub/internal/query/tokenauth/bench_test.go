@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -28,7 +29,9 @@ const coldNamespace = "bench-cold"
 // caller authenticates: a viewer certificate; a ServiceAccount token whose
 // TokenReview and SubjectAccessReview are cached (warm); a new
 // ServiceAccount's token at every call, so that both reviews go to the hub
-// cluster's API server (cold).
+// cluster's API server (cold). The cold calls are paced below the hub's
+// per-source rate of new tokens (query.DefaultSourceTokenReviewRate), with
+// the timer stopped: faster, the hub refuses them (ResourceExhausted).
 func BenchmarkQueryAuth(b *testing.B) {
 	f := setUp(b)
 	ctx := context.Background()
@@ -108,8 +111,12 @@ func BenchmarkQueryAuth(b *testing.B) {
 		call(withToken, viewerToken)
 		latencies := make([]time.Duration, 0, b.N)
 		expiry := int64(3600)
+		pace := rate.NewLimiter(0.9*query.DefaultSourceTokenReviewRate, query.DefaultSourceTokenReviewBurst/2)
 		for i := range b.N {
 			b.StopTimer()
+			if err := pace.Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
 			name := "cold-" + strconv.Itoa(i) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 			if _, err := f.kube.CoreV1().ServiceAccounts(coldNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 				b.Fatal(err)
