@@ -40,6 +40,11 @@ func newKubeCredentials(path, context string) (*kubeCredentials, error) {
 	if cfg.Username != "" || cfg.Password != "" {
 		return nil, fmt.Errorf("kubeconfig %s: the user authenticates with a password; the hub takes bearer tokens (a token, a token file or an exec plugin)", path)
 	}
+	if imp := cfg.Impersonate; imp.UserName != "" || imp.UID != "" || len(imp.Groups) > 0 || len(imp.Extra) > 0 {
+		// The hub reviews the token, whose user is not the impersonated
+		// one: the calls would carry the rights the kubeconfig gives up.
+		return nil, fmt.Errorf("kubeconfig %s: the user impersonates %q (as, as-groups, as-uid, as-user-extra); the hub takes the token's own identity and no impersonation: use a context without it", path, imp.UserName)
+	}
 	tc, err := cfg.TransportConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)

@@ -39,6 +39,7 @@ contexts:
 - {name: plugin, context: {cluster: hub, user: plugin}}
 - {name: certificate, context: {cluster: hub, user: certificate}}
 - {name: password, context: {cluster: hub, user: password}}
+- {name: impersonating, context: {cluster: hub, user: impersonating}}
 current-context: static
 users:
 - name: static
@@ -56,6 +57,8 @@ users:
   user: {client-certificate-data: "", client-key-data: ""}
 - name: password
   user: {username: alice, password: secret}
+- name: impersonating
+  user: {token: admin-token, as: viewer, as-groups: [viewers]}
 `)
 	cases := map[string]struct {
 		context   string
@@ -69,6 +72,9 @@ users:
 		"a user with no token at all":     {context: "certificate", wantErr: "no bearer token", wantCode: codes.Unauthenticated},
 		"a user with a password":          {context: "password", wantErr: "password"},
 		"a context not in the kubeconfig": {context: "elsewhere", wantErr: "elsewhere"},
+		// The hub sees the token's own user: sending it would act with
+		// the rights the kubeconfig meant to give up.
+		"a user impersonating another": {context: "impersonating", wantErr: "impersonates"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
