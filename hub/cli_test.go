@@ -75,6 +75,25 @@ func TestCommandLine(t *testing.T) {
 			wantCode:   exitUsage,
 			wantStderr: []string{"--grace-period", "--listen-address"},
 		},
+		"the bare hub takes Go's one-dash flags as before": {
+			args:       []string{"-grace-period=10ms", "-listen-address", "nowhere"},
+			wantCode:   exitUsage,
+			wantStderr: []string{"invalid configuration", "--grace-period", "--listen-address"},
+		},
+		"one-dash flags of serve": {
+			args:       []string{"serve", "-zap-log-level=debug", "-grace-period=10ms"},
+			wantCode:   exitUsage,
+			wantStderr: []string{"invalid configuration", "--grace-period"},
+		},
+		"one-dash help": {
+			args:       []string{"-help"},
+			wantStdout: []string{"serve", "--listen-address"},
+		},
+		"an unknown one-dash word is still refused": {
+			args:       []string{"-no-such-flag"},
+			wantCode:   exitUsage,
+			wantStderr: []string{"-no-such-flag"},
+		},
 		"client-cert lifetime beyond the maximum": {
 			args:       []string{"client-cert", "--name", "alice", "--hub-address", "hub.example.com:9443", "--validity", "9000h"},
 			wantCode:   exitUsage,

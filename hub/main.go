@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -79,7 +80,7 @@ func usageError(format string, args ...any) error {
 // run executes the hub's command line and returns the exit code.
 func run(args []string, stdout, stderr io.Writer) int {
 	root := newRootCommand(stdout, stderr)
-	root.SetArgs(args)
+	root.SetArgs(goStyleFlags(root, args))
 	err := root.Execute()
 	if err == nil {
 		return exitOK
@@ -95,6 +96,44 @@ func run(args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintln(stderr, "hub:", msg)
 	}
 	return code
+}
+
+// goStyleFlags rewrites -name and -name=value into --name and --name=value
+// for the long flags of root's commands: the hub read its command line with
+// Go's flag package, which takes one dash as well as two, and the
+// deployments and scripts written for it (extraArgs: -zap-log-level=debug)
+// must keep starting it. One-letter flags are pflag shorthands (-h, -v) and
+// stay; nothing after "--" is touched, nor the command line of hub token,
+// which is imperatorctl's.
+func goStyleFlags(root *cobra.Command, args []string) []string {
+	long := map[string]bool{"help": true}
+	var collect func(*cobra.Command)
+	collect = func(c *cobra.Command) {
+		if c.DisableFlagParsing {
+			return
+		}
+		add := func(f *pflag.Flag) { long[f.Name] = true }
+		c.Flags().VisitAll(add)
+		c.PersistentFlags().VisitAll(add)
+		for _, sub := range c.Commands() {
+			collect(sub)
+		}
+	}
+	collect(root)
+	out := make([]string, len(args))
+	copy(out, args)
+	for i, arg := range out {
+		if arg == "--" || (arg == "token" && (i == 0 || !strings.HasPrefix(out[i-1], "-"))) {
+			break
+		}
+		if !strings.HasPrefix(arg, "-") || strings.HasPrefix(arg, "--") {
+			continue
+		}
+		if name, _, _ := strings.Cut(arg[1:], "="); len(name) > 1 && long[name] {
+			out[i] = "-" + arg
+		}
+	}
+	return out
 }
 
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
