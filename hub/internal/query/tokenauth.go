@@ -104,6 +104,12 @@ const (
 	// reviewTimeout bounds one TokenReview or SubjectAccessReview, whatever
 	// the caller's deadline (a call may have none).
 	reviewTimeout = 10 * time.Second
+	// acceptedMemory is how long a token the API server accepted is
+	// remembered, after its authentication's TTL, as one whose next
+	// reviews skip the review rates: a flood of unknown tokens must not
+	// lock out the people already using the hub, whose tokens are reviewed
+	// again every TTL.
+	acceptedMemory = time.Hour
 )
 
 // TokenAuthOptions configure a TokenAuthorizer.
@@ -145,6 +151,7 @@ type TokenAuthorizer struct {
 	// a flood of unknown tokens evicts no accepted one.
 	users     *cache.LRUExpireCache // sha256(token) -> authentication
 	refused   *cache.LRUExpireCache // sha256(token) -> authentication
+	accepted  *cache.LRUExpireCache // sha256(token) -> struct{}, for acceptedMemory
 	decisions *cache.LRUExpireCache // reviewKey -> decision
 
 	reviews     *rate.Limiter
@@ -194,6 +201,7 @@ func NewTokenAuthorizer(c kubernetes.Interface, opts TokenAuthOptions) (*TokenAu
 		audiences:   slices.Clone(opts.Audiences),
 		users:       newCache(opts.Size),
 		refused:     newCache(opts.Size),
+		accepted:    newCache(opts.Size),
 		decisions:   newCache(opts.Size),
 		reviews:     rate.NewLimiter(rate.Limit(opts.ReviewRate), opts.ReviewBurst),
 		sourceRate:  rate.Limit(opts.SourceReviewRate),
@@ -342,8 +350,10 @@ func (a *TokenAuthorizer) authenticate(ctx context.Context, token string) (*toke
 	if cached, ok := a.refused.Get(key); ok {
 		return nil, status.Errorf(codes.Unauthenticated, "the bearer token was refused by the hub cluster: %s", cached.(authentication).refusal)
 	}
-	if err := a.allowReview(ctx); err != nil {
-		return nil, err
+	if _, known := a.accepted.Get(key); !known {
+		if err := a.allowReview(ctx); err != nil {
+			return nil, err
+		}
 	}
 	reviewCtx, cancel := context.WithTimeout(ctx, reviewTimeout)
 	defer cancel()
@@ -371,10 +381,12 @@ func (a *TokenAuthorizer) authenticate(ctx context.Context, token string) (*toke
 		auth.refusal = "not authenticated"
 	}
 	if auth.user == nil {
+		a.accepted.Remove(key)
 		a.refused.Add(key, auth, a.ttl)
 		return nil, status.Errorf(codes.Unauthenticated, "the bearer token was refused by the hub cluster: %s", auth.refusal)
 	}
 	a.users.Add(key, auth, a.ttl)
+	a.accepted.Add(key, struct{}{}, max(acceptedMemory, a.ttl))
 	return auth.user, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/imperator-federation/imperator/hub/hubtest"
 	"github.com/imperator-federation/imperator/hub/internal/query"
@@ -88,8 +89,9 @@ func TestUnknownTokensDoNotFloodTheHubCluster(t *testing.T) {
 		burst       = 10
 		sourceBurst = 3
 	)
+	clock := clocktesting.NewFakeClock(time.Now())
 	auth, err := query.NewTokenAuthorizer(kube, query.TokenAuthOptions{
-		TTL: time.Minute, Size: size,
+		TTL: time.Minute, Size: size, Clock: clock,
 		ReviewRate: 0.01, ReviewBurst: burst, SourceReviewRate: 0.01, SourceReviewBurst: sourceBurst,
 	})
 	if err != nil {
@@ -147,5 +149,20 @@ func TestUnknownTokensDoNotFloodTheHubCluster(t *testing.T) {
 	}
 	if got := reviews.Load() - before; got != 0 {
 		t.Errorf("the person's token after the flood made %d TokenReviews, want 0 (evicted by refused tokens)", got)
+	}
+
+	// Past the TTL the person's token is reviewed again, from a source
+	// that sent nothing yet, while the flood has taken the hub's rate: a
+	// token the API server accepted before is not locked out, a new one is.
+	clock.Step(2 * time.Minute)
+	before = reviews.Load()
+	if _, err := auth.Authorize(callFrom("203.0.113.9", person), method); !authenticated(err) {
+		t.Fatalf("the person's token past the TTL, the hub's review rate taken: %v, want it authenticated", err)
+	}
+	if got := reviews.Load() - before; got != 1 {
+		t.Errorf("the person's token past the TTL made %d TokenReviews, want 1", got)
+	}
+	if _, err := auth.Authorize(callFrom("203.0.113.9", "random-new"), method); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a new token with the hub's review rate taken: %v, want ResourceExhausted", err)
 	}
 }
