@@ -98,6 +98,14 @@ const (
 	// TTL, a NAT of many people a few.
 	DefaultSourceTokenReviewRate  = 5
 	DefaultSourceTokenReviewBurst = 20
+	// DefaultUserAccessReviewRate and DefaultUserAccessReviewBurst bound
+	// the SubjectAccessReviews one authenticated identity's calls cause
+	// beyond the decision cache: CreateHold asks one per namespace it
+	// names, any namespace, so that a viewer naming a new namespace at each
+	// call would otherwise have the hub ask the API server at its calls'
+	// rate. The burst covers a hold of maxNamespaces namespaces.
+	DefaultUserAccessReviewRate  = 20
+	DefaultUserAccessReviewBurst = 2 * maxNamespaces
 	// maxReviewSources bounds the sources whose review rate is tracked; the
 	// least recently seen is forgotten first.
 	maxReviewSources = 16384
@@ -159,6 +167,8 @@ type TokenAuthorizer struct {
 	sourceBurst int
 	sourcesMu   sync.Mutex
 	sources     *lru.Cache // source -> *rate.Limiter
+	usersMu     sync.Mutex
+	userReviews *lru.Cache // user name and uid -> *rate.Limiter
 }
 
 // NewTokenAuthorizer returns an authorizer asking c, the hub cluster's API.
@@ -207,6 +217,7 @@ func NewTokenAuthorizer(c kubernetes.Interface, opts TokenAuthOptions) (*TokenAu
 		sourceRate:  rate.Limit(opts.SourceReviewRate),
 		sourceBurst: opts.SourceReviewBurst,
 		sources:     lru.New(maxReviewSources),
+		userReviews: lru.New(opts.Size),
 	}, nil
 }
 
@@ -226,6 +237,23 @@ func (a *TokenAuthorizer) allowReview(ctx context.Context) error {
 	}
 	if !a.reviews.Allow() {
 		return status.Errorf(codes.ResourceExhausted, "the hub is authenticating more than %g new bearer tokens a second: retry later", float64(a.reviews.Limit()))
+	}
+	return nil
+}
+
+// allowAccessReview reports whether u's call may ask a SubjectAccessReview
+// the decision cache does not answer.
+func (a *TokenAuthorizer) allowAccessReview(u *tokenUser) error {
+	key := u.name + "\x00" + u.uid
+	a.usersMu.Lock()
+	limiter, ok := a.userReviews.Get(key)
+	if !ok {
+		limiter = rate.NewLimiter(DefaultUserAccessReviewRate, DefaultUserAccessReviewBurst)
+		a.userReviews.Add(key, limiter)
+	}
+	a.usersMu.Unlock()
+	if !limiter.(*rate.Limiter).Allow() {
+		return status.Errorf(codes.ResourceExhausted, "%q asks the hub more than %d new authorization decisions a second: retry later", u.name, DefaultUserAccessReviewRate)
 	}
 	return nil
 }
@@ -425,6 +453,9 @@ func (c *tokenCaller) allowed(ctx context.Context, verb, resource, namespace str
 	key := c.user.reviewKey(verb, resource, namespace)
 	d, ok := c.auth.decisions.Get(key)
 	if !ok {
+		if err := c.auth.allowAccessReview(c.user); err != nil {
+			return err
+		}
 		reviewCtx, cancel := context.WithTimeout(ctx, reviewTimeout)
 		defer cancel()
 		review, err := c.auth.client.AuthorizationV1().SubjectAccessReviews().Create(reviewCtx, &authorizationv1.SubjectAccessReview{

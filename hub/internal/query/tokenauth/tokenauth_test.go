@@ -483,6 +483,39 @@ users:
 		}
 	})
 
+	// CreateHold asks one SubjectAccessReview per namespace it names, any
+	// namespace: an identity naming a new one at each call has the hub ask
+	// the API server a bounded number a second, not one per call.
+	t.Run("new decisions of one identity are rate limited", func(t *testing.T) {
+		viewer := f.dial(t, viewerToken)
+		const calls = 200
+		exhausted := 0
+		start := time.Now()
+		for i := range calls {
+			err := createHold(fmt.Sprintf("random-%d", i))(ctx, viewer)
+			switch status.Code(err) {
+			case codes.PermissionDenied:
+			case codes.ResourceExhausted:
+				exhausted++
+			default:
+				t.Fatalf("CreateHold in a new namespace by a viewer: %v, want PermissionDenied or ResourceExhausted", err)
+			}
+		}
+		allowed := query.DefaultUserAccessReviewBurst + int(query.DefaultUserAccessReviewRate*time.Since(start).Seconds()) + 1
+		if exhausted < calls-allowed {
+			t.Errorf("%d of %d calls in new namespaces refused as ResourceExhausted in %s, want at least %d", exhausted, calls, time.Since(start).Round(time.Millisecond), calls-allowed)
+		}
+		// The identity's rate refills: its calls are answered again.
+		var err error
+		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err = viewer.ListClusters(ctx, &queryv1.ListClustersRequest{})
+			return err == nil, nil
+		})
+		if err != nil {
+			t.Errorf("ListClusters after the identity's burst: %v", err)
+		}
+	})
+
 	// Revocation: the viewer's binding removed and the holder's
 	// ServiceAccount deleted are honoured within the cache's TTL.
 	t.Run("revocation within the TTL", func(t *testing.T) {
