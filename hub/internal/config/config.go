@@ -76,6 +76,13 @@ type Config struct {
 	// fault suite runs a replica whose clock is off, to show that replicas
 	// never compare each other's times). Zero in production.
 	ClockOffset time.Duration
+	// TokenAudiences, when set, are the audiences a person's bearer token
+	// must be issued for (kubectl create token --audience, or an exec
+	// plugin that asks for one): a token meant only for the hub cluster's
+	// API server is then refused, so that a hub address that is not ours
+	// cannot collect tokens that open the API server. Empty: the API
+	// server's own audiences.
+	TokenAudiences []string
 }
 
 // LeaderElectionID names the Lease of the hub's leader election.
@@ -137,6 +144,13 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RevocationsRefresh, "revocations-refresh", c.RevocationsRefresh, "How often every replica rereads the list of revoked certificates.")
 	fs.DurationVar(&c.HoldDeadline, "hold-deadline", c.HoldDeadline, "How long a fleet hold waits for the chosen spokes' answers before it fails and releases the others' parts (1s to 1m).")
 	fs.DurationVar(&c.ClockOffset, "clock-offset", c.ClockOffset, "For tests only: run the hub's clock this much ahead (negative: behind) of the system clock, to test clock skew between replicas. Leave unset in production.")
+	fs.Func("token-audiences", "Comma-separated audiences a person's bearer token must be issued for (kubectl create token --audience=...); default: the hub cluster API server's own. Set it so that tokens given to the hub do not open the API server.", func(v string) error {
+		c.TokenAudiences = nil
+		for a := range strings.SplitSeq(v, ",") {
+			c.TokenAudiences = append(c.TokenAudiences, strings.TrimSpace(a))
+		}
+		return nil
+	})
 	fs.BoolVar(&c.LeaderElect, "leader-elect", c.LeaderElect, "Elect one replica for the single-writer work (placement scores, marking silent clusters Unknown); disable only when exactly one hub runs.")
 }
 
@@ -208,6 +222,11 @@ func (c *Config) Validate() error {
 	}
 	if c.ClockOffset < -time.Hour || c.ClockOffset > time.Hour {
 		errs = append(errs, fmt.Errorf("--clock-offset %s: must be within ±1h (it is for clock skew tests)", c.ClockOffset))
+	}
+	for i, a := range c.TokenAudiences {
+		if a == "" || strings.ContainsAny(a, " \t\n") {
+			errs = append(errs, fmt.Errorf("--token-audiences: audience %d (%q) must be a non-empty word without spaces", i+1, a))
+		}
 	}
 	if c.RevocationsRefresh <= 0 {
 		errs = append(errs, fmt.Errorf("--revocations-refresh %s: must be positive", c.RevocationsRefresh))

@@ -2,6 +2,7 @@ package config
 
 import (
 	"flag"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +117,45 @@ func TestClockOffset(t *testing.T) {
 	c.ClockOffset = 2 * time.Hour
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--clock-offset") {
 		t.Errorf("Validate() = %v, want an error naming --clock-offset", err)
+	}
+}
+
+// TestTokenAudiences: --token-audiences binds people's tokens to the given
+// audiences, and an empty or spaced audience is refused naming the flag.
+func TestTokenAudiences(t *testing.T) {
+	for _, tc := range []struct {
+		arg     string
+		want    []string
+		wantErr string
+	}{
+		{arg: "imperator-hub", want: []string{"imperator-hub"}},
+		{arg: "imperator-hub, https://hub.example.com", want: []string{"imperator-hub", "https://hub.example.com"}},
+		{arg: "imperator-hub,,other", wantErr: `--token-audiences: audience 2 ("")`},
+		{arg: "", wantErr: `--token-audiences: audience 1 ("")`},
+	} {
+		t.Run(tc.arg, func(t *testing.T) {
+			c := Default()
+			fs := flag.NewFlagSet("hub", flag.ContinueOnError)
+			c.BindFlags(fs)
+			if err := fs.Parse([]string{"--token-audiences=" + tc.arg}); err != nil {
+				t.Fatal(err)
+			}
+			err := c.Validate()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Validate() = %v, want an error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Validate() = %v", err)
+			}
+			if !slices.Equal(c.TokenAudiences, tc.want) {
+				t.Errorf("TokenAudiences = %q, want %q", c.TokenAudiences, tc.want)
+			}
+		})
+	}
+	if got := Default().TokenAudiences; got != nil {
+		t.Errorf("default TokenAudiences = %q, want none (the API server's own)", got)
 	}
 }

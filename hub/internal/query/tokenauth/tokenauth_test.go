@@ -34,6 +34,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/imperator-federation/imperator/hub/hubtest"
@@ -144,11 +145,13 @@ func authorized(err error) bool {
 }
 
 type fixture struct {
-	kube  kubernetes.Interface
-	hub   *hubtest.Hub
-	ca    *pki.CA
-	caPEM []byte
-	saKey *ecdsa.PrivateKey
+	// config reaches the hub cluster as its admin.
+	config *rest.Config
+	kube   kubernetes.Interface
+	hub    *hubtest.Hub
+	ca     *pki.CA
+	caPEM  []byte
+	saKey  *ecdsa.PrivateKey
 }
 
 func setUp(t testing.TB) *fixture {
@@ -201,7 +204,7 @@ func setUp(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 	installShippedRoles(t, kube)
-	return &fixture{kube: kube, hub: hub, ca: ca, caPEM: ca.CertPEM, saKey: saKey}
+	return &fixture{config: env.Config, kube: kube, hub: hub, ca: ca, caPEM: ca.CertPEM, saKey: saKey}
 }
 
 // installShippedRoles creates the ClusterRoles the hub ships, as kustomize
@@ -547,4 +550,57 @@ users:
 			}
 		}
 	})
+}
+
+// TestTokenAudiences: a hub started with --token-audiences accepts a token
+// issued for its audience and refuses one issued for the API server alone,
+// so that tokens people hand to the hub cannot also open the API server.
+func TestTokenAudiences(t *testing.T) {
+	f := setUp(t)
+	ctx := context.Background()
+	const audience = "imperator-hub"
+	bound, err := hubtest.Start(f.config, hubtest.Options{
+		Namespace: framework.AgentNamespace,
+		Configure: func(c *config.Config) { c.TokenAudiences = []string{audience} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := bound.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	apiServerToken, _ := f.serviceAccount(t, "audience-viewer", map[string]string{"imperator-fleet-viewer": ""})
+	expiry := int64(3600)
+	tr, err := f.kube.CoreV1().ServiceAccounts(identities).CreateToken(ctx, "audience-viewer", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: &expiry},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hubToken := tr.Status.Token
+	dial := func(token string) queryv1.QueryClient {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(f.caPEM)
+		conn, err := grpc.NewClient(bound.Address(),
+			grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})),
+			grpc.WithPerRPCCredentials(bearer(token)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		return queryv1.NewQueryClient(conn)
+	}
+	if _, err := dial(hubToken).ListClusters(ctx, &queryv1.ListClustersRequest{}); err != nil {
+		t.Errorf("a token issued for audience %s: ListClusters = %v, want it answered", audience, err)
+	}
+	_, err = dial(apiServerToken).ListClusters(ctx, &queryv1.ListClustersRequest{})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Errorf("a token for the API server alone: ListClusters = %v, want Unauthenticated", err)
+	}
+	// The default hub (no --token-audiences) takes the API server's tokens.
+	if _, err := f.dial(t, apiServerToken).ListClusters(ctx, &queryv1.ListClustersRequest{}); err != nil {
+		t.Errorf("default hub, a token for the API server: ListClusters = %v, want it answered", err)
+	}
 }
