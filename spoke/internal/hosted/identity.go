@@ -71,10 +71,21 @@ func (p *Provider) identifyAndClaim(ctx context.Context, name multicluster.Clust
 		p.refuse(m, holder, uid, log)
 		return false
 	}
-	released := p.releaseLocked(name, uid)
 	p.identities[uid] = name
 	delete(p.refused, name)
-	p.touched[name] = m.Member
+	prev, hadPrev := p.touched[name]
+	p.touched[name] = touchedCluster{member: m.Member, cluster: uid}
+	p.mu.Unlock()
+	// The Secret reaches another cluster than the one it served: that one
+	// must not keep calling the agent's webhooks (failure policy Fail) for
+	// a member no longer served. Undone before its identity is given up, so
+	// that no other Secret serves it yet.
+	if hadPrev && prev.cluster != uid && p.opts.Removed != nil {
+		log.Info("Member Secret reaches another cluster; removing what the agent set up in the one it served", "clusterID", prev.cluster)
+		p.opts.Removed(ctx, prev.member)
+	}
+	p.mu.Lock()
+	released := p.releaseLocked(name, uid)
 	p.mu.Unlock()
 	if released {
 		p.retryRefused()

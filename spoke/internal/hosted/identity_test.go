@@ -95,3 +95,56 @@ func TestSecondSecretOfAClusterIsRefusedNamingBoth(t *testing.T) {
 		t.Fatal("the refused Secret is not served once the cluster is free")
 	}
 }
+
+// TestSecretPointedAtAnotherClusterUndoesTheFirst: a member Secret whose
+// kubeconfig is changed to reach another cluster has what the agent set up
+// in the cluster it served before removed (its webhook configurations, whose
+// failure policy Fail would otherwise keep calling an agent that no longer
+// answers for it), once, and before that cluster is free for another Secret;
+// a Secret changed but still reaching its cluster (new credentials) has
+// nothing removed.
+func TestSecretPointedAtAnotherClusterUndoesTheFirst(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var removed []string
+	var p *Provider
+	p, err := New(Options{Namespace: "members", Scheme: mustSpokeScheme(t), Removed: func(_ context.Context, m *Member) {
+		p.mu.RLock()
+		holder := p.identities["cluster-a"]
+		p.mu.RUnlock()
+		removed = append(removed, m.Name+" (cluster-a held by "+string(holder)+")")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ctx, p.recorder = ctx, events.NewFakeRecorder(10)
+	claim := func(secret, memberName string, m *member) bool {
+		m.Name, m.Secret = memberName, types.NamespacedName{Namespace: "members", Name: secret}
+		p.mu.Lock()
+		p.members[multicluster.ClusterName(secret)] = m
+		p.mu.Unlock()
+		return p.identifyAndClaim(ctx, multicluster.ClusterName(secret), m, logr.Discard())
+	}
+	if !claim("edge-1", "edge-1-first", clusterWithID(t, "cluster-a")) {
+		t.Fatal("the Secret's first cluster was refused")
+	}
+	if !claim("edge-1", "edge-1-new-credentials", clusterWithID(t, "cluster-a")) {
+		t.Fatal("the Secret's cluster was refused after a change of credentials")
+	}
+	if len(removed) != 0 {
+		t.Fatalf("a change of credentials removed %v", removed)
+	}
+	if !claim("edge-1", "edge-1-moved", clusterWithID(t, "cluster-b")) {
+		t.Fatal("the Secret's new cluster was refused")
+	}
+	if want := []string{"edge-1-new-credentials (cluster-a held by edge-1)"}; strings.Join(removed, ";") != strings.Join(want, ";") {
+		t.Errorf("removed %v, want %v: the cluster the Secret served, while no other Secret serves it", removed, want)
+	}
+	if !claim("edge-2", "edge-2", clusterWithID(t, "cluster-a")) {
+		t.Fatal("the cluster the Secret left is not free for another Secret")
+	}
+	p.retire(ctx, "edge-1", logr.Discard())
+	if len(removed) != 2 || !strings.HasPrefix(removed[1], "edge-1-moved ") {
+		t.Errorf("retiring the moved Secret removed %v, want its member of cluster-b only", removed)
+	}
+}

@@ -130,7 +130,7 @@ type Provider struct {
 	// whose engagement failed (dropped, retried later) or whose restart
 	// never got as far as claiming still left its configurations in the
 	// cluster, and retiring the Secret must remove them.
-	touched map[multicluster.ClusterName]*Member
+	touched map[multicluster.ClusterName]touchedCluster
 
 	mgr      mcmanager.Manager
 	reader   client.Reader // the term manager's cache (Secrets of Namespace)
@@ -143,6 +143,13 @@ type index struct {
 	obj     client.Object
 	field   string
 	extract client.IndexerFunc
+}
+
+// touchedCluster is the member that last claimed a Secret's cluster, and
+// that cluster's identity (kube-system's UID).
+type touchedCluster struct {
+	member  *Member
+	cluster types.UID
 }
 
 type member struct {
@@ -169,7 +176,7 @@ func New(opts Options) (*Provider, error) {
 	return &Provider{
 		opts: opts, log: opts.Log, members: map[multicluster.ClusterName]*member{}, retry: make(chan event.GenericEvent),
 		identities: map[types.UID]multicluster.ClusterName{}, refused: map[multicluster.ClusterName]bool{},
-		touched: map[multicluster.ClusterName]*Member{},
+		touched: map[multicluster.ClusterName]touchedCluster{},
 	}, nil
 }
 
@@ -548,17 +555,17 @@ func (p *Provider) remove(name multicluster.ClusterName, log logr.Logger) {
 func (p *Provider) retire(ctx context.Context, name multicluster.ClusterName, log logr.Logger) {
 	p.remove(name, log)
 	p.mu.Lock()
-	touched := p.touched[name]
+	touched, ok := p.touched[name]
 	delete(p.touched, name)
 	p.mu.Unlock()
 	p.release(name, "")
 	// A Secret of a cluster served already never touched it: the webhook
 	// configurations there are the serving member's.
-	if touched == nil || p.opts.Removed == nil {
+	if !ok || p.opts.Removed == nil {
 		return
 	}
-	p.opts.Removed(ctx, touched)
-	log.Info("Member cluster is no longer served", "member", touched.Name)
+	p.opts.Removed(ctx, touched.member)
+	log.Info("Member cluster is no longer served", "member", touched.member.Name)
 }
 
 func (p *Provider) stopAll() {
