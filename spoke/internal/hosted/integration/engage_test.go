@@ -11,8 +11,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
@@ -46,6 +48,9 @@ var _ = Describe("A member whose controllers could not be engaged", func() {
 			Scheme:  clientgoscheme.Scheme,
 			Metrics: metricsserver.Options{BindAddress: "0"},
 			Cache:   hosted.CacheOptions(ns),
+			// Both specs of this file set up the provider's controller in
+			// one process: its name is registered once per process.
+			Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(p.SetupWithManager(mgr)).To(Succeed())
@@ -116,6 +121,9 @@ var _ = Describe("A member dropped after a failed engagement", func() {
 			Scheme:  clientgoscheme.Scheme,
 			Metrics: metricsserver.Options{BindAddress: "0"},
 			Cache:   hosted.CacheOptions(ns),
+			// Both specs of this file set up the provider's controller in
+			// one process: its name is registered once per process.
+			Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(p.SetupWithManager(mgr)).To(Succeed())
@@ -137,7 +145,7 @@ var _ = Describe("A member dropped after a failed engagement", func() {
 		Eventually(func() error {
 			_, err := p.Get(ctx, "alpha")
 			return err
-		}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed(), "the member is served")
+		}).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).Should(Succeed(), "the member is served")
 
 		By("changing the Secret: the restarted member's engagement fails, and it is dropped")
 		patch := client.MergeFrom(secret.DeepCopy())
