@@ -165,7 +165,11 @@ func (r *Controller) Reconcile(ctx context.Context, req mcreconcile.Request) (ct
 				return ctrl.Result{}, err
 			}
 		}
-		release = FromHolds(pr, holds)
+		var recheck time.Duration
+		release, recheck = FromHolds(pr, holds, r.now())
+		if recheck > 0 && (result.RequeueAfter == 0 || recheck < result.RequeueAfter) {
+			result.RequeueAfter = recheck
+		}
 	}
 	errs := []error{r.patchStatus(ctx, c, before, pr)}
 	if ProvisionedOnce(pr) && !meta.IsStatusConditionTrue(pr.Status.Conditions, ConditionFailed) {

@@ -26,7 +26,8 @@
 // once every hold is, Failed (reason and message of the failed hold; the
 // other holds are released) when one fails, BookingExpired when a hold's
 // booking expired or a provisioned hold is gone, CapacityRevoked while a
-// hold lost units. Failed and BookingExpired are final, as in Cluster
+// hold has lost units for RevokedGrace (Kueue ends an admitted Workload on
+// CapacityRevoked, so a node out of the pool for a moment must not say it). Failed and BookingExpired are final, as in Cluster
 // Autoscaler. Once the pods claimed every unit of a hold, its booking is
 // consumed: the Controller moves its validUntil to now, so that the units
 // go back to everyone when the pods finish instead of being held again for

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,15 @@ const (
 	ReasonHoldGone       = "CapacityHoldGone"
 	ReasonNotRevoked     = "CapacityRestored"
 )
+
+// RevokedGrace is how long a hold's units must stay lost (its
+// CapacityRevoked condition True) before the request is told
+// CapacityRevoked. Kueue rejects the admission check on CapacityRevoked and
+// deactivates the Workload, even one whose pods run: as Cluster Autoscaler,
+// which says so only when the booked nodes are really gone, a node that
+// leaves the ready pool for a moment (a kubelet restart, a short
+// maintenance) must not end a job.
+const RevokedGrace = 5 * time.Minute
 
 // Final tells whether the request's booking ended (Failed or
 // BookingExpired True): nothing more is held for it.
@@ -76,9 +86,11 @@ func Accept(pr *ProvisioningRequest, holds []string) {
 
 // FromHolds sets the request's Provisioned, Failed, BookingExpired and
 // CapacityRevoked conditions from the holds that serve it (by name; a
-// missing name is a hold that is gone), as the package doc says. It
-// returns the holds to release: every hold, once the request failed.
-func FromHolds(pr *ProvisioningRequest, holds map[string]*imperatorv1alpha1.CapacityHold) (release []string) {
+// missing name is a hold that is gone), as the package doc says, at now. It
+// returns the holds to release (every hold, once the request failed) and,
+// when a hold's units are lost but not for RevokedGrace yet, how long until
+// the request must be looked at again.
+func FromHolds(pr *ProvisioningRequest, holds map[string]*imperatorv1alpha1.CapacityHold, now time.Time) (release []string, recheck time.Duration) {
 	names := HoldNames(pr)
 	var revoked []string
 	for _, name := range names {
@@ -94,13 +106,22 @@ func FromHolds(pr *ProvisioningRequest, holds map[string]*imperatorv1alpha1.Capa
 			message := fmt.Sprintf("CapacityHold %s (%d of %s/%s): %s", name, hold.Spec.Count, hold.Spec.MachineGroup, hold.Spec.MachineType, failed.Message)
 			setCondition(pr, ConditionProvisioned, metav1.ConditionFalse, failed.Reason, message)
 			setCondition(pr, ConditionFailed, metav1.ConditionTrue, failed.Reason, message)
-			return names
+			return names, 0
 		}
 		if expired := meta.FindStatusCondition(hold.Status.Conditions, imperatorv1alpha1.HoldConditionBookingExpired); expired != nil && expired.Status == metav1.ConditionTrue {
 			setCondition(pr, ConditionBookingExpired, metav1.ConditionTrue, expired.Reason,
 				fmt.Sprintf("CapacityHold %s: %s", name, expired.Message))
+			// A booking that ended holds nothing: a revocation it kept
+			// from before revokes nothing.
+			continue
 		}
 		if c := meta.FindStatusCondition(hold.Status.Conditions, imperatorv1alpha1.HoldConditionCapacityRevoked); c != nil && c.Status == metav1.ConditionTrue {
+			if wait := c.LastTransitionTime.Add(RevokedGrace).Sub(now); wait > 0 {
+				if recheck == 0 || wait < recheck {
+					recheck = wait
+				}
+				continue
+			}
 			revoked = append(revoked, fmt.Sprintf("CapacityHold %s: %s", name, c.Message))
 		}
 	}
@@ -117,5 +138,5 @@ func FromHolds(pr *ProvisioningRequest, holds map[string]*imperatorv1alpha1.Capa
 		setCondition(pr, ConditionProvisioned, metav1.ConditionTrue, ReasonProvisioned,
 			fmt.Sprintf("CapacityHolds %s hold every unit", strings.Join(names, ", ")))
 	}
-	return nil
+	return nil, recheck
 }

@@ -2,6 +2,7 @@ package provisioningrequest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -11,8 +12,15 @@ import (
 )
 
 func TestFromHolds(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	cond := func(conditionType string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
 		return metav1.Condition{Type: conditionType, Status: status, Reason: reason, Message: message}
+	}
+	// revokedSince is the hold's CapacityRevoked condition, True since ago.
+	revokedSince := func(ago time.Duration) metav1.Condition {
+		c := cond(imperatorv1alpha1.HoldConditionCapacityRevoked, metav1.ConditionTrue, imperatorv1alpha1.HoldReasonNodeLeftPool, "node kasumi left the ready pool")
+		c.LastTransitionTime = metav1.NewTime(now.Add(-ago))
+		return c
 	}
 	hold := func(conditions ...metav1.Condition) *imperatorv1alpha1.CapacityHold {
 		return &imperatorv1alpha1.CapacityHold{Spec: imperatorv1alpha1.CapacityHoldSpec{MachineGroup: "g", MachineType: "t", Count: 2},
@@ -27,6 +35,7 @@ func TestFromHolds(t *testing.T) {
 		holds          map[string]*imperatorv1alpha1.CapacityHold
 		wantConditions []metav1.Condition
 		wantRelease    []string
+		wantRecheck    time.Duration
 	}{
 		"a hold not decided yet leaves the request waiting": {
 			conditions:     []metav1.Condition{accepted, waiting},
@@ -59,12 +68,24 @@ func TestFromHolds(t *testing.T) {
 			wantConditions: []metav1.Condition{accepted, requestProvisioned,
 				cond(ConditionBookingExpired, metav1.ConditionTrue, ReasonHoldGone, "CapacityHold h1 is gone: its units went back to everyone")},
 		},
-		"a revoked hold revokes capacity, and restored capacity says so": {
+		"a hold's units lost for the grace period revoke the request's capacity": {
 			conditions: []metav1.Condition{accepted, requestProvisioned},
-			holds: map[string]*imperatorv1alpha1.CapacityHold{"h1": hold(provisioned, cond(imperatorv1alpha1.HoldConditionCapacityRevoked,
-				metav1.ConditionTrue, imperatorv1alpha1.HoldReasonNodeLeftPool, "node kasumi left the ready pool"))},
+			holds:      map[string]*imperatorv1alpha1.CapacityHold{"h1": hold(provisioned, revokedSince(RevokedGrace))},
 			wantConditions: []metav1.Condition{accepted, requestProvisioned,
 				cond(ConditionCapacityRevoked, metav1.ConditionTrue, imperatorv1alpha1.HoldReasonNodeLeftPool, "CapacityHold h1: node kasumi left the ready pool")},
+		},
+		"a hold's units lost for a moment (Kueue would end the running job) revoke nothing yet, and the request is looked at when the grace ends": {
+			conditions:     []metav1.Condition{accepted, requestProvisioned},
+			holds:          map[string]*imperatorv1alpha1.CapacityHold{"h1": hold(provisioned, revokedSince(time.Minute))},
+			wantConditions: []metav1.Condition{accepted, requestProvisioned},
+			wantRecheck:    RevokedGrace - time.Minute,
+		},
+		"a hold whose booking expired while its units were lost revokes nothing": {
+			conditions: []metav1.Condition{accepted, requestProvisioned},
+			holds: map[string]*imperatorv1alpha1.CapacityHold{"h1": hold(provisioned, revokedSince(time.Hour), cond(imperatorv1alpha1.HoldConditionBookingExpired,
+				metav1.ConditionTrue, imperatorv1alpha1.HoldReasonExpired, "validUntil passed"))},
+			wantConditions: []metav1.Condition{accepted, requestProvisioned,
+				cond(ConditionBookingExpired, metav1.ConditionTrue, imperatorv1alpha1.HoldReasonExpired, "CapacityHold h1: validUntil passed")},
 		},
 		"capacity restored turns CapacityRevoked False": {
 			conditions: []metav1.Condition{accepted, requestProvisioned, cond(ConditionCapacityRevoked, metav1.ConditionTrue, imperatorv1alpha1.HoldReasonNodeLeftPool, "x")},
@@ -77,7 +98,10 @@ func TestFromHolds(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			pr := &ProvisioningRequest{Status: ProvisioningRequestStatus{Conditions: tc.conditions,
 				ProvisioningClassDetails: map[string]string{HoldsDetail: "h1"}}}
-			release := FromHolds(pr, tc.holds)
+			release, recheck := FromHolds(pr, tc.holds, now)
+			if recheck != tc.wantRecheck {
+				t.Errorf("recheck = %s, want %s", recheck, tc.wantRecheck)
+			}
 			if diff := cmp.Diff(tc.wantConditions, pr.Status.Conditions, cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")); diff != "" {
 				t.Errorf("conditions (-want +got):\n%s", diff)
 			}

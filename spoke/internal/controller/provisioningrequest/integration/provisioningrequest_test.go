@@ -109,9 +109,27 @@ var _ = Describe("A ProvisioningRequest of the capacity-hold class", Ordered, fu
 			g.Expect(got.Spec.ValidUntil.Time).To(BeTemporally("~", time.Now(), 15*time.Second))
 		}).WithTimeout(10 * time.Second).Should(Succeed())
 
-		By("a node of the hold leaving the pool")
-		decide(ctx, holdName, metav1.Condition{Type: imperatorv1alpha1.HoldConditionCapacityRevoked, Status: metav1.ConditionTrue,
-			Reason: imperatorv1alpha1.HoldReasonNodeLeftPool, Message: "node michiru left the ready pool"})
+		By("a node of the hold leaving the pool for a moment: Kueue would end the running job on CapacityRevoked, so the request is not told yet")
+		revoked := metav1.Condition{Type: imperatorv1alpha1.HoldConditionCapacityRevoked, Status: metav1.ConditionTrue,
+			Reason: imperatorv1alpha1.HoldReasonNodeLeftPool, Message: "node michiru left the ready pool"}
+		decide(ctx, holdName, revoked)
+		Consistently(func(g Gomega) bool {
+			got := &pr.ProvisioningRequest{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "train"}, got)).To(Succeed())
+			return meta.IsStatusConditionTrue(got.Status.Conditions, pr.ConditionCapacityRevoked)
+		}).WithTimeout(3*time.Second).Should(BeFalse(), "CapacityRevoked of a request whose node left the pool a moment ago")
+
+		By("the node staying out of the pool for the grace period")
+		Eventually(func(g Gomega) {
+			got := &imperatorv1alpha1.CapacityHold{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Name: holdName}, got)).To(Succeed())
+			meta.RemoveStatusCondition(&got.Status.Conditions, revoked.Type)
+			since := revoked
+			since.ObservedGeneration = got.Generation
+			since.LastTransitionTime = metav1.NewTime(time.Now().Add(-pr.RevokedGrace))
+			meta.SetStatusCondition(&got.Status.Conditions, since)
+			g.Expect(k8s.Status().Update(ctx, got)).To(Succeed())
+		}).WithTimeout(10 * time.Second).Should(Succeed())
 		Eventually(condition(ctx, "train", pr.ConditionCapacityRevoked)).WithTimeout(10 * time.Second).Should(And(
 			HaveField("Status", metav1.ConditionTrue), HaveField("Message", ContainSubstring("node michiru left the ready pool"))))
 
