@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,23 +21,54 @@ import (
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 )
 
-// poolEntry returns the spec.nodePool entry of node in m, or nil.
-func poolEntry(m *imperatorv1alpha1.Machine, node string) *imperatorv1alpha1.NodePool {
+// poolNodes resolves m's spec.nodePool to the nodes it takes: a named entry
+// takes its node, a selector entry every node it matches that no entry
+// names (a name wins over a selector for its node). The entries point into m.
+func poolNodes(ctx context.Context, c client.Client, m *imperatorv1alpha1.Machine) (map[string]*imperatorv1alpha1.NodePool, error) {
+	out := map[string]*imperatorv1alpha1.NodePool{}
 	for i := range m.Spec.NodePool {
-		if m.Spec.NodePool[i].Name == node {
-			return &m.Spec.NodePool[i]
+		if name := m.Spec.NodePool[i].Name; name != "" {
+			out[name] = &m.Spec.NodePool[i]
 		}
 	}
-	return nil
+	for i := range m.Spec.NodePool {
+		entry := &m.Spec.NodePool[i]
+		if entry.NodeSelector == nil {
+			continue
+		}
+		selector, err := metav1.LabelSelectorAsSelector(entry.NodeSelector)
+		if err != nil {
+			return nil, fmt.Errorf("nodeSelector of spec.nodePool[%d] of Machine %s: %w", i, m.Name, err)
+		}
+		nodes := &corev1.NodeList{}
+		if err := c.List(ctx, nodes, client.MatchingLabelsSelector{Selector: selector}); err != nil {
+			return nil, fmt.Errorf("listing the nodes spec.nodePool[%d] of Machine %s selects: %w", i, m.Name, err)
+		}
+		for _, n := range nodes.Items {
+			if _, taken := out[n.Name]; !taken {
+				out[n.Name] = entry
+			}
+		}
+	}
+	return out, nil
+}
+
+// poolEntry returns the spec.nodePool entry that takes node in m (by name
+// or by selector), or nil.
+func poolEntry(ctx context.Context, c client.Client, m *imperatorv1alpha1.Machine, node string) *imperatorv1alpha1.NodePool {
+	GinkgoHelper()
+	pool, err := poolNodes(ctx, c, m)
+	Expect(err).NotTo(HaveOccurred())
+	return pool[node]
 }
 
 // expectPoolNode checks what the agent put on a node of a Machine's pool:
 // the per-type label (value: group), the machine-type and node-pool labels,
 // the machine-group annotation, and the two NoSchedule taints exactly when
 // the pool entry says taint: true.
-func expectPoolNode(g Gomega, ctx context.Context, c client.Client, group string, entry imperatorv1alpha1.NodePool, state imperatorv1alpha1.NodePoolState) {
+func expectPoolNode(g Gomega, ctx context.Context, c client.Client, group, name string, entry imperatorv1alpha1.NodePool, state imperatorv1alpha1.NodePoolState) {
 	node := &corev1.Node{}
-	g.Expect(c.Get(ctx, client.ObjectKey{Name: entry.Name}, node)).To(Succeed())
+	g.Expect(c.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
 	typ := entry.MachineType[0].Name
 	g.Expect(node.Labels).To(HaveKeyWithValue(imperatorv1alpha1.MachineTypeKeyFor(typ), group), "labels of node %s", node.Name)
 	g.Expect(node.Labels).To(HaveKeyWithValue(imperatorv1alpha1.MachineTypeKey, typ), "labels of node %s", node.Name)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -171,11 +172,14 @@ func MachineSpec(ctx context.Context, in MachineInput) {
 
 	By("every node of the pool carries the labels, annotation and taints of its mode")
 	Eventually(ctx, func(g Gomega) {
-		for _, entry := range want.Spec.NodePool {
-			node, ok := in.WantPool[entry.Name]
-			g.Expect(ok).To(BeTrue(), "WantPool names node %s of the pool", entry.Name)
-			expectPoolNode(g, ctx, spoke.Client, group, entry, node.State)
-			expectPoolCondition(g, ctx, spoke.Client, want.Name, entry.Name, node.Condition)
+		pool, err := poolNodes(ctx, spoke.Client, want)
+		g.Expect(err).NotTo(HaveOccurred())
+		names := slices.Sorted(maps.Keys(pool))
+		g.Expect(names).To(ConsistOf(slices.Sorted(maps.Keys(in.WantPool))), "the nodes the pool of %s takes, by name or by selector", want.Name)
+		for _, name := range names {
+			node := in.WantPool[name]
+			expectPoolNode(g, ctx, spoke.Client, group, name, *pool[name], node.State)
+			expectPoolCondition(g, ctx, spoke.Client, want.Name, name, node.Condition)
 		}
 	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
 
@@ -187,7 +191,7 @@ func MachineSpec(ctx context.Context, in MachineInput) {
 			g.Expect(ok).To(BeTrue(), "WantReserved names machine type %s", mt.Name)
 			pods := boundPods(reservationPods(g, ctx, spoke.Client, in.Env.Namespace, group, mt.Name))
 			g.Expect(pods).To(HaveLen(int(wantReserved)), "bound reservation pods of %s: %v", mt.Name, describePods(pods))
-			nodes := readyNodesServing(want, in.WantPool, mt.Name)
+			nodes := readyNodesServing(g, ctx, spoke.Client, want, in.WantPool, mt.Name)
 			for _, p := range pods {
 				g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "reservation pod %s", p.Name)
 				g.Expect(nodes).To(ContainElement(p.Spec.NodeName), "reservation pod %s of %s runs on a ready node serving it", p.Name, mt.Name)
@@ -206,13 +210,16 @@ func MachineSpec(ctx context.Context, in MachineInput) {
 
 // readyNodesServing are the nodes of m's pool that serve typ and that pool
 // says must be ready.
-func readyNodesServing(m *imperatorv1alpha1.Machine, pool map[string]PoolNode, typ string) []string {
+func readyNodesServing(g Gomega, ctx context.Context, c client.Client, m *imperatorv1alpha1.Machine, pool map[string]PoolNode, typ string) []string {
+	entries, err := poolNodes(ctx, c, m)
+	g.Expect(err).NotTo(HaveOccurred())
 	var nodes []string
-	for _, entry := range m.Spec.NodePool {
-		if pool[entry.Name].State == imperatorv1alpha1.NodePoolReady && slices.ContainsFunc(entry.MachineType, func(r imperatorv1alpha1.MachineTypeRef) bool { return r.Name == typ }) {
-			nodes = append(nodes, entry.Name)
+	for name, entry := range entries {
+		if pool[name].State == imperatorv1alpha1.NodePoolReady && slices.ContainsFunc(entry.MachineType, func(r imperatorv1alpha1.MachineTypeRef) bool { return r.Name == typ }) {
+			nodes = append(nodes, name)
 		}
 	}
+	slices.Sort(nodes)
 	return nodes
 }
 
@@ -340,10 +347,10 @@ func NodePoolSpec(ctx context.Context, in NodePoolInput) {
 	m := &imperatorv1alpha1.Machine{}
 	Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.MachineName}, m)).To(Succeed())
 	group := Group(m)
-	maintenance := poolEntry(m, in.MaintenanceNode)
+	maintenance := poolEntry(ctx, spoke.Client, m, in.MaintenanceNode)
 	Expect(maintenance).NotTo(BeNil(), "%s is in the pool of %s", in.MaintenanceNode, m.Name)
 	Expect(maintenance.Mode).To(Equal(imperatorv1alpha1.NodePoolModeMaintenance))
-	unhealthy := poolEntry(m, in.UnhealthyNode)
+	unhealthy := poolEntry(ctx, spoke.Client, m, in.UnhealthyNode)
 	Expect(unhealthy).NotTo(BeNil(), "%s is in the pool of %s", in.UnhealthyNode, m.Name)
 	Expect(unhealthy.Mode).To(Equal(imperatorv1alpha1.NodePoolModeReady))
 
@@ -359,19 +366,19 @@ func NodePoolSpec(ctx context.Context, in NodePoolInput) {
 	setMode := func(mode imperatorv1alpha1.NodePoolMode) {
 		GinkgoHelper()
 		Expect(UpdateMachine(ctx, spoke.Client, in.MachineName, func(m *imperatorv1alpha1.Machine) {
-			poolEntry(m, in.MaintenanceNode).Mode = mode
+			poolEntry(ctx, spoke.Client, m, in.MaintenanceNode).Mode = mode
 		})).To(Succeed())
 	}
 	DeferCleanup(func(ctx context.Context) {
 		Expect(UpdateMachine(ctx, spoke.Client, in.MachineName, func(m *imperatorv1alpha1.Machine) {
-			poolEntry(m, in.MaintenanceNode).Mode = imperatorv1alpha1.NodePoolModeMaintenance
+			poolEntry(ctx, spoke.Client, m, in.MaintenanceNode).Mode = imperatorv1alpha1.NodePoolModeMaintenance
 		})).To(Succeed())
 	})
 
 	By(fmt.Sprintf("%s: mode maintenance → ready", in.MaintenanceNode))
 	setMode(imperatorv1alpha1.NodePoolModeReady)
 	Eventually(ctx, func(g Gomega) {
-		expectPoolNode(g, ctx, spoke.Client, group, *maintenance, imperatorv1alpha1.NodePoolReady)
+		expectPoolNode(g, ctx, spoke.Client, group, in.MaintenanceNode, *maintenance, imperatorv1alpha1.NodePoolReady)
 		expectPoolCondition(g, ctx, spoke.Client, in.MachineName, in.MaintenanceNode, imperatorv1alpha1.NodeConditionReady)
 		after := hubNodeCounts(g, ctx, in.Env.Ctl, in.Spoke, group, maintenanceType)
 		g.Expect(countsString(after)).To(Equal(shiftCounts(maintenanceCountsBefore, "maintenance", "ready")), "hub node counts of %s", maintenanceType)
@@ -380,7 +387,7 @@ func NodePoolSpec(ctx context.Context, in NodePoolInput) {
 	By(fmt.Sprintf("%s: mode ready → maintenance", in.MaintenanceNode))
 	setMode(imperatorv1alpha1.NodePoolModeMaintenance)
 	Eventually(ctx, func(g Gomega) {
-		expectPoolNode(g, ctx, spoke.Client, group, *maintenance, imperatorv1alpha1.NodePoolMaintenance)
+		expectPoolNode(g, ctx, spoke.Client, group, in.MaintenanceNode, *maintenance, imperatorv1alpha1.NodePoolMaintenance)
 		expectPoolCondition(g, ctx, spoke.Client, in.MachineName, in.MaintenanceNode, imperatorv1alpha1.NodeConditionMaintenance)
 		g.Expect(countsString(hubNodeCounts(g, ctx, in.Env.Ctl, in.Spoke, group, maintenanceType))).To(Equal(maintenanceCountsBefore))
 	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
@@ -420,7 +427,7 @@ func NodePoolSpec(ctx context.Context, in NodePoolInput) {
 		node := &corev1.Node{}
 		g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.UnhealthyNode}, node)).To(Succeed())
 		g.Expect(hasTaint(node, corev1.TaintNodeUnschedulable, corev1.TaintEffectNoSchedule)).To(BeTrue(), "taints of %s: %v", node.Name, node.Spec.Taints)
-		expectPoolNode(g, ctx, spoke.Client, group, *unhealthy, imperatorv1alpha1.NodePoolNotReady)
+		expectPoolNode(g, ctx, spoke.Client, group, in.UnhealthyNode, *unhealthy, imperatorv1alpha1.NodePoolNotReady)
 		expectPoolCondition(g, ctx, spoke.Client, in.MachineName, in.UnhealthyNode, imperatorv1alpha1.NodeConditionNotReady)
 		g.Expect(countsString(hubNodeCounts(g, ctx, in.Env.Ctl, in.Spoke, group, unhealthyType))).
 			To(Equal(shiftCounts(unhealthyCountsBefore, "ready", "notReady")), "hub node counts of %s", unhealthyType)
@@ -465,7 +472,7 @@ func NodePoolSpec(ctx context.Context, in NodePoolInput) {
 	By(fmt.Sprintf("%s is uncordoned: ready again, and so are the hub's answers", in.UnhealthyNode))
 	setUnschedulable(ctx, false)
 	Eventually(ctx, func(g Gomega) {
-		expectPoolNode(g, ctx, spoke.Client, group, *unhealthy, imperatorv1alpha1.NodePoolReady)
+		expectPoolNode(g, ctx, spoke.Client, group, in.UnhealthyNode, *unhealthy, imperatorv1alpha1.NodePoolReady)
 		expectPoolCondition(g, ctx, spoke.Client, in.MachineName, in.UnhealthyNode, imperatorv1alpha1.NodeConditionReady)
 		g.Expect(countsString(hubNodeCounts(g, ctx, in.Env.Ctl, in.Spoke, group, unhealthyType))).To(Equal(unhealthyCountsBefore))
 		answer, code, err := in.Env.Ctl.Capacity(ctx, unhealthyType)
@@ -590,7 +597,7 @@ func OfflineSpec(ctx context.Context, in OfflineInput) {
 	m := &imperatorv1alpha1.Machine{}
 	Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.MachineName}, m)).To(Succeed())
 	group := Group(m)
-	entry := poolEntry(m, in.Node)
+	entry := poolEntry(ctx, spoke.Client, m, in.Node)
 	Expect(entry).NotTo(BeNil(), "%s is in the pool of %s", in.Node, m.Name)
 	typ := entry.MachineType[0].Name
 	capacityArgs := []string{in.Type, "--count", strconv.Itoa(int(in.Count)), "--same-cluster"}

@@ -156,6 +156,7 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 		MachineSpec(ctx, MachineInput{
 			Env: env, Spoke: spokeB, MachineFile: env.Sample("hopper-machine.yaml"),
 			WantReserved: map[string]int32{"compute-xlarge": 4, "compute-h100x8": 1},
+			// kasumi joins by the sample's nodeSelector, megumi by name.
 			WantPool: map[string]PoolNode{
 				"kasumi": {imperatorv1alpha1.NodePoolReady, imperatorv1alpha1.NodeConditionReady},
 				"megumi": {imperatorv1alpha1.NodePoolReady, imperatorv1alpha1.NodeConditionReady},
