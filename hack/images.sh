@@ -18,7 +18,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-out=${IMAGES_OUT:-$root/bin/images}
+# Absolute: the builder runs from hack/image, where a relative path would land.
+out=$(realpath -m "${IMAGES_OUT:-$root/bin/images}")
 platforms=${PLATFORMS:-linux/amd64 linux/arm64}
 registry=${IMAGE_REGISTRY:-ghcr.io/imperator-federation}
 names=(hub spoke)
