@@ -27,6 +27,8 @@
 #                                                REGISTRY/spoke:VERSION, charts at
 #                                                oci://REGISTRY/charts/NAME, version X.Y.Z
 #   PLAIN_HTTP=1                                 push: the registry speaks HTTP, not HTTPS
+#   OVERWRITE=1                                  push: replace tags of VERSION the registry has
+#                                                (refused otherwise: a release is published once)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -53,6 +55,7 @@ push() {
   for name in hub spoke; do args+=(-image "$name=$out/images/$name"); done
   for chart in "${charts[@]}"; do args+=(-chart "$out/charts/$chart-${version#v}.tgz"); done
   [ -z "${PLAIN_HTTP:-}" ] || args+=(-plain-http)
+  [ -z "${OVERWRITE:-}" ] || args+=(-overwrite)
   (cd "$root/hack/image" && go run ./push "${args[@]}")
 }
 
@@ -120,6 +123,10 @@ shift
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(changelog images charts imperatorctl checksums)
 registry=${IMAGE_REGISTRY:-ghcr.io/imperator-federation}
+# A repository prefix: host[:port] and lower-case path parts, nothing a
+# chart's values (or sed) would read otherwise.
+[[ $registry =~ ^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$ ]] ||
+  die "IMAGE_REGISTRY=$registry is not a repository prefix host[:port]/path (lower case, e.g. ghcr.io/imperator-federation)"
 out=${RELEASE_OUT:-$root/bin/release/$version}
 mkdir -p "$out"
 for step in "${steps[@]}"; do

@@ -78,6 +78,13 @@ func TestRelease(t *testing.T) {
 		if msg, err := release(releaseVersion, "sign"); err == nil || !strings.Contains(msg, "unknown step sign") {
 			t.Errorf("an unknown step: err %v, output %q", err, msg)
 		}
+		for _, bad := range []string{"ghcr.io/x|y", "GHCR.io/Upper", "ghcr.io/a b"} {
+			cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "release.sh"), releaseVersion, "checksums")
+			cmd.Env = append(append(os.Environ(), env...), "IMAGE_REGISTRY="+bad)
+			if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "IMAGE_REGISTRY") {
+				t.Errorf("IMAGE_REGISTRY=%q: err %v, output %q; want a refusal naming IMAGE_REGISTRY", bad, err, b)
+			}
+		}
 	})
 
 	if msg, err := release(releaseVersion, "charts", "imperatorctl", "checksums"); err != nil {
@@ -178,6 +185,11 @@ func TestRelease(t *testing.T) {
 			if c.Name != chart || c.Version != chartVersion || c.AppVersion != releaseVersion {
 				t.Errorf("pulled %s %s (appVersion %s), want %s %s (appVersion %s)", c.Name, c.Version, c.AppVersion, chart, chartVersion, releaseVersion)
 			}
+		}
+		// A release is published once: pushing it again replaces nothing.
+		msg, err := release("push", releaseVersion)
+		if err == nil || !strings.Contains(msg, "exists already") || !strings.Contains(msg, "-overwrite") {
+			t.Errorf("pushing %s a second time: %v, want a refusal naming the existing tag and -overwrite:\n%s", releaseVersion, err, msg)
 		}
 	})
 }

@@ -9,7 +9,9 @@
 //	  -chart ../../bin/release/v0.1.0/charts/imperator-hub-0.1.0.tgz
 //
 // Credentials come from the Docker configuration (~/.docker/config.json,
-// credential helpers), as crane and helm read them.
+// credential helpers), as crane and helm read them. A release is published
+// once: every input is checked, and no tag of it may exist in the registry
+// (-overwrite to replace one), before anything is pushed.
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"regexp"
@@ -25,6 +28,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/imperator-federation/imperator/hack/image/internal/publish"
 )
@@ -54,6 +58,7 @@ func run(ctx context.Context, args []string) error {
 	registry := fs.String("registry", "", "repository prefix, host[:port]/path: images go to REGISTRY/NAME:VERSION, charts to REGISTRY/charts/CHART")
 	version := fs.String("version", "", "the release, vX.Y.Z[-pre]: the images' tag and the charts' appVersion")
 	plainHTTP := fs.Bool("plain-http", false, "talk HTTP, not HTTPS, to the registry (loopback and private addresses do already)")
+	overwrite := fs.Bool("overwrite", false, "replace tags of this release that the registry has already (a release is published once otherwise)")
 	fs.Var(&images, "image", "NAME=DIR: push the OCI layout DIR as REGISTRY/NAME:VERSION (repeat)")
 	fs.Var(&charts, "chart", "a packaged chart (.tgz) of the release (repeat)")
 	if err := fs.Parse(args); err != nil {
@@ -78,8 +83,21 @@ func run(ctx context.Context, args []string) error {
 	if len(images) == 0 && len(charts) == 0 {
 		return errors.New("nothing to push: give -image or -chart")
 	}
-	opts := []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}
+	opts := []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain), remote.WithContext(ctx)}
 
+	// Every input first: a bad chart must not leave the images pushed
+	// alone.
+	type imagePush struct {
+		dir string
+		ref name.Tag
+	}
+	type chartPush struct {
+		file    string
+		version string
+		ref     name.Tag
+	}
+	var imagePushes []imagePush
+	var chartPushes []chartPush
 	for _, image := range images {
 		imageName, dir, ok := strings.Cut(image, "=")
 		if !ok || imageName == "" || dir == "" {
@@ -89,11 +107,10 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("-image %q: %w", image, err)
 		}
-		digest, err := publish.PushIndex(ctx, dir, ref, opts...)
-		if err != nil {
-			return err
+		if _, err := publish.LayoutIndex(dir); err != nil {
+			return fmt.Errorf("-image %q: %w", image, err)
 		}
-		fmt.Printf("%s@%s\n", ref, digest)
+		imagePushes = append(imagePushes, imagePush{dir: dir, ref: ref})
 	}
 	for _, file := range charts {
 		data, err := os.ReadFile(file)
@@ -108,11 +125,57 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("-chart %s: version %q and appVersion %q, want %q and %q: not this release's chart",
 				file, chart.Version, chart.AppVersion, strings.TrimPrefix(*version, "v"), *version)
 		}
-		ref, digest, err := publish.PushChart(ctx, file, *registry+"/charts", nameOpts, opts...)
+		ref, err := name.NewTag(*registry+"/charts/"+chart.Name+":"+chart.Version, nameOpts...)
+		if err != nil {
+			return fmt.Errorf("-chart %s: %w", file, err)
+		}
+		chartPushes = append(chartPushes, chartPush{file: file, version: chart.Version, ref: ref})
+	}
+	if !*overwrite {
+		var refs []name.Tag
+		for _, p := range imagePushes {
+			refs = append(refs, p.ref)
+		}
+		for _, p := range chartPushes {
+			refs = append(refs, p.ref)
+		}
+		for _, ref := range refs {
+			exists, err := tagExists(ref, opts)
+			if err != nil {
+				return fmt.Errorf("checking %s in the registry: %w", ref, err)
+			}
+			if exists {
+				return fmt.Errorf("%s exists already: a release is published once (give -overwrite to replace it)", ref)
+			}
+		}
+	}
+
+	for _, p := range imagePushes {
+		digest, err := publish.PushIndex(ctx, p.dir, p.ref, opts...)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%s@%s (helm pull oci://%s --version %s)\n", ref, digest, ref.Repository, chart.Version)
+		fmt.Printf("%s@%s\n", p.ref, digest)
+	}
+	for _, p := range chartPushes {
+		ref, digest, err := publish.PushChart(ctx, p.file, *registry+"/charts", nameOpts, opts...)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s@%s (helm pull oci://%s --version %s)\n", ref, digest, ref.Repository, p.version)
 	}
 	return nil
+}
+
+// tagExists tells whether the registry has ref.
+func tagExists(ref name.Tag, opts []remote.Option) (bool, error) {
+	_, err := remote.Head(ref, opts...)
+	var terr *transport.Error
+	if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, nil
 }
