@@ -84,7 +84,7 @@ func clientCertCommand() *cobra.Command {
 		if err != nil {
 			return failed(fmt.Errorf("encoding the imperatorctl configuration: %w", err))
 		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "Issued a %s certificate for %s, serial %s, valid until %s (revoke it with: hub client-cert revoke %s); the imperatorctl configuration follows.\n",
+		_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "Issued a %s certificate for %s, serial %s, valid until %s (revoke it with: hub client-cert revoke %s); the imperatorctl configuration follows.\n",
 			*role, *name, identity.SerialOf(cert), cert.NotAfter.Format(time.RFC3339), identity.SerialOf(cert))
 		_, err = cmd.OutOrStdout().Write(out)
 		return failed(err)

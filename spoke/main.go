@@ -44,10 +44,10 @@ func main() {
 func runCommand(args []string, stdout, stderr io.Writer) (code int, done bool) {
 	if len(args) > 0 && args[0] == "version" {
 		if len(args) > 1 {
-			fmt.Fprintf(stderr, "spoke: version takes no arguments, got %q\n", args[1:])
+			_, _ = fmt.Fprintf(stderr, "spoke: version takes no arguments, got %q\n", args[1:])
 			return 2, true
 		}
-		fmt.Fprintln(stdout, versionLine())
+		_, _ = fmt.Fprintln(stdout, versionLine())
 		return 0, true
 	}
 	for _, arg := range args {
@@ -55,12 +55,12 @@ func runCommand(args []string, stdout, stderr io.Writer) (code int, done bool) {
 			break
 		}
 		if arg == "--version" || arg == "-version" {
-			fmt.Fprintln(stdout, versionLine())
+			_, _ = fmt.Fprintln(stdout, versionLine())
 			return 0, true
 		}
 	}
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(stderr, "spoke: unknown command %q: the agent takes only flags (see `spoke --help`), or `spoke version`\n", args[0])
+		_, _ = fmt.Fprintf(stderr, "spoke: unknown command %q: the agent takes only flags (see `spoke --help`), or `spoke version`\n", args[0])
 		return 2, true
 	}
 	return 0, false

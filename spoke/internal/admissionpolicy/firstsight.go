@@ -93,7 +93,7 @@ func (f *FirstSight) Start(ctx context.Context) error {
 	}
 }
 
-// NeedLeaderElection: one replica stamps.
+// NeedLeaderElection says that one replica stamps: the leader.
 func (f *FirstSight) NeedLeaderElection() bool { return true }
 
 // see records a guest's stamp, or queues it for one.

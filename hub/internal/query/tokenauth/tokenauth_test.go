@@ -396,7 +396,7 @@ func TestKubernetesIdentitiesOnTheQueryAPI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		if _, err := federationv1.NewFederationClient(conn).Renew(ctx, &federationv1.RenewRequest{}); status.Code(err) != codes.Unauthenticated {
 			t.Errorf("Renew with an admin's token: %v, want Unauthenticated (spokes' calls need a spoke certificate)", err)
 		}
@@ -416,7 +416,7 @@ func TestKubernetesIdentitiesOnTheQueryAPI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		if _, err := queryv1.NewQueryClient(conn).ListClusters(ctx, &queryv1.ListClustersRequest{}); status.Code(err) != codes.Unauthenticated {
 			t.Errorf("ListClusters: %v, want Unauthenticated", err)
 		}

@@ -146,7 +146,7 @@ var _ = Describe("One contract, two paths: the injector webhook and the admissio
 		}
 		AddReportEntry("outcomes (webhook / policy)", outcomes)
 		AddReportEntry("records with earlier replaced entries kept by the webhook only", recordsKeptByWebhookOnly)
-		fmt.Fprintf(GinkgoWriter, "%d pods, seed %d, outcomes (webhook / policy): %v; earlier records kept by the webhook only: %d\n",
+		_, _ = fmt.Fprintf(GinkgoWriter, "%d pods, seed %d, outcomes (webhook / policy): %v; earlier records kept by the webhook only: %d\n",
 			n, seed, outcomes, recordsKeptByWebhookOnly)
 		Expect(outcomes).To(HaveKey("admitted / admitted"), "the generator produced no admissible guest")
 	}, SpecTimeout(5*time.Minute))
