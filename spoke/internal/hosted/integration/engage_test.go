@@ -23,17 +23,52 @@ import (
 	"github.com/imperator-federation/imperator/spoke/internal/hosted"
 )
 
-// refuseFirstEngage is a multicluster-aware runnable whose first Engage
-// fails, as a controller's would when it cannot start its watches.
-type refuseFirstEngage struct{ calls atomic.Int32 }
+// scriptedEngage is a multicluster-aware runnable whose Engage fails on the
+// calls refuse picks (1 is the first), as a controller's would when it
+// cannot start its watches.
+type scriptedEngage struct {
+	refuse func(call int32) bool
+	calls  atomic.Int32
+}
 
-func (r *refuseFirstEngage) Start(ctx context.Context) error { <-ctx.Done(); return nil }
+func (r *scriptedEngage) Start(ctx context.Context) error { <-ctx.Done(); return nil }
 
-func (r *refuseFirstEngage) Engage(context.Context, multicluster.ClusterName, cluster.Cluster) error {
-	if r.calls.Add(1) == 1 {
+func (r *scriptedEngage) Engage(context.Context, multicluster.ClusterName, cluster.Cluster) error {
+	if r.refuse(r.calls.Add(1)) {
 		return errors.New("engage refused by the test")
 	}
 	return nil
+}
+
+// startProvider starts a provider of its own reading member Secrets of
+// namespace ns (created here), with aware engaged beside it and opts'
+// Removed; it stops with the spec.
+func startProvider(ctx context.Context, ns string, aware *scriptedEngage, removed func(context.Context, *hosted.Member)) *hosted.Provider {
+	GinkgoHelper()
+	Expect(management.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	p, err := hosted.New(hosted.Options{
+		Namespace: ns, Scheme: clientgoscheme.Scheme, RequestTimeout: 5 * time.Second, Log: GinkgoLogr, Removed: removed,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	mgr, err := mcmanager.New(management.Config, p, manager.Options{
+		Scheme:  clientgoscheme.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache:   hosted.CacheOptions(ns),
+		// The specs of this file set up the provider's controller in one
+		// process: its name is registered once per process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(p.SetupWithManager(mgr)).To(Succeed())
+	Expect(mgr.Add(aware)).To(Succeed())
+	mgrCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mgrCtx) }()
+	DeferCleanup(func() {
+		stop()
+		Eventually(done).WithTimeout(30 * time.Second).Should(Receive())
+	})
+	return p
 }
 
 // A provider of its own, in a namespace the agent does not read, serving
@@ -41,28 +76,8 @@ func (r *refuseFirstEngage) Engage(context.Context, multicluster.ClusterName, cl
 var _ = Describe("A member whose controllers could not be engaged", func() {
 	It("is not served half-way: it is dropped and started again, then served", func(ctx context.Context) {
 		const ns = "engage-retry"
-		Expect(management.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
-		p, err := hosted.New(hosted.Options{Namespace: ns, Scheme: clientgoscheme.Scheme, RequestTimeout: 5 * time.Second, Log: GinkgoLogr})
-		Expect(err).NotTo(HaveOccurred())
-		mgr, err := mcmanager.New(management.Config, p, manager.Options{
-			Scheme:  clientgoscheme.Scheme,
-			Metrics: metricsserver.Options{BindAddress: "0"},
-			Cache:   hosted.CacheOptions(ns),
-			// Both specs of this file set up the provider's controller in
-			// one process: its name is registered once per process.
-			Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(p.SetupWithManager(mgr)).To(Succeed())
-		aware := &refuseFirstEngage{}
-		Expect(mgr.Add(aware)).To(Succeed())
-		mgrCtx, stop := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- mgr.Start(mgrCtx) }()
-		DeferCleanup(func() {
-			stop()
-			Eventually(done).WithTimeout(30 * time.Second).Should(Receive())
-		})
+		aware := &scriptedEngage{refuse: func(call int32) bool { return call == 1 }}
+		p := startProvider(ctx, ns, aware, nil)
 
 		Expect(management.Client.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "alpha", Labels: map[string]string{hosted.MemberLabel: "true"}},
@@ -94,48 +109,12 @@ var _ = Describe("A member whose controllers could not be engaged", func() {
 	})
 })
 
-// refuseAfterFirstEngage is a multicluster-aware runnable whose first Engage
-// succeeds and every later one fails.
-type refuseAfterFirstEngage struct{ calls atomic.Int32 }
-
-func (r *refuseAfterFirstEngage) Start(ctx context.Context) error { <-ctx.Done(); return nil }
-
-func (r *refuseAfterFirstEngage) Engage(context.Context, multicluster.ClusterName, cluster.Cluster) error {
-	if r.calls.Add(1) > 1 {
-		return errors.New("engage refused by the test")
-	}
-	return nil
-}
-
 var _ = Describe("A member dropped after a failed engagement", func() {
 	It("still has what it set up in its cluster undone when its Secret goes, so that no webhook configuration is left calling an agent that no longer serves it", func(ctx context.Context) {
 		const ns = "engage-retire"
-		Expect(management.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 		removed := make(chan string, 4)
-		p, err := hosted.New(hosted.Options{
-			Namespace: ns, Scheme: clientgoscheme.Scheme, RequestTimeout: 5 * time.Second, Log: GinkgoLogr,
-			Removed: func(_ context.Context, m *hosted.Member) { removed <- m.Name },
-		})
-		Expect(err).NotTo(HaveOccurred())
-		mgr, err := mcmanager.New(management.Config, p, manager.Options{
-			Scheme:  clientgoscheme.Scheme,
-			Metrics: metricsserver.Options{BindAddress: "0"},
-			Cache:   hosted.CacheOptions(ns),
-			// Both specs of this file set up the provider's controller in
-			// one process: its name is registered once per process.
-			Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(p.SetupWithManager(mgr)).To(Succeed())
-		aware := &refuseAfterFirstEngage{}
-		Expect(mgr.Add(aware)).To(Succeed())
-		mgrCtx, stop := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- mgr.Start(mgrCtx) }()
-		DeferCleanup(func() {
-			stop()
-			Eventually(done).WithTimeout(30 * time.Second).Should(Receive())
-		})
+		aware := &scriptedEngage{refuse: func(call int32) bool { return call > 1 }}
+		p := startProvider(ctx, ns, aware, func(_ context.Context, m *hosted.Member) { removed <- m.Name })
 
 		secret := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "alpha", Labels: map[string]string{hosted.MemberLabel: "true"}},
