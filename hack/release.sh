@@ -19,6 +19,11 @@
 #   changelog     CHANGELOG.md: the VERSION's entry of the repository's CHANGELOG.md
 #   checksums     SHA256SUMS of every file above (the layouts are content-addressed)
 #
+# Each step first removes what an earlier run of it left in RELEASE_OUT, and
+# SHA256SUMS lists only the files the steps write (CHANGELOG.md, charts/*.tgz,
+# imperatorctl-*, images/*.tar), so a reused bin/release/VERSION never ships
+# a stale file (another platform's imperatorctl, an old chart) with checksums.
+#
 #   VERSION=vX.Y.Z[-pre]                         semver, required
 #   PLATFORMS="linux/amd64 linux/arm64"          platforms of the images
 #   CTL_PLATFORMS="linux/amd64 linux/arm64 darwin/amd64 darwin/arm64"
@@ -60,6 +65,7 @@ push() {
 }
 
 step_images() {
+  rm -rf "$out/images"
   IMAGES_OUT=$out/images IMAGE_TAG=$version IMAGE_REGISTRY=$registry "$root/hack/images.sh"
   # What the release ships: the layouts and the tarballs, not the builder.
   rm -rf "$out/images/build" "$out/images/.image-builder"
@@ -70,6 +76,7 @@ step_charts() ( # a subshell: its EXIT trap removes the working copy
   helm=$("$root/hack/tools.sh" path helm)
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
+  rm -rf "$out/charts"
   mkdir -p "$out/charts"
   for chart in "${charts[@]}"; do
     cp -R "$root/deploy/charts/$chart" "$work/"
@@ -87,6 +94,7 @@ step_charts() ( # a subshell: its EXIT trap removes the working copy
 step_imperatorctl() {
   local commit platform os arch
   commit=$(git -C "$root" rev-parse HEAD)
+  rm -f "$out"/imperatorctl-*
   for platform in ${CTL_PLATFORMS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64}; do
     os=${platform%%/*} arch=${platform#*/}
     (cd "$root" && GOOS=$os GOARCH=$arch CGO_ENABLED=0 go build -trimpath -o "$out/imperatorctl-$os-$arch" \
@@ -97,6 +105,7 @@ step_imperatorctl() {
 }
 
 step_changelog() {
+  rm -f "$out/CHANGELOG.md"
   # Keep a Changelog: "## [0.1.0] - 2026-11-27" up to the next "## [".
   awk -v want="## [${version#v}]" '
     index($0, want) == 1 { on = 1; print; next }
@@ -107,8 +116,12 @@ step_changelog() {
 }
 
 step_checksums() {
-  (cd "$out" && find . -maxdepth 2 -type f ! -name SHA256SUMS ! -path './images/*/*' -printf '%P\n' |
-    LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
+  # Only what the steps write: any other file of a reused directory is not
+  # part of the release.
+  (cd "$out" && rm -f SHA256SUMS && find . -maxdepth 2 -type f \( -path ./CHANGELOG.md -o -path './charts/*.tgz' \
+    -o -path './imperatorctl-*' -o -path './images/*.tar' \) -printf '%P\n' |
+    LC_ALL=C sort | xargs -r sha256sum >SHA256SUMS)
+  [ -s "$out/SHA256SUMS" ] || die "$out holds nothing to check-sum: run the other steps first"
   echo "release: SHA256SUMS" >&2
 }
 

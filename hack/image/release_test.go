@@ -87,6 +87,18 @@ func TestRelease(t *testing.T) {
 		}
 	})
 
+	// What an earlier run into a reused directory left: another platform's
+	// imperatorctl, an older chart, a file no step writes. None of them may
+	// be shipped with a checksum.
+	stale := []string{"imperatorctl-plan9-386", "charts/imperator-hub-0.0.0-old.tgz", "notes.txt"}
+	for _, f := range stale {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(out, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(out, f), []byte("stale"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if msg, err := release(releaseVersion, "charts", "imperatorctl", "checksums"); err != nil {
 		t.Fatalf("hack/release.sh %s charts imperatorctl checksums: %v\n%s", releaseVersion, err, msg)
 	}
@@ -130,6 +142,11 @@ func TestRelease(t *testing.T) {
 		for _, f := range []string{filepath.Base(ctl), "charts/imperator-hub-" + chartVersion + ".tgz"} {
 			if !strings.Contains(string(sums), "  "+f+"\n") {
 				t.Errorf("SHA256SUMS has no line for %s:\n%s", f, sums)
+			}
+		}
+		for _, f := range stale {
+			if strings.Contains(string(sums), f) {
+				t.Errorf("SHA256SUMS lists %s, which this release did not write:\n%s", f, sums)
 			}
 		}
 		cmd := exec.CommandContext(ctx, "sha256sum", "--check", "--strict", "SHA256SUMS")
