@@ -8,10 +8,14 @@
 // selector lists the groups the Machines carry, so that a guest of any
 // other group is refused even when it was created with a copied injection
 // record (a policy evaluates one parameter at a time and cannot tell that
-// none matched; the agent can). Reconciler applies them by server-side
-// apply whenever a Machine changes and deletes the bindings of Machines
-// gone; InjectionBindings and Binding are the pure computations. FirstSight
-// stamps the arrival order the policy cannot (CEL has no clock).
+// none matched; the agent can); and the binding of the
+// imperator-guest-ambiguous-group policy, which refuses the guests of a
+// group several Machines carry, as the webhook does. Reconciler applies
+// them by server-side apply whenever a Machine changes and deletes the
+// bindings of Machines gone; InjectionBindings, Binding and
+// AmbiguousGroupBinding are the pure computations. FirstSight stamps the
+// arrival order the policy cannot (CEL has no clock) and the UID of the
+// hold a guest claims (HoldClaim: CEL cannot read the hold).
 package admissionpolicy
 
 import (
@@ -45,6 +49,10 @@ const (
 	UnknownGroupPolicy = "imperator-guest-unknown-group"
 	// FieldOwner is the server-side apply field manager of the binding.
 	FieldOwner = "imperator-admission-policy"
+	// AmbiguousGroupPolicy names the ValidatingAdmissionPolicy of
+	// deploy/spoke/policy/injection/guest-ambiguous-group.yaml, and its
+	// binding.
+	AmbiguousGroupPolicy = "imperator-guest-ambiguous-group"
 	// InjectionPolicy names the MutatingAdmissionPolicy of
 	// deploy/spoke/policy/injection/guest-injection.yaml.
 	InjectionPolicy = "imperator-guest-injection"
@@ -177,6 +185,46 @@ func Binding(machines []imperatorv1alpha1.Machine) *admissionregistrationv1.Vali
 	}
 }
 
+// AmbiguousGroupBinding returns the binding of AmbiguousGroupPolicy for
+// machines: it selects the guests of the groups that several Machines (not
+// being deleted) are labelled with, sorted; nil when every group has one
+// Machine (a selector cannot say "In []").
+func AmbiguousGroupBinding(machines []imperatorv1alpha1.Machine) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	count := map[string]int{}
+	for _, m := range machines {
+		if g := m.Labels[imperatorv1alpha1.MachineGroupKey]; g != "" && m.DeletionTimestamp.IsZero() {
+			count[g]++
+		}
+	}
+	var ambiguous []string
+	for g, n := range count {
+		if n > 1 {
+			ambiguous = append(ambiguous, g)
+		}
+	}
+	if len(ambiguous) == 0 {
+		return nil
+	}
+	slices.Sort(ambiguous)
+	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta: metav1.TypeMeta{
+			APIVersion: admissionregistrationv1.SchemeGroupVersion.String(),
+			Kind:       "ValidatingAdmissionPolicyBinding",
+		},
+		ObjectMeta: metav1.ObjectMeta{Name: AmbiguousGroupPolicy},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        AmbiguousGroupPolicy,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{ObjectSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{imperatorv1alpha1.PodRoleKey: string(imperatorv1alpha1.PodRoleGuest)},
+				MatchExpressions: []metav1.LabelSelectorRequirement{{
+					Key: imperatorv1alpha1.MachineGroupKey, Operator: metav1.LabelSelectorOpIn, Values: ambiguous,
+				}},
+			}},
+		},
+	}
+}
+
 // The agent's --injection values: where guests are injected.
 const (
 	// ModeAuto is ModePolicy when the API server serves
@@ -242,11 +290,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 			errs = append(errs, r.apply(ctx, binding))
 		}
 		errs = append(errs, r.apply(ctx, Binding(machines.Items)))
-	} else {
-		unknownGroup := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: UnknownGroupPolicy}}
-		if err := r.Client.Delete(ctx, unknownGroup); client.IgnoreNotFound(err) != nil {
-			errs = append(errs, fmt.Errorf("deleting ValidatingAdmissionPolicyBinding %s: %w", UnknownGroupPolicy, err))
+		if ambiguous := AmbiguousGroupBinding(machines.Items); ambiguous != nil {
+			errs = append(errs, r.apply(ctx, ambiguous))
+		} else {
+			errs = append(errs, r.deleteValidatingBinding(ctx, AmbiguousGroupPolicy))
 		}
+	} else {
+		errs = append(errs, r.deleteValidatingBinding(ctx, UnknownGroupPolicy), r.deleteValidatingBinding(ctx, AmbiguousGroupPolicy))
 	}
 	var existing admissionregistrationv1.MutatingAdmissionPolicyBindingList
 	if err := r.Client.List(ctx, &existing, client.HasLabels{ManagedByLabel}); err != nil {
@@ -260,6 +310,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		}
 	}
 	return reconcile.Result{}, errors.Join(errs...)
+}
+
+// deleteValidatingBinding deletes the ValidatingAdmissionPolicyBinding
+// name, when there is one.
+func (r *Reconciler) deleteValidatingBinding(ctx context.Context, name string) error {
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := r.Client.Delete(ctx, binding); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting ValidatingAdmissionPolicyBinding %s: %w", name, err)
+	}
+	return nil
 }
 
 // apply applies obj with FieldOwner.

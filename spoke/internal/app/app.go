@@ -403,7 +403,7 @@ func setupInjectionPolicies(mgr manager.Manager, mode string) error {
 	}
 	return errors.Join(
 		(&admissionpolicy.Reconciler{Client: mgr.GetClient(), Enabled: true}).SetupWithManager(mgr),
-		mgr.Add(&admissionpolicy.FirstSight{Clientset: clientset, Client: mgr.GetClient()}))
+		mgr.Add(&admissionpolicy.FirstSight{Clientset: clientset, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}))
 }
 
 // setupProvisioningRequests sets up the ProvisioningRequest provider when
