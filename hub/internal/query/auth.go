@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -143,12 +144,24 @@ func callerOf(ctx context.Context) (string, Role, error) {
 	return cert.Subject.CommonName, RoleOf(cert), nil
 }
 
-// authorize refuses the call unless its caller has at least role want. A
-// caller with a bearer token was decided by TokenAuthorizer.Authorize before
-// the handler ran (the hold writes by their handler, per namespace).
+// Kinds of identity a hold's creator is recorded with: a certificate's
+// common name and a Kubernetes user name live in two name spaces, so that a
+// certificate named alice is not the Kubernetes user alice.
+const (
+	CertificateCreator = "certificate:"
+	KubernetesCreator  = "kubernetes:"
+	// maxCreatorBytes is the FleetHold's spec.creator limit.
+	maxCreatorBytes = 253
+)
+
+// authorize refuses the call unless its caller has at least role want, and
+// returns the caller's identity with its kind (CertificateCreator or
+// KubernetesCreator). A caller with a bearer token was decided by
+// TokenAuthorizer.Authorize before the handler ran (the hold writes by their
+// handler, per namespace).
 func authorize(ctx context.Context, want Role) (string, error) {
 	if caller, ok := tokenCallerOf(ctx); ok {
-		return caller.user.name, nil
+		return KubernetesCreator + caller.user.name, nil
 	}
 	name, got, err := callerOf(ctx)
 	if err != nil {
@@ -157,7 +170,19 @@ func authorize(ctx context.Context, want Role) (string, error) {
 	if got < want {
 		return name, status.Errorf(codes.PermissionDenied, "%q is a %s: this call needs a %s certificate (organization %s)", name, got, want, organizationOf(want))
 	}
-	return name, nil
+	return CertificateCreator + name, nil
+}
+
+// createdBy reports whether a hold whose spec.creator is creator was
+// created by the certificate named commonName. A creator without a kind
+// was recorded before identities carried theirs, when only certificates
+// created holds.
+func createdBy(creator, commonName string) bool {
+	if creator == CertificateCreator+commonName {
+		return true
+	}
+	kinded := strings.HasPrefix(creator, CertificateCreator) || strings.HasPrefix(creator, KubernetesCreator)
+	return !kinded && creator == commonName
 }
 
 func organizationOf(r Role) string {

@@ -112,6 +112,9 @@ func (s *Service) CreateHold(ctx context.Context, req *queryv1.CreateHoldRequest
 	if err := authorizeHoldNamespaces(ctx, "create", spec.Namespaces); err != nil {
 		return nil, err
 	}
+	if len(caller) > maxCreatorBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "creator: the caller's identity %.64q... is %d bytes, more than the %d a hold records", caller, len(caller), maxCreatorBytes)
+	}
 	spec.Creator = caller
 	ctx, cancel := context.WithTimeout(ctx, holdsCallLimit)
 	defer cancel()
@@ -165,7 +168,9 @@ func (s *Service) ReleaseHold(ctx context.Context, req *queryv1.ReleaseHoldReque
 	}
 	ctx, cancel := context.WithTimeout(ctx, holdsCallLimit)
 	defer cancel()
-	// A holder certificate releases its own holds, an admin any; a
+	// A holder certificate releases its own holds (the creator of the
+	// certificate kind with its name, never a Kubernetes user's of the same
+	// name), an admin any; a
 	// Kubernetes identity those of the namespaces RBAC lets it delete holds
 	// in, whoever created them.
 	if _, ok := tokenCallerOf(ctx); ok {
@@ -184,12 +189,12 @@ func (s *Service) ReleaseHold(ctx context.Context, req *queryv1.ReleaseHoldReque
 		if err := authorizeHoldNamespaces(ctx, "delete", existing.Spec.Namespaces); err != nil {
 			return nil, err
 		}
-	} else if _, role, err := callerOf(ctx); err == nil && role < RoleAdmin {
+	} else if name, role, err := callerOf(ctx); err == nil && role < RoleAdmin {
 		existing, err := s.holds.Get(ctx, req.GetName())
 		if err != nil {
 			return nil, holdsError(err)
 		}
-		if existing.Spec.Creator != caller {
+		if !createdBy(existing.Spec.Creator, name) {
 			return nil, status.Errorf(codes.PermissionDenied, "fleet hold %q was created by %q: only its creator or an admin (organization %s) may release it",
 				req.GetName(), existing.Spec.Creator, AdminOrganization)
 		}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -119,6 +120,10 @@ const (
 	// again every TTL.
 	acceptedMemory = time.Hour
 )
+
+// errReviewUnavailable is what a caller whose token could not be reviewed
+// reads, whatever the hub cluster's API server answered.
+const errReviewUnavailable = "the hub could not authenticate the bearer token with its cluster's API server now: retry later (the hub's log says why)"
 
 // TokenAuthOptions configure a TokenAuthorizer.
 type TokenAuthOptions struct {
@@ -244,7 +249,7 @@ func (a *TokenAuthorizer) allowReview(ctx context.Context) error {
 // allowAccessReview reports whether u's call may ask a SubjectAccessReview
 // the decision cache does not answer.
 func (a *TokenAuthorizer) allowAccessReview(u *tokenUser) error {
-	key := u.name + "\x00" + u.uid
+	key := strconv.Itoa(len(u.name)) + ":" + u.name + u.uid
 	a.usersMu.Lock()
 	limiter, ok := a.userReviews.Get(key)
 	if !ok {
@@ -391,8 +396,11 @@ func (a *TokenAuthorizer) authenticate(ctx context.Context, token string) (*toke
 	if err != nil {
 		// Not cached: the hub cluster's API may be back at the next call.
 		// Logged: an operator sees a missing right (forbidden) here.
+		// The caller is not authenticated yet: the API server's words
+		// (its address, the hub's own identity and rights) are for the
+		// hub's log, the caller learns only that it may retry.
 		ctrl.LoggerFrom(ctx).Error(err, "Authenticating a bearer token failed")
-		return nil, status.Errorf(codes.Unavailable, "authenticating the bearer token with the hub cluster (TokenReview): %v", err)
+		return nil, status.Error(codes.Unavailable, errReviewUnavailable)
 	}
 	auth := authentication{refusal: review.Status.Error}
 	if review.Status.Authenticated {
@@ -419,29 +427,40 @@ func (a *TokenAuthorizer) authenticate(ctx context.Context, token string) (*toke
 }
 
 // reviewKey identifies one decision: the user as the API server sees it
-// and the access asked.
+// and the access asked. Every field is written with its length first, so
+// that no name, group or extra value can be crafted to read as another
+// user's fields (a separator byte can appear in an OIDC claim).
 func (u *tokenUser) reviewKey(verb, resource, namespace string) string {
 	var b strings.Builder
+	field := func(s string) {
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
 	for _, part := range []string{u.name, u.uid, verb, resource, namespace} {
-		b.WriteString(part)
-		b.WriteByte(0)
+		field(part)
 	}
 	groups := slices.Clone(u.groups)
 	slices.Sort(groups)
+	b.WriteString(strconv.Itoa(len(groups)))
+	b.WriteByte('g')
 	for _, g := range groups {
-		b.WriteString(g)
-		b.WriteByte(1)
+		field(g)
 	}
 	keys := make([]string, 0, len(u.extra))
 	for k := range u.extra {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	b.WriteString(strconv.Itoa(len(keys)))
+	b.WriteByte('x')
 	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte(2)
-		b.WriteString(strings.Join(u.extra[k], "\x03"))
-		b.WriteByte(2)
+		field(k)
+		b.WriteString(strconv.Itoa(len(u.extra[k])))
+		b.WriteByte('v')
+		for _, v := range u.extra[k] {
+			field(v)
+		}
 	}
 	return b.String()
 }

@@ -63,3 +63,74 @@ func TestReviewKeysTellUsersApart(t *testing.T) {
 		t.Error("namespaces share a key")
 	}
 }
+
+// A user name, group or extra value holding what the key used to separate
+// fields with cannot read as another user's fields: each field carries its
+// length.
+func TestReviewKeysCannotBeForgedBySeparators(t *testing.T) {
+	cases := map[string][2]tokenUser{
+		"name ending in the uid's separator": {
+			{name: "alice\x001", uid: ""},
+			{name: "alice", uid: "1\x00"},
+		},
+		"a group split in two": {
+			{name: "bob", groups: []string{"a\x01b"}},
+			{name: "bob", groups: []string{"a", "b"}},
+		},
+		"a group that reads as an extra": {
+			{name: "bob", groups: []string{"x\x02y\x02"}},
+			{name: "bob", extra: map[string]authorizationv1.ExtraValue{"x": {"y"}}},
+		},
+		"extra values joined": {
+			{name: "bob", extra: map[string]authorizationv1.ExtraValue{"k": {"a\x03b"}}},
+			{name: "bob", extra: map[string]authorizationv1.ExtraValue{"k": {"a", "b"}}},
+		},
+		"a name holding the verb": {
+			{name: "carol\x00get"},
+			{name: "carol"},
+		},
+		"digits in a name": {
+			{name: "1:a", uid: ""},
+			{name: "1", uid: ":a"},
+		},
+	}
+	for name, users := range cases {
+		t.Run(name, func(t *testing.T) {
+			verb := [2]string{"get", "get"}
+			if name == "a name holding the verb" {
+				// "carol\x00get" asking list vs "carol" asking get\x00list.
+				verb = [2]string{"list", "get\x00list"}
+			}
+			a, b := users[0].reviewKey(verb[0], "clusters", ""), users[1].reviewKey(verb[1], "clusters", "")
+			if a == b {
+				t.Errorf("two users share the decision key %q", a)
+			}
+		})
+	}
+}
+
+// A certificate is the creator of the holds recorded with its kind and
+// name, or with its bare name from before identities had kinds; never of a
+// Kubernetes user's of the same name.
+func TestCreatedBy(t *testing.T) {
+	cases := map[string]struct {
+		creator, commonName string
+		want                bool
+	}{
+		"its own hold":                         {creator: CertificateCreator + "alice", commonName: "alice", want: true},
+		"a hold of the Kubernetes user alice":  {creator: KubernetesCreator + "alice", commonName: "alice"},
+		"another certificate's hold":           {creator: CertificateCreator + "bob", commonName: "alice"},
+		"a bare creator of before the kinds":   {creator: "alice", commonName: "alice", want: true},
+		"a certificate named like a user kind": {creator: KubernetesCreator + "alice", commonName: KubernetesCreator + "alice"},
+		"a certificate named like a cert kind": {creator: CertificateCreator + "alice", commonName: CertificateCreator + "alice"},
+		"its own hold, its name has a kind":    {creator: CertificateCreator + KubernetesCreator + "alice", commonName: KubernetesCreator + "alice", want: true},
+		"an empty creator":                     {creator: "", commonName: "alice"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := createdBy(tc.creator, tc.commonName); got != tc.want {
+				t.Errorf("createdBy(%q, %q) = %v, want %v", tc.creator, tc.commonName, got, tc.want)
+			}
+		})
+	}
+}

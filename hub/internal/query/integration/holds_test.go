@@ -205,7 +205,7 @@ var _ = Describe("Fleet holds", Ordered, func() {
 		Expect(gamma.heldNow()).To(BeEquivalentTo(4))
 		Expect(delta.heldNow()).To(BeEquivalentTo(2))
 		Expect(fh.GetGuestLabels()).To(HaveKeyWithValue("imperator.tenzen-y.io/hold", "train-6"))
-		Expect(fh.GetCreator()).To(Equal("trainer"))
+		Expect(fh.GetCreator()).To(Equal(query.CertificateCreator + "trainer"))
 		stored := &imperatorv1alpha1.FleetHold{}
 		Expect(hubClient.Get(ctx, client.ObjectKey{Namespace: hubNamespace, Name: "train-6"}, stored)).To(Succeed())
 		Expect(stored.Status.ClustersSummary).To(Equal("gamma:4,delta:2"), "kubectl get fleetholds shows every cluster, not the first")

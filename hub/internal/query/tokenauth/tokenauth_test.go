@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -481,6 +482,44 @@ users:
 				args := append(append([]string{}, tc.args...), "--hub", f.hub.Address(), "--server-name", "127.0.0.1", "--ca", caFile, "--kubeconfig", kubeconfig)
 				if code := cli.Run(ctx, args, env); code != tc.wantCode {
 					t.Errorf("imperatorctl %s: exit %d, want %d: %s", strings.Join(tc.args, " "), code, tc.wantCode, stderr.String())
+				}
+			})
+		}
+	})
+
+	// The caller is not authenticated when the TokenReview fails: what the
+	// API server said (its address, the hub's identity, the missing right)
+	// stays in the hub's log. Here the hub's client has no right to create
+	// TokenReviews (a ServiceAccount without bindings), and then none to
+	// reach the API server at all (a closed port).
+	t.Run("API server errors do not reach unauthenticated callers", func(t *testing.T) {
+		noRights := rest.AnonymousClientConfig(f.config)
+		noRights.BearerToken = nobodyToken
+		closed := rest.CopyConfig(noRights)
+		closed.Host = "https://127.0.0.1:1"
+		for name, cfg := range map[string]*rest.Config{"forbidden": noRights, "unreachable": closed} {
+			t.Run(name, func(t *testing.T) {
+				kube, err := kubernetes.NewForConfig(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				auth, err := query.NewTokenAuthorizer(kube, query.TokenAuthOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				callCtx := metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Bearer "+viewerToken))
+				_, err = auth.Authorize(callCtx, queryv1.Query_ListClusters_FullMethodName)
+				if status.Code(err) != codes.Unavailable {
+					t.Fatalf("Authorize: %v, want Unavailable", err)
+				}
+				msg := status.Convert(err).Message()
+				for _, leak := range []string{"forbidden", "tokenreviews", "system:serviceaccount", "127.0.0.1", "dial", "refused"} {
+					if strings.Contains(strings.ToLower(msg), leak) {
+						t.Errorf("Authorize: %q tells an unauthenticated caller %q of the API server's answer", msg, leak)
+					}
+				}
+				if !strings.Contains(msg, "retry later") {
+					t.Errorf("Authorize: %q, want it to say the caller may retry", msg)
 				}
 			})
 		}
