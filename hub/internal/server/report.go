@@ -4,16 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/imperator-federation/imperator/hub/internal/ingest"
 	"github.com/imperator-federation/imperator/hub/internal/registry"
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	"github.com/imperator-federation/imperator/internal/identity"
+	"github.com/imperator-federation/imperator/internal/version"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
@@ -130,6 +133,12 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 	defer s.closeSession(cluster, sess)
 	s.store.Connect(cluster, hello)
 	log.Info("Spoke connected", "agentVersion", hello.GetAgentVersion(), "epoch", hello.GetEpoch())
+	if skew := unsupportedSkew(version.Get().Version, hello.GetAgentVersion()); skew != "" {
+		// Warned, not refused: the protocol's capabilities keep both sides
+		// working as far as they can, and refusing would detach the
+		// cluster in the middle of an upgrade (docs/upgrading.md).
+		log.Info("Unsupported version skew between hub and agent: "+skew, "agentVersion", hello.GetAgentVersion(), "hubVersion", version.Get().Version)
+	}
 
 	epoch := hello.GetEpoch()
 	budget := s.budgetOf(cluster)
@@ -384,3 +393,43 @@ func (s *Server) closeSession(cluster string, sess *session) {
 		s.store.Disconnect(cluster)
 	}
 }
+
+// unsupportedSkew says why an agent of version agent reporting to a hub of
+// version hub is outside the skew policy of docs/upgrading.md, or "" when
+// it is inside or either is not a release (a development build, a Go
+// pseudo-version, free-form text): the policy is about releases. Inside: the
+// same major version, the agent's minor equal to the hub's or one below
+// (upgrade the hub first, then the agents).
+func unsupportedSkew(hub, agent string) string {
+	h, a := releaseVersion(hub), releaseVersion(agent)
+	if h == nil || a == nil {
+		return ""
+	}
+	switch {
+	case a.Major() != h.Major():
+		return fmt.Sprintf("agent %s and hub %s are of different major versions; upgrade both to the same one", agent, hub)
+	case a.Minor() > h.Minor():
+		return fmt.Sprintf("agent %s is newer than hub %s; upgrade the hub first (an agent may be as new as its hub, not newer)", agent, hub)
+	case a.Minor()+1 < h.Minor():
+		return fmt.Sprintf("agent %s is more than one minor version older than hub %s; upgrade the agent to v%d.%d or v%d.%d", agent, hub, h.Major(), h.Minor()-1, h.Major(), h.Minor())
+	}
+	return ""
+}
+
+// releaseVersion parses v as a release version vX.Y.Z[-pre], nil for
+// anything else, Go pseudo-versions (v0.0.0-20260101120000-0123456789ab)
+// included.
+func releaseVersion(v string) *utilversion.Version {
+	parsed, err := utilversion.ParseSemantic(v)
+	if err != nil || len(v) == 0 || v[0] != 'v' {
+		return nil
+	}
+	if pre := parsed.PreRelease(); pseudoVersion.MatchString(pre) {
+		return nil
+	}
+	return parsed
+}
+
+// pseudoVersion matches the pre-release part of a Go pseudo-version: a
+// timestamp and a commit.
+var pseudoVersion = regexp.MustCompile(`(^|\.)[0-9]{14}-[0-9a-f]{12}`)
