@@ -84,9 +84,12 @@ func InjectionBindingName(machine string, legacy bool) string {
 // namespaces labelled imperator.tenzen-y.io/inject-resource=enabled, and
 // those labelled only imperator.tenzen.io/inject-resource=enabled; never
 // kube-system nor the agent's namespace. The policy checks the same again.
-func injectionNamespaces(legacy bool) *metav1.LabelSelector {
+func injectionNamespaces(legacy bool, agentNamespace string) *metav1.LabelSelector {
+	if agentNamespace == "" {
+		agentNamespace = AgentNamespace
+	}
 	notExcluded := metav1.LabelSelectorRequirement{
-		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{metav1.NamespaceSystem, AgentNamespace},
+		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{metav1.NamespaceSystem, agentNamespace},
 	}
 	enabled := func(key string) metav1.LabelSelectorRequirement {
 		return metav1.LabelSelectorRequirement{Key: key, Operator: metav1.LabelSelectorOpIn, Values: []string{imperatorv1alpha1.InjectResourceEnabled}}
@@ -102,16 +105,18 @@ func injectionNamespaces(legacy bool) *metav1.LabelSelector {
 }
 
 // AgentNamespace is the namespace the policies exclude from injection, as
-// they name it (deploy/spoke/policy): the agent's in deploy/spoke and the
-// Helm chart.
+// they name it (deploy/spoke/policy): the agent's in deploy/spoke; the Helm
+// chart writes its own namespace into them, and the agent into the
+// bindings (Reconciler.Namespace).
 const AgentNamespace = "imperator-system"
 
 // InjectionBindings returns two bindings of InjectionPolicy per Machine
 // labelled with a machine group and not being deleted, one per injection
 // label of namespaces: its parameter is the Machine, and it matches only
-// pods labelled with the Machine's group in injection-enabled namespaces,
-// so that no other pod costs the API server a policy evaluation.
-func InjectionBindings(machines []imperatorv1alpha1.Machine) []*admissionregistrationv1.MutatingAdmissionPolicyBinding {
+// pods labelled with the Machine's group in injection-enabled namespaces
+// other than kube-system and agentNamespace ("": AgentNamespace), so that
+// no other pod costs the API server a policy evaluation.
+func InjectionBindings(machines []imperatorv1alpha1.Machine, agentNamespace string) []*admissionregistrationv1.MutatingAdmissionPolicyBinding {
 	var bindings []*admissionregistrationv1.MutatingAdmissionPolicyBinding
 	for _, m := range machines {
 		group := m.Labels[imperatorv1alpha1.MachineGroupKey]
@@ -133,7 +138,7 @@ func InjectionBindings(machines []imperatorv1alpha1.Machine) []*admissionregistr
 					PolicyName: InjectionPolicy,
 					ParamRef:   &admissionregistrationv1.ParamRef{Name: m.Name, ParameterNotFoundAction: &deny},
 					MatchResources: &admissionregistrationv1.MatchResources{
-						NamespaceSelector: injectionNamespaces(legacy),
+						NamespaceSelector: injectionNamespaces(legacy, agentNamespace),
 						ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
 							imperatorv1alpha1.MachineGroupKey: group,
 							imperatorv1alpha1.PodRoleKey:      string(imperatorv1alpha1.PodRoleGuest),
@@ -273,6 +278,9 @@ func UsePolicy(mode string, disc discovery.DiscoveryInterface) (bool, error) {
 type Reconciler struct {
 	Client  client.Client
 	Enabled bool
+	// Namespace is the agent's, which guests are never injected in (""
+	// AgentNamespace).
+	Namespace string
 }
 
 // Reconcile lists the Machines, applies their bindings and deletes the
@@ -285,7 +293,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	wanted := map[string]bool{}
 	var errs []error
 	if r.Enabled {
-		for _, binding := range InjectionBindings(machines.Items) {
+		for _, binding := range InjectionBindings(machines.Items, r.Namespace) {
 			wanted[binding.Name] = true
 			errs = append(errs, r.apply(ctx, binding))
 		}

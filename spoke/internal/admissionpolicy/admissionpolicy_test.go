@@ -62,7 +62,7 @@ func TestEachMachineBindsTheInjectionToItsOwnGroup(t *testing.T) {
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
 	machines := []imperatorv1alpha1.Machine{*wrappers.MakeMachine("gpu-a", "team-a").Obj(), *deleting, *wrappers.MakeMachine("gpu-b", "team-b").Obj()}
 	got := map[string][2]string{}
-	for _, b := range InjectionBindings(machines) {
+	for _, b := range InjectionBindings(machines, "") {
 		if b.Spec.PolicyName != InjectionPolicy || b.Labels[ManagedByLabel] != "true" {
 			t.Errorf("binding %s: policy %s, labels %v", b.Name, b.Spec.PolicyName, b.Labels)
 		}
@@ -76,6 +76,15 @@ func TestEachMachineBindsTheInjectionToItsOwnGroup(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("bindings: name -> (paramRef, group) (-want +got):\n%s", diff)
+	}
+
+	for namespace, want := range map[string]string{"": AgentNamespace, "gpu-agent": "gpu-agent"} {
+		for _, b := range InjectionBindings(machines[:1], namespace) {
+			excluded := b.Spec.MatchResources.NamespaceSelector.MatchExpressions[len(b.Spec.MatchResources.NamespaceSelector.MatchExpressions)-1]
+			if diff := cmp.Diff([]string{metav1.NamespaceSystem, want}, excluded.Values); excluded.Operator != metav1.LabelSelectorOpNotIn || diff != "" {
+				t.Errorf("binding %s with the agent in %q: namespaces %s not in (-want +got):\n%s", b.Name, namespace, excluded.Operator, diff)
+			}
+		}
 	}
 
 	long := strings.Repeat("m", 253)

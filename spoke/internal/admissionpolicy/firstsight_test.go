@@ -119,7 +119,7 @@ func TestHeldNameReadsTheInjectorsKeys(t *testing.T) {
 		pod            *corev1.Pod
 		wantName, want string
 	}{
-		"no hold": {pod: pod(nil, nil)},
+		"no hold":        {pod: pod(nil, nil)},
 		"the hold label": {pod: pod(map[string]string{imperatorv1alpha1.HoldKey: "h"}, nil), wantName: "h"},
 		"a ProvisioningRequest consumer": {
 			pod: pod(nil, map[string]string{imperatorv1alpha1.ConsumeProvisioningRequestAnnotation: "job-1",

@@ -360,7 +360,7 @@ func controllers(ctx context.Context, cfg config.Config, scheme *runtime.Scheme,
 			return err
 		}
 		if provider == nil {
-			if err := setupInjectionPolicies(mgr, cfg.Injection); err != nil {
+			if err := setupInjectionPolicies(mgr, cfg.Injection, cfg.Namespace); err != nil {
 				return err
 			}
 		}
@@ -381,7 +381,7 @@ func controllers(ctx context.Context, cfg config.Config, scheme *runtime.Scheme,
 // discovery at the start of each leader term) and, on the policy path, runs
 // the controller that writes the injection policies' bindings and the
 // stamper of the guests' arrival (CEL has no clock).
-func setupInjectionPolicies(mgr manager.Manager, mode string) error {
+func setupInjectionPolicies(mgr manager.Manager, mode, namespace string) error {
 	disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
 	if err != nil {
 		return fmt.Errorf("creating the discovery client: %w", err)
@@ -402,7 +402,7 @@ func setupInjectionPolicies(mgr manager.Manager, mode string) error {
 		return fmt.Errorf("creating the clientset of the first-sight stamper: %w", err)
 	}
 	return errors.Join(
-		(&admissionpolicy.Reconciler{Client: mgr.GetClient(), Enabled: true}).SetupWithManager(mgr),
+		(&admissionpolicy.Reconciler{Client: mgr.GetClient(), Enabled: true, Namespace: namespace}).SetupWithManager(mgr),
 		mgr.Add(&admissionpolicy.FirstSight{Clientset: clientset, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}))
 }
 
