@@ -137,7 +137,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if err != nil {
 		return fmt.Errorf("creating Kubernetes client: %w", err)
 	}
-	tokenAuth, err := query.NewTokenAuthorizer(kube, query.TokenAuthOptions{Audiences: cfg.TokenAudiences})
+	tokenAuth, err := query.NewTokenAuthorizer(kube, query.TokenAuthOptions{Audiences: cfg.TokenAudiences, TTL: cfg.TokenAuthTTL, DecisionTTL: cfg.TokenDecisionTTL})
 	if err != nil {
 		return err
 	}

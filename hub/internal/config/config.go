@@ -18,6 +18,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/join"
 	"github.com/imperator-federation/imperator/hub/internal/persist"
+	"github.com/imperator-federation/imperator/hub/internal/query"
 	"github.com/imperator-federation/imperator/hub/internal/registry"
 	"github.com/imperator-federation/imperator/hub/internal/server"
 	"github.com/imperator-federation/imperator/hub/internal/store"
@@ -83,6 +84,11 @@ type Config struct {
 	// cannot collect tokens that open the API server. Empty: the API
 	// server's own audiences.
 	TokenAudiences []string
+	// TokenAuthTTL is how long a bearer token's authentication (its
+	// TokenReview) is reused, and TokenDecisionTTL an authorization
+	// decision (a SubjectAccessReview): a revoked token, a deleted account
+	// or a removed binding is honoured within them.
+	TokenAuthTTL, TokenDecisionTTL time.Duration
 }
 
 // LeaderElectionID names the Lease of the hub's leader election.
@@ -105,6 +111,8 @@ func Default() Config {
 		RenewalOverlap:      join.DefaultRenewalOverlap,
 		RevocationsRefresh:  registry.DefaultRevocationsRefresh,
 		HoldDeadline:        holds.DefaultDeadline,
+		TokenAuthTTL:        query.DefaultTokenAuthTTL,
+		TokenDecisionTTL:    query.DefaultTokenAuthTTL,
 		LeaderElect:         true,
 	}
 }
@@ -151,6 +159,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 		}
 		return nil
 	})
+	fs.DurationVar(&c.TokenAuthTTL, "token-auth-ttl", c.TokenAuthTTL, "How long the hub reuses a bearer token's authentication (TokenReview): a revoked token or a deleted ServiceAccount is refused within it (1s to 10m).")
+	fs.DurationVar(&c.TokenDecisionTTL, "token-decision-ttl", c.TokenDecisionTTL, "How long the hub reuses an authorization decision for a bearer token's user (SubjectAccessReview): a removed RoleBinding is honoured within it (1s to 10m).")
 	fs.BoolVar(&c.LeaderElect, "leader-elect", c.LeaderElect, "Elect one replica for the single-writer work (placement scores, marking silent clusters Unknown); disable only when exactly one hub runs.")
 }
 
@@ -226,6 +236,11 @@ func (c *Config) Validate() error {
 	for i, a := range c.TokenAudiences {
 		if a == "" || strings.ContainsAny(a, " \t\n") {
 			errs = append(errs, fmt.Errorf("--token-audiences: audience %d (%q) must be a non-empty word without spaces", i+1, a))
+		}
+	}
+	for flag, ttl := range map[string]time.Duration{"--token-auth-ttl": c.TokenAuthTTL, "--token-decision-ttl": c.TokenDecisionTTL} {
+		if ttl < time.Second || ttl > 10*time.Minute {
+			errs = append(errs, fmt.Errorf("%s %s: must be within 1s to 10m", flag, ttl))
 		}
 	}
 	if c.RevocationsRefresh <= 0 {

@@ -159,3 +159,43 @@ func TestTokenAudiences(t *testing.T) {
 		t.Errorf("default TokenAudiences = %q, want none (the API server's own)", got)
 	}
 }
+
+// TestTokenCacheTTLs: --token-auth-ttl and --token-decision-ttl set how long
+// a token's authentication and an authorization decision are reused; both
+// default to query.DefaultTokenAuthTTL and out-of-range values are refused
+// naming the flag.
+func TestTokenCacheTTLs(t *testing.T) {
+	for _, tc := range []struct {
+		args               []string
+		wantAuth, wantDecn time.Duration
+		wantErr            string
+	}{
+		{args: nil, wantAuth: 10 * time.Second, wantDecn: 10 * time.Second},
+		{args: []string{"--token-auth-ttl=1m", "--token-decision-ttl=2s"}, wantAuth: time.Minute, wantDecn: 2 * time.Second},
+		{args: []string{"--token-auth-ttl=0s"}, wantErr: "--token-auth-ttl 0s: must be within 1s to 10m"},
+		{args: []string{"--token-decision-ttl=11m"}, wantErr: "--token-decision-ttl 11m0s: must be within 1s to 10m"},
+		{args: []string{"--token-decision-ttl=-1s"}, wantErr: "--token-decision-ttl -1s"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			c := Default()
+			fs := flag.NewFlagSet("hub", flag.ContinueOnError)
+			c.BindFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			err := c.Validate()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Validate() = %v, want an error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Validate() = %v", err)
+			}
+			if c.TokenAuthTTL != tc.wantAuth || c.TokenDecisionTTL != tc.wantDecn {
+				t.Errorf("TTLs = %s, %s, want %s, %s", c.TokenAuthTTL, c.TokenDecisionTTL, tc.wantAuth, tc.wantDecn)
+			}
+		})
+	}
+}

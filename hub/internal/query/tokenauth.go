@@ -78,7 +78,10 @@ var methodAccess = map[string]access{
 
 // Defaults of TokenAuthOptions.
 const (
-	DefaultTokenAuthTTL  = 10 * time.Second
+	DefaultTokenAuthTTL = 10 * time.Second
+	// MaxTokenAuthTTL bounds both TTLs: a revocation must be honoured
+	// within minutes.
+	MaxTokenAuthTTL      = 10 * time.Minute
 	DefaultTokenAuthSize = 4096
 	// maxBearerTokenBytes bounds the token sent to the API server: service
 	// account and OIDC tokens are a few kilobytes, and token calls come
@@ -127,10 +130,14 @@ const errReviewUnavailable = "the hub could not authenticate the bearer token wi
 
 // TokenAuthOptions configure a TokenAuthorizer.
 type TokenAuthOptions struct {
-	// TTL is how long an authentication or an authorization decision is
-	// reused (DefaultTokenAuthTTL when zero): a revoked token or a removed
-	// RoleBinding is honoured within it.
+	// TTL is how long a token's authentication is reused
+	// (DefaultTokenAuthTTL when zero): a revoked token or a deleted
+	// ServiceAccount is honoured within it.
 	TTL time.Duration
+	// DecisionTTL is how long an authorization decision is reused
+	// (DefaultTokenAuthTTL when zero): a removed RoleBinding is honoured
+	// within it.
+	DecisionTTL time.Duration
 	// Size bounds each cache's entries (DefaultTokenAuthSize when zero).
 	Size int
 	// Audiences, when set, are the audiences a token must be issued for
@@ -157,9 +164,9 @@ type TokenAuthOptions struct {
 // caching both for a short time in bounded LRU caches. Only the query API
 // uses it: spokes' Report streams never wait on it.
 type TokenAuthorizer struct {
-	client    kubernetes.Interface
-	ttl       time.Duration
-	audiences []string
+	client           kubernetes.Interface
+	ttl, decisionTTL time.Duration
+	audiences        []string
 	// users holds accepted tokens and refused the refused ones, apart:
 	// a flood of unknown tokens evicts no accepted one.
 	users     *cache.LRUExpireCache // sha256(token) -> authentication
@@ -181,8 +188,11 @@ func NewTokenAuthorizer(c kubernetes.Interface, opts TokenAuthOptions) (*TokenAu
 	if c == nil {
 		return nil, errors.New("creating the token authorizer: no Kubernetes client")
 	}
-	if opts.TTL < 0 || opts.Size < 0 {
-		return nil, fmt.Errorf("creating the token authorizer: TTL %s and size %d must not be negative", opts.TTL, opts.Size)
+	if opts.TTL < 0 || opts.DecisionTTL < 0 || opts.Size < 0 {
+		return nil, fmt.Errorf("creating the token authorizer: TTLs %s, %s and size %d must not be negative", opts.TTL, opts.DecisionTTL, opts.Size)
+	}
+	if opts.TTL > MaxTokenAuthTTL || opts.DecisionTTL > MaxTokenAuthTTL {
+		return nil, fmt.Errorf("creating the token authorizer: TTLs %s and %s must not exceed %s (revocations are honoured within them)", opts.TTL, opts.DecisionTTL, MaxTokenAuthTTL)
 	}
 	if opts.ReviewRate < 0 || opts.ReviewBurst < 0 || opts.SourceReviewRate < 0 || opts.SourceReviewBurst < 0 {
 		return nil, fmt.Errorf("creating the token authorizer: review rates %g, %g and bursts %d, %d must not be negative",
@@ -203,6 +213,9 @@ func NewTokenAuthorizer(c kubernetes.Interface, opts TokenAuthOptions) (*TokenAu
 	if opts.TTL == 0 {
 		opts.TTL = DefaultTokenAuthTTL
 	}
+	if opts.DecisionTTL == 0 {
+		opts.DecisionTTL = DefaultTokenAuthTTL
+	}
 	if opts.Size == 0 {
 		opts.Size = DefaultTokenAuthSize
 	}
@@ -213,6 +226,7 @@ func NewTokenAuthorizer(c kubernetes.Interface, opts TokenAuthOptions) (*TokenAu
 	return &TokenAuthorizer{
 		client:      c,
 		ttl:         opts.TTL,
+		decisionTTL: opts.DecisionTTL,
 		audiences:   slices.Clone(opts.Audiences),
 		users:       newCache(opts.Size),
 		refused:     newCache(opts.Size),
@@ -496,7 +510,7 @@ func (c *tokenCaller) allowed(ctx context.Context, verb, resource, namespace str
 			return status.Errorf(codes.Unavailable, "authorizing %q with the hub cluster (SubjectAccessReview): %v", c.user.name, err)
 		}
 		d = decision{allowed: review.Status.Allowed && !review.Status.Denied, reason: review.Status.Reason}
-		c.auth.decisions.Add(key, d, c.auth.ttl)
+		c.auth.decisions.Add(key, d, c.auth.decisionTTL)
 	}
 	if got := d.(decision); !got.allowed {
 		where := "across the fleet (a ClusterRoleBinding)"
