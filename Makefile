@@ -117,6 +117,12 @@ e2e-hosted: ## The same journeys with spoke-b served by a hosted agent in the hu
 fault: k8s-bin build ## The fault suite: faults injected for real into a local fleet; prints each fault's time to detect and to recover.
 	E2E_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -v ./test/fault/ 2>&1 | tee $(BIN)/fault.log
 
+.PHONY: soak
+SOAK_SECONDS ?= 300
+soak: k8s-bin build ## The seeded soak: random work and overlapping faults on a fleet of its own, invariants checked throughout (SOAK_SECONDS=300, SOAK_SEED replays a run, SOAK_FAULTS, SOAK_SHRINK=1: docs/soak.md).
+	SOAK_SECONDS=$(SOAK_SECONDS) SOAK_SEED=$(SOAK_SEED) SOAK_SHRINK=$(SOAK_SHRINK) $(if $(SOAK_FAULTS),SOAK_FAULTS='$(SOAK_FAULTS)') E2E_BIN_DIR=$(BIN) \
+		$(GO) test -count=1 -v -run '^TestSoak$$' -timeout $(if $(filter 1,$(SOAK_SHRINK)),0,$$(( $(SOAK_SECONDS) + 1200 ))s) ./test/soak/ 2>&1 | tee $(BIN)/soak.log
+
 .PHONY: realnode
 realnode: k8s-bin ## One real node (containerd, runc, bridge CNI, kubelet) runs a pod and leaves nothing on the host (root; installs the Debian packages it needs).
 	hack/realnode/install-deps.sh

@@ -1,0 +1,500 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/e2e"
+	"github.com/imperator-federation/imperator/test/fault"
+	"github.com/imperator-federation/imperator/test/util/fleet"
+)
+
+// The named invariants (docs/soak.md says what each means).
+const (
+	InvariantCap       = "1-cap"             // guests holding units never exceed available
+	InvariantNoEvict   = "2-no-eviction"     // no running guest evicted or deleted by us
+	InvariantFIFO      = "3-fifo"            // no guest let through while an earlier one waits
+	InvariantHolds     = "4-holds"           // held units really held, nothing held without an owner
+	InvariantHubMatch  = "5-hub-matches"     // the hub's figures equal the spokes' objects
+	InvariantProcesses = "6-processes"       // no process exits unless the schedule killed it
+	InvariantGrowth    = "6-resource-growth" // goroutines and RSS stay within a bound
+)
+
+// fifoTolerance is how long before a guest is let through an earlier guest
+// must have been visible for the FIFO check to count it: the agent decides
+// from its cache, which may see a pod created at the same moment a little
+// later than the soak's watch does.
+const fifoTolerance = 2 * time.Second
+
+// judgeDelay is how long a let-through waits before it is judged, so that a
+// Machine change written before it (with a smaller resourceVersion) has
+// reached the soak's Machine watch, which runs apart from its pod watch.
+const judgeDelay = 3 * time.Second
+
+// Violation is one broken invariant: which, on what object, when.
+type Violation struct {
+	Invariant string
+	Object    string
+	At        time.Time
+	Detail    string
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("[%s] %s at %s: %s", v.Invariant, v.Object, v.At.UTC().Format("15:04:05.000"), v.Detail)
+}
+
+// Checker evaluates the invariants from watches on every spoke.
+type Checker struct {
+	mu         sync.Mutex
+	violations []Violation
+	// evaluated counts the checks evaluated per invariant.
+	evaluated map[string]*atomic.Int64
+	spokes    map[string]*spokeState
+	// deletedBySoak are the guests the generator deleted (by UID).
+	deletedBySoak sync.Map
+}
+
+// NewChecker returns a checker with no spokes yet.
+func NewChecker() *Checker {
+	c := &Checker{evaluated: map[string]*atomic.Int64{}, spokes: map[string]*spokeState{}}
+	for _, name := range []string{InvariantCap, InvariantNoEvict, InvariantFIFO, InvariantHolds, InvariantHubMatch, InvariantProcesses, InvariantGrowth} {
+		c.evaluated[name] = &atomic.Int64{}
+	}
+	return c
+}
+
+// Report records a violation.
+func (c *Checker) Report(v Violation) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.violations = append(c.violations, v)
+}
+
+// Count adds n evaluated checks of invariant.
+func (c *Checker) Count(invariant string, n int) { c.evaluated[invariant].Add(int64(n)) }
+
+// Violations returns every violation so far.
+func (c *Checker) Violations() []Violation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.violations)
+}
+
+// Evaluated returns the number of checks evaluated per invariant.
+func (c *Checker) Evaluated() map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range c.evaluated {
+		out[k] = v.Load()
+	}
+	return out
+}
+
+// DeletedBySoak marks a guest the generator is about to delete.
+func (c *Checker) DeletedBySoak(uid types.UID) { c.deletedBySoak.Store(uid, true) }
+
+// typeKey is a machine type of a group on one spoke.
+type typeKey struct{ group, typ string }
+
+// availableAt is the `available` a Machine's type had from resourceVersion rv on.
+type availableAt struct {
+	rv        int64
+	available int32
+}
+
+// guest is what the checker knows of a guest pod.
+type guest struct {
+	name       string
+	uid        types.UID
+	key        typeKey
+	claimsHold bool
+	gated      bool
+	bound      bool
+	finished   bool
+	deleting   bool
+	order      orderKey
+	seen       time.Time
+}
+
+// orderKey is the line's order (docs/contract.md, The queue): admitted-at,
+// else creation time, then UID.
+type orderKey struct {
+	at  time.Time
+	uid types.UID
+}
+
+func (a orderKey) before(b orderKey) bool {
+	if !a.at.Equal(b.at) {
+		return a.at.Before(b.at)
+	}
+	return a.uid < b.uid
+}
+
+// holding is a guest holding a unit: let through or bound, not finished; a
+// leaving guest holds its unit until its pod is gone.
+func (g *guest) holding() bool {
+	if g.finished {
+		return false
+	}
+	if g.deleting {
+		return g.bound
+	}
+	return g.bound || !g.gated
+}
+
+// letThrough is a guest seen passing the gate, judged after judgeDelay.
+type letThrough struct {
+	guest   string
+	key     typeKey
+	rv      int64
+	at      time.Time
+	holders int
+	// earlier are the guests of the same type, not claiming a hold, still
+	// gated and ahead in line when it passed.
+	earlier []string
+}
+
+// spokeState is one spoke's view.
+type spokeState struct {
+	name      string
+	mu        sync.Mutex
+	guests    map[types.UID]*guest
+	available map[typeKey][]availableAt
+	pending   []letThrough
+}
+
+// WatchSpoke starts informers on a spoke's pods and Machines; they stop with ctx.
+func (c *Checker) WatchSpoke(ctx context.Context, name string, cl *e2e.Cluster) error {
+	s := &spokeState{name: name, guests: map[types.UID]*guest{}, available: map[typeKey][]availableAt{}}
+	c.mu.Lock()
+	c.spokes[name] = s
+	c.mu.Unlock()
+	ca, err := cache.New(cl.Config, cache.Options{Scheme: cl.Client.Scheme()})
+	if err != nil {
+		return fmt.Errorf("soak: cache of %s: %w", name, err)
+	}
+	pods, err := ca.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return err
+	}
+	if _, err := pods.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.podChanged(s, nil, asPod(obj)) },
+		UpdateFunc: func(old, obj any) { c.podChanged(s, asPod(old), asPod(obj)) },
+		DeleteFunc: func(obj any) { c.podDeleted(s, obj) },
+	}); err != nil {
+		return err
+	}
+	machines, err := ca.GetInformer(ctx, &imperatorv1alpha1.Machine{})
+	if err != nil {
+		return err
+	}
+	if _, err := machines.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.machineChanged(obj) },
+		UpdateFunc: func(_, obj any) { s.machineChanged(obj) },
+	}); err != nil {
+		return err
+	}
+	go func() { _ = ca.Start(ctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		return fmt.Errorf("soak: the watches of %s did not sync", name)
+	}
+	go c.judgeLoop(ctx, s)
+	return nil
+}
+
+func asPod(obj any) *corev1.Pod {
+	p, _ := obj.(*corev1.Pod)
+	return p
+}
+
+func resourceVersion(obj client.Object) int64 {
+	n, _ := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
+	return n
+}
+
+func (s *spokeState) machineChanged(obj any) {
+	m, ok := obj.(*imperatorv1alpha1.Machine)
+	if !ok {
+		return
+	}
+	rv := resourceVersion(m)
+	group := m.Labels[imperatorv1alpha1.MachineGroupKey]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, mt := range m.Spec.MachineTypes {
+		k := typeKey{group, mt.Name}
+		h := s.available[k]
+		if len(h) > 0 && h[len(h)-1].available == mt.Available {
+			continue
+		}
+		s.available[k] = append(h, availableAt{rv: rv, available: mt.Available})
+	}
+}
+
+// availableBefore is the `available` of k in the last Machine version
+// written before rv; false when none is known.
+func (s *spokeState) availableBefore(k typeKey, rv int64) (int32, bool) {
+	h := s.available[k]
+	i := sort.Search(len(h), func(i int) bool { return h[i].rv >= rv })
+	if i == 0 {
+		return 0, false
+	}
+	return h[i-1].available, true
+}
+
+func toGuest(p *corev1.Pod, seen time.Time) *guest {
+	if p == nil || p.Labels[imperatorv1alpha1.PodRoleKey] != string(imperatorv1alpha1.PodRoleGuest) {
+		return nil
+	}
+	if _, ok := p.Annotations[imperatorv1alpha1.InjectedAnnotation]; !ok {
+		return nil // not a guest the admission path made: counts as nothing
+	}
+	g := &guest{
+		name:       p.Namespace + "/" + p.Name,
+		uid:        p.UID,
+		key:        typeKey{p.Labels[imperatorv1alpha1.MachineGroupKey], p.Labels[imperatorv1alpha1.MachineTypeKey]},
+		claimsHold: p.Labels[imperatorv1alpha1.HoldKey] != "" || p.Annotations[imperatorv1alpha1.ConsumeProvisioningRequestAnnotation] != "",
+		gated: slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+			return g.Name == imperatorv1alpha1.SlotSchedulingGate
+		}),
+		bound:    p.Spec.NodeName != "",
+		finished: p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed,
+		deleting: p.DeletionTimestamp != nil,
+		order:    orderKey{at: p.CreationTimestamp.Time, uid: p.UID},
+		seen:     seen,
+	}
+	if at, err := time.Parse(time.RFC3339Nano, p.Annotations[imperatorv1alpha1.AdmittedAtAnnotation]); err == nil {
+		g.order.at = at
+	}
+	return g
+}
+
+// podChanged updates the spoke's view and records what the pod's change
+// says about invariants 1 to 3.
+func (c *Checker) podChanged(s *spokeState, old, p *corev1.Pod) {
+	now := time.Now()
+	g := toGuest(p, now)
+	if g == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	before := s.guests[g.uid]
+	if before != nil {
+		g.seen = before.seen
+	}
+	s.guests[g.uid] = g
+	// Invariant 2: a guest that ran is never evicted or deleted by us.
+	if before != nil && before.bound && !before.finished {
+		c.Count(InvariantNoEvict, 1)
+		_, ours := c.deletedBySoak.Load(g.uid)
+		switch {
+		case g.deleting && !before.deleting && !ours:
+			c.Report(Violation{InvariantNoEvict, s.name + "/" + g.name, now, "a running guest is being deleted, and the soak did not delete it"})
+		case p.Status.Phase == corev1.PodFailed && (p.Status.Reason == "Evicted" || p.Status.Reason == "Preempting"):
+			c.Report(Violation{InvariantNoEvict, s.name + "/" + g.name, now, "a running guest failed with reason " + p.Status.Reason})
+		}
+	}
+	// A let-through: the slot gate removed (or a guest created without it).
+	passed := !g.gated && !g.finished && !g.deleting && (before == nil || before.gated)
+	if !passed {
+		return
+	}
+	lt := letThrough{guest: g.name, key: g.key, rv: resourceVersion(p), at: now}
+	for _, o := range s.guests {
+		if o.key != g.key {
+			continue
+		}
+		if o.holding() {
+			lt.holders++
+		}
+		if !g.claimsHold && !o.claimsHold && o.gated && !o.deleting && !o.finished &&
+			o.order.before(g.order) && now.Sub(o.seen) >= fifoTolerance {
+			lt.earlier = append(lt.earlier, o.name)
+		}
+	}
+	s.pending = append(s.pending, lt)
+}
+
+func (c *Checker) podDeleted(s *spokeState, obj any) {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p := asPod(obj)
+	if p == nil {
+		return
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	before := s.guests[p.UID]
+	delete(s.guests, p.UID)
+	if before == nil || !before.bound || before.finished || before.deleting {
+		return
+	}
+	c.Count(InvariantNoEvict, 1)
+	if _, ours := c.deletedBySoak.Load(p.UID); !ours {
+		c.Report(Violation{InvariantNoEvict, s.name + "/" + before.name, now, "a running guest disappeared, and the soak did not delete it"})
+	}
+}
+
+// judgeLoop judges each let-through once judgeDelay has passed.
+func (c *Checker) judgeLoop(ctx context.Context, s *spokeState) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.judge(s, time.Now().Add(-judgeDelay))
+	}
+}
+
+// judge decides every let-through seen before cutoff.
+func (c *Checker) judge(s *spokeState, cutoff time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keep := s.pending[:0]
+	for _, lt := range s.pending {
+		if lt.at.After(cutoff) {
+			keep = append(keep, lt)
+			continue
+		}
+		obj := fmt.Sprintf("%s/%s (type %s/%s)", s.name, lt.guest, lt.key.group, lt.key.typ)
+		if available, ok := s.availableBefore(lt.key, lt.rv); ok {
+			c.Count(InvariantCap, 1)
+			if int32(lt.holders) > available {
+				c.Report(Violation{InvariantCap, obj, lt.at, fmt.Sprintf("let through while %d guests hold units of available %d", lt.holders, available)})
+			}
+		}
+		c.Count(InvariantFIFO, 1)
+		if len(lt.earlier) > 0 {
+			slices.Sort(lt.earlier)
+			c.Report(Violation{InvariantFIFO, obj, lt.at, "let through while earlier guests wait: " + strings.Join(lt.earlier, ", ")})
+		}
+	}
+	s.pending = keep
+}
+
+// Drain judges every let-through still pending (at the end of a run).
+func (c *Checker) Drain() {
+	c.mu.Lock()
+	spokes := make([]*spokeState, 0, len(c.spokes))
+	for _, s := range c.spokes {
+		spokes = append(spokes, s)
+	}
+	c.mu.Unlock()
+	for _, s := range spokes {
+		c.judge(s, time.Now().Add(time.Hour))
+	}
+}
+
+// bookingAnnotation is the spoke's record of the fleet hold's booking a
+// CapacityHold was made for (the reporter's).
+const bookingAnnotation = "imperator.tenzen-y.io/fleet-hold-booking"
+
+// HoldsProblems returns what breaks invariant 4 now, empty when nothing:
+// a live CapacityHold placed by the hub that no Pending or Held fleet hold
+// owns; a Held fleet hold's part whose CapacityHold is missing or not
+// Provisioned; a type whose Machine counts another number of held units
+// than its live holds set aside.
+func HoldsProblems(ctx context.Context, env *e2e.Env) ([]string, error) {
+	var fleetHolds imperatorv1alpha1.FleetHoldList
+	if err := env.Hub.Client.List(ctx, &fleetHolds, client.InNamespace(fleet.Namespace)); err != nil {
+		return nil, err
+	}
+	owned := map[string]bool{}
+	var problems []string
+	type part struct{ cluster, name string }
+	var heldParts []part
+	for _, fh := range fleetHolds.Items {
+		if fh.Status.Phase != imperatorv1alpha1.FleetHoldPending && fh.Status.Phase != imperatorv1alpha1.FleetHoldHeld {
+			continue
+		}
+		for _, p := range fh.Status.Clusters {
+			if p.Result == "" || p.Result == "Held" {
+				owned[p.Cluster+"/"+string(fh.UID)] = true
+			}
+			if fh.Status.Phase == imperatorv1alpha1.FleetHoldHeld && p.Result == "Held" {
+				heldParts = append(heldParts, part{p.Cluster, fh.Name})
+			}
+		}
+	}
+	for name, spoke := range env.Spokes {
+		var holds imperatorv1alpha1.CapacityHoldList
+		if err := spoke.Client.List(ctx, &holds); err != nil {
+			return nil, err
+		}
+		setAside := map[typeKey]int32{}
+		live := map[string]bool{}
+		for _, h := range holds.Items {
+			ended := meta.IsStatusConditionTrue(h.Status.Conditions, imperatorv1alpha1.HoldConditionFailed) ||
+				meta.IsStatusConditionTrue(h.Status.Conditions, imperatorv1alpha1.HoldConditionBookingExpired)
+			if ended || !h.DeletionTimestamp.IsZero() {
+				continue
+			}
+			if meta.IsStatusConditionTrue(h.Status.Conditions, imperatorv1alpha1.HoldConditionProvisioned) {
+				live[h.Name] = true
+				setAside[typeKey{h.Spec.MachineGroup, h.Spec.MachineType}] += max(0, h.Status.Held-h.Status.Claimed)
+			}
+			if h.Spec.FleetHold != "" && !owned[name+"/"+h.Annotations[bookingAnnotation]] {
+				problems = append(problems, fmt.Sprintf("%s/CapacityHold %s is held and no fleet hold owns it", name, h.Name))
+			}
+		}
+		for _, p := range heldParts {
+			if p.cluster == name && !live[p.name] {
+				problems = append(problems, fmt.Sprintf("fleet hold %s is Held on %s, whose CapacityHold %s is not Provisioned", p.name, name, p.name))
+			}
+		}
+		var machines imperatorv1alpha1.MachineList
+		if err := spoke.Client.List(ctx, &machines); err != nil {
+			return nil, err
+		}
+		for _, m := range machines.Items {
+			if !statusCurrent(&m) {
+				problems = append(problems, fmt.Sprintf("%s/Machine %s: status not caught up with its spec", name, m.Name))
+				continue
+			}
+			for _, am := range m.Status.AvailableMachines {
+				k := typeKey{e2e.Group(&m), am.Name}
+				if am.Usage.Held != setAside[k] {
+					problems = append(problems, fmt.Sprintf("%s/Machine %s type %s counts %d units held, its live holds set aside %d", name, m.Name, am.Name, am.Usage.Held, setAside[k]))
+				}
+			}
+		}
+	}
+	sort.Strings(problems)
+	return problems, nil
+}
+
+func statusCurrent(m *imperatorv1alpha1.Machine) bool {
+	if len(m.Status.Conditions) == 0 {
+		return false
+	}
+	for _, c := range m.Status.Conditions {
+		if c.ObservedGeneration != m.Generation {
+			return false
+		}
+	}
+	return true
+}
+
+// HubProblem is invariant 5 now: nil when the hub shows every spoke
+// Available with exactly the figures of its Machines' statuses.
+func HubProblem(ctx context.Context, env *e2e.Env) error { return fault.HubMatchesSpokes(ctx, env) }
