@@ -32,3 +32,4 @@ copy "$spoke/provisioningrequest" deploy/spoke/provisioningrequest/autoscaling.x
 copy "$spoke/rbac" deploy/spoke/rbac/role.yaml
 copy "$spoke/webhook" deploy/spoke/webhook/manifests.yaml
 copy "$spoke/policy" deploy/spoke/policy/*.yaml
+copy "$spoke/policy/injection" deploy/spoke/policy/injection/guest-*.yaml

@@ -16,6 +16,32 @@ app.kubernetes.io/part-of: imperator
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The ServiceAccount the hub's pods run as: serviceAccount.name, else
+imperator-hub. Bindings name it.
+*/}}
+{{- define "imperator-hub.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default "imperator-hub" -}}
+{{- end }}
+
+{{/*
+nameOverride and fullnameOverride are accepted only empty: the objects'
+names are part of the contract (docs/contract.md) and fixed in the hub's
+code and generated manifests (webhook configurations, Secrets, Leases, the
+Service the agent writes its certificate for), so a renamed object would be
+one nobody uses. One release per cluster, in imperator-system.
+*/}}
+{{- define "imperator-hub.checkNames" -}}
+{{- range $key := list "nameOverride" "fullnameOverride" }}
+{{- if index $.Values $key }}
+{{- fail (printf "%s=%q: the chart's object names cannot be changed (the hub finds its objects by their fixed names, docs/contract.md); install one release per cluster and leave %s empty" $key (index $.Values $key) $key) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
