@@ -20,7 +20,7 @@
 // credentials Secret fails: the hub has made it the cluster's current one
 // and keeps the one it replaced good only for a short overlap. The agent
 // keeps it in memory and retries the write with backoff until it succeeds
-// (see Reporter.keep for what an agent restarted before that does). A
+// (see hubCredentials.keep for what an agent restarted before that does). A
 // renewal whose key cannot be stored, because the API server is unreachable
 // through the renewal window, goes ahead with a key kept in memory once half
 // of that window has passed, and both are stored when the API server is back.
@@ -158,11 +158,9 @@ type Options struct {
 
 // Reporter streams the cluster's inventory to the hub.
 type Reporter struct {
-	opts       Options
-	log        logr.Logger
-	caPEM      []byte
-	serverName string
-	epoch      uint64
+	opts  Options
+	log   logr.Logger
+	epoch uint64
 	// reclaim is reclaimWindow (shorter in tests).
 	reclaim time.Duration
 	// generation of the inventory, monotonic for the life of the Reporter.
@@ -173,30 +171,8 @@ type Reporter struct {
 	reportsHubHolds atomic.Bool
 	// sentHubHolds are the hub holds the open stream last sent.
 	sentHubHolds []*federationv1.HubHold
-	// refused is the stored certificate the hub refused for a reason that
-	// calls for joining again (joinAgainAfter); credentials joins instead of
-	// using it. Only the Start goroutine uses it.
-	refused *refusedCertificate
-
-	// credentialsMu serializes what reads a certificate and writes the
-	// credentials Secret: a join (Start goroutine), a renewal (renewer) and
-	// the saver; it guards unsaved and inMemoryPending.
-	credentialsMu sync.Mutex
-	// unsaved is the certificate the hub last issued, in use, while writing
-	// it to the credentials Secret fails; unsavedChanged wakes the saver,
-	// which retries the write.
-	unsaved        *credential
-	unsavedChanged chan struct{}
-	// inMemoryPending is the key and CSR of a renewal whose key could not be
-	// stored, sent again on every retry until the hub answers.
-	inMemoryPending *pendingKey
-	// current is the certificate in use, guarded by mu; certChanged wakes
-	// the renewer when a join or the Secret replaced it, rotated tells the
-	// stream that the renewer replaced it.
-	mu          sync.Mutex
-	current     *credential
-	certChanged chan struct{}
-	rotated     chan struct{}
+	// creds is the hub client certificate and how it is kept current.
+	creds *hubCredentials
 
 	// lastContact is when the freshness probe last reached the API server
 	// (Unix nanoseconds).
@@ -237,20 +213,16 @@ func New(opts Options) (*Reporter, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Reporter{
-		opts:        opts,
-		log:         opts.Log,
-		caPEM:       caPEM,
-		serverName:  host,
-		epoch:       uint64(time.Now().UnixNano()),
-		reclaim:     reclaimWindow,
-		changed:     make(chan struct{}, 1),
-		certChanged: make(chan struct{}, 1),
-		rotated:     make(chan struct{}, 1),
-
-		unsavedChanged: make(chan struct{}, 1),
-		metrics:        metricsFor(opts.Hub.ClusterName),
-	}, nil
+	r := &Reporter{
+		opts:    opts,
+		log:     opts.Log,
+		epoch:   uint64(time.Now().UnixNano()),
+		reclaim: reclaimWindow,
+		changed: make(chan struct{}, 1),
+		metrics: metricsFor(opts.Hub.ClusterName),
+	}
+	r.creds = newCredentials(&r.opts, caPEM, host, r.metrics)
+	return r, nil
 }
 
 // NeedLeaderElection is false: the reporter runs on every replica and
@@ -316,8 +288,8 @@ func (r *Reporter) run(ctx context.Context) {
 	defer cancel()
 	workers.Add(3)
 	go func() { defer workers.Done(); r.probeAPIServer(ctx) }()
-	go func() { defer workers.Done(); r.renewer(ctx) }()
-	go func() { defer workers.Done(); r.saver(ctx) }()
+	go func() { defer workers.Done(); r.creds.renewer(ctx) }()
+	go func() { defer workers.Done(); r.creds.saver(ctx) }()
 
 	backoff := r.reconnectBackoff()
 	var previous *openStream

@@ -43,7 +43,7 @@ func (s *openStream) close() {
 // renewed (errRotated). When the hub refuses the certificate for a reason
 // that calls for joining again, the next session joins instead of using it.
 func (r *Reporter) session(ctx context.Context, previous *openStream) (*openStream, error) {
-	cert, err := r.credentials(ctx)
+	cert, err := r.creds.certificate(ctx)
 	if err != nil {
 		previous.close()
 		return nil, err
@@ -54,7 +54,7 @@ func (r *Reporter) session(ctx context.Context, previous *openStream) (*openStre
 			r.log.V(1).Info("Hub refused the client certificate; keeping it", "reason", reason)
 			return nil, err
 		}
-		r.refused = &refusedCertificate{der: cert.Certificate[0], reason: reason}
+		r.creds.refused = &refusedCertificate{der: cert.Certificate[0], reason: reason}
 		r.log.Info("Hub refused the client certificate; joining again with the bootstrap token", "reason", reason, "notAfter", notAfter(cert))
 	}
 	return open, err
@@ -67,7 +67,7 @@ func (r *Reporter) session(ctx context.Context, previous *openStream) (*openStre
 func (r *Reporter) report(ctx context.Context, cert *tls.Certificate, previous *openStream) (_ *openStream, err error) {
 	defer func() { previous.close() }()
 	defer r.metrics.setState(stateConnecting)
-	conn, err := r.dial(cert)
+	conn, err := r.creds.dial(cert)
 	if err != nil {
 		return nil, err
 	}
@@ -233,8 +233,8 @@ func (r *Reporter) loop(ctx context.Context, s *reportStream, draining <-chan st
 			return nil, ctx.Err()
 		case err := <-s.recvErr:
 			return nil, fmt.Errorf("hub ended the Report stream: %w", err)
-		case <-r.rotated:
-			if current := r.currentCertificate(); current != nil && current != cert {
+		case <-r.creds.rotated:
+			if current := r.creds.currentCertificate(); current != nil && current != cert {
 				return this, errRotated
 			}
 		case <-draining:

@@ -1,0 +1,82 @@
+package reporter
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imperator-federation/imperator/internal/identity"
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+)
+
+// joinTimeout bounds the Join and Renew calls.
+const joinTimeout = 30 * time.Second
+
+// errNoToken means the agent has no usable certificate and no token to join.
+var errNoToken = errors.New("no usable hub client certificate in the credentials Secret and no bootstrap token (--join-token-file or $IMPERATOR_JOIN_TOKEN)")
+
+// join exchanges the bootstrap token and the pending CSR for a certificate
+// and stores both in the credentials Secret, or keeps them for the saver
+// when the write fails (keep). Unlike a renewal, a join never goes ahead
+// with a key it could not store: the token is spent on the key sent, and an
+// agent restarted without it could not join again.
+func (cr *hubCredentials) join(ctx context.Context, key client.ObjectKey) (*credential, error) {
+	token, err := cr.opts.Token()
+	if err != nil {
+		return nil, err
+	}
+	if token == "" {
+		return nil, errNoToken
+	}
+	csrPEM, keyPEM, err := cr.pendingRequest(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := cr.dial(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = conn.Close() }()
+	callCtx, cancel := context.WithTimeout(ctx, joinTimeout)
+	defer cancel()
+	resp, err := federationv1.NewFederationClient(conn).Join(callCtx, &federationv1.JoinRequest{
+		ClusterName:  cr.opts.Hub.ClusterName,
+		Token:        token,
+		Csr:          csrPEM,
+		AgentVersion: cr.opts.AgentVersion,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("joining the hub at %s: %w", cr.opts.Hub.Address, err)
+	}
+	cred, err := newCredential(resp.GetCertificate(), keyPEM, resp.GetCa(), time.Now())
+	if err != nil {
+		return nil, err
+	}
+	cr.keep(ctx, key, cred)
+	cr.log.Info("Joined the hub", "hub", cr.opts.Hub.Address, "notAfter", cred.cert.Leaf.NotAfter)
+	return cred, nil
+}
+
+// dial returns a connection to the hub, with cert as client certificate
+// (none for Join).
+func (cr *hubCredentials) dial(cert *tls.Certificate) (*grpc.ClientConn, error) {
+	tlsConfig, err := identity.ClientTLS(cr.caPEM, cert, cr.serverName)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(cr.opts.Hub.Address,
+		grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig)),
+		grpc.WithKeepaliveParams(clientKeepalive),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxSendMsgBytes)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the hub at %s: %w", cr.opts.Hub.Address, err)
+	}
+	return conn, nil
+}
