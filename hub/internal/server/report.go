@@ -2,18 +2,13 @@ package server
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"regexp"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	utilversion "k8s.io/apimachinery/pkg/util/version"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/imperator-federation/imperator/hub/internal/ingest"
-	"github.com/imperator-federation/imperator/hub/internal/registry"
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/version"
@@ -22,50 +17,6 @@ import (
 
 // helloTimeout bounds the wait for the first message of a Report stream.
 const helloTimeout = 30 * time.Second
-
-// session is one open Report stream; a newer stream of the same cluster
-// replaces it.
-type session struct {
-	id uint64
-	// ended is closed when the stream ends, by the hub (reason says why)
-	// or by the spoke: a hold request waiting for its answer learns at once.
-	ended  chan struct{}
-	reason error
-	// deregistered is set when the cluster's ManagedCluster was deleted.
-	deregistered bool
-	// holds is set when the spoke's Hello listed HoldCapability; outbox
-	// carries HoldRequests to the goroutine that sends on the stream.
-	holds  bool
-	outbox chan *federationv1.HubMessage
-	// reportsHubHolds is set when the Hello listed HubHoldsCapability;
-	// hubHolds is what the spoke last reported of them (guarded by the
-	// Server's mu), nil until its first Snapshot.
-	reportsHubHolds bool
-	hubHolds        []*federationv1.HubHold
-}
-
-// Join delegates to the Joiner.
-func (s *Server) Join(ctx context.Context, req *federationv1.JoinRequest) (*federationv1.JoinResponse, error) {
-	return s.opts.Joiner.Join(ctx, req)
-}
-
-// Renew re-issues the caller's certificate while its cluster is accepted
-// and the certificate is of its current registration.
-func (s *Server) Renew(ctx context.Context, req *federationv1.RenewRequest) (*federationv1.RenewResponse, error) {
-	spoke, ok := identity.SpokeFrom(ctx)
-	if !ok {
-		return nil, status.Error(codes.Unauthenticated, "Renew requires a spoke client certificate")
-	}
-	// A certificate a Renew replaced goes on to Joiner.Renew even past its
-	// overlap: there it gets a certificate only for the key of the
-	// registration's current certificate (registry.RecordRenewal), so that
-	// an agent that lost its renewed certificate but holds its key recovers
-	// without a new bootstrap token. Every other refusal ends here.
-	if err := s.admitExcept(ctx, spoke, registry.RefusedReplacedCertificate); err != nil {
-		return nil, err
-	}
-	return s.opts.Joiner.Renew(ctx, spoke, req)
-}
 
 // Report runs one spoke's stream: Hello, then Snapshots, Deltas and
 // Heartbeats applied to the store, each answered with an Ack or a Resync.
@@ -271,165 +222,3 @@ func messageKind(msg *federationv1.SpokeMessage) string {
 		return "message"
 	}
 }
-
-// admit asks Admit whether spoke may talk to the hub: a refusal is
-// PermissionDenied with Admit's message and reason (see refusal), failing
-// to decide is Unavailable.
-func (s *Server) admit(ctx context.Context, spoke identity.Spoke) error {
-	return s.admitExcept(ctx, spoke, "")
-}
-
-// admitExcept is admit letting a refusal for reason pass (none when empty).
-func (s *Server) admitExcept(ctx context.Context, spoke identity.Spoke, reason registry.RefusalReason) error {
-	err := s.opts.Admit(ctx, spoke)
-	if err == nil {
-		return nil
-	}
-	var refused *registry.RefusedError
-	if !errors.As(err, &refused) {
-		return status.Errorf(codes.Unavailable, "checking whether the hub accepts cluster %q: %v", spoke.Cluster, err)
-	}
-	if reason != "" && refused.Reason == reason {
-		return nil
-	}
-	s.metrics.rejectedConnections.WithLabelValues(rejectNotAccepted).Inc()
-	ctrl.LoggerFrom(ctx).Info("Refused spoke certificate", "reason", refused.Reason, "registration", spoke.RegistrationUID)
-	return refusal(refused.Reason, spoke.Cluster, refused.Error())
-}
-
-// revokedDuring is PermissionDenied when the certificate of the call in
-// ctx was revoked since the call began (authenticate checked it then).
-func (s *Server) revokedDuring(ctx context.Context) error {
-	if s.opts.Revoked == nil {
-		return nil
-	}
-	cert, err := identity.VerifiedCertificate(ctx)
-	if err != nil || !s.opts.Revoked(cert) {
-		return nil
-	}
-	s.metrics.rejectedConnections.WithLabelValues(rejectRevoked).Inc()
-	ctrl.LoggerFrom(ctx).Info("Ended the stream of a revoked certificate", "serial", identity.SerialOf(cert))
-	return status.Errorf(codes.PermissionDenied, "client certificate %q (serial %s) was revoked", cert.Subject.CommonName, identity.SerialOf(cert))
-}
-
-// EndSession ends the cluster's Report stream, if one is open here (its
-// ManagedCluster was deleted).
-func (s *Server) EndSession(cluster string) {
-	s.endSession(cluster, true, refusal(registry.RefusedNotRegistered, cluster,
-		fmt.Sprintf("cluster %q was deregistered from the hub; join again with a new token", cluster)))
-}
-
-// EndStaleSession ends the cluster's Report stream, if one is open here,
-// because the spoke reports to another hub replica now: what is left here
-// is a connection the spoke gave up (the spoke would reconnect if not).
-func (s *Server) EndStaleSession(cluster string) {
-	s.endSession(cluster, false, status.Error(codes.Aborted, "the spoke reports to another hub replica now"))
-}
-
-// endSession ends the cluster's open stream with reason.
-func (s *Server) endSession(cluster string, deregistered bool, reason error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if deregistered {
-		delete(s.budgets, cluster)
-	}
-	if sess, ok := s.sessions[cluster]; ok {
-		sess.reason = reason
-		sess.deregistered = deregistered
-		close(sess.ended)
-		delete(s.sessions, cluster)
-		s.metrics.connectedSpokes.Dec()
-	}
-}
-
-// budgetOf is the cluster's message budget, one for all of its Report
-// streams (kept while the hub runs, dropped when the cluster is
-// deregistered): a spoke that reopens its stream does not get a fresh burst.
-func (s *Server) budgetOf(cluster string) *messageBudget {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, ok := s.budgets[cluster]
-	if !ok {
-		b = newMessageBudget(s.store.Limits(), s.opts.Clock)
-		s.budgets[cluster] = b
-	}
-	return b
-}
-
-func (s *Server) openSession(cluster string, holds bool) *session {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.nextID++
-	sess := &session{id: s.nextID, ended: make(chan struct{}), holds: holds, outbox: make(chan *federationv1.HubMessage, outboxSize)}
-	if old, ok := s.sessions[cluster]; ok {
-		old.reason = status.Error(codes.Aborted, "a newer Report stream of this cluster replaced this one")
-		close(old.ended)
-	} else {
-		s.metrics.connectedSpokes.Inc()
-	}
-	s.sessions[cluster] = sess
-	return sess
-}
-
-func (s *Server) closeSession(cluster string, sess *session) {
-	s.mu.Lock()
-	cur, ok := s.sessions[cluster]
-	current := ok && cur.id == sess.id
-	if current {
-		// Still in the map, so nobody closed ended (endSession and a
-		// replacing openSession close it as they take it out).
-		delete(s.sessions, cluster)
-		s.metrics.connectedSpokes.Dec()
-		close(sess.ended)
-	}
-	deregistered := sess.deregistered
-	s.mu.Unlock()
-	switch {
-	case deregistered:
-		// A message applied while the cluster was being forgotten may have
-		// brought it back; the stream is over now, forget it for good.
-		s.store.Remove(cluster)
-	case current:
-		s.store.Disconnect(cluster)
-	}
-}
-
-// unsupportedSkew says why an agent of version agent reporting to a hub of
-// version hub is outside the skew policy of docs/upgrading.md, or "" when
-// it is inside or either is not a release (a development build, a Go
-// pseudo-version, free-form text): the policy is about releases. Inside: the
-// same major version, the agent's minor equal to the hub's or one below
-// (upgrade the hub first, then the agents).
-func unsupportedSkew(hub, agent string) string {
-	h, a := releaseVersion(hub), releaseVersion(agent)
-	if h == nil || a == nil {
-		return ""
-	}
-	switch {
-	case a.Major() != h.Major():
-		return fmt.Sprintf("agent %s and hub %s are of different major versions; upgrade both to the same one", agent, hub)
-	case a.Minor() > h.Minor():
-		return fmt.Sprintf("agent %s is newer than hub %s; upgrade the hub first (an agent may be as new as its hub, not newer)", agent, hub)
-	case a.Minor()+1 < h.Minor():
-		return fmt.Sprintf("agent %s is more than one minor version older than hub %s; upgrade the agent to v%d.%d or v%d.%d", agent, hub, h.Major(), h.Minor()-1, h.Major(), h.Minor())
-	}
-	return ""
-}
-
-// releaseVersion parses v as a release version vX.Y.Z[-pre], nil for
-// anything else, Go pseudo-versions (v0.0.0-20260101120000-0123456789ab)
-// included.
-func releaseVersion(v string) *utilversion.Version {
-	parsed, err := utilversion.ParseSemantic(v)
-	if err != nil || len(v) == 0 || v[0] != 'v' {
-		return nil
-	}
-	if pre := parsed.PreRelease(); pseudoVersion.MatchString(pre) {
-		return nil
-	}
-	return parsed
-}
-
-// pseudoVersion matches the pre-release part of a Go pseudo-version: a
-// timestamp and a commit.
-var pseudoVersion = regexp.MustCompile(`(^|\.)[0-9]{14}-[0-9a-f]{12}`)
