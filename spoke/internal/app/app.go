@@ -27,7 +27,6 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -356,7 +355,8 @@ func controllers(ctx context.Context, cfg config.Config, scheme *runtime.Scheme,
 				return err
 			}
 		}
-		if err := setupProvisioningRequests(mc, provider != nil, cfg.Clock()); err != nil {
+		if err := setupProvisioningRequests(mc, provider != nil, provisioningrequest.Options{Clock: cfg.Clock(), AgentNamespace: cfg.Namespace,
+			MaxUnitsPerNamespace: int32(cfg.ProvisioningMaxUnitsPerNamespace)}); err != nil {
 			return err
 		}
 		if provider == nil {
@@ -410,7 +410,7 @@ func setupInjectionPolicies(mgr manager.Manager, mode, namespace string) error {
 // the cluster serves the ProvisioningRequest CRD (discovered at the start of
 // each leader term), and says in the log when it does not. Hosted mode does
 // not serve ProvisioningRequests: each member would need its own discovery.
-func setupProvisioningRequests(mc mcmanager.Manager, hostedMode bool, clock clock.PassiveClock) error {
+func setupProvisioningRequests(mc mcmanager.Manager, hostedMode bool, opts provisioningrequest.Options) error {
 	log := ctrl.Log.WithName("spoke")
 	class := imperatorv1alpha1.CapacityHoldProvisioningClass
 	if hostedMode {
@@ -427,7 +427,7 @@ func setupProvisioningRequests(mc mcmanager.Manager, hostedMode bool, clock cloc
 		return nil
 	}
 	log.Info("Serving ProvisioningRequests", "provisioningClass", class)
-	return provisioningrequest.SetupWithManager(mc, clock)
+	return provisioningrequest.SetupWithManager(mc, opts)
 }
 
 // memberClusters returns, in hosted mode, the provider of the member

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -59,6 +60,13 @@ type Config struct {
 	// "auto" (policy when the API server serves MutatingAdmissionPolicies).
 	// In-cluster agents only.
 	Injection string
+
+	// ProvisioningMaxUnitsPerNamespace caps the units the ProvisioningRequests
+	// of one namespace hold at once (package provisioningrequest); 0, the
+	// default, sets no cap: Kueue's quota, which counts the units a Job's
+	// template states, already bounds what a namespace's Workloads ask, and
+	// who may create ProvisioningRequests by hand is RBAC's (docs/kueue.md).
+	ProvisioningMaxUnitsPerNamespace int
 
 	Webhook     Webhook
 	Reservation Reservation
@@ -222,6 +230,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HoldRetention, "hold-retention", c.HoldRetention, "How long a CapacityHold whose booking ended (Failed, or Expired at validUntil) is kept before the agent deletes it; at least "+capacityhold.MinRetention.String()+".")
 	fs.DurationVar(&c.ClockOffset, "clock-offset", c.ClockOffset, "For tests only: run the agent's clock this much ahead (negative: behind) of the system clock, for the instants of holds, hub reports and admission stamps, to test clock skew between spoke and hub; within ±"+MaxClockOffset.String()+". Leave unset in production.")
 	fs.StringVar(&c.Injection, "injection", c.Injection, "Where guests are injected: webhook (the agent's webhook), policy (the MutatingAdmissionPolicy of deploy/spoke/policy/injection; the agent writes its bindings) or auto (policy when the API server serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicies, Kubernetes 1.36 and later). In-cluster agents only.")
+	fs.IntVar(&c.ProvisioningMaxUnitsPerNamespace, "provisioning-max-units-per-namespace", c.ProvisioningMaxUnitsPerNamespace, "Most units the ProvisioningRequests of one namespace may hold at once; a request above it fails NamespaceCapReached. 0: no cap (Kueue's quota bounds a namespace's Workloads; RBAC who may create ProvisioningRequests by hand).")
 	fs.StringVar(&c.Reservation.Image, "reservation-image", c.Reservation.Image, "Image of the reservation placeholder container.")
 	fs.StringVar(&c.Reservation.PriorityClassName, "reservation-priority-class", c.Reservation.PriorityClassName, "PriorityClass of reservation pods (deploy/spoke ships it; the agent only reads it).")
 	fs.StringVar(&c.Hub.Address, "hub-address", c.Hub.Address, "host:port of the hub; empty runs the agent stand-alone.")
@@ -295,6 +304,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--injection %q: must be one of %s", c.Injection, strings.Join(admissionpolicy.Modes, ", ")))
 	} else if c.Injection != admissionpolicy.ModeWebhook && c.IsHosted() {
 		errs = append(errs, fmt.Errorf("--injection %s: hosted agents (--clusters-from) inject with the webhook only", c.Injection))
+	}
+	if c.ProvisioningMaxUnitsPerNamespace < 0 || c.ProvisioningMaxUnitsPerNamespace > math.MaxInt32 {
+		errs = append(errs, fmt.Errorf("--provisioning-max-units-per-namespace %d: must be between 0 (no cap) and %d", c.ProvisioningMaxUnitsPerNamespace, math.MaxInt32))
 	}
 	if c.Reservation.Image == "" {
 		errs = append(errs, errors.New("--reservation-image: must not be empty"))

@@ -102,6 +102,13 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		"clock more than an hour behind": {
 			args: []string{"--clock-offset=-2h"}, wantErrs: []string{"--clock-offset -2h0m0s: must be within ±1h0m0s"},
 		},
+		"negative provisioning cap": {
+			args: []string{"--provisioning-max-units-per-namespace=-1"}, wantErrs: []string{"--provisioning-max-units-per-namespace -1: must be between 0 (no cap)"},
+		},
+		"provisioning cap beyond a hold's count type": {
+			args: []string{"--provisioning-max-units-per-namespace=2147483648"}, wantErrs: []string{"--provisioning-max-units-per-namespace 2147483648"},
+		},
+		"provisioning cap": {args: []string{"--provisioning-max-units-per-namespace=64"}},
 		// The Secret the agent would manage itself does not matter when
 		// cert-manager issues the certificate.
 		"cert-manager certificate ignores the cert secret": {

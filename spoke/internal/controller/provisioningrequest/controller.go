@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,7 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
 )
 
 // ControllerName names the controller in logs and events.
@@ -48,15 +50,34 @@ const machineGrace = 5 * time.Second
 // +kubebuilder:rbac:groups=autoscaling.x-k8s.io,resources=provisioningrequests,verbs=get;list;watch
 // +kubebuilder:rbac:groups=autoscaling.x-k8s.io,resources=provisioningrequests/status,verbs=get;patch;update
 // +kubebuilder:rbac:groups="",resources=podtemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=capacityholds,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machines,verbs=get;list;watch
+
+// Options configure the Controller.
+type Options struct {
+	// Clock gives the instants of the holds' bookings (the agent's one
+	// clock for holds). Default: the system clock.
+	Clock clock.PassiveClock
+	// AgentNamespace is the agent's namespace, where the pod injector
+	// injects no guest: requests there are refused.
+	AgentNamespace string
+	// MaxUnitsPerNamespace caps the units the requests of one namespace
+	// hold at once (--provisioning-max-units-per-namespace); 0: no cap.
+	MaxUnitsPerNamespace int32
+}
 
 // Controller serves the ProvisioningRequests of the class
 // capacity-hold.imperator.tenzen-y.io with CapacityHolds (see the package
 // doc).
 type Controller struct {
-	mgr mcmanager.Manager
-	now func() time.Time
+	mgr  mcmanager.Manager
+	now  func() time.Time
+	opts Options
+	// booking serializes the cap check and the holds' creation, so that
+	// two requests of a namespace booked at once cannot both pass the cap
+	// (the controller runs several workers).
+	booking sync.Mutex
 }
 
 // Served tells whether the API server of config serves ProvisioningRequests
@@ -77,11 +98,15 @@ func Served(config *rest.Config) (bool, error) {
 	return slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == "provisioningrequests" }), nil
 }
 
-// SetupWithManager registers the Controller with a multi-cluster manager;
-// clock gives the instants of the holds' bookings (the agent's one clock for
-// holds).
-func SetupWithManager(mgr mcmanager.Manager, clock clock.PassiveClock) error {
-	r := &Controller{mgr: mgr, now: clock.Now}
+// SetupWithManager registers the Controller with a multi-cluster manager.
+func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.MaxUnitsPerNamespace < 0 {
+		return fmt.Errorf("provisioning request controller: MaxUnitsPerNamespace %d must not be negative", opts.MaxUnitsPerNamespace)
+	}
+	r := &Controller{mgr: mgr, now: opts.Clock.Now, opts: opts}
 	copts := controller.TypedOptions[mcreconcile.Request]{}
 	copts.DefaultFromConfig(mgr.GetControllerOptions())
 	err := mcbuilder.ControllerManagedBy(mgr).
@@ -160,7 +185,7 @@ func (r *Controller) Reconcile(ctx context.Context, req mcreconcile.Request) (ct
 	case Final(pr):
 	default:
 		if !ProvisionedOnce(pr) {
-			result, err = r.book(ctx, c, pr, holds)
+			result, err = r.book(ctx, c, cl.GetAPIReader(), pr, holds)
 			if err != nil {
 				return ctrl.Result{}, err
 			}
@@ -190,7 +215,19 @@ func (r *Controller) Reconcile(ctx context.Context, req mcreconcile.Request) (ct
 // book maps the request's pod sets to machine types and creates the holds
 // it lacks, recording them in the request's status; a request that cannot
 // be mapped is refused.
-func (r *Controller) book(ctx context.Context, c client.Client, pr *ProvisioningRequest, holds map[string]*imperatorv1alpha1.CapacityHold) (ctrl.Result, error) {
+func (r *Controller) book(ctx context.Context, c client.Client, live client.Reader, pr *ProvisioningRequest, holds map[string]*imperatorv1alpha1.CapacityHold) (ctrl.Result, error) {
+	ns := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: pr.Namespace}, ns); err != nil {
+		return ctrl.Result{}, fmt.Errorf("getting the namespace of ProvisioningRequest %s: %w", klog.KObj(pr), err)
+	}
+	if refusal := OptedIn(ns, r.opts.AgentNamespace); refusal != nil {
+		// A label set with the request may not be in the cache yet.
+		if wait := pr.CreationTimestamp.Add(machineGrace).Sub(r.now()); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+		r.refuse(ctx, pr, refusal)
+		return ctrl.Result{}, nil
+	}
 	templates := map[string]*corev1.PodTemplate{}
 	for _, ps := range pr.Spec.PodSets {
 		t := &corev1.PodTemplate{}
@@ -214,9 +251,25 @@ func (r *Controller) book(ctx context.Context, c client.Client, pr *Provisioning
 		if wait := pr.CreationTimestamp.Add(machineGrace).Sub(r.now()); wait > 0 && refusal.Reason != ReasonResourcesNotStated && refusal.Reason != ReasonTooManyUnits {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
-		Refuse(pr, refusal)
-		ctrl.LoggerFrom(ctx).V(1).Info("Refused a ProvisioningRequest", "provisioningRequest", klog.KObj(pr), "reason", refusal.Reason, "message", refusal.Message)
+		r.refuse(ctx, pr, refusal)
 		return ctrl.Result{}, nil
+	}
+	if r.opts.MaxUnitsPerNamespace > 0 && slices.ContainsFunc(bookings, func(b Booking) bool {
+		_, made := holds[HoldName(pr.Namespace, pr.Name, b.MachineGroup, b.MachineType)]
+		return !made
+	}) {
+		// Held until the holds are created: the live list of the next
+		// request's check then shows them.
+		r.booking.Lock()
+		defer r.booking.Unlock()
+		others := &imperatorv1alpha1.CapacityHoldList{}
+		if err := live.List(ctx, others, client.MatchingLabels{RequestNamespaceLabel: pr.Namespace}); err != nil {
+			return ctrl.Result{}, fmt.Errorf("listing the CapacityHolds of namespace %s's ProvisioningRequests: %w", pr.Namespace, err)
+		}
+		if refusal := WithinCap(pr.Namespace, pr.UID, bookings, others.Items, r.opts.MaxUnitsPerNamespace, r.now()); refusal != nil {
+			r.refuse(ctx, pr, refusal)
+			return ctrl.Result{}, nil
+		}
 	}
 	names := make([]string, 0, len(bookings))
 	for _, b := range bookings {
@@ -230,8 +283,7 @@ func (r *Controller) book(ctx context.Context, c client.Client, pr *Provisioning
 			return ctrl.Result{}, err
 		}
 		if refusal != nil {
-			Refuse(pr, refusal)
-			ctrl.LoggerFrom(ctx).V(1).Info("Refused a ProvisioningRequest", "provisioningRequest", klog.KObj(pr), "reason", refusal.Reason, "message", refusal.Message)
+			r.refuse(ctx, pr, refusal)
 			return ctrl.Result{}, nil
 		}
 		if hold != nil {
@@ -240,6 +292,12 @@ func (r *Controller) book(ctx context.Context, c client.Client, pr *Provisioning
 	}
 	Accept(pr, names)
 	return ctrl.Result{}, nil
+}
+
+// refuse marks pr Failed for refusal and logs it.
+func (r *Controller) refuse(ctx context.Context, pr *ProvisioningRequest, refusal *Refusal) {
+	Refuse(pr, refusal)
+	ctrl.LoggerFrom(ctx).V(1).Info("Refused a ProvisioningRequest", "provisioningRequest", klog.KObj(pr), "reason", refusal.Reason, "message", refusal.Message)
 }
 
 // createHold creates the hold name for booking b of pr: for pr's namespace
@@ -347,8 +405,9 @@ func (r *Controller) endConsumedBooking(ctx context.Context, c client.Client, ho
 	return nil
 }
 
-// claimants counts the pods, in any phase, stamped with hold's UID: the
-// guests of its group and type in the namespaces it allows.
+// claimants counts the pods, in any phase, that claim hold
+// (capacityhold.Claims): the guests of its group and type in the
+// namespaces it allows, stamped with its UID, created no earlier than it.
 func (r *Controller) claimants(ctx context.Context, c client.Client, hold *imperatorv1alpha1.CapacityHold) (int32, error) {
 	var n int32
 	for _, namespace := range hold.Spec.Namespaces {
@@ -358,7 +417,10 @@ func (r *Controller) claimants(ctx context.Context, c client.Client, hold *imper
 			return 0, fmt.Errorf("listing the guests of CapacityHold %s: %w", hold.Name, err)
 		}
 		for i := range pods.Items {
-			if pods.Items[i].Annotations[imperatorv1alpha1.HoldUIDAnnotation] == string(hold.UID) {
+			// As the Machine controller counts claims: a pod created
+			// before the hold wrote its UID itself, past the injector,
+			// and claims nothing.
+			if capacityhold.Claims(hold, &pods.Items[i]) {
 				n++
 			}
 		}

@@ -18,6 +18,12 @@
 // docs/kueue.md). A mismatch fails the request, naming the container and
 // the resource.
 //
+// Who may book. A request of a namespace not opted in to guest injection
+// (OptedIn) is refused: the injector never stamps its pods with a hold's
+// UID, so its units would be held for nobody. With a cap
+// (Options.MaxUnitsPerNamespace), a request that would take the units its
+// namespace's live requests hold above the cap is refused (WithinCap).
+//
 // Holds. For a request accepted and not provisioned yet, the Controller
 // creates one CapacityHold per type, named HoldName(namespace, request,
 // group, type), for the request's namespace only, labelled with the

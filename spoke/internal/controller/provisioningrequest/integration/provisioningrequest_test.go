@@ -26,7 +26,11 @@ const (
 // podTemplate is what Kueue creates for a pod set: the Job's template with
 // the guest labels, asking for one compute-xlarge unit when stated.
 func podTemplate(name string, stated bool) *corev1.PodTemplate {
-	t := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	return podTemplateIn(namespace, name, stated)
+}
+
+func podTemplateIn(ns, name string, stated bool) *corev1.PodTemplate {
+	t := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	t.Template.Labels = map[string]string{imperatorv1alpha1.MachineGroupKey: group, imperatorv1alpha1.MachineTypeKey: machineType,
 		imperatorv1alpha1.PodRoleKey: "guest"}
 	c := corev1.Container{Name: "train", Image: "trainer"}
@@ -40,14 +44,22 @@ func podTemplate(name string, stated bool) *corev1.PodTemplate {
 }
 
 func request(name, class string, podSets ...pr.PodSet) *pr.ProvisioningRequest {
-	return &pr.ProvisioningRequest{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+	return requestIn(namespace, name, class, podSets...)
+}
+
+func requestIn(ns, name, class string, podSets ...pr.PodSet) *pr.ProvisioningRequest {
+	return &pr.ProvisioningRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: pr.ProvisioningRequestSpec{ProvisioningClassName: class, PodSets: podSets}}
 }
 
 func condition(ctx context.Context, name, conditionType string) func(Gomega) *metav1.Condition {
+	return conditionIn(ctx, namespace, name, conditionType)
+}
+
+func conditionIn(ctx context.Context, ns, name, conditionType string) func(Gomega) *metav1.Condition {
 	return func(g Gomega) *metav1.Condition {
 		got := &pr.ProvisioningRequest{}
-		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, got)).To(Succeed())
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, got)).To(Succeed())
 		c := meta.FindStatusCondition(got.Status.Conditions, conditionType)
 		g.Expect(c).NotTo(BeNil(), "condition %s of ProvisioningRequest %s", conditionType, name)
 		return c
@@ -203,6 +215,80 @@ var _ = Describe("A ProvisioningRequest of the capacity-hold class", Ordered, fu
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Name: holdName}, got)).To(Succeed())
 			g.Expect(got.UID).To(Equal(squatter.UID))
 		}).WithTimeout(2 * time.Second).Should(Succeed())
+	})
+
+	It("fails NamespaceNotInjected, holding nothing, in a namespace not opted in to injection", func(ctx context.Context) {
+		Expect(k8s.Create(ctx, podTemplateIn(notInjected, "stated", true))).To(Succeed())
+		Expect(k8s.Create(ctx, requestIn(notInjected, "outside", imperatorv1alpha1.CapacityHoldProvisioningClass,
+			pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 1}))).To(Succeed())
+		Eventually(conditionIn(ctx, notInjected, "outside", pr.ConditionFailed)).WithTimeout(20 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", pr.ReasonNamespaceNotInjected),
+			HaveField("Message", ContainSubstring("namespace team-b is not opted in to guest injection (label imperator.tenzen-y.io/inject-resource=enabled)"))))
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: pr.HoldName(notInjected, "outside", group, machineType)}, &imperatorv1alpha1.CapacityHold{})).
+			To(Satisfy(apierrors.IsNotFound))
+	})
+
+	It("fails NamespaceCapReached when its namespace's requests would hold more than the cap", func(ctx context.Context) {
+		Expect(k8s.Create(ctx, podTemplateIn(capped, "stated", true))).To(Succeed())
+		Expect(k8s.Create(ctx, requestIn(capped, "first", imperatorv1alpha1.CapacityHoldProvisioningClass,
+			pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 4}))).To(Succeed())
+		Eventually(func() error {
+			return k8s.Get(ctx, client.ObjectKey{Name: pr.HoldName(capped, "first", group, machineType)}, &imperatorv1alpha1.CapacityHold{})
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+		Expect(k8s.Create(ctx, requestIn(capped, "second", imperatorv1alpha1.CapacityHoldProvisioningClass,
+			pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 3}))).To(Succeed())
+		Eventually(conditionIn(ctx, capped, "second", pr.ConditionFailed)).WithTimeout(10 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", pr.ReasonNamespaceCapReached),
+			HaveField("Message", ContainSubstring("namespace team-c's ProvisioningRequests hold 4 units (requests: first) and this one asks 3 more: above the cap of 6 units per namespace"))))
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: pr.HoldName(capped, "second", group, machineType)}, &imperatorv1alpha1.CapacityHold{})).
+			To(Satisfy(apierrors.IsNotFound))
+
+		By("a request that fits beside the first")
+		Expect(k8s.Create(ctx, requestIn(capped, "third", imperatorv1alpha1.CapacityHoldProvisioningClass,
+			pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 2}))).To(Succeed())
+		Eventually(func() error {
+			return k8s.Get(ctx, client.ObjectKey{Name: pr.HoldName(capped, "third", group, machineType)}, &imperatorv1alpha1.CapacityHold{})
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+	})
+
+	It("does not end a booking for pods created before its hold that carry the hold's UID (they claim nothing)", func(ctx context.Context) {
+		var early []*corev1.Pod
+		for _, name := range []string{"early-0", "early-1"} {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
+				Labels: map[string]string{imperatorv1alpha1.MachineGroupKey: group, imperatorv1alpha1.MachineTypeKey: machineType,
+					imperatorv1alpha1.PodRoleKey: "guest"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "train", Image: "trainer"}}}}
+			Expect(k8s.Create(ctx, pod)).To(Succeed())
+			DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, pod))).To(Succeed()) })
+			early = append(early, pod)
+		}
+		// Creation timestamps have one-second resolution: the hold must be
+		// created in a later second than the pods.
+		time.Sleep(time.Until(early[1].CreationTimestamp.Add(1100 * time.Millisecond)))
+		Expect(k8s.Create(ctx, request("early", imperatorv1alpha1.CapacityHoldProvisioningClass,
+			pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 2}))).To(Succeed())
+		holdName := pr.HoldName(namespace, "early", group, machineType)
+		decide(ctx, holdName,
+			metav1.Condition{Type: imperatorv1alpha1.HoldConditionAccepted, Status: metav1.ConditionTrue, Reason: imperatorv1alpha1.HoldReasonAccepted},
+			metav1.Condition{Type: imperatorv1alpha1.HoldConditionProvisioned, Status: metav1.ConditionTrue, Reason: imperatorv1alpha1.HoldReasonUnitsHeld})
+		Eventually(condition(ctx, "early", pr.ConditionProvisioned)).WithTimeout(10 * time.Second).Should(HaveField("Status", metav1.ConditionTrue))
+		hold := &imperatorv1alpha1.CapacityHold{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: holdName}, hold)).To(Succeed())
+		Expect(hold.CreationTimestamp.After(early[1].CreationTimestamp.Time)).To(BeTrue())
+
+		By("the pods writing the hold's UID and the request's annotations themselves, past the injector")
+		for _, pod := range early {
+			patch := client.MergeFrom(pod.DeepCopy())
+			pod.Annotations = map[string]string{imperatorv1alpha1.HoldUIDAnnotation: string(hold.UID),
+				imperatorv1alpha1.ConsumeProvisioningRequestAnnotation: "early",
+				imperatorv1alpha1.ProvisioningClassNameAnnotation:      imperatorv1alpha1.CapacityHoldProvisioningClass}
+			Expect(k8s.Patch(ctx, pod, patch)).To(Succeed())
+		}
+		Consistently(func(g Gomega) time.Time {
+			got := &imperatorv1alpha1.CapacityHold{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Name: holdName}, got)).To(Succeed())
+			return got.Spec.ValidUntil.Time
+		}).WithTimeout(3*time.Second).Should(BeTemporally("~", hold.Spec.ValidUntil.Time, time.Second), "the booking of a hold no pod claims ended")
 	})
 
 	It("leaves a request of another class alone", func(ctx context.Context) {

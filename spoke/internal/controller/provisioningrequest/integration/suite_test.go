@@ -13,16 +13,25 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/provisioningrequest"
 	"github.com/imperator-federation/imperator/test/util/framework"
 )
 
-const namespace = "team-a"
+// Namespaces of the suite: team-a and team-c are opted in to injection,
+// team-b is not; the agent caps every namespace at maxUnits.
+const (
+	namespace   = "team-a"
+	notInjected = "team-b"
+	capped      = "team-c"
+	maxUnits    = 6
+)
 
 func TestProvisioningRequestController(t *testing.T) {
 	RegisterFailHandler(Fail)
@@ -39,15 +48,22 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	env := framework.StartSuite(ctx, framework.Options{
 		Scheme:     scheme,
 		CRDs:       append([]string{"deploy/spoke/provisioningrequest"}, framework.SpokeCRDs...),
-		Namespaces: []string{namespace},
+		Namespaces: []string{namespace, notInjected, capped},
 		Manager: &framework.ManagerOptions{
 			SetupMulticluster: func(mgr mcmanager.Manager) error {
 				served, err := provisioningrequest.Served(mgr.GetLocalManager().GetConfig())
 				Expect(err).NotTo(HaveOccurred())
 				Expect(served).To(BeTrue(), "discovery does not show the ProvisioningRequest CRD the suite installed")
-				return provisioningrequest.SetupWithManager(mgr, clock.RealClock{})
+				return provisioningrequest.SetupWithManager(mgr, provisioningrequest.Options{Clock: clock.RealClock{},
+					AgentNamespace: "imperator-system", MaxUnitsPerNamespace: maxUnits})
 			},
 		},
 	})
 	k8s = env.Client
+	for _, name := range []string{namespace, capped} {
+		ns := &corev1.Namespace{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: name}, ns)).To(Succeed())
+		ns.Labels[imperatorv1alpha1.InjectResourceKey] = imperatorv1alpha1.InjectResourceEnabled
+		Expect(k8s.Update(ctx, ns)).To(Succeed())
+	}
 }, NodeTimeout(2*time.Minute))
