@@ -51,6 +51,7 @@ var chartValueSets = []chartValueSet{
 	{chart: "imperator-spoke", values: "hosted-values.yaml", kustomize: "overlays/spoke-hosted"},
 	{chart: "imperator-spoke", values: "hosted-member-values.yaml", kustomize: "overlays/spoke-hosted-member"},
 	{chart: "imperator-spoke", values: "injection-policy-values.yaml", kustomize: "overlays/spoke-injection-policy"},
+	{chart: "imperator-spoke", values: "injection-policy-values.yaml", kustomize: "overlays/spoke-injection-policy"},
 }
 
 // chartDir is the directory of chart.
@@ -153,7 +154,7 @@ func comparable(objs []*unstructured.Unstructured) map[string]map[string]any {
 				Expect(unstructured.SetNestedStringMap(obj, data, "data")).To(Succeed())
 			}
 		}
-		if u.GetKind() == "ValidatingAdmissionPolicy" {
+		if k := u.GetKind(); k == "ValidatingAdmissionPolicy" || k == "MutatingAdmissionPolicy" {
 			// kustomize writes a folded scalar with more-indented lines
 			// (an expression continued on the next line) back with an extra
 			// blank line, so its CEL differs from Helm's in whitespace
@@ -244,6 +245,7 @@ var _ = Describe("The Helm charts", func() {
 			{"imperator-spoke/files/rbac", "spoke/rbac/role.yaml"},
 			{"imperator-spoke/files/webhook", "spoke/webhook/manifests.yaml"},
 			{"imperator-spoke/files/policy", "spoke/policy/*.yaml"},
+			{"imperator-spoke/files/policy/injection", "spoke/policy/injection/guest-*.yaml"},
 			{"imperator-spoke/files/policy/injection", "spoke/policy/injection/guest-*.yaml"},
 		}
 		for _, c := range copies {
@@ -616,7 +618,8 @@ var _ = Describe("The Helm charts", func() {
 
 // clusterScoped are the kinds the charts render without a namespace.
 var clusterScoped = []string{"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
-	"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+	"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+	"MutatingAdmissionPolicy"}
 
 // standalone are the flags that let chart render without a hub: the spoke
 // refuses an empty hub.address unless hub.standalone=true says so.

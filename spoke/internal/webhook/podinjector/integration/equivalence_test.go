@@ -379,7 +379,8 @@ func readInjectionPolicies() ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, err
 	}
-	paths, err := filepath.Glob(filepath.Join(root, injectionPolicyDir, "*.yaml"))
+	// The policies, not the directory's kustomization.yaml.
+	paths, err := filepath.Glob(filepath.Join(root, injectionPolicyDir, "guest-*.yaml"))
 	if err != nil {
 		return nil, err
 	}
