@@ -33,4 +33,3 @@ copy "$spoke/rbac" deploy/spoke/rbac/role.yaml
 copy "$spoke/webhook" deploy/spoke/webhook/manifests.yaml
 copy "$spoke/policy" deploy/spoke/policy/*.yaml
 copy "$spoke/policy/injection" deploy/spoke/policy/injection/guest-*.yaml
-copy "$spoke/policy/injection" deploy/spoke/policy/injection/guest-*.yaml

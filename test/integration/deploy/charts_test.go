@@ -51,7 +51,6 @@ var chartValueSets = []chartValueSet{
 	{chart: "imperator-spoke", values: "hosted-values.yaml", kustomize: "overlays/spoke-hosted"},
 	{chart: "imperator-spoke", values: "hosted-member-values.yaml", kustomize: "overlays/spoke-hosted-member"},
 	{chart: "imperator-spoke", values: "injection-policy-values.yaml", kustomize: "overlays/spoke-injection-policy"},
-	{chart: "imperator-spoke", values: "injection-policy-values.yaml", kustomize: "overlays/spoke-injection-policy"},
 }
 
 // chartDir is the directory of chart.
@@ -245,7 +244,6 @@ var _ = Describe("The Helm charts", func() {
 			{"imperator-spoke/files/rbac", "spoke/rbac/role.yaml"},
 			{"imperator-spoke/files/webhook", "spoke/webhook/manifests.yaml"},
 			{"imperator-spoke/files/policy", "spoke/policy/*.yaml"},
-			{"imperator-spoke/files/policy/injection", "spoke/policy/injection/guest-*.yaml"},
 			{"imperator-spoke/files/policy/injection", "spoke/policy/injection/guest-*.yaml"},
 		}
 		for _, c := range copies {
