@@ -353,6 +353,11 @@ func (p *program) dialHub(c *command) (func(), error) {
 	if err != nil {
 		return nil, fail(ExitUsage, "%v", err)
 	}
+	if pair == nil {
+		// A token caller's connections count against the hub's budget
+		// for them, not the joining spokes' (identity.TokenCallerProtocol).
+		tlsCfg.NextProtos = []string{"h2", identity.TokenCallerProtocol}
+	}
 	c.hub = conn.hub
 	cc, err := grpc.NewClient(conn.hub, append(dialOpts, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))...)
 	if err != nil {

@@ -135,6 +135,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ServingCertValidity, "serving-cert-validity", c.ServingCertValidity, "Lifetime of the hub's serving certificate; it is re-issued from the hub CA at 2/3 of it, without a restart.")
 	fs.IntVar(&c.MaxRecvMsgBytes, "max-recv-msg-bytes", c.MaxRecvMsgBytes, "Largest spoke message accepted, in bytes.")
 	fs.IntVar(&c.Limits.MaxConnections, "max-connections", c.Limits.MaxConnections, "Most open gRPC connections, of every kind.")
+	fs.IntVar(&c.Limits.MaxTokenConnections, "max-token-connections", c.Limits.MaxTokenConnections, "Most open gRPC connections without a client certificate from callers with a bearer token (imperatorctl --kubeconfig), counted apart from joining spokes'; more are closed at once.")
 	fs.IntVar(&c.Limits.MaxAnonymousConnections, "max-anonymous-connections", c.Limits.MaxAnonymousConnections, "Most open gRPC connections without a verified client certificate (joining spokes); more are closed at once.")
 	fs.IntVar(&c.Limits.MaxAnonymousConnectionsPerSource, "max-anonymous-connections-per-source", c.Limits.MaxAnonymousConnectionsPerSource, "Most connections of one IP address in their TLS handshake, and apart most anonymous ones; more are closed at once.")
 	fs.IntVar(&c.Limits.MaxHandshakes, "max-handshakes", c.Limits.MaxHandshakes, "Most connections in their TLS handshake at once, of all sources (at most half of --max-connections); more are closed at once.")
@@ -204,6 +205,7 @@ func (c *Config) Validate() error {
 	for flagName, positive := range map[string]bool{
 		"--max-connections":                          c.Limits.MaxConnections > 0,
 		"--max-anonymous-connections":                c.Limits.MaxAnonymousConnections > 0,
+		"--max-token-connections":                    c.Limits.MaxTokenConnections > 0,
 		"--max-anonymous-connections-per-source":     c.Limits.MaxAnonymousConnectionsPerSource > 0,
 		"--max-handshakes":                           c.Limits.MaxHandshakes > 0,
 		"--max-connections-per-certificate":          c.Limits.MaxConnectionsPerCertificate > 0,
@@ -223,6 +225,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxHandshakes > 0 && c.Limits.MaxHandshakes > c.Limits.MaxConnections/2 {
 		errs = append(errs, fmt.Errorf("--max-handshakes %d: must not exceed half of --max-connections %d", c.Limits.MaxHandshakes, c.Limits.MaxConnections))
+	}
+	if c.Limits.MaxTokenConnections > c.Limits.MaxConnections {
+		errs = append(errs, fmt.Errorf("--max-token-connections %d: must not exceed --max-connections %d", c.Limits.MaxTokenConnections, c.Limits.MaxConnections))
 	}
 	if c.Limits.MaxAnonymousConnections > c.Limits.MaxConnections {
 		errs = append(errs, fmt.Errorf("--max-anonymous-connections %d: must not exceed --max-connections %d", c.Limits.MaxAnonymousConnections, c.Limits.MaxConnections))

@@ -48,6 +48,8 @@ func TestFlags(t *testing.T) {
 		"zero join rate":                           {args: []string{"--join-rate-per-source=0"}, wantErrFlag: "--join-rate-per-source"},
 		"no connection age":                        {args: []string{"--max-connection-age=0s"}, wantErrFlag: "--max-connection-age"},
 		"more anonymous than all":                  {args: []string{"--max-connections=10", "--max-anonymous-connections=20"}, wantErrFlag: "--max-anonymous-connections"},
+		"more token callers than all":              {args: []string{"--max-connections=10", "--max-token-connections=20"}, wantErrFlag: "--max-token-connections"},
+		"no token callers":                         {args: []string{"--max-token-connections=0"}, wantErrFlag: "--max-token-connections"},
 		"handshakes above half of all connections": {args: []string{"--max-connections=100", "--max-handshakes=51"}, wantErrFlag: "--max-handshakes"},
 		"no connection per certificate":            {args: []string{"--max-connections-per-certificate=0"}, wantErrFlag: "--max-connections-per-certificate"},
 		"no authenticated connection per source":   {args: []string{"--max-authenticated-connections-per-source=0"}, wantErrFlag: "--max-authenticated-connections-per-source"},

@@ -296,3 +296,103 @@ func TestRevocationEndsAnOpenReportStreamAtItsNextHeartbeat(t *testing.T) {
 		t.Errorf("stream of a revoked certificate ended with %v (%v) at its heartbeat, want PermissionDenied", got, err)
 	}
 }
+
+// Connections without a client certificate that offer the token-caller
+// protocol (imperatorctl with a bearer token) and those that do not (joining
+// spokes, probes) count against budgets of their own: neither fills the
+// other's.
+func TestTokenCallersHaveAConnectionBudgetOfTheirOwn(t *testing.T) {
+	ca, err := pki.NewCA("test-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.IssueServer("hub", []string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	metrics, err := NewMetrics(prometheus.NewRegistry(), store.New(nil, time.Minute), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := DefaultLimits()
+	limits.MaxAnonymousConnections, limits.MaxTokenConnections = 2, 1
+	r := newRouter(lis, identity.ServerTLS(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &serving, nil }, pool), limits, nil, metrics, logr.Discard())
+	go func() { _ = r.serve() }()
+	t.Cleanup(func() { _ = r.close() })
+	go func() {
+		for {
+			c, err := r.anonymous.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+	// open reports whether a connection, offering the token-caller
+	// protocol or not, stays open after its handshake.
+	open := func(token bool) bool {
+		t.Helper()
+		cfg, err := identity.ClientTLS(ca.CertPEM, nil, "127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.NextProtos = []string{"h2"}
+		if token {
+			cfg.NextProtos = append(cfg.NextProtos, identity.TokenCallerProtocol)
+		}
+		c, err := tls.Dial("tcp", lis.Addr().String(), cfg)
+		if err != nil {
+			return false
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if got := c.ConnectionState().NegotiatedProtocol; got != "h2" {
+			t.Errorf("negotiated %q, want h2 whatever the offer", got)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		_, err = c.Read(make([]byte, 1))
+		var netErr net.Error
+		return errors.As(err, &netErr) && netErr.Timeout()
+	}
+	// Joining spokes fill their budget: a token caller still gets in.
+	for i := range 2 {
+		if !open(false) {
+			t.Fatalf("anonymous connection %d within the limit was closed", i+1)
+		}
+	}
+	if open(false) {
+		t.Error("a third anonymous connection stays open, want it closed (MaxAnonymousConnections 2)")
+	}
+	if !open(true) {
+		t.Fatal("a token caller's connection was closed while joining spokes filled theirs: the budgets are shared")
+	}
+	// Token callers fill theirs: it is theirs alone.
+	if open(true) {
+		t.Error("a second token caller's connection stays open, want it closed (MaxTokenConnections 1)")
+	}
+	if got := len(r.anonymousSlots); got != 2 {
+		t.Errorf("the anonymous budget holds %d connections, want the 2 spokes' only", got)
+	}
+	if got := testutil.ToFloat64(metrics.rejectedConnections.WithLabelValues(rejectTooManyAnonymous)); got != 2 {
+		t.Errorf("rejected for too many anonymous connections = %v, want 2", got)
+	}
+}
+
+func TestLimitsValidateTokenConnections(t *testing.T) {
+	for name, n := range map[string]int{"zero": 0, "above MaxConnections": DefaultMaxConnections + 1} {
+		l := DefaultLimits()
+		l.MaxTokenConnections = n
+		if err := l.Validate(); err == nil || !strings.Contains(err.Error(), "MaxTokenConnections") {
+			t.Errorf("%s: Validate() = %v, want an error naming MaxTokenConnections", name, err)
+		}
+	}
+}

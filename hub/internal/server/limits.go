@@ -28,6 +28,13 @@ type Limits struct {
 	// MaxAnonymousConnections bounds the open connections without a verified
 	// client certificate (joining spokes, probes); more are closed at once.
 	MaxAnonymousConnections int
+	// MaxTokenConnections bounds, apart from MaxAnonymousConnections, the
+	// open connections without a client certificate whose ClientHello
+	// offers identity.TokenCallerProtocol (people and automation with a
+	// bearer token), so that token callers and joining spokes cannot take
+	// each other's slots. Per source they are bounded by
+	// MaxAnonymousConnectionsPerSource, counted apart too.
+	MaxTokenConnections int
 	// MaxAnonymousConnectionsPerSource bounds, per source (see sourceKey), the
 	// connections in their TLS handshake and, apart, the anonymous ones, so
 	// that one source cannot take every slot of MaxConnections or
@@ -78,6 +85,9 @@ type Limits struct {
 const (
 	DefaultMaxConnections          = 4096
 	DefaultMaxAnonymousConnections = 256
+	// DefaultMaxTokenConnections: people and automation with tokens hold
+	// a connection for a call or a Watch of at most five minutes.
+	DefaultMaxTokenConnections = 256
 	// DefaultMaxAnonymousConnectionsPerSource leaves room for several
 	// clusters joining at once from behind one NAT.
 	DefaultMaxAnonymousConnectionsPerSource = 16
@@ -136,6 +146,7 @@ func DefaultLimits() Limits {
 	return Limits{
 		MaxConnections:                       DefaultMaxConnections,
 		MaxAnonymousConnections:              DefaultMaxAnonymousConnections,
+		MaxTokenConnections:                  DefaultMaxTokenConnections,
 		MaxAnonymousConnectionsPerSource:     DefaultMaxAnonymousConnectionsPerSource,
 		MaxHandshakes:                        DefaultMaxHandshakes,
 		MaxConnectionsPerCertificate:         DefaultMaxConnectionsPerCertificate,
@@ -161,6 +172,7 @@ func (l Limits) Validate() error {
 	}
 	positive("MaxConnections", l.MaxConnections > 0)
 	positive("MaxAnonymousConnections", l.MaxAnonymousConnections > 0)
+	positive("MaxTokenConnections", l.MaxTokenConnections > 0)
 	positive("MaxAnonymousConnectionsPerSource", l.MaxAnonymousConnectionsPerSource > 0)
 	positive("MaxHandshakes", l.MaxHandshakes > 0)
 	positive("MaxConnectionsPerCertificate", l.MaxConnectionsPerCertificate > 0)
@@ -175,6 +187,9 @@ func (l Limits) Validate() error {
 	positive("MaxConcurrentJoins", l.MaxConcurrentJoins > 0)
 	if l.MaxAnonymousConnections > l.MaxConnections {
 		errs = append(errs, fmt.Errorf("MaxAnonymousConnections %d exceeds MaxConnections %d", l.MaxAnonymousConnections, l.MaxConnections))
+	}
+	if l.MaxTokenConnections > l.MaxConnections {
+		errs = append(errs, fmt.Errorf("MaxTokenConnections %d exceeds MaxConnections %d", l.MaxTokenConnections, l.MaxConnections))
 	}
 	if l.MaxHandshakes > 0 && l.MaxConnections > 0 && l.MaxHandshakes > l.MaxConnections/2 {
 		// Else handshakes that never finish could hold most of the port.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -138,6 +139,14 @@ type router struct {
 	// returned when it is done.
 	handshakeSlots chan struct{}
 	anonymousSlots chan struct{}
+	// tokenSlots and tokenBySource are the budget of the anonymous
+	// connections that offered identity.TokenCallerProtocol (token
+	// callers), apart from the joining spokes'; tokenCallers marks such a
+	// connection (its raw net.Conn) between its ClientHello and the end of
+	// its handshake.
+	tokenSlots    chan struct{}
+	tokenBySource map[string]int
+	tokenCallers  sync.Map
 	// handshaking, anonymousBySource, authenticatedBySource and
 	// bySerial count the connections in their TLS handshake per source
 	// (sourceKey), the anonymous ones per source, the authenticated ones
@@ -167,6 +176,8 @@ func newRouter(lis net.Listener, tlsConfig *tls.Config, limits Limits, revoked f
 		revoked:               revoked,
 		handshakeSlots:        make(chan struct{}, limits.MaxHandshakes),
 		anonymousSlots:        make(chan struct{}, limits.MaxAnonymousConnections),
+		tokenSlots:            make(chan struct{}, limits.MaxTokenConnections),
+		tokenBySource:         map[string]int{},
 		handshaking:           map[string]int{},
 		anonymousBySource:     map[string]int{},
 		authenticatedBySource: map[string]int{},
@@ -175,8 +186,26 @@ func newRouter(lis net.Listener, tlsConfig *tls.Config, limits Limits, revoked f
 		metrics:               metrics,
 		log:                   log,
 	}
-	r.tls = r.refusingRevoked(tlsConfig)
+	r.tls = r.markingTokenCallers(r.refusingRevoked(tlsConfig))
 	return r
+}
+
+// markingTokenCallers returns a copy of cfg that notes, per connection,
+// whether its ClientHello offers identity.TokenCallerProtocol; cfg's own
+// GetConfigForClient still answers.
+func (r *router) markingTokenCallers(cfg *tls.Config) *tls.Config {
+	out := cfg.Clone()
+	get := cfg.GetConfigForClient
+	out.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		if slices.Contains(hello.SupportedProtos, identity.TokenCallerProtocol) && hello.Conn != nil {
+			r.tokenCallers.Store(hello.Conn, struct{}{})
+		}
+		if get == nil {
+			return nil, nil
+		}
+		return get(hello)
+	}
+	return out
 }
 
 // refusingRevoked returns a copy of cfg whose handshakes fail, with a
@@ -296,6 +325,7 @@ func (r *router) route(c net.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.handshakeTimeout)
 	err := tc.HandshakeContext(ctx)
 	cancel()
+	_, tokenCaller := r.tokenCallers.LoadAndDelete(c)
 	r.unclaim(r.handshaking, source)
 	<-r.handshakeSlots
 	if err != nil {
@@ -309,20 +339,26 @@ func (r *router) route(c net.Conn) {
 		r.routeAuthenticated(tc, state, source)
 		return
 	}
-	if !r.claim(r.anonymousBySource, source, r.limits.MaxAnonymousConnectionsPerSource) {
-		r.refuse(tc, rejectTooManyFromSource, "Closed anonymous connection: too many from its source", "source", source, "limit", r.limits.MaxAnonymousConnectionsPerSource)
+	// Both kinds are served by the anonymous server; they count against
+	// budgets of their own.
+	kind, slots, bySource := "anonymous", r.anonymousSlots, r.anonymousBySource
+	if tokenCaller {
+		kind, slots, bySource = "token caller's", r.tokenSlots, r.tokenBySource
+	}
+	if !r.claim(bySource, source, r.limits.MaxAnonymousConnectionsPerSource) {
+		r.refuse(tc, rejectTooManyFromSource, "Closed "+kind+" connection: too many from its source", "source", source, "limit", r.limits.MaxAnonymousConnectionsPerSource)
 		return
 	}
 	select {
-	case r.anonymousSlots <- struct{}{}:
+	case slots <- struct{}{}:
 	default:
-		r.unclaim(r.anonymousBySource, source)
-		r.refuse(tc, rejectTooManyAnonymous, "Closed anonymous connection: too many open", "limit", cap(r.anonymousSlots))
+		r.unclaim(bySource, source)
+		r.refuse(tc, rejectTooManyAnonymous, "Closed "+kind+" connection: too many open", "limit", cap(slots))
 		return
 	}
 	r.anonymous.deliver(&routedConn{Conn: tc, state: state, release: func() {
-		<-r.anonymousSlots
-		r.unclaim(r.anonymousBySource, source)
+		<-slots
+		r.unclaim(bySource, source)
 	}})
 }
 
