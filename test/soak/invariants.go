@@ -67,11 +67,13 @@ type Checker struct {
 	spokes    map[string]*spokeState
 	// deletedBySoak are the guests the generator deleted (by UID).
 	deletedBySoak sync.Map
+	// now is the clock of the watches' observations.
+	now func() time.Time
 }
 
 // NewChecker returns a checker with no spokes yet.
 func NewChecker() *Checker {
-	c := &Checker{evaluated: map[string]*atomic.Int64{}, spokes: map[string]*spokeState{}}
+	c := &Checker{evaluated: map[string]*atomic.Int64{}, spokes: map[string]*spokeState{}, now: time.Now}
 	for _, name := range []string{InvariantCap, InvariantNoEvict, InvariantFIFO, InvariantHolds, InvariantHubMatch, InvariantProcesses, InvariantGrowth} {
 		c.evaluated[name] = &atomic.Int64{}
 	}
@@ -179,10 +181,7 @@ type spokeState struct {
 
 // WatchSpoke starts informers on a spoke's pods and Machines; they stop with ctx.
 func (c *Checker) WatchSpoke(ctx context.Context, name string, cl *e2e.Cluster) error {
-	s := &spokeState{name: name, guests: map[types.UID]*guest{}, available: map[typeKey][]availableAt{}}
-	c.mu.Lock()
-	c.spokes[name] = s
-	c.mu.Unlock()
+	s := c.addSpoke(name)
 	ca, err := cache.New(cl.Config, cache.Options{Scheme: cl.Client.Scheme()})
 	if err != nil {
 		return fmt.Errorf("soak: cache of %s: %w", name, err)
@@ -214,6 +213,14 @@ func (c *Checker) WatchSpoke(ctx context.Context, name string, cl *e2e.Cluster) 
 	}
 	go c.judgeLoop(ctx, s)
 	return nil
+}
+
+func (c *Checker) addSpoke(name string) *spokeState {
+	s := &spokeState{name: name, guests: map[types.UID]*guest{}, available: map[typeKey][]availableAt{}}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.spokes[name] = s
+	return s
 }
 
 func asPod(obj any) *corev1.Pod {
@@ -285,8 +292,8 @@ func toGuest(p *corev1.Pod, seen time.Time) *guest {
 
 // podChanged updates the spoke's view and records what the pod's change
 // says about invariants 1 to 3.
-func (c *Checker) podChanged(s *spokeState, old, p *corev1.Pod) {
-	now := time.Now()
+func (c *Checker) podChanged(s *spokeState, _, p *corev1.Pod) {
+	now := c.now()
 	g := toGuest(p, now)
 	if g == nil {
 		return
@@ -338,7 +345,7 @@ func (c *Checker) podDeleted(s *spokeState, obj any) {
 	if p == nil {
 		return
 	}
-	now := time.Now()
+	now := c.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	before := s.guests[p.UID]
@@ -362,7 +369,7 @@ func (c *Checker) judgeLoop(ctx context.Context, s *spokeState) {
 			return
 		case <-t.C:
 		}
-		c.judge(s, time.Now().Add(-judgeDelay))
+		c.judge(s, c.now().Add(-judgeDelay))
 	}
 }
 
@@ -401,7 +408,7 @@ func (c *Checker) Drain() {
 	}
 	c.mu.Unlock()
 	for _, s := range spokes {
-		c.judge(s, time.Now().Add(time.Hour))
+		c.judge(s, c.now().Add(time.Hour))
 	}
 }
 
