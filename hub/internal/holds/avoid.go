@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/imperator-federation/imperator/internal/text"
+
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/hub/internal/store"
 )
@@ -68,7 +70,7 @@ func avoidanceNote(avoid map[string]string, fell bool) string {
 		parts = append(parts, name+" ("+avoid[name]+")")
 	}
 	if fell {
-		return truncate("the units fit only with clusters that recently refused or did not answer, so they were asked again: "+strings.Join(parts, "; "), 4096)
+		return text.Truncate("the units fit only with clusters that recently refused or did not answer, so they were asked again: "+strings.Join(parts, "; "), 4096)
 	}
-	return truncate(fmt.Sprintf("avoiding for %s after a refusal or no answer: ", avoidFor)+strings.Join(parts, "; "), 4096)
+	return text.Truncate(fmt.Sprintf("avoiding for %s after a refusal or no answer: ", avoidFor)+strings.Join(parts, "; "), 4096)
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/imperator-federation/imperator/internal/text"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -189,12 +191,12 @@ func applyAnswer(cl *imperatorv1alpha1.FleetHoldCluster, phase imperatorv1alpha1
 				}
 			}
 		default:
-			cl.Message = truncate("the release failed, asked again: "+resp.GetReason()+": "+resp.GetMessage(), 1024)
+			cl.Message = text.Truncate("the release failed, asked again: "+resp.GetReason()+": "+resp.GetMessage(), 1024)
 		}
 		return
 	}
 	cl.Held = resp.GetHeld()
-	cl.Reason, cl.Message = resp.GetReason(), truncate(resp.GetMessage(), 1024)
+	cl.Reason, cl.Message = resp.GetReason(), text.Truncate(resp.GetMessage(), 1024)
 	switch resp.GetResult() {
 	case federationv1.HoldResult_HOLD_RESULT_HELD:
 		cl.Result = ResultHeld

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/imperator-federation/imperator/internal/text"
+
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -437,7 +439,7 @@ func (c *Coordinator) awaitRelease(ctx context.Context, name string, deadline ti
 		if len(left) == 0 || !c.opts.Clock.Now().Before(deadline) {
 			for i := range fh.Status.Clusters {
 				if cl := &fh.Status.Clusters[i]; slices.Contains(left, cl.Cluster) {
-					cl.Message = truncate("release not confirmed yet: the hub asks again whenever the spoke's stream is up, until validUntil. "+cl.Message, 1024)
+					cl.Message = text.Truncate("release not confirmed yet: the hub asks again whenever the spoke's stream is up, until validUntil. "+cl.Message, 1024)
 				}
 			}
 			return fh, nil
@@ -516,11 +518,4 @@ func shapeOf(s *capacity.Shape) *imperatorv1alpha1.FleetHoldShape {
 		out.Memory = fmt.Sprint(s.MemoryBytes)
 	}
 	return out
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }

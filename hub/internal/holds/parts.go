@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/imperator-federation/imperator/internal/text"
+
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 )
 
@@ -64,7 +66,7 @@ func decide(fh *imperatorv1alpha1.FleetHold, deadlinePassed bool, connectedNowhe
 		}
 	}
 	fh.Status.Phase = imperatorv1alpha1.FleetHoldFailed
-	fh.Status.Message = truncate("not every cluster could hold its part, nothing is held: "+strings.Join(reasons, "; "), 4096)
+	fh.Status.Message = text.Truncate("not every cluster could hold its part, nothing is held: "+strings.Join(reasons, "; "), 4096)
 	return true
 }
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/imperator-federation/imperator/internal/text"
+
 	"google.golang.org/protobuf/types/known/durationpb"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -247,7 +249,7 @@ func (r *Reconciler) failLost(ctx context.Context, name string, clusters []strin
 	}
 	fh.Status.Phase = imperatorv1alpha1.FleetHoldPending // decide from the parts as they are now
 	decide(fh, false, func(string) bool { return false })
-	fh.Status.Message = truncate("a cluster no longer holds its part, so the hold is Failed and the others released (book again): "+strings.Join(clusters, ", "), 4096)
+	fh.Status.Message = text.Truncate("a cluster no longer holds its part, so the hold is Failed and the others released (book again): "+strings.Join(clusters, ", "), 4096)
 	if err := c.patchStatus(ctx, fh, before); err != nil && !apierrors.IsConflict(err) {
 		return fmt.Errorf("recording fleet hold %q as Failed: %w", name, err)
 	}

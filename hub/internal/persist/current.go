@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/imperator-federation/imperator/internal/text"
+
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -62,9 +64,7 @@ func setCurrentCondition(inv *imperatorv1alpha1.ClusterInventory, current bool, 
 	if !current {
 		status = metav1.ConditionFalse
 	}
-	if len(msg) > maxConditionMessage {
-		msg = msg[:maxConditionMessage-3] + "..."
-	}
+	msg = text.Truncate(msg, maxConditionMessage)
 	return meta.SetStatusCondition(&inv.Status.Conditions, metav1.Condition{
 		Type: ConditionInventoryCurrent, Status: status, Reason: reason, Message: msg, ObservedGeneration: inv.Generation,
 	})

@@ -5,7 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
+
+	"github.com/imperator-federation/imperator/internal/text"
 
 	"github.com/imperator-federation/imperator/hub/internal/ingest"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
@@ -97,9 +98,7 @@ const maxOutdatedMessage = 1024
 // the limits: the spoke is alive, but the inventory held is older than its.
 func (s *Store) refuse(name, kind string, err error) Result {
 	msg := fmt.Sprintf("the hub refused the spoke's %s: %v", kind, err)
-	if len(msg) > maxOutdatedMessage {
-		msg = msg[:maxOutdatedMessage-3] + "..."
-	}
+	msg = text.Truncate(msg, maxOutdatedMessage)
 	now := s.clock.Now()
 	return s.update(name, true, func(c *Cluster, _ bool) (Result, bool) {
 		c.LastHeartbeat = now
@@ -252,7 +251,7 @@ func (s *Store) Heartbeat(name string, epoch uint64, hb *federationv1.Heartbeat)
 			c.APIServerUnreachableSince = since
 			changed = true
 		}
-		if msg := truncate(hb.GetInjectionUnavailable(), maxInjectionMessage); msg != c.InjectionUnavailable {
+		if msg := text.Printable(text.Truncate(hb.GetInjectionUnavailable(), maxInjectionMessage)); msg != c.InjectionUnavailable {
 			c.InjectionUnavailable = msg
 			changed = true
 		}
@@ -267,24 +266,6 @@ func (s *Store) Heartbeat(name string, epoch uint64, hb *federationv1.Heartbeat)
 // maxInjectionMessage bounds the injection_unavailable text kept per
 // cluster (bytes; a longer one is cut, not refused: it is for people).
 const maxInjectionMessage = 1024
-
-// truncate cuts s to at most n bytes on a character boundary, its control
-// characters (newlines, terminal escapes) turned into spaces: it is text for
-// people, shown in tables.
-func truncate(s string, n int) string {
-	if len(s) > n {
-		s = strings.ToValidUTF8(s[:n], "")
-	}
-	if strings.IndexFunc(s, unicode.IsControl) < 0 {
-		return s
-	}
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
-}
 
 // unreachableSince is the time from which a cluster whose agent sent hb
 // cannot reach its API server, zero when it can. held is what the store

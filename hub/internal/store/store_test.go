@@ -500,11 +500,11 @@ func TestAgentModeAndUnreachableWebhooksAreKeptFromTheSpoke(t *testing.T) {
 			wantMode:      "hosted",
 			wantInjection: "refused prod-a Available [2J",
 		},
-		"a message too long is cut on a character boundary": {
+		"a message too long is cut on a character boundary, marked by an ellipsis": {
 			hello:         &federationv1.Hello{Epoch: 1, AgentMode: federationv1.AgentMode_AGENT_MODE_IN_CLUSTER},
 			heartbeats:    []*federationv1.Heartbeat{{InjectionUnavailable: long}},
 			wantMode:      "in-cluster",
-			wantInjection: strings.Repeat("é", maxInjectionMessage/2),
+			wantInjection: strings.Repeat("é", (maxInjectionMessage-3)/2) + "...",
 		},
 	}
 	for name, tc := range cases {
