@@ -32,14 +32,18 @@ type Demand struct {
 
 // String says the demand as people read it: "4 units of h100/compute-xlarge".
 func (d Demand) String() string {
+	units := "units"
+	if d.Count == 1 {
+		units = "unit"
+	}
 	if d.Type != "" {
 		name := d.Type
 		if d.Group != "" {
 			name = d.Group + "/" + d.Type
 		}
-		return fmt.Sprintf("%d units of %s", d.Count, name)
+		return fmt.Sprintf("%d %s of %s", d.Count, units, name)
 	}
-	return fmt.Sprintf("%d units of shape {cpu %s, memory %s, gpus %d}", d.Count,
+	return fmt.Sprintf("%d %s of shape {cpu %s, memory %s, gpus %d}", d.Count, units,
 		orAny(d.Shape.GetCpu()), orAny(d.Shape.GetMemory()), d.Shape.GetGpuCount())
 }
 

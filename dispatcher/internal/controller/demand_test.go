@@ -134,4 +134,3 @@ func TestDemandRequest(t *testing.T) {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
 }
-

@@ -36,6 +36,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -130,12 +131,31 @@ func InstallCRDs(ctx context.Context, c client.Client, dirs ...string) error {
 	})
 }
 
+// Options change Kueue's configuration.
+type Options struct {
+	// DispatcherName, when set, is MultiKueue's multiKueue.dispatcherName:
+	// an external dispatcher chooses the worker clusters.
+	DispatcherName string
+	// FeatureGates are set in the configuration's featureGates.
+	FeatureGates map[string]bool
+	// Name names the process and its log (<Name>.log); "kueue" when empty.
+	Name string
+}
+
 // Start installs Kueue's CRDs and namespace in the cluster of config (c
 // must know apiextensions/v1) and starts Kueue against it, with its files
 // and log (kueue.log) in dir. The ProvisioningRequest CRD must be served
 // already: Kueue sets up its ProvisioningRequest admission check only if it
 // is there when it starts.
-func Start(ctx context.Context, config *rest.Config, c client.Client, dir string) (_ *Kueue, err error) {
+func Start(ctx context.Context, config *rest.Config, c client.Client, dir string) (*Kueue, error) {
+	return StartWith(ctx, config, c, dir, Options{})
+}
+
+// StartWith is Start with opts.
+func StartWith(ctx context.Context, config *rest.Config, c client.Client, dir string, opts Options) (_ *Kueue, err error) {
+	if opts.Name == "" {
+		opts.Name = "kueue"
+	}
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
@@ -167,16 +187,16 @@ func Start(ctx context.Context, config *rest.Config, c client.Client, dir string
 		return nil, err
 	}
 	kubeconfig := filepath.Join(dir, "kueue.kubeconfig")
-	if err := writeKubeconfig(kubeconfig, config); err != nil {
+	if err := WriteKubeconfig(kubeconfig, config); err != nil {
 		return nil, err
 	}
 	configFile := filepath.Join(dir, "kueue-config.yaml")
-	if err := os.WriteFile(configFile, []byte(configuration(ports, webhookCerts)), 0o644); err != nil {
+	if err := os.WriteFile(configFile, []byte(configuration(ports, webhookCerts, opts)), 0o644); err != nil {
 		return nil, err
 	}
 	// /etc is overlaid in the process's own mount namespace only.
 	script := `mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1,workdir=$2" /etc && shift 2 && exec "$@"`
-	proc, err := harness.StartProcess("kueue", "unshare", []string{"--mount", "--propagation", "private", "sh", "-c", script, "sh",
+	proc, err := harness.StartProcess(opts.Name, "unshare", []string{"--mount", "--propagation", "private", "sh", "-c", script, "sh",
 		etcUpper, etcWork, bin, "--config", configFile, "--zap-log-level", "2"}, dir, "KUBECONFIG="+kubeconfig)
 	if err != nil {
 		return nil, err
@@ -196,7 +216,24 @@ func (k *Kueue) Logs(lines int) string { return k.proc.Tail(lines) }
 
 // configuration is Kueue's configuration: health, metrics and webhook
 // servers on ports (in that order) of loopback.
-func configuration(ports []int, certDir string) string {
+func configuration(ports []int, certDir string, opts Options) string {
+	gates := map[string]bool{"VisibilityOnDemand": false}
+	for name, on := range opts.FeatureGates {
+		gates[name] = on
+	}
+	names := make([]string, 0, len(gates))
+	for name := range gates {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var extra strings.Builder
+	extra.WriteString("featureGates:\n")
+	for _, name := range names {
+		fmt.Fprintf(&extra, "  %s: %t\n", name, gates[name])
+	}
+	if opts.DispatcherName != "" {
+		fmt.Fprintf(&extra, "multiKueue:\n  dispatcherName: %q\n", opts.DispatcherName)
+	}
 	return fmt.Sprintf(`apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
 namespace: %s
@@ -212,11 +249,9 @@ leaderElection:
   leaderElect: false
 internalCertManagement:
   enable: false
-featureGates:
-  VisibilityOnDemand: false
 integrations:
   frameworks: ["batch/job"]
-`, Namespace, ports[0], ports[1], ports[2], certDir)
+`, Namespace, ports[0], ports[1], ports[2], certDir) + extra.String()
 }
 
 // freePorts returns n ports of loopback nobody listens on.
@@ -268,9 +303,9 @@ func writeServingCert(dirs ...string) error {
 	return nil
 }
 
-// writeKubeconfig writes a kubeconfig for config (certificate, token or
+// WriteKubeconfig writes a kubeconfig for config (certificate, token or
 // basic credentials, as the harness gives them).
-func writeKubeconfig(path string, config *rest.Config) error {
+func WriteKubeconfig(path string, config *rest.Config) error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["cluster"] = &clientcmdapi.Cluster{Server: config.Host, CertificateAuthorityData: config.CAData,
 		CertificateAuthority: config.CAFile, InsecureSkipTLSVerify: config.Insecure}
@@ -283,4 +318,38 @@ func writeKubeconfig(path string, config *rest.Config) error {
 		return fmt.Errorf("writing Kueue's kubeconfig: %w", err)
 	}
 	return nil
+}
+
+// WorkerKubeconfig is a kubeconfig for the cluster of config that Kueue's
+// MultiKueue accepts in a MultiKueueCluster's Secret: certificate authority
+// and client credentials inline (Kueue v0.17.0 refuses file paths), the
+// server an IP address or a DNS name.
+func WorkerKubeconfig(config *rest.Config) ([]byte, error) {
+	load := func(data []byte, path string) ([]byte, error) {
+		if len(data) > 0 || path == "" {
+			return data, nil
+		}
+		return os.ReadFile(path)
+	}
+	ca, err := load(config.CAData, config.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the worker's CA: %w", err)
+	}
+	cert, err := load(config.CertData, config.CertFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the worker's client certificate: %w", err)
+	}
+	key, err := load(config.KeyData, config.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the worker's client key: %w", err)
+	}
+	if len(ca) == 0 || (len(cert) == 0 && config.BearerToken == "") {
+		return nil, errors.New("the worker's configuration has no CA or no client certificate or token")
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["worker"] = &clientcmdapi.Cluster{Server: config.Host, CertificateAuthorityData: ca}
+	cfg.AuthInfos["kueue"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key, Token: config.BearerToken}
+	cfg.Contexts["worker"] = &clientcmdapi.Context{Cluster: "worker", AuthInfo: "kueue"}
+	cfg.CurrentContext = "worker"
+	return clientcmd.Write(*cfg)
 }
