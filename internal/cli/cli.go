@@ -87,6 +87,7 @@ func fail(code int, format string, args ...any) error {
 // globals are the flags every command of a program shares.
 type globals struct {
 	output     string
+	noHeaders  bool
 	watch      bool
 	configPath string
 	context    string
@@ -96,7 +97,8 @@ type globals struct {
 
 // bindOutput binds the flags of every command that answers: -o and --timeout.
 func (g *globals) bindOutput(fs *pflag.FlagSet) {
-	fs.StringVarP(&g.output, "output", "o", formatTable, "Output format: table, wide, json or yaml.")
+	fs.StringVarP(&g.output, "output", "o", formatTable, "Output format: table, wide, json, yaml, name, jsonpath=TEMPLATE or custom-columns=HEADER:PATH,... (name, jsonpath and custom-columns on the commands that list objects).")
+	fs.BoolVar(&g.noHeaders, "no-headers", false, "Leave out the header line of tables (table, wide, custom-columns).")
 	fs.DurationVar(&g.timeout, "timeout", 10*time.Second, "Deadline of each call.")
 }
 
@@ -161,6 +163,9 @@ type subcommand struct {
 	// mayFailToConnect commands run without a connection when it cannot be
 	// made; c.connectErr says why (version prints the client's part first).
 	mayFailToConnect bool
+	// objects commands list objects and print -o name, jsonpath and
+	// custom-columns; the others refuse those formats.
+	objects bool
 }
 
 // leaf turns sub into cmd's RunE.
@@ -176,6 +181,10 @@ func (p *program) execute(ctx context.Context, name string, args []string, sub s
 	var err error
 	if c.printer, err = newPrinter(p.g.output, p.env); err != nil {
 		return fail(ExitUsage, "%v", err)
+	}
+	c.printer.noHeaders = p.g.noHeaders
+	if c.printer.objectFormat() && !sub.objects {
+		return fail(ExitUsage, "%s: --output %s is for the commands that list objects (clusters, machines, usage, capacity, hold list, hold get); use json or yaml", name, c.printer.format)
 	}
 	if p.g.timeout <= 0 {
 		return fail(ExitUsage, "--timeout %s: must be positive", p.g.timeout)
@@ -251,7 +260,7 @@ func newCommand(env Env, connect func(c *command) (func(), error)) *cobra.Comman
 	p.g.bindConnection(root.PersistentFlags())
 	registerOutputCompletion(root)
 	root.AddGroup(&cobra.Group{ID: "query", Title: "Query the fleet:"}, &cobra.Group{ID: "admin", Title: "Administer the hub:"})
-	for _, cmd := range []*cobra.Command{p.clustersCommand(), p.machinesCommand(), p.usageCommand(), p.capacityCommand(), p.holdCommand()} {
+	for _, cmd := range []*cobra.Command{p.clustersCommand(), p.machinesCommand(), p.usageCommand(), p.capacityCommand(), p.holdCommand(), p.describeCommand()} {
 		cmd.GroupID = "query"
 		root.AddCommand(cmd)
 	}
@@ -274,7 +283,7 @@ func setIO(cmd *cobra.Command, env Env) {
 // registerOutputCompletion completes -o with the formats.
 func registerOutputCompletion(root *cobra.Command) {
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
-		[]string{formatTable, formatWide, formatJSON, formatYAML}, cobra.ShellCompDirectiveNoFileComp))
+		[]string{formatTable, formatWide, formatJSON, formatYAML, formatName, formatJSONPath + "=", formatCustomColumns + "="}, cobra.ShellCompDirectiveNoFileComp|cobra.ShellCompDirectiveNoSpace))
 }
 
 // Run runs imperatorctl with args and returns the exit code.

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -54,12 +55,15 @@ func clusterMessage(c *queryv1.Cluster) string {
 
 func (p *program) clustersCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "clusters",
-		Short: "List the clusters: state, agent version, heartbeat age, machines",
-		Args:  cobra.NoArgs,
+		Use:   "clusters [NAME...]",
+		Short: "List the clusters (or the named ones): state, agent version, heartbeat age, machines",
+		Example: `  imperatorctl clusters
+  imperatorctl clusters spoke-a -o yaml
+  imperatorctl clusters -o custom-columns=NAME:.name,STATE:.state --no-headers`,
+		ValidArgsFunction: p.completeClusters,
 	}
 	p.g.bindWatch(cmd.Flags())
-	return p.leaf(cmd, subcommand{run: func(c *command) error {
+	return p.leaf(cmd, subcommand{objects: true, validate: clusterNames, run: func(c *command) error {
 		if c.g.watch {
 			return c.watch(func(t *table, ev *queryv1.ClusterEvent) {
 				if ev.GetType() == queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_REMOVED {
@@ -67,7 +71,7 @@ func (p *program) clustersCommand() *cobra.Command {
 					return
 				}
 				c.printer.clusterRow(t, ev.GetCluster())
-			}, clusterColumns)
+			}, clusterColumns, c.args...)
 		}
 		ctx, cancel := c.unary()
 		defer cancel()
@@ -75,8 +79,26 @@ func (p *program) clustersCommand() *cobra.Command {
 		if err != nil {
 			return c.callError(err)
 		}
+		if len(c.args) > 0 {
+			named, err := namedClusters(resp.GetClusters(), c.args)
+			if err != nil {
+				return err
+			}
+			resp = &queryv1.ListClustersResponse{Clusters: named}
+		}
 		if c.printer.structured() {
+			if len(c.args) == 1 {
+				// One named object is printed itself, as kubectl get NAME.
+				return c.printer.message(resp.GetClusters()[0])
+			}
 			return c.printer.message(resp)
+		}
+		if c.printer.objectFormat() {
+			var whole proto.Message = resp
+			if len(c.args) == 1 {
+				whole = resp.GetClusters()[0]
+			}
+			return c.printer.objects(whole, asMessages(resp.GetClusters()), namesOf("cluster", resp.GetClusters(), (*queryv1.Cluster).GetName), true)
 		}
 		t := &table{columns: clusterColumns}
 		for _, cl := range resp.GetClusters() {
@@ -84,6 +106,39 @@ func (p *program) clustersCommand() *cobra.Command {
 		}
 		return c.printer.table(t, true)
 	}})
+}
+
+// clusterNames checks the cluster names of a command's arguments.
+func clusterNames(c *command) error {
+	for _, name := range c.args {
+		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+			return fail(ExitUsage, "cluster name %q: %s", name, strings.Join(msgs, "; "))
+		}
+	}
+	return nil
+}
+
+// namedClusters are the clusters of all with the given names, in the order
+// named; a name the hub does not know fails the command, as kubectl get
+// does for a missing object.
+func namedClusters(all []*queryv1.Cluster, names []string) ([]*queryv1.Cluster, error) {
+	byName := make(map[string]*queryv1.Cluster, len(all))
+	for _, cl := range all {
+		byName[cl.GetName()] = cl
+	}
+	var out []*queryv1.Cluster
+	var missing []string
+	for _, name := range names {
+		if cl, ok := byName[name]; ok {
+			out = append(out, cl)
+		} else {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fail(ExitFailure, "cluster %s not found: the hub knows no such cluster (imperatorctl clusters lists them)", strings.Join(missing, ", "))
+	}
+	return out, nil
 }
 
 // machines
@@ -108,11 +163,13 @@ func gpuCell(g interface {
 
 func (p *program) machinesCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "machines",
-		Short: "List the machine types of every cluster, with their shape and usage",
+		Use:   "machines [TYPE | GROUP/TYPE]",
+		Short: "List the machine types of every cluster (or one type), with their shape and usage",
 		Example: `  imperatorctl machines --gpu-family ampere -o wide
+  imperatorctl machines compute-xlarge -o name
   imperatorctl machines --cluster spoke-a --group team-a`,
-		Args: cobra.NoArgs,
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: p.completeTypes,
 	}
 	fs := cmd.Flags()
 	var req queryv1.ListMachinesRequest
@@ -121,7 +178,29 @@ func (p *program) machinesCommand() *cobra.Command {
 	fs.StringVar(&req.Type, "type", "", "Only this machine type.")
 	fs.StringVar(&req.GpuProduct, "gpu-product", "", "Only types selecting this GPU product (nvidia.com/gpu.product).")
 	fs.StringVar(&req.GpuFamily, "gpu-family", "", "Only types selecting this GPU family (nvidia.com/gpu.family).")
+	_ = cmd.RegisterFlagCompletionFunc("cluster", p.completeOneCluster)
 	return p.leaf(cmd, subcommand{
+		objects: true,
+		validate: func(c *command) error {
+			if len(c.args) == 0 {
+				return nil
+			}
+			group, typ, hasGroup := strings.Cut(c.args[0], "/")
+			if !hasGroup {
+				group, typ = "", c.args[0]
+			}
+			if (req.Type != "" && req.Type != typ) || (hasGroup && req.Group != "" && req.Group != group) {
+				return fail(ExitUsage, "machines %s: the argument and --type/--group name different types", c.args[0])
+			}
+			if msgs := validation.IsDNS1123Label(typ); len(msgs) > 0 {
+				return fail(ExitUsage, "machine type %q: %s", typ, strings.Join(msgs, "; "))
+			}
+			req.Type = typ
+			if hasGroup {
+				req.Group = group
+			}
+			return nil
+		},
 		run: func(c *command) error {
 			ctx, cancel := c.unary()
 			defer cancel()
@@ -129,8 +208,16 @@ func (p *program) machinesCommand() *cobra.Command {
 			if err != nil {
 				return c.callError(err)
 			}
+			if len(c.args) > 0 && len(resp.GetMachineTypes()) == 0 {
+				return fail(ExitFailure, "machine type %s not found in any cluster the filters select", c.args[0])
+			}
 			if c.printer.structured() {
 				return c.printer.message(resp)
+			}
+			if c.printer.objectFormat() {
+				return c.printer.objects(resp, asMessages(resp.GetMachineTypes()), namesOf("machinetype", resp.GetMachineTypes(), func(m *queryv1.MachineTypeInfo) string {
+					return m.GetCluster() + "/" + m.GetGroup() + "/" + m.GetType()
+				}), true)
 			}
 			t := &table{columns: []column{
 				{name: "CLUSTER"}, {name: "GROUP"}, {name: "TYPE"}, {name: "CPU"}, {name: "MEMORY"}, {name: "GPU"},
@@ -182,8 +269,14 @@ sum the clusters that are neither offline nor stale.`,
 	fs := cmd.Flags()
 	p.g.bindWatch(fs)
 	var req queryv1.GetUsageRequest
+	var only typeFilter
 	fs.StringVar(&req.Cluster, "cluster", "", "Only this cluster.")
+	fs.StringVar(&only.typ, "type", "", "Only this machine type (TYPE or GROUP/TYPE); the fleet rows too.")
+	fs.StringVar(&only.group, "group", "", "Only this machine group; the fleet rows too.")
+	_ = cmd.RegisterFlagCompletionFunc("cluster", p.completeOneCluster)
 	return p.leaf(cmd, subcommand{
+		objects:  true,
+		validate: func(*command) error { return only.validate() },
 		run: func(c *command) error {
 			if c.g.watch {
 				return c.watch(func(t *table, ev *queryv1.ClusterEvent) {
@@ -191,7 +284,7 @@ sum the clusters that are neither offline nor stale.`,
 						t.add(ev.GetCluster().GetName(), "Removed")
 						return
 					}
-					c.printer.usageRows(t, ev.GetUsage())
+					c.printer.usageRows(t, only.usage(ev.GetUsage()))
 				}, usageColumns, req.Cluster)
 			}
 			ctx, cancel := c.unary()
@@ -200,8 +293,12 @@ sum the clusters that are neither offline nor stale.`,
 			if err != nil {
 				return c.callError(err)
 			}
+			resp = only.response(resp)
 			if c.printer.structured() {
 				return c.printer.message(resp)
+			}
+			if c.printer.objectFormat() {
+				return c.printer.objects(resp, asMessages(resp.GetClusters()), namesOf("usage", resp.GetClusters(), (*queryv1.ClusterUsage).GetCluster), true)
 			}
 			t := &table{columns: usageColumns}
 			for _, cu := range resp.GetClusters() {
@@ -215,6 +312,70 @@ sum the clusters that are neither offline nor stale.`,
 			return c.printer.table(t, true)
 		},
 	})
+}
+
+// typeFilter keeps the usage rows of one machine type and/or group.
+type typeFilter struct{ group, typ string }
+
+func (f *typeFilter) validate() error {
+	if g, t, ok := strings.Cut(f.typ, "/"); ok {
+		if f.group != "" && f.group != g {
+			return fail(ExitUsage, "--type %s and --group %s name different groups", f.typ, f.group)
+		}
+		f.group, f.typ = g, t
+	}
+	if f.typ != "" {
+		if msgs := validation.IsDNS1123Label(f.typ); len(msgs) > 0 {
+			return fail(ExitUsage, "--type %q: %s", f.typ, strings.Join(msgs, "; "))
+		}
+	}
+	if f.group != "" {
+		if msgs := validation.IsDNS1123Label(f.group); len(msgs) > 0 {
+			return fail(ExitUsage, "--group %q: %s", f.group, strings.Join(msgs, "; "))
+		}
+	}
+	return nil
+}
+
+func (f typeFilter) keeps(u *queryv1.TypeUsage) bool {
+	return (f.typ == "" || u.GetType() == f.typ) && (f.group == "" || u.GetGroup() == f.group)
+}
+
+func (f typeFilter) types(in []*queryv1.TypeUsage) []*queryv1.TypeUsage {
+	if f.typ == "" && f.group == "" {
+		return in
+	}
+	var out []*queryv1.TypeUsage
+	for _, u := range in {
+		if f.keeps(u) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// usage is cu with only the kept types (a copy; cu is left alone).
+func (f typeFilter) usage(cu *queryv1.ClusterUsage) *queryv1.ClusterUsage {
+	if f.typ == "" && f.group == "" || cu == nil {
+		return cu
+	}
+	out := proto.Clone(cu).(*queryv1.ClusterUsage)
+	out.Types = f.types(out.GetTypes())
+	return out
+}
+
+// response is resp with only the kept types; a cluster without any is left out.
+func (f typeFilter) response(resp *queryv1.GetUsageResponse) *queryv1.GetUsageResponse {
+	if f.typ == "" && f.group == "" {
+		return resp
+	}
+	out := &queryv1.GetUsageResponse{Fleet: f.types(resp.GetFleet())}
+	for _, cu := range resp.GetClusters() {
+		if kept := f.usage(cu); len(kept.GetTypes()) > 0 {
+			out.Clusters = append(out.Clusters, kept)
+		}
+	}
+	return out
 }
 
 // reopenAfter is how long a Watch stream must have worked for its loss to
@@ -260,6 +421,14 @@ func (c *command) watch(rows func(*table, *queryv1.ClusterEvent), columns []colu
 				}
 				continue
 			}
+			if c.printer.objectFormat() {
+				// Each event is an object: its type and the cluster.
+				if err := c.printer.objects(ev, []proto.Message{ev}, []string{"cluster/" + ev.GetCluster().GetName()}, header); err != nil {
+					return err
+				}
+				header = false
+				continue
+			}
 			t := &table{columns: columns}
 			rows(t, ev)
 			if err := c.printer.table(t, header); err != nil {
@@ -301,6 +470,7 @@ cluster.`,
 	req := &queryv1.FindCapacityRequest{}
 	what := ""
 	return p.leaf(cmd, subcommand{
+		objects: true,
 		validate: func(c *command) error {
 			hasShape := gpus != 0 || shape.GpuProduct != "" || shape.GpuFamily != "" || shape.Cpu != "" || shape.Memory != ""
 			switch {
@@ -349,12 +519,19 @@ cluster.`,
 			if err != nil {
 				return c.callError(err)
 			}
-			if c.printer.structured() {
+			switch {
+			case c.printer.structured():
 				if err := c.printer.message(resp); err != nil {
 					return err
 				}
-			} else if err := c.printer.capacity(resp); err != nil {
-				return err
+			case c.printer.objectFormat():
+				if err := c.printer.objects(resp, asMessages(resp.GetCandidates()), namesOf("cluster", resp.GetCandidates(), (*queryv1.CapacityCandidate).GetCluster), true); err != nil {
+					return err
+				}
+			default:
+				if err := c.printer.capacity(resp); err != nil {
+					return err
+				}
 			}
 			if !resp.GetSatisfiable() {
 				return fail(ExitFailure, "%s", notFitMessage(resp, count, what, sameCluster))

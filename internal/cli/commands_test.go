@@ -76,6 +76,11 @@ type ran struct {
 
 // runAgainst runs imperatorctl with args against hub instead of a dialled one.
 func runAgainst(hub *fakeHub, args ...string) ran {
+	return runWith(hub, args...)
+}
+
+// runWith runs imperatorctl with args against any Query client.
+func runWith(hub queryv1.QueryClient, args ...string) ran {
 	var out, errb bytes.Buffer
 	var r ran
 	env := Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}

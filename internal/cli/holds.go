@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -225,17 +226,51 @@ func (p *program) holdCreateCommand() *cobra.Command {
 }
 
 func (p *program) holdListCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "list", Short: "List the fleet holds", Args: cobra.NoArgs}
+	cmd := &cobra.Command{
+		Use:               "list [NAME]",
+		Short:             "List the fleet holds (or the named one, as a row)",
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: p.completeHolds,
+	}
 	return p.leaf(cmd, subcommand{
+		objects: true,
+		validate: func(c *command) error {
+			if len(c.args) == 0 {
+				return nil
+			}
+			return oneHoldName(c)
+		},
 		run: func(c *command) error {
 			ctx, cancel := c.unary()
 			defer cancel()
-			resp, err := c.client.ListHolds(ctx, &queryv1.ListHoldsRequest{})
-			if err != nil {
-				return c.callError(err)
+			var resp *queryv1.ListHoldsResponse
+			if len(c.args) == 1 {
+				h, err := c.client.GetHold(ctx, &queryv1.GetHoldRequest{Name: c.args[0]})
+				if status.Code(err) == codes.NotFound {
+					return fail(ExitFailure, "%s", status.Convert(err).Message())
+				}
+				if err != nil {
+					return c.callError(err)
+				}
+				resp = &queryv1.ListHoldsResponse{Holds: []*queryv1.FleetHold{h}}
+			} else {
+				var err error
+				if resp, err = c.client.ListHolds(ctx, &queryv1.ListHoldsRequest{}); err != nil {
+					return c.callError(err)
+				}
 			}
 			if c.printer.structured() {
+				if len(c.args) == 1 {
+					return c.printer.message(resp.GetHolds()[0])
+				}
 				return c.printer.message(resp)
+			}
+			if c.printer.objectFormat() {
+				var whole proto.Message = resp
+				if len(c.args) == 1 {
+					whole = resp.GetHolds()[0]
+				}
+				return c.printer.objects(whole, asMessages(resp.GetHolds()), namesOf("hold", resp.GetHolds(), (*queryv1.FleetHold).GetName), true)
 			}
 			t := &table{columns: holdColumns}
 			for _, h := range resp.GetHolds() {
@@ -275,7 +310,9 @@ func (p *program) holdReleaseCommand() *cobra.Command {
 // does not know is a plain failure, not a call error.
 func (p *program) holdByName(cmd *cobra.Command, deadline func(*command) (context.Context, context.CancelFunc),
 	call func(context.Context, *command) (*queryv1.FleetHold, error)) *cobra.Command {
+	cmd.ValidArgsFunction = p.completeHolds
 	return p.leaf(cmd, subcommand{
+		objects:  true,
 		validate: oneHoldName,
 		run: func(c *command) error {
 			ctx, cancel := deadline(c)
@@ -289,6 +326,9 @@ func (p *program) holdByName(cmd *cobra.Command, deadline func(*command) (contex
 			}
 			if c.printer.structured() {
 				return c.printer.message(h)
+			}
+			if c.printer.objectFormat() {
+				return c.printer.objects(h, []proto.Message{h}, []string{"hold/" + h.GetName()}, true)
 			}
 			return c.printer.holdDetail(h)
 		},

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/client-go/util/jsonpath"
 	"sigs.k8s.io/yaml"
 )
 
@@ -33,15 +34,26 @@ type printer struct {
 	now    func() time.Time
 	// documents counts YAML documents written, for the --- separators.
 	documents int
+	// noHeaders leaves the header line out of tables (--no-headers).
+	noHeaders bool
+	// template is -o jsonpath's, columns -o custom-columns'.
+	template *jsonpath.JSONPath
+	columns  []customColumn
 }
 
 func newPrinter(format string, env Env) (printer, error) {
 	switch format {
 	case formatTable, formatWide, formatJSON, formatYAML:
 		return printer{format: format, out: &output{w: env.Stdout}, now: env.Now}, nil
-	default:
-		return printer{}, fmt.Errorf("--output %q: want table, wide, json or yaml", format)
 	}
+	kind, template, columns, ok, err := parseObjectFormat(format)
+	if !ok {
+		return printer{}, fmt.Errorf("--output %q: want table, wide, json, yaml, name, jsonpath=TEMPLATE or custom-columns=HEADER:PATH,...", format)
+	}
+	if err != nil {
+		return printer{}, err
+	}
+	return printer{format: kind, out: &output{w: env.Stdout}, now: env.Now, template: template, columns: columns}, nil
 }
 
 // output is the printer's writer. It keeps the first failed write (a closed
@@ -164,7 +176,7 @@ func (p *printer) table(t *table, header bool) error {
 		}
 	}
 	// A failed write to p.out is kept there: Flush returns it.
-	if header {
+	if header && !p.noHeaders {
 		_, _ = fmt.Fprintln(w, strings.Join(names, "\t"))
 	}
 	for _, row := range t.rows {
