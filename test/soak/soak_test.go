@@ -203,4 +203,7 @@ func report(res *Result) {
 	fmt.Printf("\nSoak figures (seed %d, wall %s):\n  faults applied: %d (%s)\n  work: %s\n  invariant checks: %d (%s)\n  violations: %d\n  hub matched after the last heal, per round: %s\n  resources start→end: %s\n",
 		res.Seed, res.Wall.Round(time.Second), total, strings.Join(applied, ", "), res.Work, checks, strings.Join(evaluated, ", "),
 		len(res.Violations), strings.Join(recoveries, ", "), strings.Join(resources, "; "))
+	for _, e := range res.Work.FirstErrors {
+		fmt.Printf("  work error or refusal: %s\n", e)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,7 +58,12 @@ type Work struct {
 	FleetHoldsCreated, FleetHoldsReleased       int
 	FleetHoldsRefused                           int
 	Errors                                      int
+	// FirstErrors are the first few errors and refusals, for the report.
+	FirstErrors []string
 }
+
+// maxFirstErrors is how many errors Work keeps.
+const maxFirstErrors = 5
 
 func (w Work) String() string {
 	return fmt.Sprintf("guests created %d (refused %d), deleted %d; available changed %d; types added %d, removed %d; maintenance flips %d; CapacityHolds created %d, deleted %d, claims %d; fleet holds created %d (refused %d), released %d; other errors %d",
@@ -137,6 +143,16 @@ func (g *Generator) step(ctx context.Context) {
 	}
 	if err != nil && ctx.Err() == nil {
 		g.count(func(w *Work) { w.Errors++ })
+		g.note(err)
+	}
+}
+
+// note keeps the first few errors.
+func (g *Generator) note(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.w.FirstErrors) < maxFirstErrors {
+		g.w.FirstErrors = append(g.w.FirstErrors, time.Now().UTC().Format("15:04:05 ")+err.Error())
 	}
 }
 
@@ -186,6 +202,7 @@ func (g *Generator) createGuest(ctx context.Context, s SpokeWork, c client.Clien
 	}
 	if err := c.Create(ctx, pod.Obj()); err != nil {
 		g.count(func(w *Work) { w.GuestsRefused++ })
+		g.note(fmt.Errorf("guest refused: %w", err))
 		return nil // refused while the agent or the API server is away: not an error of ours
 	}
 	g.count(func(w *Work) {
@@ -350,8 +367,9 @@ func (g *Generator) createFleetHold(ctx context.Context, s SpokeWork) error {
 	ttl := time.Duration(60+g.rng.IntN(61)) * time.Second
 	args := []string{"hold", "create", name, s.Group() + "/" + typ, "--count", strconv.Itoa(1 + g.rng.IntN(2)), "--same-cluster", "--ttl", ttl.String()}
 	fh := &queryv1.FleetHold{}
-	if _, err := g.Env.Ctl.JSON(ctx, fh, args); err != nil || fh.GetPhase() != queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_HELD {
+	if res, err := g.Env.Ctl.JSON(ctx, fh, args); err != nil || fh.GetPhase() != queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_HELD {
 		g.count(func(w *Work) { w.FleetHoldsRefused++ })
+		g.note(fmt.Errorf("fleet hold %s refused: %v %s %s", name, err, fh.GetMessage(), strings.TrimSpace(res.Stderr)))
 		return nil // no room, or a replica away: the hub's answer, not an error of ours
 	}
 	g.mu.Lock()
