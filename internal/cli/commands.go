@@ -65,12 +65,13 @@ func (p *program) clustersCommand() *cobra.Command {
 	p.g.bindWatch(cmd.Flags())
 	return p.leaf(cmd, subcommand{objects: true, validate: clusterNames, run: func(c *command) error {
 		if c.g.watch {
-			return c.watch(func(t *table, ev *queryv1.ClusterEvent) {
+			return c.watch(func(t *table, ev *queryv1.ClusterEvent) error {
 				if ev.GetType() == queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_REMOVED {
 					t.add(ev.GetCluster().GetName(), "Removed")
-					return
+					return nil
 				}
 				c.printer.clusterRow(t, ev.GetCluster())
+				return nil
 			}, clusterColumns, c.args...)
 		}
 		ctx, cancel := c.unary()
@@ -161,6 +162,22 @@ func gpuCell(g interface {
 	return fmt.Sprintf("%dx %s", g.GetNum(), sel)
 }
 
+var machineColumns = []column{
+	{name: "CLUSTER"}, {name: "GROUP"}, {name: "TYPE"}, {name: "CPU"}, {name: "MEMORY"}, {name: "GPU"},
+	{name: "FREE"}, {name: "USED"}, {name: "WAITING"}, {name: "MAXIMUM"},
+	{name: "MACHINE", wide: true}, {name: "RESERVED", wide: true}, {name: "QUEUED", wide: true}, {name: "STATE", wide: true}, {name: "NODES(R/NR/M)", wide: true}, {name: "OBSERVED", wide: true},
+}
+
+func (p *printer) machineRows(t *table, types []*queryv1.MachineTypeInfo) {
+	for _, m := range types {
+		u, n := m.GetUsage(), m.GetNodes()
+		t.add(m.GetCluster(), m.GetGroup(), m.GetType(), m.GetCpu(), m.GetMemory(), gpuCell(m.GetGpu()),
+			itoa(m.GetFree()), itoa(u.GetUsed()), itoa(u.GetWaiting()), itoa(u.GetMaximum()),
+			m.GetMachine(), itoa(u.GetReserved()), itoa(u.GetQueued()), enumName(m.GetClusterState().String(), statePrefix),
+			fmt.Sprintf("%d/%d/%d", n.GetReady(), n.GetNotReady(), n.GetMaintenance()), p.age(m.GetObservedAt()))
+	}
+}
+
 func (p *program) machinesCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "machines [TYPE | GROUP/TYPE]",
@@ -172,6 +189,7 @@ func (p *program) machinesCommand() *cobra.Command {
 		ValidArgsFunction: p.completeTypes,
 	}
 	fs := cmd.Flags()
+	p.g.bindWatch(fs)
 	var req queryv1.ListMachinesRequest
 	fs.StringVar(&req.Cluster, "cluster", "", "Only this cluster.")
 	fs.StringVar(&req.Group, "group", "", "Only this machine group.")
@@ -202,6 +220,26 @@ func (p *program) machinesCommand() *cobra.Command {
 			return nil
 		},
 		run: func(c *command) error {
+			if c.g.watch {
+				// The hub's Watch says which cluster changed; its machine
+				// types are asked again then, with the same filters.
+				return c.watch(func(t *table, ev *queryv1.ClusterEvent) error {
+					if ev.GetType() == queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_REMOVED {
+						t.add(ev.GetCluster().GetName(), "Removed")
+						return nil
+					}
+					one := proto.Clone(&req).(*queryv1.ListMachinesRequest)
+					one.Cluster = ev.GetCluster().GetName()
+					ctx, cancel := c.unary()
+					defer cancel()
+					resp, err := c.client.ListMachines(ctx, one)
+					if err != nil {
+						return c.callError(err)
+					}
+					c.printer.machineRows(t, resp.GetMachineTypes())
+					return nil
+				}, machineColumns, req.Cluster)
+			}
 			ctx, cancel := c.unary()
 			defer cancel()
 			resp, err := c.client.ListMachines(ctx, &req)
@@ -219,18 +257,8 @@ func (p *program) machinesCommand() *cobra.Command {
 					return m.GetCluster() + "/" + m.GetGroup() + "/" + m.GetType()
 				}), true)
 			}
-			t := &table{columns: []column{
-				{name: "CLUSTER"}, {name: "GROUP"}, {name: "TYPE"}, {name: "CPU"}, {name: "MEMORY"}, {name: "GPU"},
-				{name: "FREE"}, {name: "USED"}, {name: "WAITING"}, {name: "MAXIMUM"},
-				{name: "MACHINE", wide: true}, {name: "RESERVED", wide: true}, {name: "QUEUED", wide: true}, {name: "STATE", wide: true}, {name: "NODES(R/NR/M)", wide: true}, {name: "OBSERVED", wide: true},
-			}}
-			for _, m := range resp.GetMachineTypes() {
-				u, n := m.GetUsage(), m.GetNodes()
-				t.add(m.GetCluster(), m.GetGroup(), m.GetType(), m.GetCpu(), m.GetMemory(), gpuCell(m.GetGpu()),
-					itoa(m.GetFree()), itoa(u.GetUsed()), itoa(u.GetWaiting()), itoa(u.GetMaximum()),
-					m.GetMachine(), itoa(u.GetReserved()), itoa(u.GetQueued()), enumName(m.GetClusterState().String(), statePrefix),
-					fmt.Sprintf("%d/%d/%d", n.GetReady(), n.GetNotReady(), n.GetMaintenance()), c.printer.age(m.GetObservedAt()))
-			}
+			t := &table{columns: machineColumns}
+			c.printer.machineRows(t, resp.GetMachineTypes())
 			return c.printer.table(t, true)
 		},
 	})
@@ -279,12 +307,13 @@ sum the clusters that are neither offline nor stale.`,
 		validate: func(*command) error { return only.validate() },
 		run: func(c *command) error {
 			if c.g.watch {
-				return c.watch(func(t *table, ev *queryv1.ClusterEvent) {
+				return c.watch(func(t *table, ev *queryv1.ClusterEvent) error {
 					if ev.GetType() == queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_REMOVED {
 						t.add(ev.GetCluster().GetName(), "Removed")
-						return
+						return nil
 					}
 					c.printer.usageRows(t, only.usage(ev.GetUsage()))
+					return nil
 				}, usageColumns, req.Cluster)
 			}
 			ctx, cancel := c.unary()
@@ -388,7 +417,7 @@ const reopenAfter = 5 * time.Second
 // connections every half hour or so: a stream that was working and ends
 // Unavailable is opened again (the hub resends the current state); one that
 // fails at once ends the watch with "hub unreachable".
-func (c *command) watch(rows func(*table, *queryv1.ClusterEvent), columns []column, only ...string) error {
+func (c *command) watch(rows func(*table, *queryv1.ClusterEvent) error, columns []column, only ...string) error {
 	var clusters []string
 	for _, o := range only {
 		if o != "" {
@@ -430,7 +459,9 @@ func (c *command) watch(rows func(*table, *queryv1.ClusterEvent), columns []colu
 				continue
 			}
 			t := &table{columns: columns}
-			rows(t, ev)
+			if err := rows(t, ev); err != nil {
+				return err
+			}
 			if err := c.printer.table(t, header); err != nil {
 				return err
 			}

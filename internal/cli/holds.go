@@ -152,6 +152,8 @@ func (p *program) holdCreateCommand() *cobra.Command {
 	fs.StringVar(&shape.Cpu, "cpu", "", "Shape: CPU per unit, a quantity (8, 500m).")
 	fs.StringVar(&shape.Memory, "memory", "", "Shape: memory per unit, a quantity (32Gi).")
 	fs.StringSliceVar(&namespaces, "namespace", nil, "Only guests of these namespaces may claim the units (repeatable).")
+	var dryRun bool
+	fs.BoolVar(&dryRun, "dry-run", false, "Show where the hold would go now (the hub's FindCapacity with the same target, count and mode) without booking anything. The hub has no plan call: the spokes are not asked, so a real create can still fail when a spoke refuses its part, and neither the hold's name nor your right to create holds in --namespace is checked.")
 	req := &queryv1.CreateHoldRequest{}
 	return p.leaf(cmd, subcommand{
 		validate: func(c *command) error {
@@ -201,6 +203,9 @@ func (p *program) holdCreateCommand() *cobra.Command {
 			return nil
 		},
 		run: func(c *command) error {
+			if dryRun {
+				return c.holdDryRun(req)
+			}
 			ctx, cancel := c.holdCall()
 			defer cancel()
 			h, err := c.client.CreateHold(ctx, req)
@@ -223,6 +228,45 @@ func (p *program) holdCreateCommand() *cobra.Command {
 			return nil
 		},
 	})
+}
+
+// holdDryRun shows where req would be held now, without booking: the
+// FindCapacity answer for the same target, count and mode.
+func (c *command) holdDryRun(req *queryv1.CreateHoldRequest) error {
+	find := &queryv1.FindCapacityRequest{Count: req.GetCount(), Mode: req.GetMode()}
+	what := ""
+	switch t := req.GetTarget().(type) {
+	case *queryv1.CreateHoldRequest_MachineType:
+		find.Target = &queryv1.FindCapacityRequest_MachineType{MachineType: t.MachineType}
+		what = t.MachineType.GetType()
+		if g := t.MachineType.GetGroup(); g != "" {
+			what = g + "/" + what
+		}
+	case *queryv1.CreateHoldRequest_Shape:
+		find.Target = &queryv1.FindCapacityRequest_Shape{Shape: t.Shape}
+		what = describeShape(t.Shape)
+	}
+	ctx, cancel := c.unary()
+	defer cancel()
+	resp, err := c.client.FindCapacity(ctx, find)
+	if err != nil {
+		return c.callError(err)
+	}
+	if c.printer.structured() {
+		if err := c.printer.message(resp); err != nil {
+			return err
+		}
+	} else {
+		c.printer.printf("Dry run: hold %s would take, if the spokes agree now (nothing was booked):\n\n", req.GetName())
+		if err := c.printer.capacity(resp); err != nil {
+			return err
+		}
+	}
+	if !resp.GetSatisfiable() {
+		return fail(ExitFailure, "hold %s would not fit: %s", req.GetName(),
+			notFitMessage(resp, int(req.GetCount()), what, req.GetMode() == queryv1.CapacityMode_CAPACITY_MODE_SAME_CLUSTER))
+	}
+	return nil
 }
 
 func (p *program) holdListCommand() *cobra.Command {

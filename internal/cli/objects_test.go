@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 
@@ -235,5 +236,91 @@ func TestDescribeCluster(t *testing.T) {
 	}
 	if r := runFleet(hub, "describe", "node", "x"); r.code != ExitUsage || !strings.Contains(r.stderr, `unknown describe kind "node"`) {
 		t.Errorf("describe node: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// hold create --dry-run asks FindCapacity with the hold's target, count and
+// mode, books nothing, and exits 1 when the hold would not fit.
+func TestHoldCreateDryRun(t *testing.T) {
+	hub := &bookingHub{fleetHub: newFleetHub()}
+	r := runWith(hub, "hold", "create", "train-9", "team-a/compute-xlarge", "--count", "3", "--same-cluster", "--dry-run")
+	if r.code != ExitOK {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if hub.created != 0 {
+		t.Errorf("a dry run called CreateHold %d times", hub.created)
+	}
+	if len(hub.capacityRequests) != 1 {
+		t.Fatalf("FindCapacity asked %d times, want once", len(hub.capacityRequests))
+	}
+	got := hub.capacityRequests[0]
+	if got.GetCount() != 3 || got.GetMode() != queryv1.CapacityMode_CAPACITY_MODE_SAME_CLUSTER ||
+		got.GetMachineType().GetType() != "compute-xlarge" || got.GetMachineType().GetGroup() != "team-a" {
+		t.Errorf("FindCapacity request = %v, want 3 x team-a/compute-xlarge in one cluster", got)
+	}
+	if !strings.Contains(r.stdout, "nothing was booked") {
+		t.Errorf("the dry run does not say nothing was booked:\n%s", r.stdout)
+	}
+	hub.unsatisfiable = true
+	if r := runWith(hub, "hold", "create", "train-9", "compute-xlarge", "--dry-run"); r.code != ExitFailure || !strings.Contains(r.stderr, "hold train-9 would not fit") {
+		t.Errorf("a dry run that does not fit: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := runWith(hub, "hold", "create", "Bad_Name", "compute-xlarge", "--dry-run"); r.code != ExitUsage {
+		t.Errorf("a dry run is validated as a create: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// bookingHub counts CreateHold calls and can answer FindCapacity unsatisfied.
+type bookingHub struct {
+	*fleetHub
+	created       int
+	unsatisfiable bool
+}
+
+func (b *bookingHub) CreateHold(context.Context, *queryv1.CreateHoldRequest, ...grpc.CallOption) (*queryv1.FleetHold, error) {
+	b.created++
+	return &queryv1.FleetHold{}, nil
+}
+
+func (b *bookingHub) FindCapacity(ctx context.Context, req *queryv1.FindCapacityRequest, opts ...grpc.CallOption) (*queryv1.FindCapacityResponse, error) {
+	resp, err := b.fleetHub.FindCapacity(ctx, req, opts...)
+	if b.unsatisfiable {
+		resp = &queryv1.FindCapacityResponse{Satisfiable: false}
+	}
+	return resp, err
+}
+
+// watchingFleet is a fleetHub whose Watch streams scripted events.
+type watchingFleet struct {
+	*fleetHub
+	watcher scriptedWatcher
+}
+
+func (w *watchingFleet) Watch(ctx context.Context, req *queryv1.WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[queryv1.ClusterEvent], error) {
+	return w.watcher.Watch(ctx, req, opts...)
+}
+
+// machines -w prints the changed cluster's machine types at each event of
+// the hub's Watch, asking them again with the command's filters; -o name
+// and custom-columns print each event.
+func TestMachinesWatch(t *testing.T) {
+	hub := &watchingFleet{fleetHub: newFleetHub()}
+	removed := event("spoke-b")
+	removed.Type = queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_REMOVED
+	hub.watcher.streams = []*scriptedStream{{events: []*queryv1.ClusterEvent{event("spoke-a"), removed}, err: io.EOF}}
+	r := runWith(hub, "machines", "-w", "--gpu-family", "ampere")
+	if r.code != ExitOK {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if len(hub.machinesRequests) != 1 || hub.machinesRequests[0].GetCluster() != "spoke-a" || hub.machinesRequests[0].GetGpuFamily() != "ampere" {
+		t.Errorf("ListMachines requests = %v, want one for spoke-a with --gpu-family ampere", hub.machinesRequests)
+	}
+	if strings.Count(r.stdout, "CLUSTER") != 1 || !strings.Contains(r.stdout, "compute-xlarge") || !strings.Contains(r.stdout, "Removed") {
+		t.Errorf("machines -w printed:\n%s", r.stdout)
+	}
+	hub.watcher = scriptedWatcher{streams: []*scriptedStream{{events: []*queryv1.ClusterEvent{event("spoke-a"), event("spoke-b")}, err: io.EOF}}}
+	r = runWith(hub, "clusters", "-w", "-o", "custom-columns=NAME:.cluster.name")
+	if diff := cmp.Diff("NAME\nspoke-a\nspoke-b\n", r.stdout); diff != "" || r.code != ExitOK {
+		t.Errorf("clusters -w -o custom-columns: exit %d (-want +got):\n%s", r.code, diff)
 	}
 }

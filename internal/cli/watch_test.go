@@ -103,7 +103,7 @@ func TestWatchSurvivesTheHubRecyclingItsConnection(t *testing.T) {
 				printer: printer{format: "json", out: &output{w: &out}, now: time.Now},
 				hub:     "hub.example.com:9443",
 			}
-			err := c.watch(func(*table, *queryv1.ClusterEvent) {}, nil)
+			err := c.watch(func(*table, *queryv1.ClusterEvent) error { return nil }, nil)
 			if gotExit := err != nil; gotExit != tc.wantExit {
 				t.Errorf("watch() = %v, want an error: %t", err, tc.wantExit)
 			}
