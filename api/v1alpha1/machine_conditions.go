@@ -82,6 +82,11 @@ const (
 	// ReasonReservationsUnschedulable: reservation pods of a machine type cannot
 	// be scheduled, the nodes cannot hold what available asks for.
 	ReasonReservationsUnschedulable = "ReservationsUnschedulable"
+	// ReasonPoolNodesWithoutGPUs: reservation pods of a machine type cannot
+	// be scheduled and ready pool nodes of the type advertise 0 of its GPU
+	// resource (gpu.type): the GPU driver or device plugin does not run
+	// there (docs/gpu-operator.md). The message names the nodes.
+	ReasonPoolNodesWithoutGPUs = "PoolNodesWithoutGPUs"
 	// ReasonNoNodePool: a machine type with available units is served by no
 	// node of spec.nodePool.
 	ReasonNoNodePool = "NoNodePool"

@@ -374,3 +374,48 @@ func (r *Reconciler) tellStranded(ctx context.Context, c client.Client, recorder
 	}
 	return errors.Join(errs...)
 }
+
+// maxNodesWithoutGPUs bounds the nodes nodesWithoutGPUs names per type.
+const maxNodesWithoutGPUs = 10
+
+// nodesWithoutGPUs returns, per served machine type that asks for GPUs and
+// has reservation pods that cannot be scheduled, its ready pool nodes
+// (readyNodesOf) whose allocatable has none of the type's GPU resource, in
+// name order, at most maxNodesWithoutGPUs each. Such a node is in the pool
+// but its GPU driver or device plugin does not run (a node agent kept off a
+// tainted pool node, docs/gpu-operator.md): the reservations wait forever.
+// Types without unschedulable reservations cost nothing.
+func nodesWithoutGPUs(ctx context.Context, c client.Reader, machine *imperatorv1alpha1.Machine, group string,
+	usage map[string]*typeUsage, served []string) (map[string][]string, error) {
+	var out map[string][]string
+	for _, name := range served {
+		t := machine.MachineType(name)
+		u := usage[name]
+		if t == nil || t.Spec.GPU == nil || u == nil || u.unschedulable == 0 {
+			continue
+		}
+		nodes, err := readyNodesOf(ctx, c, group, t)
+		if err != nil {
+			return nil, err
+		}
+		resource := corev1.ResourceName(t.Spec.GPU.Type)
+		var names []string
+		for _, n := range nodes {
+			if q, ok := n.Status.Allocatable[resource]; !ok || q.IsZero() {
+				names = append(names, n.Name)
+			}
+		}
+		if len(names) == 0 {
+			continue
+		}
+		slices.Sort(names)
+		if len(names) > maxNodesWithoutGPUs {
+			names = append(names[:maxNodesWithoutGPUs], fmt.Sprintf("and %d more", len(names)-maxNodesWithoutGPUs))
+		}
+		if out == nil {
+			out = map[string][]string{}
+		}
+		out[name] = names
+	}
+	return out, nil
+}

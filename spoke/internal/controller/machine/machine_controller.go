@@ -202,6 +202,9 @@ type reconcileState struct {
 	usage map[string]*typeUsage
 	// served are the machine types with reservations, in spec order.
 	served []string
+	// withoutGPUs are, per machine type with unschedulable reservation
+	// pods, its ready pool nodes that advertise none of its GPU resource.
+	withoutGPUs map[string][]string
 }
 
 // Reconcile brings the reservations of one Machine in line with its spec and
@@ -261,6 +264,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	}
 	state.usage = usage
 	state.served = servedTypes(machine)
+	if state.withoutGPUs, err = nodesWithoutGPUs(ctx, c, machine, group, usage, state.served); err != nil {
+		return ctrl.Result{}, err
+	}
 	r.warnStuckReservations(seriesKey, recorder, machine, usage)
 	// Holds are decided, and their statuses written, before any
 	// reservation pod or guest moves (holds.go).

@@ -164,9 +164,13 @@ func capacityCondition(machine *imperatorv1alpha1.Machine, state *reconcileState
 	for _, name := range state.served {
 		served[name] = true
 	}
-	var unschedulable, offPool, unserved []string
+	var withoutGPUs, unschedulable, offPool, unserved []string
 	for _, t := range machine.Spec.MachineTypes {
 		u := state.usage[t.Name]
+		if nodes := state.withoutGPUs[t.Name]; len(nodes) > 0 {
+			withoutGPUs = append(withoutGPUs, fmt.Sprintf("%s: ready pool nodes advertise 0 %s, so its reservation pods cannot be scheduled there: %s (is the GPU driver and device plugin running on them? docs/gpu-operator.md)",
+				t.Name, t.Spec.GPU.Type, strings.Join(nodes, ", ")))
+		}
 		switch {
 		case !served[t.Name] && t.Available > 0:
 			unserved = append(unserved, fmt.Sprintf("%s: no node of spec.nodePool serves it, %d available cannot be reserved", t.Name, t.Available))
@@ -183,6 +187,7 @@ func capacityCondition(machine *imperatorv1alpha1.Machine, state *reconcileState
 		ObservedGeneration: machine.Generation,
 		Failing:            metav1.ConditionTrue,
 		Problems: []conditions.Problem{
+			{Reason: imperatorv1alpha1.ReasonPoolNodesWithoutGPUs, Parts: withoutGPUs},
 			{Reason: imperatorv1alpha1.ReasonReservationsUnschedulable, Parts: unschedulable},
 			{Reason: imperatorv1alpha1.ReasonReservationsOnUnreadyNodes, Parts: offPool},
 			{Reason: imperatorv1alpha1.ReasonNoNodePool, Parts: unserved},
