@@ -138,25 +138,57 @@ type Spec struct {
 // Expired one is replaced otherwise); ErrDoesNotFit, with why, when the
 // fleet has too few free units (nothing is written).
 func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1.FleetHold, error) {
-	log := ctrl.LoggerFrom(ctx).WithValues("fleetHold", spec.Name)
-	var ended *imperatorv1alpha1.FleetHold
-	if old, err := c.Get(ctx, spec.Name); err == nil {
-		ended = old
-		if !final(old.Status.Phase) {
-			return nil, fmt.Errorf("%w: fleet hold %q is %s; release it first", ErrAlreadyExists, spec.Name, old.Status.Phase)
-		}
-		if left := unreleased(old, c.opts.Clock.Now()); len(left) > 0 {
-			return nil, fmt.Errorf("%w: fleet hold %q is %s but its parts on %s are not released yet (released when their spokes answer); retry",
-				ErrAlreadyExists, spec.Name, old.Status.Phase, strings.Join(left, ", "))
-		}
-	} else if !errors.Is(err, ErrNotFound) {
+	ended, err := c.endedHold(ctx, spec.Name)
+	if err != nil {
 		return nil, err
 	}
-
 	now := c.opts.Clock.Now()
+	parts, note, err := c.place(ctx, spec, now)
+	if err != nil {
+		return nil, err
+	}
+	fh, err := c.writeHold(ctx, spec, ended, now)
+	if err != nil {
+		return nil, err
+	}
+	answered := c.awaitAnswers(fh.UID)
+	defer c.forgetAnswers(fh.UID)
+	if err := c.markPending(ctx, fh, parts, note); err != nil {
+		return nil, err
+	}
+	// The parts whose spokes stream here go out at once.
+	c.deliver(ctx, fh)
+	return c.conclude(ctx, spec, fh, parts, answered)
+}
+
+// endedHold returns the hold named name when it ended and may be replaced,
+// nil when there is none; ErrAlreadyExists when it is Pending or Held, or
+// ended with a part whose release no spoke confirmed yet.
+func (c *Coordinator) endedHold(ctx context.Context, name string) (*imperatorv1alpha1.FleetHold, error) {
+	old, err := c.Get(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !final(old.Status.Phase) {
+		return nil, fmt.Errorf("%w: fleet hold %q is %s; release it first", ErrAlreadyExists, name, old.Status.Phase)
+	}
+	if left := unreleased(old, c.opts.Clock.Now()); len(left) > 0 {
+		return nil, fmt.Errorf("%w: fleet hold %q is %s but its parts on %s are not released yet (released when their spokes answer); retry",
+			ErrAlreadyExists, name, old.Status.Phase, strings.Join(left, ", "))
+	}
+	return old, nil
+}
+
+// place chooses the clusters for spec's units, without the clusters that
+// recently refused or did not answer unless the units fit only with them,
+// and says so in note; ErrDoesNotFit, with why, when they fit nowhere.
+func (c *Coordinator) place(ctx context.Context, spec Spec, now time.Time) (parts []part, note string, _ error) {
 	recent := &imperatorv1alpha1.FleetHoldList{}
 	if err := c.opts.Client.List(ctx, recent, client.InNamespace(c.opts.Namespace)); err != nil {
-		return nil, fmt.Errorf("listing fleet holds: %w", err)
+		return nil, "", fmt.Errorf("listing fleet holds: %w", err)
 	}
 	avoid := avoided(recent.Items, now)
 	fell := false
@@ -166,10 +198,15 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 		parts, why = plan(c.opts.Store.List(), spec.Request, now)
 	}
 	if parts == nil {
-		return nil, fmt.Errorf("%w: %s", ErrDoesNotFit, why)
+		return nil, "", fmt.Errorf("%w: %s", ErrDoesNotFit, why)
 	}
-	// Replace the ended hold of the same name, only as read: another
-	// replica may have replaced it meanwhile with one it is coordinating.
+	return parts, avoidanceNote(avoid, fell), nil
+}
+
+// writeHold writes the FleetHold of spec, valid from now for its TTL,
+// replacing ended (only as read: another replica may have replaced it
+// meanwhile with one it is coordinating).
+func (c *Coordinator) writeHold(ctx context.Context, spec Spec, ended *imperatorv1alpha1.FleetHold, now time.Time) (*imperatorv1alpha1.FleetHold, error) {
 	if ended != nil {
 		err := c.opts.Client.Delete(ctx, ended, client.Preconditions{UID: &ended.UID, ResourceVersion: &ended.ResourceVersion})
 		switch {
@@ -198,25 +235,32 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 		}
 		return nil, fmt.Errorf("creating fleet hold %q: %w", spec.Name, err)
 	}
-	// Phase one: the unanswered parts are what the Deliverers of every
-	// replica act on.
-	pending := fh.DeepCopy()
+	return fh, nil
+}
+
+// markPending writes fh Pending with one unanswered part per chosen
+// cluster: phase one, what the Deliverers of every replica act on.
+func (c *Coordinator) markPending(ctx context.Context, fh *imperatorv1alpha1.FleetHold, parts []part, note string) error {
+	before := fh.DeepCopy()
 	fh.Status.Phase = imperatorv1alpha1.FleetHoldPending
-	fh.Status.Message = avoidanceNote(avoid, fell)
+	fh.Status.Message = note
 	for _, p := range parts {
 		fh.Status.Clusters = append(fh.Status.Clusters, imperatorv1alpha1.FleetHoldCluster{Cluster: p.cluster, Group: p.group, Type: p.typ, Count: p.count})
 	}
-	answered := c.awaitAnswers(fh.UID)
-	defer c.forgetAnswers(fh.UID)
-	if err := c.patchStatus(ctx, fh, pending); err != nil {
-		return nil, fmt.Errorf("recording fleet hold %q as Pending: %w", spec.Name, err)
+	if err := c.patchStatus(ctx, fh, before); err != nil {
+		return fmt.Errorf("recording fleet hold %q as Pending: %w", fh.Name, err)
 	}
-	// The parts whose spokes stream here go out at once.
-	c.deliver(ctx, fh)
+	return nil
+}
 
-	// Wait for every answer, or the deadline, then decide. The decision is
-	// written under the FleetHold's resourceVersion: when a late answer or
-	// a Release lands first, decide again from what is there now.
+// conclude waits for every part's answer, or the deadline, then decides:
+// Held (once this replica's figures show the held units), or Failed and
+// phase two, abort: it answers once the Deliverers released what was held
+// (or the deadline passed: they keep trying). The decision is written under
+// the FleetHold's resourceVersion: when a late answer or a Release lands
+// first, it decides again from what is there now.
+func (c *Coordinator) conclude(ctx context.Context, spec Spec, fh *imperatorv1alpha1.FleetHold, parts []part, answered <-chan struct{}) (*imperatorv1alpha1.FleetHold, error) {
+	log := ctrl.LoggerFrom(ctx).WithValues("fleetHold", spec.Name)
 	deadline := c.opts.Clock.Now().Add(c.opts.Deadline)
 	ticker := time.NewTicker(c.opts.Poll)
 	defer ticker.Stop()
@@ -244,8 +288,6 @@ func (c *Coordinator) Create(ctx context.Context, spec Spec) (*imperatorv1alpha1
 				c.awaitUsage(ctx, parts)
 				return decided, nil
 			}
-			// Phase two, abort: answer once the Deliverers released
-			// what was held (or the deadline passed: they keep trying).
 			c.deliver(ctx, decided)
 			return c.awaitRelease(ctx, spec.Name, c.opts.Clock.Now().Add(c.opts.Deadline))
 		}
