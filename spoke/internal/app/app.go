@@ -112,7 +112,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		return err
 	}
 	if memberWebhooks == nil {
-		if err := registerWebhooks(ctx, direct, cfg, caBundle); err != nil {
+		if err := registerWebhooks(ctx, direct, restConfig, cfg, caBundle); err != nil {
 			return err
 		}
 	}
@@ -306,7 +306,10 @@ const memberClientCASuffix = "-member-client-ca"
 // caBundle) first applies in cert-manager mode: its old bundle is dropped —
 // it is the agent's own CA, which cannot verify a certificate cert-manager
 // issued anyway — until the cainjector injects the right one.
-func registerWebhooks(ctx context.Context, c client.Client, cfg config.Config, caBundle []byte) error {
+//
+// When --injection resolves to the policy path, the injector's
+// configuration is deleted instead of applied: the API server injects.
+func registerWebhooks(ctx context.Context, c client.Client, restConfig *rest.Config, cfg config.Config, caBundle []byte) error {
 	if cfg.Webhook.URL == "" {
 		return nil
 	}
@@ -319,6 +322,13 @@ func registerWebhooks(ctx context.Context, c client.Client, cfg config.Config, c
 		from := cfg.Namespace + "/" + cfg.Webhook.CertManagerCertificate
 		metav1.SetMetaDataAnnotation(&mutating.ObjectMeta, injectCAFromAnnotation, from)
 		metav1.SetMetaDataAnnotation(&validating.ObjectMeta, injectCAFromAnnotation, from)
+	}
+	byPolicy, err := admissionpolicy.UsePolicyAt(restConfig, cfg.Injection)
+	if err != nil {
+		return err
+	}
+	if byPolicy {
+		return errors.Join(admissionpolicy.WithoutInjectorWebhook(ctx, c, mutating.Name), install.Apply(ctx, c, validating))
 	}
 	return install.Apply(ctx, c, mutating, validating)
 }
@@ -406,27 +416,17 @@ func setupInjectionPolicies(mgr manager.Manager, mode, namespace string) error {
 		mgr.Add(&admissionpolicy.FirstSight{Clientset: clientset, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}))
 }
 
-// setupProvisioningRequests sets up the ProvisioningRequest provider when
-// the cluster serves the ProvisioningRequest CRD (discovered at the start of
-// each leader term), and says in the log when it does not. Hosted mode does
-// not serve ProvisioningRequests: each member would need its own discovery.
+// setupProvisioningRequests sets up the ProvisioningRequest provider, which
+// serves the class while the cluster serves the ProvisioningRequest CRD
+// (its discovery asked regularly: a CRD installed or removed later needs no
+// restart) and logs when it does not. Hosted mode does not serve
+// ProvisioningRequests (docs/kueue.md says why).
 func setupProvisioningRequests(mc mcmanager.Manager, hostedMode bool, opts provisioningrequest.Options) error {
-	log := ctrl.Log.WithName("spoke")
-	class := imperatorv1alpha1.CapacityHoldProvisioningClass
 	if hostedMode {
-		log.Info("Not serving ProvisioningRequests: hosted mode does not", "provisioningClass", class)
+		ctrl.Log.WithName("spoke").Info("Not serving ProvisioningRequests: hosted mode does not",
+			"provisioningClass", imperatorv1alpha1.CapacityHoldProvisioningClass)
 		return nil
 	}
-	served, err := provisioningrequest.Served(mc.GetLocalManager().GetConfig())
-	if err != nil {
-		return err
-	}
-	if !served {
-		log.Info("Not serving ProvisioningRequests: the API server does not serve autoscaling.x-k8s.io/v1 provisioningrequests (install the CRD and restart the agent)",
-			"provisioningClass", class)
-		return nil
-	}
-	log.Info("Serving ProvisioningRequests", "provisioningClass", class)
 	return provisioningrequest.SetupWithManager(mc, opts)
 }
 

@@ -21,11 +21,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
-	mchandler "sigs.k8s.io/multicluster-runtime/pkg/handler"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
@@ -65,6 +61,9 @@ type Options struct {
 	// MaxUnitsPerNamespace caps the units the requests of one namespace
 	// hold at once (--provisioning-max-units-per-namespace); 0: no cap.
 	MaxUnitsPerNamespace int32
+	// RecheckInterval is how often the Server asks discovery whether the
+	// ProvisioningRequest CRD is served. Default: DefaultRecheckInterval.
+	RecheckInterval time.Duration
 }
 
 // Controller serves the ProvisioningRequests of the class
@@ -81,8 +80,8 @@ type Controller struct {
 }
 
 // Served tells whether the API server of config serves ProvisioningRequests
-// (autoscaling.x-k8s.io/v1): the Controller is set up only then, since its
-// watch would fail without the CRD.
+// (autoscaling.x-k8s.io/v1): the Controller runs only then, since its watch
+// would fail without the CRD.
 func Served(config *rest.Config) (bool, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(config)
 	if err != nil {
@@ -98,26 +97,18 @@ func Served(config *rest.Config) (bool, error) {
 	return slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == "provisioningrequests" }), nil
 }
 
-// SetupWithManager registers the Controller with a multi-cluster manager.
+// SetupWithManager runs the Controller on the local cluster of mgr while
+// its API server serves the ProvisioningRequest CRD (Server).
 func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	if opts.MaxUnitsPerNamespace < 0 {
-		return fmt.Errorf("provisioning request controller: MaxUnitsPerNamespace %d must not be negative", opts.MaxUnitsPerNamespace)
-	}
-	r := &Controller{mgr: mgr, now: opts.Clock.Now, opts: opts}
-	copts := controller.TypedOptions[mcreconcile.Request]{}
-	copts.DefaultFromConfig(mgr.GetControllerOptions())
-	err := mcbuilder.ControllerManagedBy(mgr).
-		Named("provisioningrequest").
-		For(&ProvisioningRequest{}, mcbuilder.WithPredicates(predicate.NewPredicateFuncs(ofOurClass))).
-		Watches(&imperatorv1alpha1.CapacityHold{}, mchandler.EnqueueRequestsFromMapFunc(holdToRequest)).
-		Watches(&corev1.Pod{}, mchandler.EnqueueRequestsFromMapFunc(consumerToRequest)).
-		WithOptions(copts).
-		Complete(r)
+	server, err := NewServer(mgr, opts)
 	if err != nil {
-		return fmt.Errorf("setting up the provisioning request controller: %w", err)
+		return err
+	}
+	if err := mgr.GetLocalManager().Add(server); err != nil {
+		return fmt.Errorf("setting up the provisioning request server: %w", err)
 	}
 	return nil
 }

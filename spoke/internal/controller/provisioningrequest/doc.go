@@ -45,6 +45,8 @@
 // Release. A CapacityHold is cluster-scoped and cannot be owned by a
 // namespaced request, so the Controller watches both: a hold whose request
 // is gone, or is another request of the same name (UID label), is deleted,
-// which returns its held units at once. The agent serves the class only
-// when the ProvisioningRequest CRD is served when it starts (Served).
+// which returns its held units at once. The agent serves the class while
+// the ProvisioningRequest CRD is served (Server: it asks discovery
+// regularly, so a CRD installed after the agent started needs no restart,
+// and one removed stops the Controller and releases the holds).
 package provisioningrequest

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	pr "github.com/imperator-federation/imperator/spoke/internal/controller/provisioningrequest"
@@ -85,6 +86,23 @@ var _ = Describe("A ProvisioningRequest of the capacity-hold class", Ordered, fu
 		Expect(k8s.Create(ctx, wrappers.GeneralMachine().Obj())).To(Succeed())
 		Expect(k8s.Create(ctx, podTemplate("stated", true))).To(Succeed())
 		Expect(k8s.Create(ctx, podTemplate("injected", false))).To(Succeed())
+	})
+
+	It("is served once the CRD is installed after the agent started, no restart", func(ctx context.Context) {
+		Consistently(server.Serving).WithTimeout(time.Second).Should(BeFalse(), "serving before the CRD exists")
+		_, err := envtest.InstallCRDs(env.Config, prCRD)
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(server.Serving).WithTimeout(20 * time.Second).Should(BeTrue())
+		req := request("late", imperatorv1alpha1.CapacityHoldProvisioningClass, pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 1})
+		Eventually(func() error { return k8s.Create(ctx, req) }).WithTimeout(10 * time.Second).Should(Succeed())
+		holdName := pr.HoldName(namespace, "late", group, machineType)
+		decide(ctx, holdName,
+			metav1.Condition{Type: imperatorv1alpha1.HoldConditionAccepted, Status: metav1.ConditionTrue, Reason: imperatorv1alpha1.HoldReasonAccepted},
+			metav1.Condition{Type: imperatorv1alpha1.HoldConditionProvisioned, Status: metav1.ConditionTrue, Reason: imperatorv1alpha1.HoldReasonUnitsHeld})
+		Eventually(condition(ctx, "late", pr.ConditionProvisioned)).WithTimeout(10 * time.Second).Should(HaveField("Status", metav1.ConditionTrue))
+		Expect(k8s.Delete(ctx, req)).To(Succeed())
+		Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Name: holdName}, &imperatorv1alpha1.CapacityHold{}) }).
+			WithTimeout(10 * time.Second).Should(Satisfy(apierrors.IsNotFound))
 	})
 
 	It("is held by one CapacityHold for its pod sets of one type, Provisioned once the hold is, and released when deleted", func(ctx context.Context) {
@@ -299,5 +317,25 @@ var _ = Describe("A ProvisioningRequest of the capacity-hold class", Ordered, fu
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "other"}, got)).To(Succeed())
 			return got.Status.Conditions
 		}).WithTimeout(3 * time.Second).Should(BeEmpty())
+	})
+
+	// Last: the CRD is gone for the rest of the suite.
+	It("stops being served, its holds released, when the CRD is removed", func(ctx context.Context) {
+		Expect(k8s.Create(ctx, request("before-removal", imperatorv1alpha1.CapacityHoldProvisioningClass,
+			pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 1}))).To(Succeed())
+		holdName := pr.HoldName(namespace, "before-removal", group, machineType)
+		Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Name: holdName}, &imperatorv1alpha1.CapacityHold{}) }).
+			WithTimeout(10 * time.Second).Should(Succeed())
+		Expect(envtest.UninstallCRDs(env.Config, prCRD)).To(Succeed())
+		Eventually(server.Serving).WithTimeout(30 * time.Second).Should(BeFalse())
+		Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Name: holdName}, &imperatorv1alpha1.CapacityHold{}) }).
+			WithTimeout(10 * time.Second).Should(Satisfy(apierrors.IsNotFound))
+		By("the agent going on: a CapacityHold of anyone's is untouched")
+		other := wrappers.MakeCapacityHold("after-removal", group, machineType, 1).ValidUntil(time.Now().Add(time.Hour)).Obj()
+		Expect(k8s.Create(ctx, other)).To(Succeed())
+		Consistently(func() error {
+			return k8s.Get(ctx, client.ObjectKey{Name: other.Name}, &imperatorv1alpha1.CapacityHold{})
+		}).
+			WithTimeout(time.Second).Should(Succeed())
 	})
 })
