@@ -209,4 +209,10 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 			Env: env, Spoke: spokeB, Group: "hopper-machine", Type: "compute-xlarge", TooMany: 5, Namespace: "team-kueue",
 		})
 	}, SpecTimeout(15*time.Minute))
+
+	It("13: on the policy path the API server injects: with spoke-a's agent stopped, guests are admitted, injected and gated, and the restarted agent lets them through in arrival order", func(ctx SpecContext) {
+		InjectionPolicySpec(ctx, InjectionPolicyInput{
+			Env: env, Spoke: spokeA, Namespace: "team-policy", Node: "policy-node", Machine: "policy-machine", Available: 2, Guests: 4,
+		})
+	}, SpecTimeout(3*time.Minute))
 })

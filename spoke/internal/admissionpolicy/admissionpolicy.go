@@ -34,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -362,4 +363,29 @@ func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{Object: content}
 	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
 	return u, nil
+}
+
+// UsePolicyAt resolves mode as UsePolicy does, asking the discovery of the
+// API server config reaches.
+func UsePolicyAt(config *rest.Config, mode string) (bool, error) {
+	if mode != ModeAuto {
+		return UsePolicy(mode, nil)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(config)
+	if err != nil {
+		return false, fmt.Errorf("creating the discovery client: %w", err)
+	}
+	return UsePolicy(mode, disc)
+}
+
+// WithoutInjectorWebhook deletes the pod injector's
+// MutatingWebhookConfiguration name, when there is one: on the policy path
+// the API server injects, and the webhook would inject a second time and
+// refuse every guest while the agent is down (failurePolicy Fail).
+func WithoutInjectorWebhook(ctx context.Context, c client.Client, name string) error {
+	registration := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Delete(ctx, registration); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting MutatingWebhookConfiguration %s (guests are injected by admission policy): %w", name, err)
+	}
+	return nil
 }

@@ -77,6 +77,9 @@ type Fleet struct {
 	// clockOffsets are the --clock-offset of an agent's next start
 	// (SetAgentClockOffset).
 	clockOffsets map[string]time.Duration
+	// injection is the --injection of an agent's next start
+	// (SetAgentInjection).
+	injection map[string]string
 	// hostedWebhookPort is the hosted agent's webhook port, chosen before
 	// the hosted spokes start: their API servers name it in the credentials
 	// of its webhooks (memberAdmission).

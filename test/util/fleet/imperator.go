@@ -285,7 +285,8 @@ func (f *Fleet) StartAgent(ctx context.Context, spoke string) error {
 	a, err := f.startAgentProcess(ctx, agentStart{
 		name: "imperator-agent", what: "agent of " + spoke, dir: cluster.Dir, kubeconfig: agentKubeconfigPath(cluster),
 		hubAddress: hubAddress, previous: f.agents[spoke],
-		args: append([]string{"--cluster-name", spoke, "--join-token-file", f.tokenPath(spoke)}, f.clockOffsetArgsLocked(spoke)...),
+		args: append(append([]string{"--cluster-name", spoke, "--join-token-file", f.tokenPath(spoke)}, f.clockOffsetArgsLocked(spoke)...),
+			f.injectionArgsLocked(spoke)...),
 	})
 	if err != nil {
 		return err
