@@ -260,7 +260,7 @@ func newCommand(env Env, connect func(c *command) (func(), error)) *cobra.Comman
 	p.g.bindConnection(root.PersistentFlags())
 	registerOutputCompletion(root)
 	root.AddGroup(&cobra.Group{ID: "query", Title: "Query the fleet:"}, &cobra.Group{ID: "admin", Title: "Administer the hub:"})
-	for _, cmd := range []*cobra.Command{p.clustersCommand(), p.machinesCommand(), p.usageCommand(), p.capacityCommand(), p.holdCommand(), p.describeCommand(), p.whyCommand()} {
+	for _, cmd := range []*cobra.Command{p.clustersCommand(), p.machinesCommand(), p.usageCommand(), p.capacityCommand(), p.holdCommand(), p.getCommand(), p.describeCommand(), p.whyCommand()} {
 		cmd.GroupID = "query"
 		root.AddCommand(cmd)
 	}

@@ -208,3 +208,27 @@ func (p *printer) description(d *clusterDescription) error {
 	}
 	return p.table(t, true)
 }
+
+// getCommand is kubectl's spelling of the listing commands: get clusters
+// [NAME...], get machines [TYPE], get holds [NAME]; the same commands as
+// clusters, machines and hold list, built again under get.
+func (p *program) getCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "get clusters|machines|holds [NAME...]",
+		Short: "kubectl's spelling of clusters, machines and hold list",
+		Example: `  imperatorctl get clusters spoke-a -o yaml
+  imperatorctl get holds -o name`,
+		RunE: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fail(ExitUsage, "unknown kind %q: want clusters, machines or holds", args[0])
+			}
+			return fail(ExitUsage, "usage: imperatorctl get clusters|machines|holds [NAME...]")
+		},
+	}
+	clusters, machines, holds := p.clustersCommand(), p.machinesCommand(), p.holdListCommand()
+	clusters.Aliases = []string{"cluster"}
+	machines.Aliases = []string{"machine", "machinetypes", "machinetype"}
+	holds.Use, holds.Aliases = "holds [NAME]", []string{"hold"}
+	cmd.AddCommand(clusters, machines, holds)
+	return cmd
+}

@@ -109,6 +109,11 @@ func TestObjectOutputsAndNames(t *testing.T) {
 		"capacity -o name":        {args: []string{"capacity", "compute-xlarge", "-o", "name"}, wantStdout: ""},
 		"yaml still documents":    {args: []string{"hold", "list", "-o", "yaml"}, wantContains: []string{"name: train-1"}},
 		"wide still wide":         {args: []string{"clusters", "-o", "wide"}, wantContains: []string{"GENERATION"}},
+		"get clusters NAME":       {args: []string{"get", "clusters", "spoke-b", "-o", "name"}, wantStdout: "cluster/spoke-b\n"},
+		"get cluster, singular":   {args: []string{"get", "cluster", "-o", "name"}, wantStdout: "cluster/spoke-a\ncluster/spoke-b\n"},
+		"get holds":               {args: []string{"get", "holds", "-o", "name"}, wantStdout: "hold/train-1\n"},
+		"get machines TYPE":       {args: []string{"get", "machines", "compute-xlarge", "-o", "name"}, wantStdout: "machinetype/spoke-a/team-a/compute-xlarge\n"},
+		"get of an unknown kind":  {args: []string{"get", "nodes"}, wantCode: ExitUsage, wantStderr: `unknown kind "nodes"`},
 		"version refuses -o name": {args: []string{"version", "-o", "name"}, wantCode: ExitUsage, wantStderr: "is for the commands that list objects"},
 	}
 	for name, tc := range cases {
