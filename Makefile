@@ -62,10 +62,10 @@ verify: fmt-check generate ## Fail when `make generate` or gofmt would change a 
 	@test -z "$$(git status --porcelain --untracked-files=all)" || { git status --porcelain; echo "make generate created untracked files"; exit 1; }
 
 # The binaries: hub, spoke (the agent) and imperatorctl.
-BINARIES = $(foreach d,hub spoke cmd/imperatorctl,$(if $(wildcard $(d)/main.go),./$(d)))
+BINARIES = $(foreach d,hub spoke cmd/imperatorctl dispatcher,$(if $(wildcard $(d)/main.go),./$(d)))
 
 .PHONY: build
-build: ## Build bin/hub, bin/spoke and bin/imperatorctl.
+build: ## Build bin/hub, bin/spoke, bin/imperatorctl and bin/dispatcher.
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/ $(BINARIES)
 
@@ -106,7 +106,7 @@ bench-smoke: k8s-bin ## Every benchmark once at its smallest size, so that none 
 
 .PHONY: e2e
 e2e: k8s-bin build ## The multi-cluster journeys against a fleet started for the run (or E2E_FLEET=.fleet/fleet.json); HOSTED=1: spoke-b served by a hosted agent; HUB_REPLICAS=2: two hub replicas, spoke-b on the second; E2E_FOCUS: only the journeys it matches (ginkgo focus).
-	@hack/tools.sh path kueue >/dev/null # journey 11's Kueue manager: built once per version into the tool cache, not inside a spec's timeout
+	@hack/tools.sh path kueue >/dev/null # journeys 11 and 12's Kueue manager: built once per version into the tool cache, not inside a spec's timeout
 	E2E_HOSTED=$(HOSTED) E2E_HUB_REPLICAS=$(HUB_REPLICAS) E2E_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -v ./test/e2e/ $(if $(E2E_FOCUS),-ginkgo.focus '$(E2E_FOCUS)')
 
 .PHONY: e2e-hosted

@@ -210,6 +210,10 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 		})
 	}, SpecTimeout(15*time.Minute))
 
+	It("12: MultiKueue with the dispatcher imperator.tenzen-y.io/dispatcher sends a Job that fits only on spoke-b there and nowhere else, the next to spoke-a once spoke-b is full, and holds one with the reason while both are full", func(ctx SpecContext) {
+		MultiKueueSpec(ctx, MultiKueueInput{Env: env, Small: spokeA, Big: spokeB, Namespace: "team-multikueue"})
+	}, SpecTimeout(15*time.Minute))
+
 	It("13: on the policy path the API server injects: with spoke-a's agent stopped, guests are admitted, injected and gated, and the restarted agent lets them through in arrival order", func(ctx SpecContext) {
 		InjectionPolicySpec(ctx, InjectionPolicyInput{
 			Env: env, Spoke: spokeA, Namespace: "team-policy", Node: "policy-node", Machine: "policy-machine", Available: 2, Guests: 4,
