@@ -54,8 +54,8 @@ func (r *Refusal) Error() string { return r.Reason + ": " + r.Message }
 // type, in the order the pod sets first name them. templates are the
 // request namespace's PodTemplates by name; machines are the Machines the
 // types are looked up in. It refuses the request when a pod set's template
-// is missing, names no group and type, names a type no Machine of the group
-// offers, or does not state the type's resources on its target container,
+// is missing, names no group and type (byShape says which labels to add),
+// names a type no Machine of the group offers, or does not state the type's resources on its target container,
 // and when the pod sets of one type add up to more than MaxUnits.
 func Bookings(podSets []PodSet, templates map[string]*corev1.PodTemplate, machines []imperatorv1alpha1.Machine) ([]Booking, *Refusal) {
 	if len(podSets) == 0 {
@@ -74,9 +74,7 @@ func Bookings(podSets []PodSet, templates map[string]*corev1.PodTemplate, machin
 		}
 		group, typeName := template.Template.Labels[imperatorv1alpha1.MachineGroupKey], template.Template.Labels[imperatorv1alpha1.MachineTypeKey]
 		if group == "" || typeName == "" {
-			return nil, &Refusal{Reason: ReasonPodSetNotMapped, Message: fmt.Sprintf(
-				"%s: PodTemplate %q has no %s and %s labels: label the Job's pod template with the machine group and type it runs on",
-				path, template.Name, imperatorv1alpha1.MachineGroupKey, imperatorv1alpha1.MachineTypeKey)}
+			return nil, byShape(path, template, machines)
 		}
 		spec, found := findType(machines, group, typeName)
 		if !found {
@@ -118,22 +116,123 @@ func findType(machines []imperatorv1alpha1.Machine, group, typeName string) (imp
 	return imperatorv1alpha1.MachineTypeSpec{}, false
 }
 
+// typeRef is a machine type of a machine group.
+type typeRef struct{ group, typeName string }
+
+func (t typeRef) String() string { return t.typeName + " of machine group " + t.group }
+
+// byShape refuses a pod set whose template lacks the group or type label,
+// naming what to add. It matches the template by shape, as FindCapacity
+// matches shapes: the machine types of the spoke's Machines (of the group
+// or type the template names, if it names one) whose unit the target
+// container asks for exactly. It never books by shape: the pod injector
+// injects and stamps with a hold's UID only pods labelled
+// pod-role=guest with their group and type (and denies a guest without
+// them), so units held for pods without those labels would be held for
+// nobody while the pods ran elsewhere.
+func byShape(path string, template *corev1.PodTemplate, machines []imperatorv1alpha1.Machine) *Refusal {
+	labels := template.Template.Labels
+	missing := fmt.Sprintf("%s: PodTemplate %q has no %s and %s labels, which its pods need to use held units (the pod injector gives a unit, and a hold, only to guests)",
+		path, template.Name, imperatorv1alpha1.MachineGroupKey, imperatorv1alpha1.MachineTypeKey)
+	target, refusal := targetContainer(path, &template.Template.Spec, labels)
+	if refusal != nil {
+		return refusal
+	}
+	var matches, offered []typeRef
+	for _, m := range machines {
+		group := m.Labels[imperatorv1alpha1.MachineGroupKey]
+		if group == "" || (labels[imperatorv1alpha1.MachineGroupKey] != "" && labels[imperatorv1alpha1.MachineGroupKey] != group) {
+			continue
+		}
+		for _, t := range m.Spec.MachineTypes {
+			if name := labels[imperatorv1alpha1.MachineTypeKey]; name != "" && name != t.Name {
+				continue
+			}
+			ref := typeRef{group: group, typeName: t.Name}
+			if slices.Contains(offered, ref) {
+				continue
+			}
+			offered = append(offered, ref)
+			if asksExactly(target, machinetype.Resources(t.Spec)) {
+				matches = append(matches, ref)
+			}
+		}
+	}
+	names := func(refs []typeRef) string {
+		out := make([]string, len(refs))
+		for i, r := range refs {
+			out[i] = r.String()
+		}
+		slices.Sort(out)
+		return strings.Join(out, ", ")
+	}
+	switch {
+	case len(matches) == 1:
+		return &Refusal{Reason: ReasonPodSetNotMapped, Message: fmt.Sprintf(
+			"%s; container %q asks for exactly one unit of machine type %s: add the labels %s=%s, %s=%s and %s=%s to the Job's pod template",
+			missing, target.Name, matches[0], imperatorv1alpha1.MachineGroupKey, matches[0].group, imperatorv1alpha1.MachineTypeKey, matches[0].typeName,
+			imperatorv1alpha1.PodRoleKey, imperatorv1alpha1.PodRoleGuest)}
+	case len(matches) > 1:
+		return &Refusal{Reason: ReasonPodSetNotMapped, Message: fmt.Sprintf(
+			"%s; container %q asks for exactly one unit of each of %s: label the Job's pod template with the machine group and type to use, and %s=%s",
+			missing, target.Name, names(matches), imperatorv1alpha1.PodRoleKey, imperatorv1alpha1.PodRoleGuest)}
+	case len(offered) == 0:
+		return &Refusal{Reason: ReasonPodSetNotMapped, Message: fmt.Sprintf(
+			"%s; no Machine of this cluster offers a machine type it could name: label the Job's pod template with the machine group and type it runs on",
+			missing)}
+	}
+	return &Refusal{Reason: ReasonPodSetNotMapped, Message: fmt.Sprintf(
+		"%s; container %q asks for no machine type's unit exactly (offered: %s): label the Job's pod template with the machine group and type it runs on, and %s=%s",
+		missing, target.Name, names(offered), imperatorv1alpha1.PodRoleKey, imperatorv1alpha1.PodRoleGuest)}
+}
+
+// asksExactly tells whether container states exactly the resources of
+// unit: the same names (requests, or limits alone), the same quantities.
+func asksExactly(container *corev1.Container, unit corev1.ResourceList) bool {
+	stated := corev1.ResourceList{}
+	for name, q := range container.Resources.Limits {
+		stated[name] = q
+	}
+	for name, q := range container.Resources.Requests {
+		stated[name] = q
+	}
+	if len(stated) != len(unit) {
+		return false
+	}
+	for name, want := range unit {
+		if got, ok := stated[name]; !ok || got.Cmp(want) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// targetContainer is the container of a pod set's template that receives
+// the unit: the one imperator.tenzen-y.io/injecting-container names, else
+// the first.
+func targetContainer(path string, spec *corev1.PodSpec, labels map[string]string) (*corev1.Container, *Refusal) {
+	if len(spec.Containers) == 0 {
+		return nil, &Refusal{Reason: ReasonPodSetNotMapped, Message: path + ": the pod template has no containers"}
+	}
+	if name := labels[imperatorv1alpha1.InjectingContainerKey]; name != "" {
+		at := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == name })
+		if at < 0 {
+			return nil, &Refusal{Reason: ReasonPodSetNotMapped, Message: fmt.Sprintf("%s: label %s names container %q, which the template does not have",
+				path, imperatorv1alpha1.InjectingContainerKey, name)}
+		}
+		return &spec.Containers[at], nil
+	}
+	return &spec.Containers[0], nil
+}
+
 // statesResources checks that the target container of a pod set's template
 // (the one imperator.tenzen-y.io/injecting-container names, else the first)
 // asks for exactly one unit of the type: Kueue counts quota from these
 // requests, and the injector would make them so anyway.
 func statesResources(path string, spec *corev1.PodSpec, labels map[string]string, typeName string, typeSpec imperatorv1alpha1.MachineTypeSpec) *Refusal {
-	if len(spec.Containers) == 0 {
-		return &Refusal{Reason: ReasonPodSetNotMapped, Message: path + ": the pod template has no containers"}
-	}
-	target := &spec.Containers[0]
-	if name := labels[imperatorv1alpha1.InjectingContainerKey]; name != "" {
-		at := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == name })
-		if at < 0 {
-			return &Refusal{Reason: ReasonPodSetNotMapped, Message: fmt.Sprintf("%s: label %s names container %q, which the template does not have",
-				path, imperatorv1alpha1.InjectingContainerKey, name)}
-		}
-		target = &spec.Containers[at]
+	target, refusal := targetContainer(path, spec, labels)
+	if refusal != nil {
+		return refusal
 	}
 	want := machinetype.Resources(typeSpec)
 	var wrong []string

@@ -51,10 +51,29 @@ func TestBookings(t *testing.T) {
 				template("eval", group, "compute-xlarge", xlargeUnit()), template("driver", group, "compute-medium", mediumUnit)},
 			wantBookings: []Booking{{MachineGroup: group, MachineType: "compute-xlarge", Count: 3}, {MachineGroup: group, MachineType: "compute-medium", Count: 1}},
 		},
-		"a template without the guest labels is refused, naming the pod set": {
-			podSets:     []PodSet{{PodTemplateRef: Reference{Name: "plain"}, Count: 1}},
-			templates:   []*corev1.PodTemplate{template("plain", "", "", xlargeUnit())},
-			wantRefusal: &Refusal{Reason: ReasonPodSetNotMapped, Message: `spec.podSets[0]: PodTemplate "plain" has no imperator.tenzen-y.io/machine-group and imperator.tenzen-y.io/machine-type labels: label the Job's pod template with the machine group and type it runs on`},
+		"a template without the guest labels whose shape is one type's unit is refused, naming the labels to add": {
+			podSets:   []PodSet{{PodTemplateRef: Reference{Name: "plain"}, Count: 1}},
+			templates: []*corev1.PodTemplate{template("plain", "", "", xlargeUnit())},
+			wantRefusal: &Refusal{Reason: ReasonPodSetNotMapped, Message: noLabels + `; container "train" asks for exactly one unit of machine type compute-xlarge of machine group general-machine: ` +
+				"add the labels imperator.tenzen-y.io/machine-group=general-machine, imperator.tenzen-y.io/machine-type=compute-xlarge and imperator.tenzen-y.io/pod-role=guest to the Job's pod template"},
+		},
+		"a template without the guest labels whose shape is no type's unit is refused, naming the types": {
+			podSets:   []PodSet{{PodTemplateRef: Reference{Name: "plain"}, Count: 1}},
+			templates: []*corev1.PodTemplate{template("plain", "", "", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("40")})},
+			wantRefusal: &Refusal{Reason: ReasonPodSetNotMapped, Message: noLabels + `; container "train" asks for no machine type's unit exactly ` +
+				"(offered: compute-large of machine group general-machine, compute-medium of machine group general-machine, compute-xlarge of machine group general-machine): " +
+				"label the Job's pod template with the machine group and type it runs on, and imperator.tenzen-y.io/pod-role=guest"},
+		},
+		"a unit's resources and one more are not its shape": {
+			podSets: []PodSet{{PodTemplateRef: Reference{Name: "plain"}, Count: 1}},
+			templates: []*corev1.PodTemplate{template("plain", "", "", func() corev1.ResourceList {
+				l := xlargeUnit()
+				l[corev1.ResourceEphemeralStorage] = resource.MustParse("1Gi")
+				return l
+			}())},
+			wantRefusal: &Refusal{Reason: ReasonPodSetNotMapped, Message: noLabels + `; container "train" asks for no machine type's unit exactly ` +
+				"(offered: compute-large of machine group general-machine, compute-medium of machine group general-machine, compute-xlarge of machine group general-machine): " +
+				"label the Job's pod template with the machine group and type it runs on, and imperator.tenzen-y.io/pod-role=guest"},
 		},
 		"a type no Machine of the group offers is refused": {
 			podSets:     []PodSet{{PodTemplateRef: Reference{Name: "w"}, Count: 1}},
@@ -115,6 +134,48 @@ func TestBookings(t *testing.T) {
 				t.Errorf("bookings (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.wantRefusal, refusal); diff != "" {
+				t.Errorf("refusal (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// noLabels begins the refusal of the pod set "plain" without guest labels.
+const noLabels = `spec.podSets[0]: PodTemplate "plain" has no imperator.tenzen-y.io/machine-group and imperator.tenzen-y.io/machine-type labels, ` +
+	"which its pods need to use held units (the pod injector gives a unit, and a hold, only to guests)"
+
+// A pod set without guest labels matches by shape among every Machine of
+// the spoke: two groups offering one shape are both named, a type label
+// alone narrows them, and a spoke without Machines says so.
+func TestBookingsByShape(t *testing.T) {
+	general := wrappers.GeneralMachine().Obj()
+	hopper := general.DeepCopy()
+	hopper.Name = "hopper"
+	hopper.Labels[imperatorv1alpha1.MachineGroupKey] = "hopper-machine"
+	podSets := []PodSet{{PodTemplateRef: Reference{Name: "plain"}, Count: 1}}
+	cases := map[string]struct {
+		machines []imperatorv1alpha1.Machine
+		template *corev1.PodTemplate
+		want     string
+	}{
+		"two groups offer the shape": {machines: []imperatorv1alpha1.Machine{*general, *hopper}, template: template("plain", "", "", xlargeUnit()),
+			want: noLabels + `; container "train" asks for exactly one unit of each of compute-xlarge of machine group general-machine, compute-xlarge of machine group hopper-machine: ` +
+				"label the Job's pod template with the machine group and type to use, and imperator.tenzen-y.io/pod-role=guest"},
+		"the group label narrows them": {machines: []imperatorv1alpha1.Machine{*general, *hopper}, template: template("plain", "hopper-machine", "", xlargeUnit()),
+			want: noLabels + `; container "train" asks for exactly one unit of machine type compute-xlarge of machine group hopper-machine: ` +
+				"add the labels imperator.tenzen-y.io/machine-group=hopper-machine, imperator.tenzen-y.io/machine-type=compute-xlarge and imperator.tenzen-y.io/pod-role=guest to the Job's pod template"},
+		"no Machine": {template: template("plain", "", "", xlargeUnit()),
+			want: noLabels + "; no Machine of this cluster offers a machine type it could name: label the Job's pod template with the machine group and type it runs on"},
+		"a template without containers": {machines: []imperatorv1alpha1.Machine{*general}, template: &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "plain"}},
+			want: "spec.podSets[0]: the pod template has no containers"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, refusal := Bookings(podSets, map[string]*corev1.PodTemplate{"plain": tc.template}, tc.machines)
+			if got != nil {
+				t.Errorf("Bookings booked %v by shape", got)
+			}
+			if diff := cmp.Diff(&Refusal{Reason: ReasonPodSetNotMapped, Message: tc.want}, refusal); diff != "" {
 				t.Errorf("refusal (-want +got):\n%s", diff)
 			}
 		})

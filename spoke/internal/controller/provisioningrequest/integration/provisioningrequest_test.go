@@ -209,6 +209,19 @@ var _ = Describe("A ProvisioningRequest of the capacity-hold class", Ordered, fu
 		}).WithTimeout(2 * time.Second).Should(Satisfy(apierrors.IsNotFound))
 	})
 
+	It("fails, naming the labels to add, when its template has no guest labels but the shape of one type's unit", func(ctx context.Context) {
+		plain := podTemplate("plain", true)
+		plain.Template.Labels = nil
+		Expect(k8s.Create(ctx, plain)).To(Succeed())
+		Expect(k8s.Create(ctx, request("by-shape", imperatorv1alpha1.CapacityHoldProvisioningClass,
+			pr.PodSet{PodTemplateRef: pr.Reference{Name: "plain"}, Count: 1}))).To(Succeed())
+		Eventually(condition(ctx, "by-shape", pr.ConditionFailed)).WithTimeout(20 * time.Second).Should(And(
+			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", pr.ReasonPodSetNotMapped),
+			HaveField("Message", ContainSubstring(`container "train" asks for exactly one unit of machine type compute-xlarge of machine group general-machine: `+
+				"add the labels imperator.tenzen-y.io/machine-group=general-machine, imperator.tenzen-y.io/machine-type=compute-xlarge and imperator.tenzen-y.io/pod-role=guest"))))
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: pr.HoldName(namespace, "by-shape", group, machineType)}, &imperatorv1alpha1.CapacityHold{})).To(Satisfy(apierrors.IsNotFound))
+	})
+
 	It("fails, naming the pod set, when its template is missing", func(ctx context.Context) {
 		Expect(k8s.Create(ctx, request("orphan", imperatorv1alpha1.CapacityHoldProvisioningClass,
 			pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 1}, pr.PodSet{PodTemplateRef: pr.Reference{Name: "gone"}, Count: 1}))).To(Succeed())
