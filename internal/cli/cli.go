@@ -55,7 +55,11 @@ YAML shaped like a kubeconfig:
 Flags win over the environment ($IMPERATOR_HUB), which wins over the file.
 The client certificate must be signed by the hub CA with organization
 imperator.tenzen-y.io:viewers (read) or imperator.tenzen-y.io:admins
-(tokens); ` + "`hub client-cert`" + ` prints such a configuration.
+(tokens); ` + "`hub client-cert`" + ` prints such a configuration. Instead of a
+certificate, --kubeconfig (or kubeconfig: in a context) sends the bearer
+token of a kubeconfig user of the hub cluster, authorized by its RBAC
+(docs/access.md). The commands and output formats follow kubectl's:
+docs/imperatorctl.md.
 
 Exit codes:
   0  success

@@ -94,7 +94,9 @@ func completionCommand() *cobra.Command {
 		Use:   "completion bash|zsh|fish",
 		Short: "Print the shell completion script for bash, zsh or fish",
 		Long: `Completion prints a script that makes your shell complete imperatorctl's
-commands, flags and -o formats. Load it in the current shell, or install it:
+commands, flags and -o formats, and the names of clusters, holds and machine
+types, which it asks the hub for (with the connection flags on the command
+line, within 3 s). Load it in the current shell, or install it:
 
   bash:  source <(imperatorctl completion bash)
          imperatorctl completion bash > /etc/bash_completion.d/imperatorctl
