@@ -3,7 +3,8 @@
 # the charts' files/ (make generate runs it; make verify then fails when a
 # copy is stale): the CRDs, the RBAC roles controller-gen writes from the
 # +kubebuilder:rbac markers, the spoke's webhook configurations and its
-# admission policies (deploy/spoke/policy). The charts' templates read these
+# admission policies (deploy/spoke/policy), and the Prometheus Operator's
+# PodMonitor and PrometheusRule of deploy/monitoring. The charts' templates read these
 # copies, so no rule, schema, webhook or policy is written twice by hand. See
 # deploy/charts/README.md.
 set -euo pipefail
@@ -25,9 +26,11 @@ hub=deploy/charts/imperator-hub/files
 copy "$hub/crds" deploy/hub/crd/*.yaml
 copy "$hub/crds/ocm" deploy/hub/crd/ocm/*.yaml
 copy "$hub/rbac" deploy/hub/rbac/*.yaml
+copy "$hub/monitoring" deploy/monitoring/podmonitor.yaml deploy/monitoring/prometheusrule.yaml
 
 spoke=deploy/charts/imperator-spoke/files
 copy "$spoke/crds" deploy/spoke/crd/*.yaml
+copy "$spoke/monitoring" deploy/monitoring/podmonitor.yaml deploy/monitoring/prometheusrule.yaml
 copy "$spoke/provisioningrequest" deploy/spoke/provisioningrequest/autoscaling.x-k8s.io_*.yaml
 copy "$spoke/rbac" deploy/spoke/rbac/role.yaml
 copy "$spoke/webhook" deploy/spoke/webhook/manifests.yaml

@@ -240,6 +240,8 @@ var _ = Describe("The Helm charts", func() {
 			{"imperator-hub/files/crds", "hub/crd/*.yaml"},
 			{"imperator-hub/files/crds/ocm", "hub/crd/ocm/*.yaml"},
 			{"imperator-hub/files/rbac", "hub/rbac/*.yaml"},
+			{"imperator-hub/files/monitoring", "monitoring/p*.yaml"},
+			{"imperator-spoke/files/monitoring", "monitoring/p*.yaml"},
 			{"imperator-spoke/files/crds", "spoke/crd/*.yaml"},
 			{"imperator-spoke/files/rbac", "spoke/rbac/role.yaml"},
 			{"imperator-spoke/files/webhook", "spoke/webhook/manifests.yaml"},
@@ -284,7 +286,7 @@ var _ = Describe("The Helm charts", func() {
 		entriesOf(func(v chartValueSet) bool { return true }),
 	)
 
-	DescribeTable("render objects that pass a server-side dry-run against a real API server (CRDs and namespaces applied first, cert-manager objects left out)",
+	DescribeTable("render objects that pass a server-side dry-run against a real API server (CRDs and namespaces applied first, cert-manager and Prometheus Operator objects left out)",
 		func(ctx context.Context, v chartValueSet) {
 			objs, err := helmTemplate(ctx, v.chart, valuesArgs(v)...)
 			Expect(err).NotTo(HaveOccurred())
@@ -296,7 +298,7 @@ var _ = Describe("The Helm charts", func() {
 			}
 			_, err = apply(ctx, ofKind(objs, "CustomResourceDefinition", "Namespace"))
 			Expect(err).NotTo(HaveOccurred())
-			out, err := apply(ctx, notCertManager(except(objs, "CustomResourceDefinition", "Namespace")), "--dry-run=server")
+			out, err := apply(ctx, notMonitoring(notCertManager(except(objs, "CustomResourceDefinition", "Namespace"))), "--dry-run=server")
 			Expect(err).NotTo(HaveOccurred())
 			Expect(out).To(ContainSubstring("(server dry run)"))
 			Expect(out).NotTo(ContainSubstring("would violate PodSecurity"))
@@ -422,6 +424,28 @@ var _ = Describe("The Helm charts", func() {
 				}
 			}
 			Expect(ofKind(objs, "PodDisruptionBudget")).To(HaveLen(1), "%s: several replicas have a PodDisruptionBudget", chart)
+		}
+
+		// monitoring: the chart's own pods and its side's alerts, with the
+		// labels Prometheus selects them by.
+		for chart, names := range map[string][]any{"imperator-hub": {"imperator-hub"}, "imperator-spoke": {"imperator-spoke", "imperator-spoke-hosted"}} {
+			objs, err := helmTemplate(ctx, chart, "-f", filepath.Join(chartDir(chart), "ci", "all-values.yaml"))
+			Expect(err).NotTo(HaveOccurred())
+			monitors := ofKind(objs, "PodMonitor")
+			Expect(monitors).To(HaveLen(1), chart)
+			Expect(monitors[0].GetLabels()).To(HaveKeyWithValue("release", "kube-prometheus-stack"), chart)
+			values, _, _ := unstructured.NestedSlice(monitors[0].Object, "spec", "selector", "matchExpressions")
+			Expect(values).To(ConsistOf(HaveKeyWithValue("values", Equal(names))), chart)
+			rules := ofKind(objs, "PrometheusRule")
+			Expect(rules).To(HaveLen(1), chart)
+			groups, _, _ := unstructured.NestedSlice(rules[0].Object, "spec", "groups")
+			Expect(groups).To(ConsistOf(HaveKeyWithValue("name", chart)), "%s: its own side's alerts only", chart)
+			data, err := json.Marshal(groups)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(string(data)).To(ContainSubstring("{{ $labels."), "%s: the alerts' templates reach Prometheus, not Helm", chart)
+			objs, err = helmTemplate(ctx, chart, standalone(chart)...)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(ofKind(objs, "PodMonitor", "PrometheusRule")).To(BeEmpty(), "%s: off by default (the CRDs may be missing)", chart)
 		}
 
 		hub, err := helmTemplate(ctx, "imperator-hub", "-f", filepath.Join(chartDir("imperator-hub"), "ci", "all-values.yaml"))
@@ -637,4 +661,16 @@ func entriesOf(keep func(chartValueSet) bool) []TableEntry {
 		}
 	}
 	return entries
+}
+
+// notMonitoring leaves out the Prometheus Operator's objects, whose CRDs the
+// test cluster does not have.
+func notMonitoring(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GroupVersionKind().Group != "monitoring.coreos.com" {
+			out = append(out, o)
+		}
+	}
+	return out
 }
