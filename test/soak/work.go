@@ -58,12 +58,14 @@ type Work struct {
 	FleetHoldsCreated, FleetHoldsReleased       int
 	FleetHoldsRefused                           int
 	Errors                                      int
-	// FirstErrors are the first few errors and refusals, for the report.
+	// FirstErrors are the first errors and refusals of each kind, for the
+	// report.
 	FirstErrors []string
+	seenErrors  map[string]int
 }
 
-// maxFirstErrors is how many errors Work keeps.
-const maxFirstErrors = 5
+// errorsPerKind is how many errors of one kind Work keeps.
+const errorsPerKind = 2
 
 func (w Work) String() string {
 	return fmt.Sprintf("guests created %d (refused %d), deleted %d; available changed %d; types added %d, removed %d; maintenance flips %d; CapacityHolds created %d, deleted %d, claims %d; fleet holds created %d (refused %d), released %d; other errors %d",
@@ -143,16 +145,19 @@ func (g *Generator) step(ctx context.Context) {
 	}
 	if err != nil && ctx.Err() == nil {
 		g.count(func(w *Work) { w.Errors++ })
-		g.note(err)
+		g.note("other", err)
 	}
 }
 
-// note keeps the first few errors.
-func (g *Generator) note(err error) {
+// note keeps the first errors of each kind.
+func (g *Generator) note(kind string, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.w.FirstErrors) < maxFirstErrors {
-		g.w.FirstErrors = append(g.w.FirstErrors, time.Now().UTC().Format("15:04:05 ")+err.Error())
+	if g.w.seenErrors == nil {
+		g.w.seenErrors = map[string]int{}
+	}
+	if g.w.seenErrors[kind]++; g.w.seenErrors[kind] <= errorsPerKind {
+		g.w.FirstErrors = append(g.w.FirstErrors, time.Now().UTC().Format("15:04:05 ")+kind+": "+err.Error())
 	}
 }
 
@@ -202,7 +207,7 @@ func (g *Generator) createGuest(ctx context.Context, s SpokeWork, c client.Clien
 	}
 	if err := c.Create(ctx, pod.Obj()); err != nil {
 		g.count(func(w *Work) { w.GuestsRefused++ })
-		g.note(fmt.Errorf("guest refused: %w", err))
+		g.note("guest refused", err)
 		return nil // refused while the agent or the API server is away: not an error of ours
 	}
 	g.count(func(w *Work) {
@@ -369,7 +374,7 @@ func (g *Generator) createFleetHold(ctx context.Context, s SpokeWork) error {
 	fh := &queryv1.FleetHold{}
 	if res, err := g.Env.Ctl.JSON(ctx, fh, args); err != nil || fh.GetPhase() != queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_HELD {
 		g.count(func(w *Work) { w.FleetHoldsRefused++ })
-		g.note(fmt.Errorf("fleet hold %s refused: %v %s %s", name, err, fh.GetMessage(), strings.TrimSpace(res.Stderr)))
+		g.note("fleet hold refused", fmt.Errorf("%s: %v %s %s", name, err, fh.GetMessage(), strings.TrimSpace(res.Stderr)))
 		return nil // no room, or a replica away: the hub's answer, not an error of ours
 	}
 	g.mu.Lock()
