@@ -43,9 +43,9 @@ type options struct {
 	hubAddress, hubCAFile, hubServerName string
 	tokenFile, certFile, keyFile         string
 	maxClusters                          int
-	callTimeout                          time.Duration
+	callTimeout, placementGrace          time.Duration
 	probeAddress, metricsAddress         string
-	leaderElect                          bool
+	leaderElect, withoutClaims           bool
 	leaderElectionNamespace              string
 }
 
@@ -58,7 +58,9 @@ func main() {
 	fs.StringVar(&o.tokenFile, "hub-token-file", "", "a bearer token for the hub (e.g. a projected ServiceAccount token), read again at each call")
 	fs.StringVar(&o.certFile, "hub-client-cert", "", "a hub client certificate (PEM), with --hub-client-key, instead of a token")
 	fs.StringVar(&o.keyFile, "hub-client-key", "", "the key of --hub-client-cert (PEM)")
-	fs.IntVar(&o.maxClusters, "max-clusters", controller.MaxNominated, "the most worker clusters nominated for one workload, 1 to 20 (Kueue's limit)")
+	fs.IntVar(&o.maxClusters, "max-clusters", 1, "the most worker clusters nominated for one workload, best first, 1 to 20 (Kueue's limit); above 1 Kueue copies the workload to each and keeps the first that admits it")
+	fs.DurationVar(&o.placementGrace, "placement-grace", 10*time.Second, "how long a placed workload's units still count as taken, until the hub's figures show its pods")
+	fs.BoolVar(&o.withoutClaims, "without-claims", false, "decide on the hub's figures alone, not counting the units of nominations whose pods do not run yet (for comparison)")
 	fs.DurationVar(&o.callTimeout, "call-timeout", 5*time.Second, "deadline of each FindCapacity call")
 	fs.StringVar(&o.probeAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.StringVar(&o.metricsAddress, "metrics-bind-address", "0", "address of /metrics; 0 disables it")
@@ -108,6 +110,9 @@ func (o *options) validate() error {
 	if o.maxClusters < 1 || o.maxClusters > controller.MaxNominated {
 		errs = append(errs, fmt.Errorf("--max-clusters %d: want 1 to %d", o.maxClusters, controller.MaxNominated))
 	}
+	if o.placementGrace < 0 {
+		errs = append(errs, fmt.Errorf("--placement-grace %s: want 0 or more", o.placementGrace))
+	}
 	if o.callTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--call-timeout %s: want a positive duration", o.callTimeout))
 	}
@@ -145,7 +150,7 @@ func run(ctx context.Context, o *options) error {
 	}
 	changes := make(chan event.GenericEvent, 1024)
 	r := &controller.Reconciler{Client: mgr.GetClient(), Hub: hub, Recorder: mgr.GetEventRecorder("imperator-dispatcher"),
-		Limit: o.maxClusters, CallTimeout: o.callTimeout}
+		Limit: o.maxClusters, CallTimeout: o.callTimeout, PlacementGrace: o.placementGrace, WithoutClaims: o.withoutClaims}
 	if err := r.SetupWithManager(mgr, changes); err != nil {
 		return fmt.Errorf("setting up the dispatcher: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +52,16 @@ type Reconciler struct {
 	Limit int
 	// CallTimeout bounds each FindCapacity call.
 	CallTimeout time.Duration
+	// PlacementGrace is how long the units of a placed workload still count
+	// as taken after Kueue placed it, until the hub's figures show its pods.
+	PlacementGrace time.Duration
+
+	// WithoutClaims leaves the units of nominations out of the decisions
+	// (a burst may then be nominated to the same last units).
+	WithoutClaims bool
+
+	claimsOnce sync.Once
+	inflight   *claims
 
 	// said is the last event message per Workload, so that a workload
 	// requeued by every change of the hub's figures gets an event only when
@@ -75,9 +86,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	log := ctrl.LoggerFrom(ctx)
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(WorkloadGVK)
+	r.claimsOnce.Do(func() { r.inflight = newClaims(r.PlacementGrace) })
 	if err := r.Client.Get(ctx, req.NamespacedName, u); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.said.Delete(req.NamespacedName)
+			r.inflight.drop(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -87,6 +100,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if !wl.awaitingWorker() {
 		r.said.Delete(req.NamespacedName)
+		if wl.Status.ClusterName != nil && *wl.Status.ClusterName != "" && wl.DeletionTimestamp.IsZero() && !wl.conditionTrue(conditionFinished) {
+			r.inflight.placed(req.NamespacedName, time.Now())
+		} else {
+			r.inflight.drop(req.NamespacedName)
+		}
 		return ctrl.Result{}, nil
 	}
 	check, workers, err := multiKueueCheck(ctx, r.Client, wl.pendingChecks())
@@ -106,7 +124,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, err
 	}
-	d := Decide(answers, workers, wl.Status.NominatedClusterNames, r.Limit)
+	others, claimEnds := r.inflight.others(req.NamespacedName, time.Now())
+	if r.WithoutClaims {
+		others, claimEnds = nil, time.Time{}
+	}
+	d := Decide(ApplyClaims(answers, others), workers, wl.Status.NominatedClusterNames, r.Limit)
 	log.V(1).Info("Dispatch decision", "workload", klog.KObj(u), "check", check, "nominate", d.Nominate, "write", d.Write)
 	if d.Write {
 		if err := r.nominate(ctx, u, d.Nominate); err != nil {
@@ -114,12 +136,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	if len(d.Nominate) == 0 {
+		r.inflight.drop(req.NamespacedName)
 		r.say(u, corev1.EventTypeWarning, ReasonNoClusterFits, d.Reason)
-	} else {
-		r.say(u, corev1.EventTypeNormal, ReasonNominated, fmt.Sprintf("nominated %s: room for %s now",
-			strings.Join(d.Nominate, ", "), describe(demands)))
+		if !claimEnds.IsZero() {
+			// A placed workload's claim may be all that keeps this one
+			// out; the hub sends no change when the claim ends.
+			return ctrl.Result{RequeueAfter: time.Until(claimEnds) + 100*time.Millisecond}, nil
+		}
+		return ctrl.Result{}, nil
 	}
+	r.inflight.set(req.NamespacedName, Claim{HubClusters: hubClusters(workers, d.Nominate), Demands: demands})
+	r.say(u, corev1.EventTypeNormal, ReasonNominated, fmt.Sprintf("nominated %s: room for %s now",
+		strings.Join(d.Nominate, ", "), describe(demands)))
 	return ctrl.Result{}, nil
+}
+
+// hubClusters are the hub clusters of the named workers.
+func hubClusters(workers []Worker, names []string) []string {
+	var out []string
+	for _, w := range workers {
+		if slices.Contains(names, w.Name) && !slices.Contains(out, w.HubCluster) {
+			out = append(out, w.HubCluster)
+		}
+	}
+	return out
 }
 
 // ask asks the hub where each demand fits.
