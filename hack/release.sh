@@ -18,6 +18,10 @@
 #   imperatorctl  imperatorctl-OS-ARCH for CTL_PLATFORMS (static, -trimpath)
 #   changelog     CHANGELOG.md: the VERSION's entry of the repository's CHANGELOG.md
 #   checksums     SHA256SUMS of every file above (the layouts are content-addressed)
+#   appversion    sets appVersion: VERSION in the repository's charts
+#                 (deploy/charts/*/Chart.yaml; CHART_SOURCES=DIR for another
+#                 copy), so that a chart installed from the repository pulls
+#                 the released images: commit it with the release
 #
 # Each step first removes what an earlier run of it left in RELEASE_OUT, and
 # SHA256SUMS lists only the files the steps write (CHANGELOG.md, charts/*.tgz,
@@ -115,6 +119,16 @@ step_changelog() {
     die "CHANGELOG.md has no entry for ${version#v}: add a '## [${version#v}] - $(date -u +%F)' section (Keep a Changelog)"
 }
 
+step_appversion() {
+  local dir=${CHART_SOURCES:-$root/deploy/charts} chart file
+  for chart in "${charts[@]}"; do
+    file=$dir/$chart/Chart.yaml
+    grep -q '^appVersion: ' "$file" || die "$file has no appVersion line"
+    sed -i "s|^appVersion: .*|appVersion: \"$version\"|" "$file"
+    echo "release: $file appVersion $version (commit it with the release)" >&2
+  done
+}
+
 step_checksums() {
   # Only what the steps write: any other file of a reused directory is not
   # part of the release.
@@ -134,7 +148,7 @@ version=${1:-}
 check_version "$version"
 shift
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(changelog images charts imperatorctl checksums)
+[ ${#steps[@]} -gt 0 ] || steps=(changelog images charts imperatorctl checksums appversion)
 registry=${IMAGE_REGISTRY:-ghcr.io/imperator-federation}
 # A repository prefix: host[:port] and lower-case path parts, nothing a
 # chart's values (or sed) would read otherwise.
@@ -144,8 +158,8 @@ out=${RELEASE_OUT:-$root/bin/release/$version}
 mkdir -p "$out"
 for step in "${steps[@]}"; do
   case $step in
-    images | charts | imperatorctl | changelog | checksums) "step_$step" ;;
-    *) die "unknown step $step: want images, charts, imperatorctl, changelog or checksums" ;;
+    images | charts | imperatorctl | changelog | checksums | appversion) "step_$step" ;;
+    *) die "unknown step $step: want images, charts, imperatorctl, changelog, checksums or appversion" ;;
   esac
 done
 echo "release: $version in $out" >&2

@@ -156,6 +156,43 @@ func TestRelease(t *testing.T) {
 		}
 	})
 
+	t.Run("the appversion step sets the released version in the repository's charts", func(t *testing.T) {
+		sources := t.TempDir()
+		for chart := range charts {
+			data, err := os.ReadFile(filepath.Join(root, "deploy", "charts", chart, "Chart.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Join(sources, chart), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(sources, chart, "Chart.yaml"), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "release.sh"), releaseVersion, "appversion")
+		cmd.Env = append(append(os.Environ(), env...), "CHART_SOURCES="+sources)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("hack/release.sh %s appversion: %v\n%s", releaseVersion, err, b)
+		}
+		for chart := range charts {
+			data, err := os.ReadFile(filepath.Join(sources, chart, "Chart.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var meta struct{ AppVersion, Version string }
+			if err := yaml.Unmarshal(data, &meta); err != nil {
+				t.Fatal(err)
+			}
+			if meta.AppVersion != releaseVersion {
+				t.Errorf("%s: appVersion %q after the appversion step, want %s", chart, meta.AppVersion, releaseVersion)
+			}
+			if meta.Version == "" {
+				t.Errorf("%s: the step lost the chart's version", chart)
+			}
+		}
+	})
+
 	t.Run("make push publishes the indexes and charts, and helm pulls the charts back", func(t *testing.T) {
 		if err := os.Symlink(imagesDir, filepath.Join(out, "images")); err != nil {
 			t.Fatal(err)
