@@ -36,7 +36,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
-	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/internal/leader"
 	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/spoke/internal/admissionpolicy"
@@ -365,7 +364,7 @@ func controllers(ctx context.Context, cfg config.Config, scheme *runtime.Scheme,
 				return err
 			}
 		}
-		if err := setupProvisioningRequests(mc, provider != nil, provisioningrequest.Options{Clock: cfg.Clock(), AgentNamespace: cfg.Namespace,
+		if err := setupProvisioningRequests(mc, provisioningrequest.Options{Clock: cfg.Clock(), AgentNamespace: cfg.Namespace,
 			MaxUnitsPerNamespace: int32(cfg.ProvisioningMaxUnitsPerNamespace)}); err != nil {
 			return err
 		}
@@ -417,16 +416,11 @@ func setupInjectionPolicies(mgr manager.Manager, mode, namespace string) error {
 }
 
 // setupProvisioningRequests sets up the ProvisioningRequest provider, which
-// serves the class while the cluster serves the ProvisioningRequest CRD
-// (its discovery asked regularly: a CRD installed or removed later needs no
-// restart) and logs when it does not. Hosted mode does not serve
-// ProvisioningRequests (docs/kueue.md says why).
-func setupProvisioningRequests(mc mcmanager.Manager, hostedMode bool, opts provisioningrequest.Options) error {
-	if hostedMode {
-		ctrl.Log.WithName("spoke").Info("Not serving ProvisioningRequests: hosted mode does not",
-			"provisioningClass", imperatorv1alpha1.CapacityHoldProvisioningClass)
-		return nil
-	}
+// serves the class on the local cluster, or in hosted mode on every member,
+// while its API server serves the ProvisioningRequest CRD (discovery asked
+// regularly: a CRD installed or removed later needs no restart), and logs
+// when it does not.
+func setupProvisioningRequests(mc mcmanager.Manager, opts provisioningrequest.Options) error {
 	return provisioningrequest.SetupWithManager(mc, opts)
 }
 

@@ -97,8 +97,9 @@ func Served(config *rest.Config) (bool, error) {
 	return slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == "provisioningrequests" }), nil
 }
 
-// SetupWithManager runs the Controller on the local cluster of mgr while
-// its API server serves the ProvisioningRequest CRD (Server).
+// SetupWithManager runs the Controller on the clusters of mgr (the local
+// one, or every member in hosted mode) while their API server serves the
+// ProvisioningRequest CRD (Server).
 func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -107,7 +108,7 @@ func SetupWithManager(mgr mcmanager.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if err := mgr.GetLocalManager().Add(server); err != nil {
+	if err := mgr.Add(server); err != nil {
 		return fmt.Errorf("setting up the provisioning request server: %w", err)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -16,14 +17,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/hub/hubtest"
 	"github.com/imperator-federation/imperator/internal/pki"
 	"github.com/imperator-federation/imperator/spoke/internal/hosted"
 	"github.com/imperator-federation/imperator/test/util/faultproxy"
+	"github.com/imperator-federation/imperator/test/util/repo"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -113,6 +118,56 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 				c, _ := hub.Cluster(name)
 				g.Expect(c.InjectionUnavailable).To(BeEmpty(), "the API server of %s reaches the agent's webhooks", name)
 			}
+		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+	})
+
+	It("serves a member's ProvisioningRequests with holds in that member, the CRD installed after the member was served", func(ctx context.Context) {
+		c := members["beta"].Client
+		Expect(client.IgnoreAlreadyExists(c.Create(ctx, machineOf("beta", "team-beta")))).To(Succeed())
+		expectServed(ctx, "beta", "team-beta")
+		root, err := repo.Root()
+		Expect(err).NotTo(HaveOccurred())
+		crd := envtest.CRDInstallOptions{Paths: []string{filepath.Join(root, "deploy/spoke/provisioningrequest")}, ErrorIfPathMissing: true}
+		_, err = envtest.InstallCRDs(members["beta"].Config, crd)
+		Expect(err).NotTo(HaveOccurred())
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kueue-beta", Labels: map[string]string{imperatorv1alpha1.InjectResourceKey: imperatorv1alpha1.InjectResourceEnabled}}}
+		Expect(c.Create(ctx, ns)).To(Succeed())
+		template := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "train"}}
+		template.Template.Labels = map[string]string{imperatorv1alpha1.MachineGroupKey: "team-beta", imperatorv1alpha1.MachineTypeKey: xlarge,
+			imperatorv1alpha1.PodRoleKey: string(imperatorv1alpha1.PodRoleGuest)}
+		unit := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), "nvidia.com/gpu": resource.MustParse("1")}
+		template.Template.Spec.Containers = []corev1.Container{{Name: "train", Image: "trainer", Resources: corev1.ResourceRequirements{Requests: unit, Limits: unit}}}
+		Expect(c.Create(ctx, template)).To(Succeed())
+		request := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+			"metadata": map[string]any{"namespace": ns.Name, "name": "train"},
+			"spec": map[string]any{"provisioningClassName": imperatorv1alpha1.CapacityHoldProvisioningClass,
+				"podSets": []any{map[string]any{"podTemplateRef": map[string]any{"name": "train"}, "count": int64(1)}}},
+		}}
+		Eventually(func() error { return c.Create(ctx, request.DeepCopy()) }).WithTimeout(10 * time.Second).Should(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			Expect(client.IgnoreNotFound(c.Delete(ctx, request))).To(Succeed())
+			Expect(envtest.UninstallCRDs(members["beta"].Config, crd)).To(Succeed())
+		})
+		By("the member's Machine controller holding the unit: the request is Provisioned")
+		Eventually(func(g Gomega) {
+			got := request.DeepCopy()
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(request), got)).To(Succeed())
+			conditions, _, err := unstructured.NestedSlice(got.Object, "status", "conditions")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(conditions).To(ContainElement(And(HaveKeyWithValue("type", "Provisioned"), HaveKeyWithValue("status", "True"))),
+				"conditions %v", conditions)
+		}).WithTimeout(60 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+		holds := &imperatorv1alpha1.CapacityHoldList{}
+		Expect(c.List(ctx, holds, client.MatchingLabels{"imperator.tenzen-y.io/provisioning-request-namespace": ns.Name})).To(Succeed())
+		Expect(holds.Items).To(ConsistOf(HaveField("Spec", And(HaveField("MachineGroup", "team-beta"), HaveField("Count", int32(1)),
+			HaveField("Namespaces", Equal([]string{ns.Name}))))))
+
+		By("deleting the request: its hold is released")
+		Expect(c.Delete(ctx, request)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(c.List(ctx, holds, client.MatchingLabels{"imperator.tenzen-y.io/provisioning-request-namespace": ns.Name})).To(Succeed())
+			g.Expect(holds.Items).To(BeEmpty())
 		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 	})
 

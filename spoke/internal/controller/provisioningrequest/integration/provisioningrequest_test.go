@@ -89,10 +89,10 @@ var _ = Describe("A ProvisioningRequest of the capacity-hold class", Ordered, fu
 	})
 
 	It("is served once the CRD is installed after the agent started, no restart", func(ctx context.Context) {
-		Consistently(server.Serving).WithTimeout(time.Second).Should(BeFalse(), "serving before the CRD exists")
+		Consistently(servingLocal).WithTimeout(time.Second).Should(BeFalse(), "serving before the CRD exists")
 		_, err := envtest.InstallCRDs(env.Config, prCRD)
 		Expect(err).NotTo(HaveOccurred())
-		Eventually(server.Serving).WithTimeout(20 * time.Second).Should(BeTrue())
+		Eventually(servingLocal).WithTimeout(20 * time.Second).Should(BeTrue())
 		req := request("late", imperatorv1alpha1.CapacityHoldProvisioningClass, pr.PodSet{PodTemplateRef: pr.Reference{Name: "stated"}, Count: 1})
 		Eventually(func() error { return k8s.Create(ctx, req) }).WithTimeout(10 * time.Second).Should(Succeed())
 		holdName := pr.HoldName(namespace, "late", group, machineType)
@@ -340,7 +340,7 @@ var _ = Describe("A ProvisioningRequest of the capacity-hold class", Ordered, fu
 		Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Name: holdName}, &imperatorv1alpha1.CapacityHold{}) }).
 			WithTimeout(10 * time.Second).Should(Succeed())
 		Expect(envtest.UninstallCRDs(env.Config, prCRD)).To(Succeed())
-		Eventually(server.Serving).WithTimeout(30 * time.Second).Should(BeFalse())
+		Eventually(servingLocal).WithTimeout(30 * time.Second).Should(BeFalse())
 		Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Name: holdName}, &imperatorv1alpha1.CapacityHold{}) }).
 			WithTimeout(10 * time.Second).Should(Satisfy(apierrors.IsNotFound))
 		By("the agent going on: a CapacityHold of anyone's is untouched")

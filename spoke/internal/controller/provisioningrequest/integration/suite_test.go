@@ -73,7 +73,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 				if err != nil {
 					return err
 				}
-				return mgr.GetLocalManager().Add(server)
+				return mgr.Add(server)
 			},
 		},
 	})
@@ -85,3 +85,6 @@ var _ = BeforeSuite(func(ctx context.Context) {
 		Expect(k8s.Update(ctx, ns)).To(Succeed())
 	}
 }, NodeTimeout(2*time.Minute))
+
+// servingLocal tells whether the provider serves the local cluster.
+func servingLocal() bool { return server.Serving("") }
