@@ -260,6 +260,9 @@ func MultiKueueSpec(ctx context.Context, in MultiKueueInput) {
 	table := []string{"| dispatcher | running | waiting on a worker without room | waiting on the manager | remote copies per Job |", "|---|---|---|---|---|"}
 	table = append(table, burst.run(ctx, "ours", "burst-ours"))
 	Expect(dispatcherProc.Stop()).To(Succeed())
+	dispatcherProc = startDispatcher(ctx, in.Env, hubC, dir, "--without-claims")
+	table = append(table, burst.run(ctx, "ours --without-claims", "burst-noclaims"))
+	Expect(dispatcherProc.Stop()).To(Succeed())
 	manager := starts[2]
 	for _, name := range []string{"kueue.x-k8s.io/multikueue-dispatcher-all-at-once", "kueue.x-k8s.io/multikueue-dispatcher-incremental"} {
 		Expect(manager.kueue.Stop()).To(Succeed())
@@ -296,10 +299,11 @@ type multiKueueBurst struct {
 	size      int
 }
 
-// run waits until every unit is free, creates the burst, waits until the
-// outcome holds still for 5 s and returns its row: Jobs running, Jobs
-// placed on a worker where their pod waits for a unit, Jobs still waiting
-// on the manager, and the remote Workloads created per Job.
+// run waits until every unit is free, creates the burst, waits until every
+// placed Job has its pod on its worker and the outcome holds still for 5 s,
+// and returns its row: Jobs running, Jobs placed on a worker where their
+// pod waits for a unit, Jobs still waiting on the manager, and the remote
+// Workloads created per Job.
 func (b multiKueueBurst) run(ctx context.Context, label, prefix string) string {
 	GinkgoHelper()
 	Eventually(ctx, func(g Gomega) {
@@ -339,7 +343,8 @@ func (b multiKueueBurst) run(ctx context.Context, label, prefix string) string {
 			} else {
 				pods := &corev1.PodList{}
 				g.Expect(b.workers[cluster].List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name})).To(Succeed())
-				if len(pods.Items) == 1 && pods.Items[0].Status.Phase == corev1.PodRunning {
+				g.Expect(pods.Items).NotTo(BeEmpty(), "the copy of Job %s on %s has its pod", job.Name, cluster)
+				if pods.Items[0].Status.Phase == corev1.PodRunning {
 					running++
 					state = cluster + "/running"
 				} else {
@@ -365,6 +370,20 @@ func (b multiKueueBurst) run(ctx context.Context, label, prefix string) string {
 	for _, job := range jobs {
 		Expect(client.IgnoreNotFound(b.hubC.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)))).To(Succeed())
 	}
+	Eventually(ctx, func(g Gomega) {
+		all := map[string]client.Client{"the manager": b.hubC}
+		for name, c := range b.workers {
+			all[name] = c
+		}
+		for name, c := range all {
+			wls := &unstructured.UnstructuredList{}
+			wls.SetGroupVersionKind(kueueGV.WithKind("WorkloadList"))
+			g.Expect(c.List(ctx, wls, client.InNamespace(b.namespace))).To(Succeed())
+			for _, w := range wls.Items {
+				g.Expect(names).NotTo(ContainElement(w.GetName()), "Workload of the burst left on %s", name)
+			}
+		}
+	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
 	return fmt.Sprintf("| %s | %d | %d | %d | %.2f (%s) |", label, running, misplaced, waiting, float64(total)/float64(len(names)), strings.Join(copies, ", "))
 }
 
@@ -546,7 +565,7 @@ func watchRemoteCopies(ctx context.Context, namespace string, workers map[string
 // startDispatcher runs the dispatcher binary (beside imperatorctl) against
 // the hub cluster with a token of a ServiceAccount bound to the shipped
 // role imperator-fleet-viewer, and stops it after the spec.
-func startDispatcher(ctx context.Context, env *Env, hubC client.Client, dir string) *harness.Process {
+func startDispatcher(ctx context.Context, env *Env, hubC client.Client, dir string, extraArgs ...string) *harness.Process {
 	GinkgoHelper()
 	By("installing the hub's access roles (deploy/hub/rbac/access_roles.yaml) where missing")
 	docs, err := ReadDocuments(filepath.Join(env.RepoRoot, "deploy", "hub", "rbac", "access_roles.yaml"))
@@ -594,6 +613,7 @@ func startDispatcher(ctx context.Context, env *Env, hubC client.Client, dir stri
 	if hctx.ServerName != "" {
 		args = append(args, "--hub-server-name", hctx.ServerName)
 	}
+	args = append(args, extraArgs...)
 	proc, err := harness.StartProcess("dispatcher", filepath.Join(filepath.Dir(env.Ctl.Bin), "dispatcher"), args, dir)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() {

@@ -15,6 +15,8 @@
 // the hub's figures arrive on the hub's Watch stream (hubwatch.go) and requeue
 // every pending Workload; a nomination is kept while each of its clusters
 // still fits, and replaced when one goes Offline or Stale or stops fitting.
+// Units nominated but not yet shown taken by the hub are claimed (claims.go)
+// and count as taken in later decisions, so that a burst is spread.
 //
 // The list is written with a JSON merge patch on the status subresource under
 // resourceVersion: Kueue v0.17.0 must run with its feature gate
