@@ -39,6 +39,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/hub/internal/capacity"
 	"github.com/imperator-federation/imperator/hub/internal/config"
 	"github.com/imperator-federation/imperator/hub/internal/holds"
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
@@ -125,7 +126,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if err := persister.Restore(ctx, direct); err != nil {
 		return err
 	}
-	metrics, err := server.NewMetrics(registerer(opts), st, leading)
+	metrics, err := registerMetrics(registerer(opts), st, leading)
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
@@ -267,6 +268,19 @@ func leaderCampaign(cfg config.Config, restConfig *rest.Config, replica string, 
 
 // registerer is where the hub's metrics go: opts.Registerer, else
 // controller-runtime's registry, which the manager serves.
+// registerMetrics registers the hub's metrics on reg: the servers' (calls,
+// streams, joins, leadership) and the clusters' figures in st.
+func registerMetrics(reg prometheus.Registerer, st *store.Store, leading func() bool) (*server.Metrics, error) {
+	metrics, err := server.NewMetrics(reg, leading)
+	if err != nil {
+		return nil, err
+	}
+	if err := reg.Register(capacity.NewCollector(st)); err != nil {
+		return nil, err
+	}
+	return metrics, nil
+}
+
 func registerer(opts Options) prometheus.Registerer {
 	if opts.Registerer != nil {
 		return opts.Registerer

@@ -7,7 +7,6 @@ import (
 	"k8s.io/utils/clock"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/imperator-federation/imperator/hub/internal/server"
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 	"github.com/imperator-federation/imperator/test/util/metricnames"
@@ -27,7 +26,7 @@ func TestHubMetricsFollowConventionsAndMatchTheList(t *testing.T) {
 		Types: []*federationv1.MachineType{{Name: "a100-x8", Cpu: "96", Memory: "1Ti", Available: 4,
 			Usage: &federationv1.Usage{Maximum: 4, Reserved: 2, Used: 1, Waiting: 1, Queued: 1}}},
 	}}})
-	if _, err := server.NewMetrics(ctrlmetrics.Registry, st, nil); err != nil {
+	if _, err := registerMetrics(ctrlmetrics.Registry, st, nil); err != nil {
 		t.Fatalf("registering the hub's metrics: %v", err)
 	}
 	problems, err := metricnames.Check("hub", ctrlmetrics.Registry)

@@ -22,7 +22,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/imperator-federation/imperator/hub/internal/store"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
@@ -196,7 +195,7 @@ func TestHandshakesInFlightHaveAPoolOfTheirOwn(t *testing.T) {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
-	metrics, err := NewMetrics(prometheus.NewRegistry(), store.New(nil, time.Minute), nil)
+	metrics, err := NewMetrics(prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +315,7 @@ func TestTokenCallersHaveAConnectionBudgetOfTheirOwn(t *testing.T) {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
-	metrics, err := NewMetrics(prometheus.NewRegistry(), store.New(nil, time.Minute), nil)
+	metrics, err := NewMetrics(prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,7 @@ func startTestHubWith(tb testing.TB, configure func(*Options)) *testHub {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
 	h := &testHub{ca: ca, store: store.New(nil, time.Minute), rejected: map[string]bool{}, registeredAgain: map[string]bool{}, deregistered: map[string]bool{}}
-	metrics, err := NewMetrics(prometheus.NewRegistry(), h.store, nil)
+	metrics, err := NewMetrics(prometheus.NewRegistry(), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
