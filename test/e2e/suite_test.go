@@ -219,4 +219,8 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 			Env: env, Spoke: spokeA, Namespace: "team-policy", Node: "policy-node", Machine: "policy-machine", Available: 2, Guests: 4,
 		})
 	}, SpecTimeout(3*time.Minute))
+
+	It("14: a ServiceAccount bound to imperator-fleet-viewer lists the clusters through imperatorctl --kubeconfig and is refused creating a hold, told the verb and resource", func(ctx SpecContext) {
+		AccessSpec(ctx, AccessInput{Env: env, Namespace: "fleet-people", Spokes: spokes})
+	}, SpecTimeout(time.Minute))
 })
