@@ -111,68 +111,96 @@ type TypePlan struct {
 
 // PlanType decides the holds of one machine type and splits its units
 // between them, their guests and everyone else (see the package doc). It is
-// pure: the same input gives the same plan.
+// pure: the same input gives the same plan. It runs in three steps: the
+// active holds keep what they hold (less what lost nodes revoke), the
+// pending holds are decided oldest first, and the queue's share follows.
 func PlanType(in TypeInput) TypePlan {
+	t := newTypePlanner(in)
+	t.holdActive()
+	t.decidePending()
+	return t.allot()
+}
+
+// typePlanner is one PlanType: the type's holds in Order with their plans
+// and phases as the steps decide them, and the units they add up to.
+type typePlanner struct {
+	in     TypeInput
+	plans  []HoldPlan
+	phases map[string]Phase
+	byUID  map[types.UID]*imperatorv1alpha1.CapacityHold
+	// holdingByHold counts, by hold name, the guests holding a unit that
+	// claim it.
+	holdingByHold map[string]int32
+	// guestHeld are the units guests hold: used, granted and leaving.
+	guestHeld int32
+	// promised are the units active holds hold (before revocation, and with
+	// those accepted now); backed those still backed by reservation pods.
+	promised, backed int32
+}
+
+func newTypePlanner(in TypeInput) *typePlanner {
 	holds := slices.Clone(in.Holds)
 	slices.SortFunc(holds, Order)
-	plan := TypePlan{HoldFree: map[string]int32{}, Claims: map[types.UID]string{}}
-
-	byUID := make(map[types.UID]*imperatorv1alpha1.CapacityHold, len(holds))
+	t := &typePlanner{
+		in:            in,
+		plans:         make([]HoldPlan, len(holds)),
+		phases:        make(map[string]Phase, len(holds)),
+		byUID:         make(map[types.UID]*imperatorv1alpha1.CapacityHold, len(holds)),
+		holdingByHold: map[string]int32{},
+		guestHeld:     in.Used + in.Granted + in.Leaving,
+	}
 	for _, h := range holds {
-		byUID[h.UID] = h
+		t.byUID[h.UID] = h
+		t.phases[h.Name] = PhaseOf(h, in.Now)
 	}
-	// claimed is the hold of this type a guest claims (its UID, a namespace
-	// the hold allows), else nil.
-	claimed := func(pod *corev1.Pod) *imperatorv1alpha1.CapacityHold {
-		if h := byUID[ClaimOf(pod)]; h != nil && Claims(h, pod) {
-			return h
-		}
-		return nil
-	}
-	// claimable is the hold a guest may claim if that hold is in one of the
-	// given phases, else nil.
-	claimable := func(pod *corev1.Pod, phases map[string]Phase, want ...Phase) *imperatorv1alpha1.CapacityHold {
-		if h := claimed(pod); h != nil && slices.Contains(want, phases[h.Name]) {
-			return h
-		}
-		return nil
-	}
-
-	phases := make(map[string]Phase, len(holds))
-	for _, h := range holds {
-		phases[h.Name] = PhaseOf(h, in.Now)
-	}
-	holdingByHold := map[string]int32{}
 	for _, pod := range in.Holding {
-		if h := claimed(pod); h != nil {
-			holdingByHold[h.Name]++
+		if h := t.claimed(pod); h != nil {
+			t.holdingByHold[h.Name]++
 		}
 	}
-	guestHeld := in.Used + in.Granted + in.Leaving
-
-	plans := make([]HoldPlan, len(holds))
 	for i, h := range holds {
-		plans[i] = HoldPlan{Hold: h, Phase: phases[h.Name]}
-		if plans[i].Phase == PhaseActive || plans[i].Phase == PhaseExpired {
-			plans[i].Claimed = min(h.Spec.Count, holdingByHold[h.Name])
+		t.plans[i] = HoldPlan{Hold: h, Phase: t.phases[h.Name]}
+		if t.plans[i].Phase == PhaseActive || t.plans[i].Phase == PhaseExpired {
+			t.plans[i].Claimed = min(h.Spec.Count, t.holdingByHold[h.Name])
 		}
 	}
+	return t
+}
 
-	// Active holds first: what they hold, and what they lose when lost
-	// reservation pods leave too few units, newest first.
-	capacity := max(0, in.Available-in.Lost-guestHeld)
-	var promised int32
-	for i := range plans {
-		if plans[i].Phase == PhaseActive {
-			plans[i].Held = plans[i].Hold.Spec.Count - plans[i].Claimed
-			promised += plans[i].Held
+// claimed is the hold of this type a guest claims (its UID, a namespace the
+// hold allows), else nil.
+func (t *typePlanner) claimed(pod *corev1.Pod) *imperatorv1alpha1.CapacityHold {
+	if h := t.byUID[ClaimOf(pod)]; h != nil && Claims(h, pod) {
+		return h
+	}
+	return nil
+}
+
+// claimable is the hold a guest may claim if that hold is now in one of
+// the phases want, else nil.
+func (t *typePlanner) claimable(pod *corev1.Pod, want ...Phase) *imperatorv1alpha1.CapacityHold {
+	if h := t.claimed(pod); h != nil && slices.Contains(want, t.phases[h.Name]) {
+		return h
+	}
+	return nil
+}
+
+// holdActive gives each active hold the units no guest of it holds, and
+// revokes, newest first, what reservation pods on lost nodes leave too few
+// units for. Only units lost to nodes are revoked: guests beyond a lowered
+// available (OverSubscribed) take nothing from a hold.
+func (t *typePlanner) holdActive() {
+	in := t.in
+	capacity := max(0, in.Available-in.Lost-t.guestHeld)
+	for i := range t.plans {
+		if t.plans[i].Phase == PhaseActive {
+			t.plans[i].Held = t.plans[i].Hold.Spec.Count - t.plans[i].Claimed
+			t.promised += t.plans[i].Held
 		}
 	}
-	// Only units lost to nodes are revoked: guests beyond a lowered
-	// available (OverSubscribed) take nothing from a hold.
-	if shortfall := min(promised-capacity, in.Lost); shortfall > 0 {
-		for i := len(plans) - 1; i >= 0 && shortfall > 0; i-- {
-			p := &plans[i]
+	if shortfall := min(t.promised-capacity, in.Lost); shortfall > 0 {
+		for i := len(t.plans) - 1; i >= 0 && shortfall > 0; i-- {
+			p := &t.plans[i]
 			if p.Phase != PhaseActive || p.Held == 0 {
 				continue
 			}
@@ -184,58 +212,68 @@ func PlanType(in TypeInput) TypePlan {
 				p.Revoked, p.Hold.Spec.Count, in.MachineType, lostNodes(in.LostNodes))
 		}
 	}
-	var backed int32
-	for i := range plans {
-		if plans[i].Phase == PhaseActive {
-			backed += plans[i].Held
+	for i := range t.plans {
+		if t.plans[i].Phase == PhaseActive {
+			t.backed += t.plans[i].Held
 		}
 	}
+}
 
-	// Then the holds not decided yet, oldest first.
+// decidePending accepts, oldest first, each pending hold whose units are
+// free after the guests, the active holds and the ordinary guests in line,
+// and fails the others.
+func (t *typePlanner) decidePending() {
+	in := t.in
 	queuedOrdinary := int32(0)
 	for _, pod := range in.Gated {
-		if claimable(pod, phases, PhaseActive, PhasePending) == nil {
+		if t.claimable(pod, PhaseActive, PhasePending) == nil {
 			queuedOrdinary++
 		}
 	}
-	for i := range plans {
-		p := &plans[i]
+	for i := range t.plans {
+		p := &t.plans[i]
 		if p.Phase != PhasePending {
 			continue
 		}
 		p.Decided = true
-		p.Claimed = min(p.Hold.Spec.Count, holdingByHold[p.Hold.Name])
+		p.Claimed = min(p.Hold.Spec.Count, t.holdingByHold[p.Hold.Name])
 		need := p.Hold.Spec.Count - p.Claimed
-		free := in.Available - in.Lost - guestHeld - backed - queuedOrdinary
+		free := in.Available - in.Lost - t.guestHeld - t.backed - queuedOrdinary
 		if !in.Served {
 			free = 0
 		}
 		if need > free {
 			p.Phase, p.Claimed = PhaseFailed, 0
 			p.Reason = imperatorv1alpha1.HoldReasonNotEnoughFreeUnits
-			p.Message = failedMessage(in, p.Hold.Spec.Count, need, max(0, free), guestHeld, backed, queuedOrdinary)
-			phases[p.Hold.Name] = PhaseFailed
+			p.Message = failedMessage(in, p.Hold.Spec.Count, need, max(0, free), t.guestHeld, t.backed, queuedOrdinary)
+			t.phases[p.Hold.Name] = PhaseFailed
 			continue
 		}
 		p.Phase, p.Held = PhaseActive, need
 		p.Reason = imperatorv1alpha1.HoldReasonAccepted
 		p.Message = fmt.Sprintf("Machine %s offers %s: %d units held", in.Machine, in.MachineType, need)
-		phases[p.Hold.Name] = PhaseActive
-		backed += need
-		promised += need
+		t.phases[p.Hold.Name] = PhaseActive
+		t.backed += need
+		t.promised += need
 	}
+}
 
-	// What the queue may hand out.
+// allot is what the queue may hand out: the gated guests that may take a
+// held unit of their hold, the units ordinary guests may have, what stays
+// held, and the reservation pods the type keeps.
+func (t *typePlanner) allot() TypePlan {
+	in := t.in
+	plan := TypePlan{HoldFree: map[string]int32{}, Claims: map[types.UID]string{}}
 	claiming := map[string]int32{}
 	for _, pod := range in.Gated {
-		if h := claimable(pod, phases, PhaseActive); h != nil {
+		if h := t.claimable(pod, PhaseActive); h != nil {
 			plan.Claims[pod.UID] = h.Name
 			claiming[h.Name]++
 		}
 	}
 	var claimingNow, heldIdle int32
 	gatedOrdinary := int32(len(in.Gated))
-	for _, p := range plans {
+	for _, p := range t.plans {
 		if p.Phase != PhaseActive {
 			continue
 		}
@@ -250,17 +288,17 @@ func PlanType(in TypeInput) TypePlan {
 		}
 	}
 	plan.Held = heldIdle
-	// room is the units ordinary guests may have once the leaving guests are
-	// gone: without an active hold, issue 18's queue exactly.
+	// room is the units ordinary guests may have once the leaving guests
+	// are gone: without an active hold, the plain queue exactly.
 	room := in.Available - in.Used - in.Granted
 	if plan.Active {
-		room -= in.Lost + promised
+		room -= in.Lost + t.promised
 	}
 	plan.OrdinaryFree = max(0, room-in.Leaving)
 	// Reservations keep every unit nobody holds or is about to take: the
 	// held ones, and the free ones no ordinary guest in line can have.
 	plan.Replicas = max(0, in.Available-in.Used-in.Granted-claimingNow-min(gatedOrdinary, max(0, room)))
-	plan.Holds = plans
+	plan.Holds = t.plans
 	return plan
 }
 
