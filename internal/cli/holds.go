@@ -276,15 +276,22 @@ func (p *program) holdListCommand() *cobra.Command {
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: p.completeHolds,
 	}
+	p.g.bindWatch(cmd.Flags())
 	return p.leaf(cmd, subcommand{
 		objects: true,
 		validate: func(c *command) error {
+			if c.g.watch && (c.printer.structured() || c.printer.objectFormat()) {
+				return fail(ExitUsage, "hold list --watch prints rows (table or wide): the hub's Watch streams clusters, and the holds are asked again at each of its events")
+			}
 			if len(c.args) == 0 {
 				return nil
 			}
 			return oneHoldName(c)
 		},
 		run: func(c *command) error {
+			if c.g.watch {
+				return c.watchHolds()
+			}
 			ctx, cancel := c.unary()
 			defer cancel()
 			var resp *queryv1.ListHoldsResponse
@@ -323,6 +330,50 @@ func (p *program) holdListCommand() *cobra.Command {
 			return c.printer.table(t, true)
 		},
 	})
+}
+
+// watchHolds prints the holds (or the named one), then again each hold
+// that changed. The hub's Watch streams clusters, not holds; a hold's
+// booking, claims, release and expiry move its clusters' held units, so
+// each event of the Watch is when the holds are asked again, and a hold
+// is printed when its phase, message or parts changed.
+func (c *command) watchHolds() error {
+	last := map[string]string{}
+	return c.watch(func(t *table, _ *queryv1.ClusterEvent) error {
+		ctx, cancel := c.unary()
+		defer cancel()
+		var holds []*queryv1.FleetHold
+		if len(c.args) == 1 {
+			h, err := c.client.GetHold(ctx, &queryv1.GetHoldRequest{Name: c.args[0]})
+			if status.Code(err) == codes.NotFound {
+				return fail(ExitFailure, "%s", status.Convert(err).Message())
+			}
+			if err != nil {
+				return c.callError(err)
+			}
+			holds = []*queryv1.FleetHold{h}
+		} else {
+			resp, err := c.client.ListHolds(ctx, &queryv1.ListHoldsRequest{})
+			if err != nil {
+				return c.callError(err)
+			}
+			holds = resp.GetHolds()
+		}
+		for _, h := range holds {
+			seen := proto.Clone(h).(*queryv1.FleetHold)
+			seen.ValidUntil = nil // unchanged by what happens to the hold
+			key, err := proto.MarshalOptions{Deterministic: true}.Marshal(seen)
+			if err != nil {
+				return fmt.Errorf("encoding hold %s: %w", h.GetName(), err)
+			}
+			if last[h.GetName()] == string(key) {
+				continue
+			}
+			last[h.GetName()] = string(key)
+			c.printer.holdRow(t, h)
+		}
+		return nil
+	}, holdColumns)
 }
 
 func oneHoldName(c *command) error {

@@ -329,3 +329,44 @@ func TestMachinesWatch(t *testing.T) {
 		t.Errorf("clusters -w -o custom-columns: exit %d (-want +got):\n%s", r.code, diff)
 	}
 }
+
+// changingHolds answers ListHolds with the next of its answers each time.
+type changingHolds struct {
+	*watchingFleet
+	answers [][]*queryv1.FleetHold
+	calls   int
+}
+
+func (c *changingHolds) ListHolds(context.Context, *queryv1.ListHoldsRequest, ...grpc.CallOption) (*queryv1.ListHoldsResponse, error) {
+	a := c.answers[min(c.calls, len(c.answers)-1)]
+	c.calls++
+	return &queryv1.ListHoldsResponse{Holds: a}, nil
+}
+
+// hold list -w asks the holds again at each event of the hub's Watch and
+// prints a hold when it changed, once.
+func TestHoldListWatch(t *testing.T) {
+	pending := &queryv1.FleetHold{Name: "train-1", Phase: queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_PENDING, Count: 2}
+	held := &queryv1.FleetHold{Name: "train-1", Phase: queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_HELD, Count: 2,
+		Clusters: []*queryv1.FleetHoldCluster{{Cluster: "spoke-a", Count: 2, Held: 2}}}
+	other := &queryv1.FleetHold{Name: "train-2", Phase: queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_HELD, Count: 1}
+	hub := &changingHolds{watchingFleet: &watchingFleet{fleetHub: newFleetHub()}, answers: [][]*queryv1.FleetHold{
+		{pending}, {pending}, {held, other}, {held, other},
+	}}
+	hub.watcher.streams = []*scriptedStream{{events: []*queryv1.ClusterEvent{event("spoke-a"), event("spoke-b"), event("spoke-a"), event("spoke-a")}, err: io.EOF}}
+	r := runWith(hub, "hold", "list", "-w")
+	if r.code != ExitOK {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "NAME") || !strings.Contains(lines[1], "Pending") ||
+		!strings.Contains(lines[2], "Held") || !strings.Contains(lines[2], "spoke-a:2") || !strings.HasPrefix(lines[3], "train-2") {
+		t.Errorf("hold list -w printed, want a header, train-1 Pending, train-1 Held, train-2:\n%s", r.stdout)
+	}
+	if hub.calls != 4 {
+		t.Errorf("ListHolds asked %d times, want once per event (4)", hub.calls)
+	}
+	if r := runWith(hub, "hold", "list", "-w", "-o", "json"); r.code != ExitUsage || !strings.Contains(r.stderr, "prints rows") {
+		t.Errorf("hold list -w -o json: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
