@@ -245,80 +245,20 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, look lookups, av
 			u.stranded = append(u.stranded, pod)
 			continue
 		case !active(pod):
-			if pod.DeletionTimestamp != nil && bound(pod) && !finished(pod) {
-				u.terminating++
-				if role == imperatorv1alpha1.PodRoleGuest {
-					u.leaving++
-					u.addHolding(pod)
-				}
-			}
-			if role == imperatorv1alpha1.PodRoleReservation && !finished(pod) {
-				u.reservationPods++
-				switch deleted := pod.DeletionTimestamp.Time; {
-				case deleted.Before(stuckBefore):
-					u.stuck = append(u.stuck, pod.Namespace+"/"+pod.Name)
-					u.stuckUIDs = append(u.stuckUIDs, pod.UID)
-					u.stuckPodNames = append(u.stuckPodNames, pod.Namespace+"/"+pod.Name)
-				case u.nextStuck.IsZero() || deleted.Before(u.nextStuck):
-					u.nextStuck = deleted
-				}
-			}
+			u.countInactive(pod, role, stuckBefore)
 			continue
-		}
-		if id, _, _, ok := gangMembership(pod); ok && role == imperatorv1alpha1.PodRoleGuest {
-			machineType := pod.Labels[imperatorv1alpha1.MachineTypeKey]
-			if !slices.Contains(gangTypes[id], machineType) {
-				gangTypes[id] = append(gangTypes[id], machineType)
-				slices.Sort(gangTypes[id])
-			}
-			if bound(pod) || !gated(pod) {
-				if u.gangHolding == nil {
-					u.gangHolding = map[gangID]int32{}
-				}
-				u.gangHolding[id]++
-			}
 		}
 		switch role {
 		case imperatorv1alpha1.PodRoleReservation:
 			u.reservationPods++
-			switch {
-			case !bound(pod):
+			if !bound(pod) {
 				reservations = append(reservations, pod)
-			default:
-				state := look.nodeState(pod.Spec.NodeName)
-				if state == string(imperatorv1alpha1.NodePoolReady) {
-					u.Reserved++
-					break
-				}
-				if state == "" {
-					state = "no " + imperatorv1alpha1.NodePoolKey + " label"
-				}
-				u.offPool++
-				if node := pod.Spec.NodeName + " (" + state + ")"; !slices.Contains(u.offPoolNodes, node) {
-					u.offPoolNodes = append(u.offPoolNodes, node)
-				}
+				break
 			}
+			u.countBoundReservation(pod, look)
 		case imperatorv1alpha1.PodRoleGuest:
-			switch {
-			case bound(pod):
-				u.Used++
-				u.addHolding(pod)
-			case gated(pod):
-				u.Waiting++
-				u.Queued++
-				nodes := look.readyNodes(pod.Labels[imperatorv1alpha1.MachineTypeKey])
-				u.noReadyNode = len(nodes) == 0
-				if u.noReadyNode || placeableOn(nodes, pod) {
-					u.gated = append(u.gated, pod)
-					break
-				}
-				u.Unplaceable++
-				u.unplaceable = append(u.unplaceable, pod)
-			default:
-				u.Waiting++
-				u.granted++
-				u.addHolding(pod)
-			}
+			u.countGangMember(pod, gangTypes)
+			u.countGuest(pod, look)
 		}
 	}
 	for name, u := range usage {
@@ -343,6 +283,94 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, look lookups, av
 		slices.Sort(u.stuck)
 	}
 	return usage
+}
+
+// countInactive counts a pod that is terminating or finished: a bound one
+// still terminating holds its node (a guest its unit, as leaving), and a
+// reservation pod deleted before stuckBefore is stuck.
+func (u *typeUsage) countInactive(pod *corev1.Pod, role imperatorv1alpha1.PodRole, stuckBefore time.Time) {
+	if pod.DeletionTimestamp != nil && bound(pod) && !finished(pod) {
+		u.terminating++
+		if role == imperatorv1alpha1.PodRoleGuest {
+			u.leaving++
+			u.addHolding(pod)
+		}
+	}
+	if role != imperatorv1alpha1.PodRoleReservation || finished(pod) {
+		return
+	}
+	u.reservationPods++
+	switch deleted := pod.DeletionTimestamp.Time; {
+	case deleted.Before(stuckBefore):
+		u.stuck = append(u.stuck, pod.Namespace+"/"+pod.Name)
+		u.stuckUIDs = append(u.stuckUIDs, pod.UID)
+		u.stuckPodNames = append(u.stuckPodNames, pod.Namespace+"/"+pod.Name)
+	case u.nextStuck.IsZero() || deleted.Before(u.nextStuck):
+		u.nextStuck = deleted
+	}
+}
+
+// countBoundReservation counts a bound reservation pod as reserved on a
+// node-pool=ready node, else as off the pool, naming its node's state.
+func (u *typeUsage) countBoundReservation(pod *corev1.Pod, look lookups) {
+	state := look.nodeState(pod.Spec.NodeName)
+	if state == string(imperatorv1alpha1.NodePoolReady) {
+		u.Reserved++
+		return
+	}
+	if state == "" {
+		state = "no " + imperatorv1alpha1.NodePoolKey + " label"
+	}
+	u.offPool++
+	if node := pod.Spec.NodeName + " (" + state + ")"; !slices.Contains(u.offPoolNodes, node) {
+		u.offPoolNodes = append(u.offPoolNodes, node)
+	}
+}
+
+// countGangMember records the machine types of a guest's gang and, when it
+// holds a unit (bound or let through), counts it for its gang.
+func (u *typeUsage) countGangMember(pod *corev1.Pod, gangTypes map[gangID][]string) {
+	id, _, _, ok := gangMembership(pod)
+	if !ok {
+		return
+	}
+	machineType := pod.Labels[imperatorv1alpha1.MachineTypeKey]
+	if !slices.Contains(gangTypes[id], machineType) {
+		gangTypes[id] = append(gangTypes[id], machineType)
+		slices.Sort(gangTypes[id])
+	}
+	if bound(pod) || !gated(pod) {
+		if u.gangHolding == nil {
+			u.gangHolding = map[gangID]int32{}
+		}
+		u.gangHolding[id]++
+	}
+}
+
+// countGuest counts an active guest: bound, it is used; at the slot gate,
+// waiting and queued, and unplaceable when no ready node of its type can
+// take it; let through and not bound yet, waiting and granted.
+func (u *typeUsage) countGuest(pod *corev1.Pod, look lookups) {
+	switch {
+	case bound(pod):
+		u.Used++
+		u.addHolding(pod)
+	case gated(pod):
+		u.Waiting++
+		u.Queued++
+		nodes := look.readyNodes(pod.Labels[imperatorv1alpha1.MachineTypeKey])
+		u.noReadyNode = len(nodes) == 0
+		if u.noReadyNode || placeableOn(nodes, pod) {
+			u.gated = append(u.gated, pod)
+			return
+		}
+		u.Unplaceable++
+		u.unplaceable = append(u.unplaceable, pod)
+	default:
+		u.Waiting++
+		u.granted++
+		u.addHolding(pod)
+	}
 }
 
 // reservationReplicas is how many units stay reserved: what is available and
