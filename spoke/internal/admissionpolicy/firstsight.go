@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -40,7 +41,10 @@ import (
 // In the same patch it stamps imperatorv1alpha1.HoldUIDAnnotation on a
 // guest that claims a CapacityHold (HoldClaim): a policy's parameters are
 // Machines and cannot resolve a hold's name. A stamp patch that fails is
-// retried, in order, with a capped backoff.
+// retried, in order, with a capped backoff, unless the API server refuses
+// it for what the guest is (refusedForGood: annotations already at the
+// size limit, say): that guest is left unstamped instead of holding up
+// every guest after it.
 type FirstSight struct {
 	// Clientset watches guest pods; Client patches them and reads
 	// CapacityHolds; APIReader, when set, reads a hold Client does not show
@@ -199,6 +203,17 @@ func (f *FirstSight) stampPending(ctx context.Context) bool {
 			f.mu.Unlock()
 			continue
 		}
+		if err != nil && refusedForGood(err) {
+			// The API server refuses this very patch (the guest's
+			// annotations leave no room for the stamp, say): retrying it
+			// would hold up every guest after it for ever. It goes by its
+			// creation time and claims no hold; its next update queues it
+			// again.
+			f.pending = f.pending[1:]
+			f.mu.Unlock()
+			log.Error(err, "The API server refuses this guest's arrival stamp; leaving it unstamped", "pod", klogRef(pod))
+			continue
+		}
 		if err != nil {
 			f.mu.Unlock()
 			log.Error(err, "Stamping a guest's arrival failed; retrying", "pod", klogRef(pod))
@@ -225,6 +240,12 @@ func (f *FirstSight) patch(ctx context.Context, pod *corev1.Pod, stamp time.Time
 		return fmt.Errorf("patching pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
+}
+
+// refusedForGood tells whether the API server refused a stamp for what the
+// guest is, so that the same patch would be refused again.
+func refusedForGood(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsRequestEntityTooLargeError(err)
 }
 
 // stampsOfSecondLocked are the stamps within second of the guests created

@@ -150,4 +150,29 @@ var _ = Describe("The policy path's holds and groups: a hold's UID stamped as th
 			g.Expect(strings.Count(pod.Annotations[imperatorv1alpha1.InjectedAnnotation], `"machine"`)).To(Equal(1))
 		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 	}, SpecTimeout(2*time.Minute))
+
+	It("stamps the guests after one whose stamp the API server refuses, instead of retrying that one before them forever", func(ctx context.Context) {
+		By("measuring the annotations the policy gives a guest")
+		probe := guestOf(holders, "bloated", "compute-xlarge", "main")
+		probe.Annotations = map[string]string{"example.com/bloat": "x"}
+		Expect(policyEnv.Client.Create(ctx, probe, client.DryRunAll)).To(Succeed())
+		size := 0
+		for k, v := range probe.Annotations {
+			size += len(k) + len(v)
+		}
+		By("creating a guest whose annotations leave no room for the agent's stamp (the API server's 256 KiB limit)")
+		const limit = 256 * 1024
+		bloated := guestOf(holders, "bloated", "compute-xlarge", "main")
+		bloated.Annotations = map[string]string{"example.com/bloat": strings.Repeat("x", 1+limit-size-8)}
+		Expect(policyEnv.Client.Create(ctx, bloated)).To(Succeed())
+		nextSecond(ctx, bloated.CreationTimestamp)
+		after := guestOf(holders, "after-bloated", "compute-xlarge", "main")
+		Expect(policyEnv.Client.Create(ctx, after)).To(Succeed())
+
+		By("starting the agent: the guest after it is stamped, the bloated one is left as it is")
+		DeferCleanup(startAgent())
+		Expect(stamped(ctx, holders, after.Name)).To(HaveKey(imperatorv1alpha1.AdmittedAtAnnotation))
+		Expect(policyEnv.Client.Get(ctx, client.ObjectKeyFromObject(bloated), bloated)).To(Succeed())
+		Expect(bloated.Annotations).NotTo(HaveKey(imperatorv1alpha1.AdmittedAtAnnotation))
+	}, SpecTimeout(2*time.Minute))
 })
