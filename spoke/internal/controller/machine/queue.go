@@ -213,76 +213,113 @@ type slotPlan struct {
 func planSlots(l line) slotPlan {
 	order := slices.Clone(l.gated)
 	slices.SortFunc(order, arrivalOrder)
-	free := l.available - l.held
-	var holdFree map[string]int32
+	sp := &slotPlanner{l: l, free: l.available - l.held, room: l.available - l.held, planned: map[*waitingGang]bool{}}
 	if l.holds != nil {
-		free, holdFree = l.holds.ordinaryFree, maps.Clone(l.holds.holdFree)
+		sp.free, sp.holdFree = l.holds.ordinaryFree, maps.Clone(l.holds.holdFree)
 	}
+	for _, pod := range order {
+		if g := l.gangs[pod.UID]; g != nil {
+			sp.planGang(g)
+			continue
+		}
+		sp.planGuest(pod)
+	}
+	noteQueued(l, &sp.plan)
+	sp.plan.queued = append(sp.plan.queued, l.parked...)
+	return sp.plan
+}
+
+// slotPlanner is one planSlots: the units still to hand out as it walks
+// the line, and the plan so far.
+type slotPlanner struct {
+	l line
+	// free are the units no hold holds still free for ordinary guests,
+	// holdFree each active hold's held units still free for its guests.
+	free     int32
+	holdFree map[string]int32
 	// room is the cap itself: guests never hold more than available units,
 	// whatever the holds' accounting says (available lowered below what a
 	// hold and the guests already running need, say).
-	room := l.available - l.held
-	placeable := func(pod *corev1.Pod) bool { return l.placeable != nil && l.placeable(pod) }
-	var plan slotPlan
-	planned := map[*waitingGang]bool{}
-	for _, pod := range order {
-		if g := l.gangs[pod.UID]; g != nil {
-			if planned[g] {
-				continue
-			}
-			planned[g] = true
-			needed, extra := g.members[:min(int(g.need), len(g.members))], g.members[min(int(g.need), len(g.members)):]
-			p := gangPlan{hold: commonClaim(l.holds, needed)}
-			if i := slices.IndexFunc(needed, func(m *corev1.Pod) bool { return !placeable(m) }); i >= 0 {
-				p.unplaceable = needed[i]
-			}
-			need := int32(len(needed))
-			switch {
-			case p.hold != "":
-				// The hold's units are the gang's when it has all it
-				// needs; otherwise what it has is kept for the gang.
-				p.aside = min(holdFree[p.hold], need)
-				holdFree[p.hold] -= p.aside
-				p.grant = p.aside == need && !l.releasing && p.unplaceable == nil && room >= need
-			case p.unplaceable == nil:
-				p.aside = min(max(free, 0), need)
-				free -= p.aside
-				p.grant = p.aside == need && !l.releasing && room >= need
-			}
-			if p.grant {
-				plan.grant = append(plan.grant, needed...)
-				room -= need
-			} else {
-				for _, m := range needed {
-					plan.queued = append(plan.queued, queuedGuest{pod: m, gang: g, gangPlan: p, unplaceable: !placeable(m)})
-				}
-			}
-			for _, m := range extra {
-				plan.queued = append(plan.queued, queuedGuest{pod: m, gang: g, extra: true})
-			}
-			continue
-		}
-		placeable := placeable(pod)
-		if hold := l.holds.claimOf(pod); hold != "" && holdFree[hold] > 0 {
-			// The held unit is this guest's: now, or once the reservation
-			// pod scaled away for it is gone.
-			holdFree[hold]--
-			if !l.releasing && placeable && room > 0 {
-				plan.grant = append(plan.grant, pod)
-				room--
-				continue
-			}
-			plan.queued = append(plan.queued, queuedGuest{pod: pod, hold: hold, unplaceable: !placeable})
-			continue
-		}
-		if free > 0 && room > 0 && !l.releasing && placeable {
-			plan.grant = append(plan.grant, pod)
-			free--
-			room--
-			continue
-		}
-		plan.queued = append(plan.queued, queuedGuest{pod: pod, unplaceable: !placeable})
+	room int32
+	// planned are the gangs already placed in the line.
+	planned map[*waitingGang]bool
+	plan    slotPlan
+}
+
+func (sp *slotPlanner) placeable(pod *corev1.Pod) bool {
+	return sp.l.placeable != nil && sp.l.placeable(pod)
+}
+
+// planGang lets a gang through whole, at its oldest member's place, when
+// all it needs fit (its hold's units, or free ones); otherwise the units
+// it has are set aside for it and its members wait together.
+func (sp *slotPlanner) planGang(g *waitingGang) {
+	if sp.planned[g] {
+		return
 	}
+	sp.planned[g] = true
+	l := sp.l
+	needed, extra := g.members[:min(int(g.need), len(g.members))], g.members[min(int(g.need), len(g.members)):]
+	p := gangPlan{hold: commonClaim(l.holds, needed)}
+	if i := slices.IndexFunc(needed, func(m *corev1.Pod) bool { return !sp.placeable(m) }); i >= 0 {
+		p.unplaceable = needed[i]
+	}
+	need := int32(len(needed))
+	switch {
+	case p.hold != "":
+		// The hold's units are the gang's when it has all it needs;
+		// otherwise what it has is kept for the gang.
+		p.aside = min(sp.holdFree[p.hold], need)
+		sp.holdFree[p.hold] -= p.aside
+		p.grant = p.aside == need && !l.releasing && p.unplaceable == nil && sp.room >= need
+	case p.unplaceable == nil:
+		p.aside = min(max(sp.free, 0), need)
+		sp.free -= p.aside
+		p.grant = p.aside == need && !l.releasing && sp.room >= need
+	}
+	if p.grant {
+		sp.plan.grant = append(sp.plan.grant, needed...)
+		sp.room -= need
+	} else {
+		for _, m := range needed {
+			sp.plan.queued = append(sp.plan.queued, queuedGuest{pod: m, gang: g, gangPlan: p, unplaceable: !sp.placeable(m)})
+		}
+	}
+	for _, m := range extra {
+		sp.plan.queued = append(sp.plan.queued, queuedGuest{pod: m, gang: g, extra: true})
+	}
+}
+
+// planGuest lets a single guest through when a unit of its hold, or a free
+// one, is there and a ready node can take it; otherwise it waits in line.
+func (sp *slotPlanner) planGuest(pod *corev1.Pod) {
+	l := sp.l
+	placeable := sp.placeable(pod)
+	if hold := l.holds.claimOf(pod); hold != "" && sp.holdFree[hold] > 0 {
+		// The held unit is this guest's: now, or once the reservation pod
+		// scaled away for it is gone.
+		sp.holdFree[hold]--
+		if !l.releasing && placeable && sp.room > 0 {
+			sp.plan.grant = append(sp.plan.grant, pod)
+			sp.room--
+			return
+		}
+		sp.plan.queued = append(sp.plan.queued, queuedGuest{pod: pod, hold: hold, unplaceable: !placeable})
+		return
+	}
+	if sp.free > 0 && sp.room > 0 && !l.releasing && placeable {
+		sp.plan.grant = append(sp.plan.grant, pod)
+		sp.free--
+		sp.room--
+		return
+	}
+	sp.plan.queued = append(sp.plan.queued, queuedGuest{pod: pod, unplaceable: !placeable})
+}
+
+// noteQueued writes each guest left in line the note it is told: its place
+// (exact for the first exactPlaces), its gang's or its hold's, and why it
+// cannot go yet.
+func noteQueued(l line, plan *slotPlan) {
 	inUse := l.held + int32(len(plan.grant))
 	position := 0
 	gangPlace := map[*waitingGang]int{}
@@ -331,8 +368,6 @@ func planSlots(l line) slotPlan {
 		}
 		q.note = note
 	}
-	plan.queued = append(plan.queued, l.parked...)
-	return plan
 }
 
 // commonClaim is the hold every one of pods claims, "" when they do not
