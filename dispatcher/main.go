@@ -189,6 +189,12 @@ func dialHub(o *options) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--hub-ca-file: %w", err)
 	}
+	if pair == nil {
+		// As imperatorctl's: a token caller's connections count against
+		// the hub's budget for them (--max-token-connections), not the
+		// joining spokes' anonymous one, which a flood of joins fills.
+		tlsCfg.NextProtos = []string{"h2", identity.TokenCallerProtocol}
+	}
 	conn, err := grpc.NewClient(o.hubAddress, append(opts, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))...)
 	if err != nil {
 		return nil, fmt.Errorf("--hub-address %q: %w", o.hubAddress, err)
