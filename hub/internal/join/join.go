@@ -115,6 +115,61 @@ func ReservedName(cluster, hubNamespace string) string {
 // what to do.
 func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*federationv1.JoinResponse, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", req.GetClusterName())
+	csr, err := s.checkJoinRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	registered, err := registry.Exists(ctx, s.Client, req.GetClusterName())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "checking cluster registration: %v", err)
+	}
+	use, err := s.Tokens.ConsumeForKey(ctx, req.GetToken(), req.GetClusterName(), KeySHA256(csr.RawSubjectPublicKeyInfo), registered)
+	if err != nil {
+		log.Info("Join refused", "reason", err.Error())
+		return nil, tokenRefusal(err)
+	}
+	uid, err := s.registration(ctx, req, use, registered)
+	registeredNow := err == nil
+	if registeredNow && !use.Retry {
+		// Before any certificate is issued, so that a retry of this join is
+		// answered for this registration only (a failure here leaves the
+		// token used and unbound: its retry is refused, and the spoke needs
+		// a new token).
+		err = s.Tokens.BindRegistration(ctx, req.GetToken(), req.GetClusterName(), uid)
+	}
+	var (
+		certPEM []byte
+		cert    *x509.Certificate
+	)
+	if err == nil {
+		certPEM, cert, err = s.issue(ctx, req, uid)
+	}
+	if err != nil {
+		// The join did not happen. Before the registration exists, the
+		// token is given back so that the spoke's retry can use it. Once it
+		// exists, the token stays used, by this key: the spoke's retry with
+		// the same key is answered (ConsumeForKey), whereas a released
+		// unbound token could not join the now registered name.
+		if !use.Retry && !registeredNow {
+			if releaseErr := s.Tokens.Release(ctx, req.GetToken(), req.GetClusterName()); releaseErr != nil {
+				log.Error(releaseErr, "Releasing the bootstrap token of a failed join")
+			}
+		}
+		return nil, joinRefusal(ctx, req.GetClusterName(), err)
+	}
+	log.Info("Cluster joined", "agentVersion", req.GetAgentVersion(), "registration", uid, "newRegistration", !registered, "retry", use.Retry,
+		"serial", identity.SerialOf(cert), "notAfter", cert.NotAfter)
+	return &federationv1.JoinResponse{
+		Certificate: certPEM,
+		Ca:          s.CA.CertPEM,
+		NotAfter:    timestamppb.New(cert.NotAfter),
+	}, nil
+}
+
+// checkJoinRequest checks everything of a Join that needs no API read: the
+// token's format, the cluster name, the CSR (first, so that a bad one does
+// not burn the token).
+func (s *Service) checkJoinRequest(req *federationv1.JoinRequest) (*x509.CertificateRequest, error) {
 	if _, _, err := ParseToken(req.GetToken()); err != nil {
 		return nil, status.Errorf(codes.Unauthenticated, "token: %v", err)
 	}
@@ -127,33 +182,37 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 	if len(req.GetCsr()) == 0 || len(req.GetCsr()) > maxCSRBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "csr: want a PEM certificate request of at most %d bytes", maxCSRBytes)
 	}
-	// Check the CSR first so that a bad one does not burn the token.
 	csr, err := pki.ParseCSR(req.GetCsr())
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "csr: %v", err)
 	}
-	registered, err := registry.Exists(ctx, s.Client, req.GetClusterName())
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "checking cluster registration: %v", err)
-	}
-	use, err := s.Tokens.ConsumeForKey(ctx, req.GetToken(), req.GetClusterName(), KeySHA256(csr.RawSubjectPublicKeyInfo), registered)
-	if err != nil {
-		log.Info("Join refused", "reason", err.Error())
-		switch {
-		case errors.Is(err, ErrWrongCluster), errors.Is(err, ErrUnboundToken):
-			return nil, status.Error(codes.PermissionDenied, err.Error())
-		case errors.Is(err, ErrMalformedToken), errors.Is(err, ErrUnknownToken), errors.Is(err, ErrExpiredToken), errors.Is(err, ErrUsedToken):
-			return nil, status.Error(codes.Unauthenticated, err.Error())
-		default:
-			return nil, status.Errorf(codes.Unavailable, "checking bootstrap token: %v", err)
-		}
-	}
-	retry := use.Retry
-	var uid types.UID
+	return csr, nil
+}
+
+// tokenRefusal is the status of a token ConsumeForKey refused.
+func tokenRefusal(err error) error {
 	switch {
-	case retry:
-		// The first join registered the cluster; its ManagedCluster must
-		// still be that registration, which the token recorded.
+	case errors.Is(err, ErrWrongCluster), errors.Is(err, ErrUnboundToken):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, ErrMalformedToken), errors.Is(err, ErrUnknownToken), errors.Is(err, ErrExpiredToken), errors.Is(err, ErrUsedToken):
+		return status.Error(codes.Unauthenticated, err.Error())
+	default:
+		return status.Errorf(codes.Unavailable, "checking bootstrap token: %v", err)
+	}
+}
+
+// registration returns the UID of the registration the join is for: the
+// one a retried join made (which the token recorded, and which must still
+// be the cluster's), the existing one, or a new one (a new name is claimed
+// by creating its ManagedCluster, so that two joins racing for it cannot
+// both get its identity).
+func (s *Service) registration(ctx context.Context, req *federationv1.JoinRequest, use Use, registered bool) (types.UID, error) {
+	var (
+		uid types.UID
+		err error
+	)
+	switch {
+	case use.Retry:
 		uid, err = registeredUID(ctx, s.Client, req.GetClusterName())
 		switch {
 		case err != nil:
@@ -165,69 +224,48 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 	case registered:
 		uid, err = registry.EnsureCluster(ctx, s.Client, req.GetClusterName())
 	default:
-		// A new name is claimed by creating its ManagedCluster, so that two
-		// joins racing for it cannot both get its identity.
 		uid, err = registry.Register(ctx, s.Client, req.GetClusterName())
 	}
 	if err == nil && uid == "" {
 		err = errors.New("the ManagedCluster has no UID")
 	}
-	registeredNow := err == nil && uid != ""
-	if registeredNow && !retry {
-		// Before any certificate is issued, so that a retry of this join is
-		// answered for this registration only (a failure here leaves the
-		// token used and unbound: its retry is refused, and the spoke needs
-		// a new token).
-		err = s.Tokens.BindRegistration(ctx, req.GetToken(), req.GetClusterName(), uid)
-	}
-	var (
-		certPEM []byte
-		cert    *x509.Certificate
-	)
-	if err == nil {
-		certPEM, cert, err = s.sign(req.GetCsr(), identity.Spoke{Cluster: req.GetClusterName(), RegistrationUID: string(uid)})
-	}
-	if err == nil {
-		var written string
-		written, err = registry.RecordJoin(ctx, s.Client, req.GetClusterName(), uid, identity.SerialOf(cert), registry.KeyDigest(cert.RawSubjectPublicKeyInfo), cert.NotBefore)
-		if err == nil {
-			s.recordWritten(req.GetClusterName(), written)
-		}
-	}
+	return uid, err
+}
+
+// issue signs the join's CSR for the registration uid and records the
+// certificate as the registration's only good one.
+func (s *Service) issue(ctx context.Context, req *federationv1.JoinRequest, uid types.UID) ([]byte, *x509.Certificate, error) {
+	certPEM, cert, err := s.sign(req.GetCsr(), identity.Spoke{Cluster: req.GetClusterName(), RegistrationUID: string(uid)})
 	if err != nil {
-		// The join did not happen. Before the registration exists, the
-		// token is given back so that the spoke's retry can use it. Once it
-		// exists, the token stays used, by this key: the spoke's retry with
-		// the same key is answered (ConsumeForKey), whereas a released
-		// unbound token could not join the now registered name.
-		if !retry && !registeredNow {
-			if releaseErr := s.Tokens.Release(ctx, req.GetToken(), req.GetClusterName()); releaseErr != nil {
-				log.Error(releaseErr, "Releasing the bootstrap token of a failed join")
-			}
-		}
-		var refused *registry.RefusedError
-		switch {
-		case errors.Is(err, registry.ErrAlreadyRegistered):
-			log.Info("Join refused", "reason", "cluster registered by another join meanwhile")
-			return nil, status.Errorf(codes.PermissionDenied,
-				"cluster %q was registered by another join meanwhile; joining a registered cluster needs a token bound to its name (hub token create --cluster %s)",
-				req.GetClusterName(), req.GetClusterName())
-		case errors.Is(err, errNoRecordedRegistration):
-			log.Info("Join refused", "reason", err.Error())
-			return nil, status.Errorf(codes.PermissionDenied, "cluster %q: %v; ask the platform team for a new token", req.GetClusterName(), err)
-		case errors.As(err, &refused):
-			log.Info("Join refused", "reason", err.Error())
-			return nil, status.Errorf(codes.PermissionDenied, "cluster %q was deregistered or registered again since this token was used: %v; ask the platform team for a new token", req.GetClusterName(), err)
-		}
-		return nil, status.Errorf(codes.Unavailable, "registering cluster: %v", err)
+		return nil, nil, err
 	}
-	log.Info("Cluster joined", "agentVersion", req.GetAgentVersion(), "registration", uid, "newRegistration", !registered, "retry", retry,
-		"serial", identity.SerialOf(cert), "notAfter", cert.NotAfter)
-	return &federationv1.JoinResponse{
-		Certificate: certPEM,
-		Ca:          s.CA.CertPEM,
-		NotAfter:    timestamppb.New(cert.NotAfter),
-	}, nil
+	written, err := registry.RecordJoin(ctx, s.Client, req.GetClusterName(), uid, identity.SerialOf(cert), registry.KeyDigest(cert.RawSubjectPublicKeyInfo), cert.NotBefore)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.recordWritten(req.GetClusterName(), written)
+	return certPEM, cert, nil
+}
+
+// joinRefusal is the status of a join that failed after the token was
+// taken, saying what the spoke's operator should do.
+func joinRefusal(ctx context.Context, cluster string, err error) error {
+	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster)
+	var refused *registry.RefusedError
+	switch {
+	case errors.Is(err, registry.ErrAlreadyRegistered):
+		log.Info("Join refused", "reason", "cluster registered by another join meanwhile")
+		return status.Errorf(codes.PermissionDenied,
+			"cluster %q was registered by another join meanwhile; joining a registered cluster needs a token bound to its name (hub token create --cluster %s)",
+			cluster, cluster)
+	case errors.Is(err, errNoRecordedRegistration):
+		log.Info("Join refused", "reason", err.Error())
+		return status.Errorf(codes.PermissionDenied, "cluster %q: %v; ask the platform team for a new token", cluster, err)
+	case errors.As(err, &refused):
+		log.Info("Join refused", "reason", err.Error())
+		return status.Errorf(codes.PermissionDenied, "cluster %q was deregistered or registered again since this token was used: %v; ask the platform team for a new token", cluster, err)
+	}
+	return status.Errorf(codes.Unavailable, "registering cluster: %v", err)
 }
 
 // errNoRecordedRegistration refuses the retry of a join that failed before
