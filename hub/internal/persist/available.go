@@ -15,9 +15,12 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/store"
 )
 
-// renew takes the Lease of a cluster whose stream is open here if another
-// replica holds it, and puts its Available conditions right.
-func (p *Persister) renew(ctx context.Context, name string) error {
+// upkeep is the periodic look at a cluster whose stream is open here when
+// there is nothing to sync: it takes the cluster's Lease if another replica
+// holds it, and puts its Available conditions right (not a Lease renewal:
+// replicas renew their own Leases, see replica.go; nor the spokes'
+// certificate renewal).
+func (p *Persister) upkeep(ctx context.Context, name string) error {
 	c, ok := p.store.Get(name)
 	if !ok || !c.Connected || !p.store.Local(c) || p.state(name).withheld {
 		return nil

@@ -253,7 +253,7 @@ func TestHeartbeatsWriteNothing(t *testing.T) {
 	for at := 5 * time.Second; at <= 10*time.Minute; at += 5 * time.Second {
 		clk.SetTime(start.Add(at))
 		st.Heartbeat("a", 1, &federationv1.Heartbeat{Generation: 1})
-		if err := p.renew(ctx, "a"); err != nil {
+		if err := p.upkeep(ctx, "a"); err != nil {
 			t.Fatalf("renew at %s: %v", at, err)
 		}
 	}

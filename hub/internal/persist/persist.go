@@ -186,8 +186,8 @@ func (p *Persister) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	var err error
 	if due > 0 || clean {
 		// Within the interval, or nothing changed since the last sync
-		// (the periodic look of a cluster streaming here): renew only.
-		err = p.renew(ctx, name)
+		// (the periodic look of a cluster streaming here): upkeep only.
+		err = p.upkeep(ctx, name)
 	} else {
 		err = p.timedSync(ctx, name)
 		if err == nil {

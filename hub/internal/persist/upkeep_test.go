@@ -81,7 +81,7 @@ func TestRenewalCostDoesNotGrowWithTheInventory(t *testing.T) {
 	allocs := map[string]float64{}
 	for name := range sizes {
 		allocs[name] = testing.AllocsPerRun(20, func() {
-			if err := p.renew(ctx, name); err != nil {
+			if err := p.upkeep(ctx, name); err != nil {
 				t.Fatalf("renewing %s: %v", name, err)
 			}
 		})
