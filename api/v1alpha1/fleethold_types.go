@@ -33,9 +33,13 @@ type FleetHoldSpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	Namespaces []string `json:"namespaces,omitempty"`
-	// creator is the common name of the client certificate that created the
-	// hold.
-	// +kubebuilder:validation:MaxLength=253
+	// creator is who created the hold, with the kind of identity:
+	// "certificate:<common name>" for a client certificate of the hub CA,
+	// "kubernetes:<user name>" for a bearer token of the hub cluster. Only
+	// the creator releases the hold (besides admins). A creator without a
+	// kind was recorded by a hub before 0.2.0, when only certificates
+	// created holds.
+	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Creator string `json:"creator,omitempty"`
 }

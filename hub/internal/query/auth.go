@@ -151,7 +151,7 @@ const (
 	CertificateCreator = "certificate:"
 	KubernetesCreator  = "kubernetes:"
 	// maxCreatorBytes is the FleetHold's spec.creator limit.
-	maxCreatorBytes = 253
+	maxCreatorBytes = 512
 )
 
 // authorize refuses the call unless its caller has at least role want, and
