@@ -104,7 +104,11 @@ func (s *Server) Start(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	s.serve(ctx, "", s.mgr.GetLocalManager())
+	cs := &clusterServer{cluster: s.mgr.GetLocalManager()}
+	s.mu.Lock()
+	s.clusters[""] = cs
+	s.mu.Unlock()
+	s.serve(ctx, cs)
 	return nil
 }
 
@@ -112,27 +116,24 @@ func (s *Server) Start(ctx context.Context) error {
 // longer served).
 func (s *Server) Engage(ctx context.Context, name multicluster.ClusterName, cl cluster.Cluster) error {
 	s.mu.Lock()
-	old, ok := s.clusters[name]
-	s.mu.Unlock()
-	if ok && old.cluster == cl {
+	defer s.mu.Unlock()
+	if old, ok := s.clusters[name]; ok && old.cluster == cl {
 		return nil
 	}
-	go s.serve(ctx, name, cl)
+	cs := &clusterServer{name: name, cluster: cl}
+	s.clusters[name] = cs
+	go s.serve(ctx, cs)
 	return nil
 }
 
-// serve checks discovery of cluster cl until ctx ends, starting and
-// stopping the Controller on it as the CRD comes and goes; it stops the
-// Controller on return.
-func (s *Server) serve(ctx context.Context, name multicluster.ClusterName, cl cluster.Cluster) {
+// serve checks discovery of cs's cluster (registered in s.clusters) until
+// ctx ends, starting and stopping the Controller on it as the CRD comes and
+// goes; it stops the Controller on return.
+func (s *Server) serve(ctx context.Context, cs *clusterServer) {
 	log := ctrl.Log.WithName("spoke").WithValues("provisioningClass", imperatorv1alpha1.CapacityHoldProvisioningClass)
-	if name != "" {
-		log = log.WithValues("member", name)
+	if cs.name != "" {
+		log = log.WithValues("member", cs.name)
 	}
-	cs := &clusterServer{name: name, cluster: cl}
-	s.mu.Lock()
-	s.clusters[name] = cs
-	s.mu.Unlock()
 	first := true
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		s.check(ctx, log, cs, first)
@@ -145,8 +146,8 @@ func (s *Server) serve(ctx context.Context, name multicluster.ClusterName, cl cl
 		<-cs.running.done
 		cs.running = nil
 	}
-	if s.clusters[name] == cs {
-		delete(s.clusters, name)
+	if s.clusters[cs.name] == cs {
+		delete(s.clusters, cs.name)
 	}
 }
 
