@@ -66,7 +66,7 @@ step "imperatorctl token list (the tokens the spokes joined with; hub token list
 metrics_urls() {
   grep -o '"\(name\|metricsURL\)": *"[^"]*"' "$dir/fleet.json" | sed 's/.*: *"\(.*\)"$/\1/' | paste -d' ' - -
 }
-step "Metrics endpoints (Prometheus text format; alerts and dashboard: deploy/monitoring, README \"Observe the fleet\")"
+step "Metrics endpoints (Prometheus text format; alerts and dashboard: deploy/monitoring, docs/observe.md)"
 metrics_urls | while read -r name url; do printf '  %-8s %s\n' "$name" "$url"; done
 if command -v curl >/dev/null; then
   hub_metrics=$(metrics_urls | awk 'NR==1 {print $2}')

@@ -5,7 +5,7 @@
 #
 #   hack/fleet.sh up       start (no-op when already running), wait until ready;
 #                          with HOSTED=1 spoke-b has no agent inside: one hosted
-#                          agent in the hub cluster serves it (README, Hosted mode)
+#                          agent in the hub cluster serves it (docs/hosted.md)
 #                          with HUB_REPLICAS=2 two hub replicas serve the fleet,
 #                          the spokes spread over them (spoke-b on the second)
 #   hack/fleet.sh down     stop everything the fleet started

@@ -101,7 +101,7 @@ var _ = AfterSuite(func() {
 })
 
 var _ = Describe("Faults", Ordered, ContinueOnFailure, func() {
-	// Ten spokes, each a control plane of its own (see README, Operations:
+	// Ten spokes, each a control plane of its own (see docs/faults.md,
 	// faults, for what that costs): the hub crash below meets a burst of
 	// Deltas from ten streams; the other faults hit spoke-a or spoke-b while
 	// the rest must show no alarm.

@@ -183,7 +183,7 @@ var ErrCacheBehindWrite = errors.New("the hub's cache does not show its latest w
 // CacheOnly never reaches live.
 //
 // What this guarantees once a Join or Renew that retires a certificate has
-// answered (see also README.md, "Security model"):
+// answered (see also docs/security.md):
 //   - on the replica that answered, every admission after the answer
 //     refuses the retired certificate: a Report stream or Renew it opens,
 //     a query-API call, and any message (Snapshot, Delta, Heartbeat, hold

@@ -66,7 +66,7 @@ type ClientCAOptions struct {
 
 // ClientCA is the CA of the client certificates with which the members' API
 // servers call the agent's webhooks (their admission webhook client
-// authentication, see the README's Hosted mode). It lives in one Secret of the
+// authentication, see docs/hosted.md). It lives in one Secret of the
 // management cluster, shared by the replicas: the first to start creates it.
 // Each member's certificate names the member (common name, organization
 // ClientOrganization) and is written by the leader into the member's client
@@ -282,7 +282,7 @@ func (ca *ClientCA) fresh(cert *x509.Certificate, member string) bool {
 // nobody which members exist.
 func (ca *ClientCA) authenticate(req *http.Request, member string) (status int, reason string) {
 	if req.TLS == nil || len(req.TLS.VerifiedChains) == 0 || len(req.TLS.VerifiedChains[0]) == 0 {
-		return http.StatusUnauthorized, "a client certificate of the member's API server is required (admission webhook client authentication; README, Hosted mode)"
+		return http.StatusUnauthorized, "a client certificate of the member's API server is required (admission webhook client authentication; docs/hosted.md)"
 	}
 	chain := req.TLS.VerifiedChains[0]
 	leaf, root := chain[0], chain[len(chain)-1]

@@ -22,7 +22,7 @@ import (
 
 // A member's client Secret, which the agent writes beside the member's
 // Secret, is what the member's API server needs to call the agent's
-// webhooks; README "Hosted mode" says how to give it to the API server.
+// webhooks; docs/hosted.md says how to give it to the API server.
 const (
 	// ClientSecretSuffix names a member's client Secret:
 	// <member Secret's name>-webhook-client.

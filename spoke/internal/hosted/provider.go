@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 )
 
-// The member Secret's contract, documented in the README (Hosted mode).
+// The member Secret's contract, documented in docs/hosted.md.
 const (
 	// MemberLabel marks a Secret of the kubeconfig namespace as a member
 	// cluster's ("true").

@@ -39,7 +39,7 @@ const (
 	hostedAgentDir = "hosted-agent"
 
 	// The member Secret's keys, as spoke/internal/hosted reads them (the
-	// package is internal to spoke/; README "Hosted mode" documents them).
+	// package is internal to spoke/; docs/hosted.md documents them).
 	memberLabel      = "imperator.tenzen-y.io/member-cluster"
 	memberKubeconfig = "kubeconfig"
 	memberJoinToken  = "join-token"

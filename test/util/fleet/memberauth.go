@@ -16,14 +16,14 @@ import (
 )
 
 // The member's client Secret, as spoke/internal/hosted writes it beside the
-// member's Secret (README "Hosted mode").
+// member's Secret (docs/hosted.md).
 const (
 	memberClientSecretSuffix = "-webhook-client"
 	memberClientKubeconfig   = "kubeconfig"
 )
 
 // MemberAdmission is a hosted member's API server side of the agent's
-// webhook authentication, set up as the README's Hosted mode tells an
+// webhook authentication, set up as docs/hosted.md tells an
 // operator to: an admission configuration whose ValidatingAdmissionWebhook
 // and MutatingAdmissionWebhook plugins take the credentials of the agent's
 // webhooks from the kubeconfig of a directory where the member's client

@@ -5,7 +5,7 @@
 // Secrets, and reports each of them to an in-process hub (hub/hubtest) under
 // its own identity. Each member's API server authenticates to the agent's
 // webhooks with the client certificate the agent issues it, through an
-// admission configuration as the README tells operators to write
+// admission configuration as docs/hosted.md tells operators to write
 // (fleet.MemberAdmission). Expectations are read from the members' API
 // servers and the hub's in-memory view, as users see them.
 package integration
