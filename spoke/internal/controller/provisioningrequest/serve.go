@@ -32,6 +32,12 @@ import (
 // discovery whether it serves ProvisioningRequests: one small GET.
 const DefaultRecheckInterval = 30 * time.Second
 
+// goneAfter is how many answers in a row that the CRD is not served stop
+// the Controller and release the requests' holds: one such answer can be an
+// API server starting behind a load balancer, its CRD handler not ready
+// yet, and releasing every booking on it would be wrong.
+const goneAfter = 2
+
 // Server runs the Controller on a cluster while its API server serves the
 // ProvisioningRequest CRD: it asks discovery when it starts and every
 // RecheckInterval, starts the Controller when the CRD appears (installed
@@ -59,6 +65,9 @@ type clusterServer struct {
 	cluster cluster.Cluster
 	// running is the Controller's run, nil while it does not run.
 	running *run
+	// absent counts the answers in a row, while running, that the CRD is
+	// not served.
+	absent int
 }
 
 // run is one start of the Controller.
@@ -171,6 +180,12 @@ func (s *Server) check(ctx context.Context, log logr.Logger, cs *clusterServer, 
 		log.Error(err, "Checking whether the API server serves ProvisioningRequests")
 		return
 	}
+	if served || cs.running == nil {
+		cs.absent = 0
+	} else if cs.absent++; cs.absent < goneAfter {
+		log.Info("The API server says it does not serve ProvisioningRequests; asking again before releasing their holds", "answers", cs.absent, "needed", goneAfter)
+		return
+	}
 	switch {
 	case served && cs.running == nil:
 		running, err := s.start(ctx, cs)
@@ -181,6 +196,7 @@ func (s *Server) check(ctx context.Context, log logr.Logger, cs *clusterServer, 
 		cs.running = running
 		log.Info("Serving ProvisioningRequests")
 	case !served && cs.running != nil:
+		cs.absent = 0
 		cs.running.cancel()
 		<-cs.running.done
 		cs.running = nil
