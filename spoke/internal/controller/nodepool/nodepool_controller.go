@@ -18,6 +18,10 @@ import (
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 )
 
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machinenodepools,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=imperator.tenzen-y.io,resources=machinenodepools/status,verbs=get;patch
+
 // conflictRetry is how soon a node write that lost an optimistic-lock race
 // is retried; the event of the winning write usually comes first.
 const conflictRetry = time.Second
