@@ -61,6 +61,9 @@ var runs = []run{
 		env: []string{"IMPERATOR_BENCH_SPOKES=200,1000"}, fullEnv: []string{"IMPERATOR_BENCH_SPOKES=10000"}},
 	{pkg: "./spoke/internal/webhook/podinjector/", bench: "^BenchmarkHandle$", times: "2000x"},
 	{pkg: "./spoke/internal/webhook/podinjector/integration/", bench: "^(BenchmarkPodCreate|BenchmarkHandleFromCache)$", times: "300x"},
+	// The two injection paths side by side (issue 36): a webhook API server
+	// and a policy-only one, each iteration four pod creations.
+	{pkg: "./spoke/internal/webhook/podinjector/integration/", bench: "^BenchmarkPodCreateByPath$", times: "500x"},
 	{pkg: "./spoke/internal/webhook/machinevalidator/integration/", bench: "^Benchmark", times: "300x"},
 	{pkg: "./spoke/internal/controller/nodepool/", bench: "^Benchmark", times: "2000x"},
 	{pkg: "./spoke/internal/controller/nodepool/integration/", bench: "^BenchmarkConfigurePool$", times: "5x"},
@@ -101,6 +104,8 @@ var goals = []goal{
 	{metric: "injector: handler time", bench: "BenchmarkHandleFromCache", unit: "ns/op", max: 50_000, issue: "21"},
 	{metric: "injector: handler allocations", bench: "BenchmarkHandleFromCache", unit: "allocs/op", max: 100, issue: "21"},
 	{metric: "injector: pod create p50, with ÷ without webhook", bench: "BenchmarkPodCreate/with-webhook", over: "BenchmarkPodCreate/without-webhook", unit: "p50-µs", max: 1.3, issue: "21"},
+	{metric: "injector, policy path: guest ÷ plain pod create p50 (one run with the webhook path)", bench: "BenchmarkPodCreateByPath", unit: "policy-guest-p50-x-plain", max: 1.1, issue: "36"},
+	{metric: "injector, webhook path: guest ÷ plain pod create p50 (same run)", bench: "BenchmarkPodCreateByPath", unit: "webhook-guest-p50-x-plain", max: 1.3, issue: "36"},
 	{metric: "spoke: 100-node pool configured", bench: "BenchmarkConfigurePool", unit: "ms-configure/op", max: 300, issue: "21"},
 	{metric: "spoke: 1,000 nodes, 50 Machines, 10,000 pods converge", bench: "BenchmarkSpokeAtScale/nodes=1000", unit: "converge-s", max: 30, full: true, issue: "21"},
 	// The agent's own part of that convergence; the rest is the cluster's
