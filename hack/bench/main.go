@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -202,6 +203,7 @@ func (r run) run(smoke, full bool) ([]figure, error) {
 	pattern, times, env := r.bench, r.times, r.env
 	if smoke {
 		times = "1x"
+		env = append(slices.Clone(env), "IMPERATOR_BENCH_SMOKE=1")
 		if r.smoke != "" {
 			pattern = r.smoke
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +32,22 @@ import (
 // handoverGuests is how many guests one run of BenchmarkGuestHandover hands
 // a reserved slot to, one after the other.
 const handoverGuests = 20
+
+// smokeEnv, set by make bench-smoke (hack/bench -smoke), makes the
+// benchmarks that sample many rounds inside one iteration take a few, so
+// that CI's smoke run only proves they still run.
+const smokeEnv = "IMPERATOR_BENCH_SMOKE"
+
+// rounds is n, or smokeRounds in a smoke run.
+func rounds(n int) int {
+	if os.Getenv(smokeEnv) != "" {
+		return min(n, smokeRounds)
+	}
+	return n
+}
+
+// smokeRounds is how many rounds a smoke run samples.
+const smokeRounds = 3
 
 // BenchmarkGuestHandover measures the guest queue on a node whose every
 // compute-xlarge slot is reserved: how long a guest takes from its creation
@@ -73,7 +90,7 @@ func benchmarkHandover(b *testing.B, newGuest func(namespace, name, machineType 
 
 	var handover, handoverBound, restore, restoreBound []time.Duration
 	for b.Loop() {
-		for i := range handoverGuests {
+		for i := range rounds(handoverGuests) {
 			pod := newGuest(guests, "guest-"+strconv.Itoa(i), "compute-xlarge")
 			toBound, toRunning := timeUntilRunning(b, e, pod)
 			handover, handoverBound = append(handover, toRunning), append(handoverBound, toBound)
@@ -366,7 +383,7 @@ func benchmarkGangAdmission(b *testing.B, name string, newGang func(ctx context.
 	getsBefore := apiServerRequests(b, e, "podgroups", "GET")
 	writesBefore := apiServerRequests(b, e, "podgroups", "PATCH") + apiServerRequests(b, e, "podgroups", "APPLY")
 	for b.Loop() {
-		for round := range gangRounds {
+		for round := range rounds(gangRounds) {
 			gang := "train-" + strconv.Itoa(round)
 			blocker := guest(guests, "blocker-"+strconv.Itoa(round), "compute-medium")
 			timeUntilRunning(b, e, blocker)
@@ -393,11 +410,11 @@ func benchmarkGangAdmission(b *testing.B, name string, newGang func(ctx context.
 	count, sum := reconcileTime(b)
 	if count > countBefore {
 		b.ReportMetric((sum-sumBefore)/float64(count-countBefore)*1e3, "reconcile-mean-ms")
-		b.ReportMetric(float64(count-countBefore)/gangRounds, "reconciles/round")
+		b.ReportMetric(float64(count-countBefore)/float64(rounds(gangRounds)), "reconciles/round")
 	}
-	b.ReportMetric((apiServerRequests(b, e, "podgroups", "GET")-getsBefore)/gangRounds, "podgroup-gets/round")
+	b.ReportMetric((apiServerRequests(b, e, "podgroups", "GET")-getsBefore)/float64(rounds(gangRounds)), "podgroup-gets/round")
 	writes := apiServerRequests(b, e, "podgroups", "PATCH") + apiServerRequests(b, e, "podgroups", "APPLY") - writesBefore
-	b.ReportMetric(writes/gangRounds, "podgroup-writes/round")
+	b.ReportMetric(writes/float64(rounds(gangRounds)), "podgroup-writes/round")
 	failed := failedScheduling(b, e, guests)
 	b.ReportMetric(float64(failed), "failedscheduling-events")
 	if failed > 0 {
