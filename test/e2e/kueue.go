@@ -70,7 +70,7 @@ func KueueSpec(ctx context.Context, in KueueInput) {
 		Skip("the journey restarts the spoke's agent: it needs a fleet it started")
 	}
 	if in.Env.Modes[in.Spoke] == "hosted" {
-		Skip("a hosted agent does not serve ProvisioningRequests")
+		Skip("journey 11 restarts the spoke's in-cluster agent with the CRD; a hosted agent's ProvisioningRequests are the hosted suite's spec")
 	}
 	spoke := in.Env.Spoke(in.Spoke)
 	scheme := runtime.NewScheme()
