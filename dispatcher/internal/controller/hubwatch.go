@@ -21,6 +21,12 @@ const (
 	watchBackoffMax  = 30 * time.Second
 )
 
+// DefaultRequeueSpacing is the least time between two passes that requeue
+// the pending Workloads: a busy fleet changes some cluster's figures many
+// times a second, and every pass asks the hub again for every pending
+// Workload.
+const DefaultRequeueSpacing = time.Second
+
 // HubWatch follows the hub's Watch stream and, at each change of a
 // cluster's state or figures (and at each (re)connection, whose initial
 // events may carry what was missed), requeues every Workload the dispatcher
@@ -31,6 +37,9 @@ type HubWatch struct {
 	Client client.Reader
 	// Out receives the Workloads to requeue.
 	Out chan<- event.GenericEvent
+	// Spacing is the least time between two requeue passes (changes
+	// meanwhile go together into the next); DefaultRequeueSpacing when 0.
+	Spacing time.Duration
 }
 
 // Start runs until ctx ends (a manager Runnable).
@@ -84,15 +93,29 @@ func (h *HubWatch) follow(ctx context.Context, changed chan<- struct{}) (receive
 	}
 }
 
-// requeueLoop requeues the pending Workloads once per burst of changes.
+// requeueLoop requeues the pending Workloads once per burst of changes,
+// at most once per Spacing.
 func (h *HubWatch) requeueLoop(ctx context.Context, changed <-chan struct{}) {
 	log := ctrl.LoggerFrom(ctx).WithName("hub-watch")
+	spacing := h.Spacing
+	if spacing <= 0 {
+		spacing = DefaultRequeueSpacing
+	}
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
 		}
+		if wait := spacing - time.Since(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+		last = time.Now()
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(WorkloadGVK.GroupVersion().WithKind("WorkloadList"))
 		if err := h.Client.List(ctx, list); err != nil {
