@@ -48,7 +48,7 @@ func newPrinter(format string, env Env) (printer, error) {
 	}
 	kind, template, columns, ok, err := parseObjectFormat(format)
 	if !ok {
-		return printer{}, fmt.Errorf("--output %q: want table, wide, json, yaml, name, jsonpath=TEMPLATE or custom-columns=HEADER:PATH,...", format)
+		return printer{}, fmt.Errorf("--output %q: want table, wide, json, yaml, name, jsonpath=TEMPLATE or custom-columns=HEADER:PATH[,HEADER:PATH]", format)
 	}
 	if err != nil {
 		return printer{}, err

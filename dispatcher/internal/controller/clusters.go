@@ -10,8 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// HubClusterLabel, on a MultiKueueCluster, names the cluster in the hub when
-// it is not the MultiKueueCluster's own name.
+// HubClusterLabel is the label of a MultiKueueCluster that names its cluster
+// in the hub when that is not the MultiKueueCluster's own name.
 const HubClusterLabel = "imperator.tenzen-y.io/hub-cluster"
 
 // multiKueueCheck returns the name of the first of checks that is a

@@ -69,7 +69,7 @@ func (h *HubWatch) Start(ctx context.Context) error {
 	return nil
 }
 
-// NeedLeaderElection: only the leader dispatches.
+// NeedLeaderElection is true: only the leader dispatches.
 func (h *HubWatch) NeedLeaderElection() bool { return true }
 
 // follow reads one stream until it fails; received says whether any event came.

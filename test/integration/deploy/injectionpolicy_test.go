@@ -26,12 +26,12 @@ func injectionShape(objs []*unstructured.Unstructured) (policies []string, podIn
 	GinkgoHelper()
 	for _, o := range objs {
 		key := o.GetKind() + "/" + o.GetName()
-		switch {
-		case key == "MutatingWebhookConfiguration/imperator-pod-injector":
+		switch key {
+		case "MutatingWebhookConfiguration/imperator-pod-injector":
 			podInjector = true
-		case key == "ValidatingWebhookConfiguration/imperator-machine-validator":
+		case "ValidatingWebhookConfiguration/imperator-machine-validator":
 			machineValidator = true
-		case key == "Deployment/imperator-spoke":
+		case "Deployment/imperator-spoke":
 			containers, _, err := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
 			Expect(err).NotTo(HaveOccurred())
 			args, _, err := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")

@@ -152,7 +152,9 @@ func (s *Server) serve(ctx context.Context, cs *clusterServer) {
 	defer s.mu.Unlock()
 	if cs.running != nil {
 		cs.running.cancel()
-		<-cs.running.done
+		if err := <-cs.running.done; err != nil {
+			log.Error(err, "The ProvisioningRequest controller ended with an error")
+		}
 		cs.running = nil
 	}
 	if s.clusters[cs.name] == cs {
@@ -198,7 +200,9 @@ func (s *Server) check(ctx context.Context, log logr.Logger, cs *clusterServer, 
 	case !served && cs.running != nil:
 		cs.absent = 0
 		cs.running.cancel()
-		<-cs.running.done
+		if err := <-cs.running.done; err != nil {
+			log.Error(err, "The ProvisioningRequest controller ended with an error")
+		}
 		cs.running = nil
 		errs := []error{cs.cluster.GetCache().RemoveInformer(ctx, &ProvisioningRequest{}), s.releaseAll(ctx, cs.cluster.GetClient())}
 		if err := errors.Join(errs...); err != nil {
