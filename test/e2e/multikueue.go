@@ -404,8 +404,11 @@ func (b multiKueueBurst) run(ctx context.Context, label, prefix string) string {
 // hub shows them all free; both are deleted after the journey.
 func addMultiKueueMachine(ctx context.Context, env *Env, c client.Client, spoke string, units int32) {
 	GinkgoHelper()
+	// Not the product the fleet's hopper-machine selects its nodes by
+	// (nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3): that Machine would
+	// take the node into its pool, and this journey's Machine be refused it.
 	node := wrappers.MakeNode("mk-"+spoke).Capacity(corev1.ResourceCPU, "192").Capacity(corev1.ResourceMemory, "2Ti").
-		GPU(8, "NVIDIA-H100-80GB-HBM3", "hopper").Annotation(harness.KwokNodeAnnotation, "fake").Label("type", "kwok").Obj()
+		GPU(8, "NVIDIA-H100-NVL", "hopper").Annotation(harness.KwokNodeAnnotation, "fake").Label("type", "kwok").Obj()
 	Expect(c.Create(ctx, node)).To(Succeed())
 	machine := wrappers.MakeMachine(mkGroup, mkGroup).Type(mkType, "40", "128Gi", units).GPU("nvidia.com/gpu", 2, "", "hopper").
 		Node(node.Name, mkType).Tainted().Obj()
