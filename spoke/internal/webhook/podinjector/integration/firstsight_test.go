@@ -11,16 +11,12 @@ import (
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
-	"github.com/imperator-federation/imperator/spoke/internal/admissionpolicy"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/podinjector"
 	"github.com/imperator-federation/imperator/test/util/framework"
-	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
 var _ = Describe("The policy path with the agent away: arrival order by its first sight across a restart, and no guest refused", Ordered, func() {
@@ -31,38 +27,9 @@ var _ = Describe("The policy path with the agent away: arrival order by its firs
 	const namespace = "team-fifo"
 
 	BeforeAll(func(ctx context.Context) {
-		var err error
-		policyEnv, err = framework.Start(ctx, framework.Options{CRDs: framework.SpokeCRDs})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { Expect(policyEnv.Stop()).To(Succeed()) })
-		clientset, err = kubernetes.NewForConfig(policyEnv.Config)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(policyEnv.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace,
-			Labels: map[string]string{imperatorv1alpha1.InjectResourceKey: imperatorv1alpha1.InjectResourceEnabled}}})).To(Succeed())
-		Expect(policyEnv.Client.Create(ctx, wrappers.GeneralMachine().Obj())).To(Succeed())
-		Expect(installInjectionPolicies(ctx, policyEnv.Client)).To(Succeed())
-		_, err = (&admissionpolicy.Reconciler{Client: policyEnv.Client, Enabled: true}).Reconcile(ctx, reconcile.Request{})
-		Expect(err).NotTo(HaveOccurred())
-		Eventually(func(g Gomega) {
-			pod := guestOf(namespace, "probe", "compute-xlarge", "main")
-			g.Expect(policyEnv.Client.Create(ctx, pod, client.DryRunAll)).To(Succeed())
-			g.Expect(pod.Annotations).To(HaveKey(imperatorv1alpha1.InjectedAnnotation))
-		}).WithContext(ctx).WithTimeout(60 * time.Second).Should(Succeed())
+		policyEnv, clientset = startPolicyPath(ctx, namespace)
 	}, NodeTimeout(2*time.Minute))
 
-	// startAgent runs the first-sight stamper as the agent would, until
-	// the returned stop is called.
-	startAgent := func() (stop func()) {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- (&admissionpolicy.FirstSight{Clientset: clientset, Client: policyEnv.Client}).Start(ctx)
-		}()
-		return func() {
-			cancel()
-			Expect(<-done).To(Succeed())
-		}
-	}
 	// createGuests creates guests one after the other (each committed
 	// before the next is sent): their arrival order is their index.
 	createGuests := func(ctx context.Context, from, to int) {
@@ -107,7 +74,7 @@ var _ = Describe("The policy path with the agent away: arrival order by its firs
 
 	It("stamps guests in the order they were created, also those created while the agent was down", func(ctx context.Context) {
 		By("creating 8 guests while the agent runs")
-		stop := startAgent()
+		stop := startFirstSight(policyEnv, clientset)
 		createGuests(ctx, 0, 8)
 		Eventually(func(g Gomega) []string { return line(g, ctx) }).WithContext(ctx).WithTimeout(30 * time.Second).
 			Should(Equal(arrival(8)))
@@ -131,7 +98,7 @@ var _ = Describe("The policy path with the agent away: arrival order by its firs
 		Expect(unstamped).To(Equal(8), "guests created while the agent is down are admitted, gated, and not stamped yet")
 
 		By("starting the agent again: the line is the arrival order")
-		stop = startAgent()
+		stop = startFirstSight(policyEnv, clientset)
 		DeferCleanup(stop)
 		want := arrival(8)
 		for i := 8; i < 16; i++ {

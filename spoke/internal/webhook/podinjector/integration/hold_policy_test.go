@@ -30,38 +30,9 @@ var _ = Describe("The policy path's holds and groups: a hold's UID stamped as th
 	)
 
 	BeforeAll(func(ctx context.Context) {
-		var err error
-		policyEnv, err = framework.Start(ctx, framework.Options{CRDs: framework.SpokeCRDs})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { Expect(policyEnv.Stop()).To(Succeed()) })
-		clientset, err = kubernetes.NewForConfig(policyEnv.Config)
-		Expect(err).NotTo(HaveOccurred())
-		for _, name := range []string{holders, outsiders} {
-			Expect(policyEnv.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name,
-				Labels: map[string]string{imperatorv1alpha1.InjectResourceKey: imperatorv1alpha1.InjectResourceEnabled}}})).To(Succeed())
-		}
-		Expect(policyEnv.Client.Create(ctx, wrappers.GeneralMachine().Obj())).To(Succeed())
-		Expect(installInjectionPolicies(ctx, policyEnv.Client)).To(Succeed())
-		_, err = (&admissionpolicy.Reconciler{Client: policyEnv.Client, Enabled: true}).Reconcile(ctx, reconcile.Request{})
-		Expect(err).NotTo(HaveOccurred())
-		Eventually(func(g Gomega) {
-			pod := guestOf(holders, "probe", "compute-xlarge", "main")
-			g.Expect(policyEnv.Client.Create(ctx, pod, client.DryRunAll)).To(Succeed())
-			g.Expect(pod.Annotations).To(HaveKey(imperatorv1alpha1.InjectedAnnotation))
-		}).WithContext(ctx).WithTimeout(60 * time.Second).Should(Succeed())
+		policyEnv, clientset = startPolicyPath(ctx, holders, outsiders)
 	}, NodeTimeout(2*time.Minute))
 
-	startAgent := func() (stop func()) {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- (&admissionpolicy.FirstSight{Clientset: clientset, Client: policyEnv.Client}).Start(ctx)
-		}()
-		return func() {
-			cancel()
-			Expect(<-done).To(Succeed())
-		}
-	}
 	// stamped waits until the agent stamped the guest's arrival and returns
 	// its annotations then.
 	stamped := func(ctx context.Context, namespace, name string) map[string]string {
@@ -109,7 +80,7 @@ var _ = Describe("The policy path's holds and groups: a hold's UID stamped as th
 		Expect(forger.Annotations).NotTo(HaveKey(imperatorv1alpha1.AdmittedAtAnnotation), "the policy keeps an admitted-at the tenant wrote")
 
 		By("starting the agent: it stamps the arrivals, and the hold's UID on the claimer only")
-		DeferCleanup(startAgent())
+		DeferCleanup(startFirstSight(policyEnv, clientset))
 		Expect(stamped(ctx, holders, claimer.Name)).To(HaveKeyWithValue(imperatorv1alpha1.HoldUIDAnnotation, string(hold.UID)))
 		Expect(stamped(ctx, outsiders, outsider.Name)).NotTo(HaveKey(imperatorv1alpha1.HoldUIDAnnotation))
 		Expect(stamped(ctx, holders, forger.Name)).NotTo(HaveKey(imperatorv1alpha1.HoldUIDAnnotation))
@@ -170,7 +141,7 @@ var _ = Describe("The policy path's holds and groups: a hold's UID stamped as th
 		Expect(policyEnv.Client.Create(ctx, after)).To(Succeed())
 
 		By("starting the agent: the guest after it is stamped, the bloated one is left as it is")
-		DeferCleanup(startAgent())
+		DeferCleanup(startFirstSight(policyEnv, clientset))
 		Expect(stamped(ctx, holders, after.Name)).To(HaveKey(imperatorv1alpha1.AdmittedAtAnnotation))
 		Expect(policyEnv.Client.Get(ctx, client.ObjectKeyFromObject(bloated), bloated)).To(Succeed())
 		Expect(bloated.Annotations).NotTo(HaveKey(imperatorv1alpha1.AdmittedAtAnnotation))
