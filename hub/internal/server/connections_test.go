@@ -181,33 +181,9 @@ func TestAuthenticatedConnectionsAreCappedPerCertificateAndPerSource(t *testing.
 }
 
 func TestHandshakesInFlightHaveAPoolOfTheirOwn(t *testing.T) {
-	ca, err := pki.NewCA("test-ca", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, keyPEM, err := ca.IssueServer("hub", []string{"127.0.0.1"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	metrics, err := NewMetrics(prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	limits := DefaultLimits()
 	limits.MaxHandshakes = 2
-	r := newRouter(lis, identity.ServerTLS(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &serving, nil }, pool), limits, nil, metrics, logr.Discard())
-	go func() { _ = r.serve() }()
-	t.Cleanup(func() { _ = r.close() })
+	r, ca, addr := startRouter(t, limits)
 	// Serve the routed connections: the anonymous one below must stay open.
 	for _, l := range []*routedListener{r.anonymous, r.authenticated} {
 		go func() {
@@ -225,7 +201,7 @@ func TestHandshakesInFlightHaveAPoolOfTheirOwn(t *testing.T) {
 	// per-source limit does not stop them.
 	for _, source := range []string{"127.0.0.2", "127.0.0.3"} {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(source)}}
-		c, err := d.Dial("tcp", lis.Addr().String())
+		c, err := d.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,11 +216,11 @@ func TestHandshakesInFlightHaveAPoolOfTheirOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err := tls.Dial("tcp", lis.Addr().String(), cfg); err == nil {
+	if c, err := tls.Dial("tcp", addr, cfg); err == nil {
 		_ = c.Close()
 		t.Fatal("with 2 handshakes stalled a third connection was handshaken, want it closed at once (MaxHandshakes 2)")
 	}
-	if got := testutil.ToFloat64(metrics.rejectedConnections.WithLabelValues(rejectTooManyHandshakes)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.rejectedConnections.WithLabelValues(rejectTooManyHandshakes)); got != 1 {
 		t.Errorf("rejected for too many handshakes = %v, want 1", got)
 	}
 }
@@ -301,33 +277,9 @@ func TestRevocationEndsAnOpenReportStreamAtItsNextHeartbeat(t *testing.T) {
 // spokes, probes) count against budgets of their own: neither fills the
 // other's.
 func TestTokenCallersHaveAConnectionBudgetOfTheirOwn(t *testing.T) {
-	ca, err := pki.NewCA("test-ca", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, keyPEM, err := ca.IssueServer("hub", []string{"127.0.0.1"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	metrics, err := NewMetrics(prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	limits := DefaultLimits()
 	limits.MaxAnonymousConnections, limits.MaxTokenConnections = 2, 1
-	r := newRouter(lis, identity.ServerTLS(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &serving, nil }, pool), limits, nil, metrics, logr.Discard())
-	go func() { _ = r.serve() }()
-	t.Cleanup(func() { _ = r.close() })
+	r, ca, addr := startRouter(t, limits)
 	go func() {
 		for {
 			c, err := r.anonymous.Accept()
@@ -349,7 +301,7 @@ func TestTokenCallersHaveAConnectionBudgetOfTheirOwn(t *testing.T) {
 		if token {
 			cfg.NextProtos = append(cfg.NextProtos, identity.TokenCallerProtocol)
 		}
-		c, err := tls.Dial("tcp", lis.Addr().String(), cfg)
+		c, err := tls.Dial("tcp", addr, cfg)
 		if err != nil {
 			return false
 		}
@@ -381,7 +333,7 @@ func TestTokenCallersHaveAConnectionBudgetOfTheirOwn(t *testing.T) {
 	if got := len(r.anonymousSlots); got != 2 {
 		t.Errorf("the anonymous budget holds %d connections, want the 2 spokes' only", got)
 	}
-	if got := testutil.ToFloat64(metrics.rejectedConnections.WithLabelValues(rejectTooManyAnonymous)); got != 2 {
+	if got := testutil.ToFloat64(r.metrics.rejectedConnections.WithLabelValues(rejectTooManyAnonymous)); got != 2 {
 		t.Errorf("rejected for too many anonymous connections = %v, want 2", got)
 	}
 }
@@ -394,4 +346,37 @@ func TestLimitsValidateTokenConnections(t *testing.T) {
 			t.Errorf("%s: Validate() = %v, want an error naming MaxTokenConnections", name, err)
 		}
 	}
+}
+
+// startRouter serves a router with limits on a loopback port, with a
+// serving certificate of a new CA; it returns the router, the CA and the
+// address. Both stop with the test.
+func startRouter(t *testing.T, limits Limits) (r *router, ca *pki.CA, addr string) {
+	t.Helper()
+	ca, err := pki.NewCA("test-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.IssueServer("hub", []string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	metrics, err := NewMetrics(prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = newRouter(lis, identity.ServerTLS(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &serving, nil }, pool), limits, nil, metrics, logr.Discard())
+	go func() { _ = r.serve() }()
+	t.Cleanup(func() { _ = r.close() })
+	return r, ca, lis.Addr().String()
 }
