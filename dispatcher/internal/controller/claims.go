@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/types"
 
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
@@ -52,7 +53,7 @@ func ApplyClaims(answers []Answer, claims []Claim) []Answer {
 				continue
 			}
 			resp.Candidates = append(resp.Candidates, &queryv1.CapacityCandidate{Cluster: cand.GetCluster(), Free: free,
-				Take: cand.GetTake(), Types: cand.GetTypes(), ObservedAt: cand.GetObservedAt()})
+				Take: cand.GetTake(), Types: takeFromTypes(cand.GetTypes(), taken[cand.GetCluster()]), ObservedAt: cand.GetObservedAt()})
 		}
 		slices.SortStableFunc(resp.Candidates, func(x, y *queryv1.CapacityCandidate) int {
 			if x.GetFree() != y.GetFree() {
@@ -64,6 +65,27 @@ func ApplyClaims(answers []Answer, claims []Claim) []Answer {
 		out[i] = Answer{Demand: a.Demand, Response: resp}
 	}
 	return out
+}
+
+// takeFromTypes returns copies of a candidate's types with n units taken,
+// from the types with the most free units first (as the hub places them),
+// so that the types still add up to the candidate's free units; types left
+// with none are dropped, as the hub lists only types with free units.
+func takeFromTypes(types []*queryv1.TypeUsage, n int32) []*queryv1.TypeUsage {
+	if n <= 0 || len(types) == 0 {
+		return types
+	}
+	out := make([]*queryv1.TypeUsage, 0, len(types))
+	for _, t := range types {
+		out = append(out, proto.CloneOf(t))
+	}
+	slices.SortStableFunc(out, func(x, y *queryv1.TypeUsage) int { return int(y.GetFree()) - int(x.GetFree()) })
+	for _, t := range out {
+		take := min(t.GetFree(), n)
+		t.Free -= take
+		n -= take
+	}
+	return slices.DeleteFunc(out, func(t *queryv1.TypeUsage) bool { return t.GetFree() <= 0 })
 }
 
 // claims are the dispatcher's nominations whose units the hub may not show

@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/types"
+
+	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 )
 
 func TestApplyClaimsSpreadsABurst(t *testing.T) {
@@ -61,5 +63,24 @@ func TestClaimsEndAfterThePlacementGrace(t *testing.T) {
 	c.drop(a)
 	if others, _ := c.others(b, now); len(others) != 0 {
 		t.Errorf("a dropped claim still counts")
+	}
+}
+
+func TestApplyClaimsTakesFromTheCandidatesTypes(t *testing.T) {
+	oneXL := Demand{Group: "h100", Type: "compute-xlarge", Count: 1}
+	shape := Demand{Shape: &queryv1.ResourceShape{GpuCount: 2}, Count: 2}
+	// spoke-a has 3 free units of compute-xlarge; another workload's
+	// nomination claims 1, so a workload of 1 unit and 2 of a shape that
+	// type satisfies no longer fits there.
+	answers := []Answer{
+		makeAnswer(shape).fitsWith("spoke-a", typeFree{"h100", "compute-xlarge", 3}).obj(),
+		makeAnswer(oneXL).fitsWith("spoke-a", typeFree{"h100", "compute-xlarge", 3}).obj(),
+	}
+	claimed := []Claim{{HubClusters: []string{"spoke-a"}, Demands: []Demand{oneXL}}}
+	if d := Decide(answers, workers, nil, 1); len(d.Nominate) != 1 {
+		t.Fatalf("without the claim: nominated %q, want spoke-a", d.Nominate)
+	}
+	if d := Decide(ApplyClaims(answers, claimed), workers, nil, 1); len(d.Nominate) != 0 {
+		t.Errorf("with the claim: nominated %q, want nobody", d.Nominate)
 	}
 }

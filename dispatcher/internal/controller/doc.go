@@ -9,7 +9,9 @@
 // one count of units per machine type (the pod template's machine-group and
 // machine-type labels) or per resource shape (the template's requests); the
 // hub's FindCapacity answers each demand and a cluster is nominated only when
-// it is a candidate of every demand (nominate.go), best first, mapped to the
+// all the demands fit there together, each taking its units of the cluster's
+// free units per machine type before the next is checked (nominate.go), best
+// first, mapped to the
 // MultiKueueClusters of the check's MultiKueueConfig (clusters.go). No fit:
 // nobody is nominated and a Warning event says why on the Workload. Changes of
 // the hub's figures arrive on the hub's Watch stream (hubwatch.go) and requeue

@@ -38,8 +38,9 @@ type Decision struct {
 	Reason string
 }
 
-// Decide nominates the workers where every demand fits now, in the order of
-// the hub's ranking of the first (largest) demand, at most limit of them.
+// Decide nominates the workers where every demand fits now, all at once
+// (fitTogether), in the order of the hub's ranking of the first (largest)
+// demand, at most limit of them.
 // A current nomination is kept as long as each of its workers still fits,
 // so that Kueue does not delete and recreate remote copies for a change of
 // rank; it is replaced as soon as one of them stops fitting (full, Offline,
@@ -48,24 +49,11 @@ func Decide(answers []Answer, workers []Worker, current []string, limit int) Dec
 	if limit < 1 || limit > MaxNominated {
 		limit = MaxNominated
 	}
-	fitsAll := map[string]bool{}
+	fitsAll := fitTogether(answers)
 	var ranked []string // hub clusters, best first
-	for i, a := range answers {
-		here := map[string]bool{}
-		for _, c := range a.Response.GetCandidates() {
-			here[c.GetCluster()] = true
-			if i == 0 {
-				ranked = append(ranked, c.GetCluster())
-			}
-		}
-		if i == 0 {
-			fitsAll = here
-			continue
-		}
-		for c := range fitsAll {
-			if !here[c] {
-				delete(fitsAll, c)
-			}
+	if len(answers) > 0 {
+		for _, c := range answers[0].Response.GetCandidates() {
+			ranked = append(ranked, c.GetCluster())
 		}
 	}
 	byHub := map[string][]string{}
@@ -92,6 +80,99 @@ func Decide(answers []Answer, workers []Worker, current []string, limit int) Dec
 		d.Reason = noFitReason(answers, workers)
 	}
 	return d
+}
+
+// fitTogether returns the hub clusters where all the demands fit at the same
+// time. Each demand is a separate FindCapacity answer, and every answer
+// shows a cluster's free units as if nothing else of the workload took any:
+// two demands served by the same machine type (a type and a shape it
+// satisfies, two shapes, a type named with and without its group) would
+// each be checked against the same units. So the demands are taken in turn
+// from one pool per cluster of free units per machine type (the candidate's
+// types, group/type as the hub sums them), each taking what it uses before
+// the next is checked; a shape takes from its matching types with the most
+// units left first, as the hub places it. Type demands go first: they can
+// use only their own type, while a shape may use what they leave. A
+// candidate without its types (a hub that does not send them) counts as a
+// pool of its own for that demand's target.
+func fitTogether(answers []Answer) map[string]bool {
+	order := make([]int, len(answers))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int {
+		return boolRank(answers[x].Demand.Type == "") - boolRank(answers[y].Demand.Type == "")
+	})
+	left := map[string]map[string]int32{} // hub cluster -> type key -> free units left
+	met := map[string]int{}               // hub cluster -> demands taken so far
+	for n, i := range order {
+		a := answers[i]
+		for _, c := range a.Response.GetCandidates() {
+			cluster := c.GetCluster()
+			if met[cluster] != n {
+				continue // an earlier demand did not fit (or a duplicate candidate)
+			}
+			pool := left[cluster]
+			if pool == nil {
+				pool = map[string]int32{}
+				left[cluster] = pool
+			}
+			keys := poolKeys(a.Demand, c, pool)
+			var total int64
+			for _, k := range keys {
+				total += int64(pool[k])
+			}
+			if total < int64(a.Demand.Count) {
+				continue
+			}
+			slices.SortStableFunc(keys, func(x, y string) int { return int(pool[y]) - int(pool[x]) })
+			need := a.Demand.Count
+			for _, k := range keys {
+				take := min(pool[k], need)
+				pool[k] -= take
+				need -= take
+			}
+			met[cluster] = n + 1
+		}
+	}
+	fits := map[string]bool{}
+	for cluster, n := range met {
+		if n == len(answers) {
+			fits[cluster] = true
+		}
+	}
+	return fits
+}
+
+// poolKeys are the keys of pool that candidate c offers demand d, adding
+// those seen for the first time with the candidate's free units.
+func poolKeys(d Demand, c *queryv1.CapacityCandidate, pool map[string]int32) []string {
+	if len(c.GetTypes()) == 0 {
+		k := d.key()
+		if _, ok := pool[k]; !ok {
+			pool[k] = max(c.GetFree(), 0)
+		}
+		return []string{k}
+	}
+	var keys []string
+	for _, t := range c.GetTypes() {
+		k := Demand{Group: t.GetGroup(), Type: t.GetType()}.key()
+		if slices.Contains(keys, k) {
+			continue
+		}
+		if _, ok := pool[k]; !ok {
+			pool[k] = max(t.GetFree(), 0)
+		}
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func allIn(names, set []string) bool {

@@ -127,3 +127,96 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+// fitsWith adds a candidate whose free units are those of the given types
+// ("group/type" → free), as the hub lists them.
+func (b *answerBuilder) fitsWith(cluster string, types ...typeFree) *answerBuilder {
+	c := &queryv1.CapacityCandidate{Cluster: cluster}
+	for _, t := range types {
+		c.Types = append(c.Types, &queryv1.TypeUsage{Group: t.group, Type: t.typ, Free: t.free})
+		c.Free += t.free
+	}
+	b.a.Response.Candidates = append(b.a.Response.Candidates, c)
+	b.a.Response.Satisfiable = true
+	return b
+}
+
+type typeFree struct {
+	group, typ string
+	free       int32
+}
+
+func TestDecideTakesTheDemandsOfOneWorkloadFromTheSameUnits(t *testing.T) {
+	xl := func(free int32) typeFree { return typeFree{"h100", "compute-xlarge", free} }
+	small := func(free int32) typeFree { return typeFree{"cpu", "small", free} }
+	threeXL := Demand{Group: "h100", Type: "compute-xlarge", Count: 3}
+	twoGPUShape := func(n int32) Demand {
+		return Demand{Shape: &queryv1.ResourceShape{GpuCount: 2}, Count: n}
+	}
+	twoCPUShape := func(n int32) Demand { return Demand{Shape: &queryv1.ResourceShape{Cpu: "2"}, Count: n} }
+	cases := map[string]struct {
+		answers []Answer
+		want    []string
+	}{
+		"a type and a shape it satisfies: 3 + 2 of the type do not fit in 4": {
+			answers: []Answer{
+				makeAnswer(threeXL).fitsWith("spoke-a", xl(4)).fitsWith("spoke-b", xl(5)).obj(),
+				makeAnswer(twoGPUShape(2)).fitsWith("spoke-a", xl(4)).fitsWith("spoke-b", xl(5)).obj(),
+			},
+			want: []string{"spoke-b"},
+		},
+		"a shape listed first still leaves the type its units": {
+			answers: []Answer{
+				makeAnswer(twoGPUShape(3)).fitsWith("spoke-a", xl(4)).fitsWith("spoke-b", xl(6)).obj(),
+				makeAnswer(Demand{Group: "h100", Type: "compute-xlarge", Count: 2}).fitsWith("spoke-a", xl(4)).fitsWith("spoke-b", xl(6)).obj(),
+			},
+			want: []string{"spoke-b"},
+		},
+		"two shapes resolving to the same type": {
+			answers: []Answer{
+				makeAnswer(twoGPUShape(3)).fitsWith("spoke-b", xl(5)).fitsWith("spoke-a", xl(3)).obj(),
+				makeAnswer(twoCPUShape(2)).fitsWith("spoke-b", xl(5)).fitsWith("spoke-a", xl(3)).obj(),
+			},
+			want: []string{"spoke-b"},
+		},
+		"a type named with its group and without it": {
+			answers: []Answer{
+				makeAnswer(threeXL).fitsWith("spoke-a", xl(4)).obj(),
+				makeAnswer(Demand{Type: "compute-xlarge", Count: 2}).fitsWith("spoke-a", xl(4)).obj(),
+			},
+			want: nil,
+		},
+		"a shape takes another matching type when the type demand used its own": {
+			answers: []Answer{
+				makeAnswer(threeXL).fitsWith("spoke-a", xl(3)).obj(),
+				makeAnswer(twoCPUShape(2)).fitsWith("spoke-a", xl(3), small(2)).obj(),
+			},
+			want: []string{"spoke-a"},
+		},
+		"demands of different types do not take from each other": {
+			answers: []Answer{
+				makeAnswer(threeXL).fitsWith("spoke-a", xl(3)).obj(),
+				makeAnswer(Demand{Group: "cpu", Type: "small", Count: 2}).fitsWith("spoke-a", small(2)).obj(),
+			},
+			want: []string{"spoke-a"},
+		},
+		"the order of the nomination is still the first demand's ranking": {
+			answers: []Answer{
+				makeAnswer(twoGPUShape(2)).fitsWith("spoke-b", xl(9)).fitsWith("spoke-a", xl(6)).fitsWith("ap-1", xl(4)).obj(),
+				makeAnswer(threeXL).fitsWith("spoke-b", xl(9)).fitsWith("spoke-a", xl(6)).fitsWith("ap-1", xl(4)).obj(),
+			},
+			want: []string{"spoke-b", "spoke-a"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := Decide(tc.answers, workers, nil, 0)
+			if diff := cmp.Diff(tc.want, got.Nominate); diff != "" {
+				t.Errorf("Decide() nominated (-want +got):\n%s", diff)
+			}
+			if len(tc.want) == 0 && got.Reason == "" {
+				t.Errorf("Decide() nominated nobody without a reason")
+			}
+		})
+	}
+}
