@@ -1,0 +1,112 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+// Startup runs the preflight before the agent's controllers start: it logs
+// every finding with what to do, and refuses to start (an error naming each)
+// while a finding is blocking — the original still mutating pods, or a
+// Machine the agent cannot read. A check it has no right to make is logged
+// and skipped. Then it detaches the original's reservations in the agent's
+// namespace from their Machine (Detach), so that the agent's Machine
+// controller, which deletes the reservation objects its Machine controls
+// under other names, leaves them to the Adopter's handover.
+func Startup(ctx context.Context, c client.Client, agentNamespace string, log logr.Logger) error {
+	report, err := Preflight(ctx, c, agentNamespace)
+	if err != nil {
+		log.Info("Migration preflight could not check everything", "error", err.Error())
+	}
+	for _, f := range report.Findings {
+		log.Info("Found an object of the original Imperator", "object", f.object(), "blocking", f.Blocking,
+			"problem", f.Problem, "action", f.Action)
+	}
+	if blocking := report.Blocking(); len(blocking) > 0 {
+		lines := make([]string, 0, len(blocking))
+		for _, f := range blocking {
+			lines = append(lines, fmt.Sprintf("%s: %s; do: %s", f.object(), f.Problem, strings.ReplaceAll(f.Action, "\n", " ")))
+		}
+		return fmt.Errorf("the original Imperator is still in the way (see `spoke migrate preflight` and docs/migration.md):\n%s",
+			strings.Join(lines, "\n"))
+	}
+	if err := Detach(ctx, c, agentNamespace); err != nil {
+		return fmt.Errorf("detaching the original's reservations from their Machines: %w", err)
+	}
+	return nil
+}
+
+// Detach turns the Machine controller reference of the original's
+// reservation StatefulSets and Services in namespace into a plain owner
+// reference: the Machine still owns them (the garbage collector deletes them
+// with it) but no longer controls them, and the agent's Machine controller
+// leaves objects it does not control alone.
+func Detach(ctx context.Context, c client.Client, namespace string) error {
+	selector := client.MatchingLabels{imperatorv1alpha1.PodRoleKey: string(imperatorv1alpha1.PodRoleReservation)}
+	statefulSets := &appsv1.StatefulSetList{}
+	if err := c.List(ctx, statefulSets, client.InNamespace(namespace), selector); err != nil {
+		return fmt.Errorf("listing reservation StatefulSets: %w", err)
+	}
+	services := &corev1.ServiceList{}
+	if err := c.List(ctx, services, client.InNamespace(namespace), selector); err != nil {
+		return fmt.Errorf("listing reservation Services: %w", err)
+	}
+	var objects []client.Object
+	for i := range statefulSets.Items {
+		objects = append(objects, &statefulSets.Items[i])
+	}
+	for i := range services.Items {
+		objects = append(objects, &services.Items[i])
+	}
+	var errs []error
+	for _, obj := range objects {
+		if !isOriginalReservation(obj) {
+			continue
+		}
+		if err := releaseControl(ctx, c, obj); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// releaseControl clears the controller flag of obj's Machine owner
+// reference, if it has one.
+func releaseControl(ctx context.Context, c client.Client, obj client.Object) error {
+	before := obj.DeepCopyObject().(client.Object)
+	refs := obj.GetOwnerReferences()
+	changed := false
+	for i := range refs {
+		if refs[i].Kind == "Machine" && refs[i].Controller != nil && *refs[i].Controller {
+			refs[i].Controller = nil
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	obj.SetOwnerReferences(refs)
+	if err := c.Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("patching the owner of %T %s: %w", obj, klog.KObj(obj), err)
+	}
+	logr.FromContextOrDiscard(ctx).Info("Detached the original's reservation object from its Machine", "object", klog.KObj(obj),
+		"kind", fmt.Sprintf("%T", obj))
+	return nil
+}
+
+// controlledBy is whether owner is obj's controller, by UID.
+func controlledBy(obj metav1.Object, owner metav1.Object) bool {
+	ref := metav1.GetControllerOfNoCopy(obj)
+	return ref != nil && ref.UID == owner.GetUID()
+}
