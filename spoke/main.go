@@ -25,6 +25,7 @@ import (
 	"github.com/imperator-federation/imperator/internal/version"
 	"github.com/imperator-federation/imperator/spoke/internal/app"
 	"github.com/imperator-federation/imperator/spoke/internal/config"
+	"github.com/imperator-federation/imperator/spoke/internal/uninstall"
 )
 
 func main() {
@@ -38,10 +39,14 @@ func main() {
 }
 
 // runCommand answers the command lines that do not start the agent:
-// `spoke version` and `--version` print the build, and any other word is a
-// usage error (exit 2) rather than an agent started with it ignored. done is
-// false when the agent is to start.
+// `spoke version` and `--version` print the build, `spoke uninstall` cleans
+// up after the agent (package uninstall), and any other word is a usage
+// error (exit 2) rather than an agent started with it ignored. done is false
+// when the agent is to start.
 func runCommand(args []string, stdout, stderr io.Writer) (code int, done bool) {
+	if len(args) > 0 && args[0] == "uninstall" {
+		return uninstall.Main(args[1:], stdout, stderr), true
+	}
 	if len(args) > 0 && args[0] == "version" {
 		if len(args) > 1 {
 			_, _ = fmt.Fprintf(stderr, "spoke: version takes no arguments, got %q\n", args[1:])
@@ -60,7 +65,7 @@ func runCommand(args []string, stdout, stderr io.Writer) (code int, done bool) {
 		}
 	}
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		_, _ = fmt.Fprintf(stderr, "spoke: unknown command %q: the agent takes only flags (see `spoke --help`), or `spoke version`\n", args[0])
+		_, _ = fmt.Fprintf(stderr, "spoke: unknown command %q: the agent takes only flags (see `spoke --help`), `spoke version` or `spoke uninstall`\n", args[0])
 		return 2, true
 	}
 	return 0, false
