@@ -71,7 +71,10 @@ Exit codes:
 // Env is what the program touches outside itself.
 type Env struct {
 	Stdout, Stderr io.Writer
-	Getenv         func(string) string
+	// Stdin is where a destructive command reads its confirmation; nil:
+	// there is none and such a command needs --yes.
+	Stdin  io.Reader
+	Getenv func(string) string
 	// Now is the clock for relative times (time.Now when nil).
 	Now func() time.Time
 }
@@ -270,7 +273,9 @@ func newCommand(env Env, connect func(c *command) (func(), error)) *cobra.Comman
 	}
 	tokens := p.tokenCommand("imperatorctl token")
 	tokens.GroupID = "admin"
-	root.AddCommand(tokens, p.versionCommand(), completionCommand())
+	clusterAdmin := p.clusterCommand()
+	clusterAdmin.GroupID = "admin"
+	root.AddCommand(tokens, clusterAdmin, p.versionCommand(), completionCommand())
 	setIO(root, env)
 	return root
 }

@@ -35,17 +35,33 @@ func (p *printer) clusterRow(t *table, c *queryv1.Cluster) {
 	if mode == "" {
 		mode = "-" // an agent that predates agent modes
 	}
-	t.add(c.GetName(), enumName(c.GetState().String(), statePrefix), c.GetAgentVersion(), p.age(c.GetLastHeartbeat()),
+	t.add(c.GetName(), enumName(c.GetState().String(), statePrefix), agentCell(c), p.age(c.GetLastHeartbeat()),
 		itoa(c.GetMachineCount()), itoa(c.GetMachineTypeCount()), p.age(c.GetObservedAt()), fmt.Sprint(c.GetConnected()), fmt.Sprint(c.GetGeneration()),
 		mode, clusterMessage(c))
 }
 
-// clusterMessage is why the cluster is not Available and, when its API server
-// cannot reach the agent's webhooks, that guests cannot be injected.
+// agentCell is the agent's version, flagged when it is outside the hub's
+// version skew policy (the MESSAGE column and describe cluster say why).
+func agentCell(c *queryv1.Cluster) string {
+	if c.GetVersionSkew() == "" {
+		return c.GetAgentVersion()
+	}
+	return c.GetAgentVersion() + " " + skewFlag
+}
+
+// skewFlag marks an agent version outside the skew policy.
+const skewFlag = "(unsupported skew)"
+
+// clusterMessage is why the cluster is not Available, why its agent's
+// version is outside the skew policy and, when its API server cannot reach
+// the agent's webhooks, that guests cannot be injected.
 func clusterMessage(c *queryv1.Cluster) string {
 	var parts []string
 	if m := c.GetStateMessage(); m != "" {
 		parts = append(parts, m)
+	}
+	if m := c.GetVersionSkew(); m != "" {
+		parts = append(parts, "unsupported version skew: "+m)
 	}
 	if m := c.GetInjectionUnavailable(); m != "" {
 		parts = append(parts, "injection unavailable: "+m)

@@ -147,6 +147,9 @@ func (p *printer) description(d *clusterDescription) error {
 		field("State message", m)
 	}
 	field("Agent version", cl.GetAgentVersion())
+	if m := cl.GetVersionSkew(); m != "" {
+		field("Version skew", "unsupported: "+m)
+	}
 	field("Agent mode", cl.GetAgentMode())
 	field("Connected", fmt.Sprint(cl.GetConnected()))
 	if hb := cl.GetLastHeartbeat(); hb != nil {

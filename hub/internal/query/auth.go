@@ -30,19 +30,20 @@ const (
 // methodRoles is the role each Query method needs. A method missing here is
 // refused to everyone: a new method must be given its role.
 var methodRoles = map[string]Role{
-	queryv1.Query_ListClusters_FullMethodName: RoleViewer,
-	queryv1.Query_ListMachines_FullMethodName: RoleViewer,
-	queryv1.Query_GetUsage_FullMethodName:     RoleViewer,
-	queryv1.Query_FindCapacity_FullMethodName: RoleViewer,
-	queryv1.Query_Watch_FullMethodName:        RoleViewer,
-	queryv1.Query_CreateToken_FullMethodName:  RoleAdmin,
-	queryv1.Query_ListTokens_FullMethodName:   RoleAdmin,
-	queryv1.Query_RevokeToken_FullMethodName:  RoleAdmin,
-	queryv1.Query_GetVersion_FullMethodName:   RoleViewer,
-	queryv1.Query_CreateHold_FullMethodName:   RoleHolder,
-	queryv1.Query_GetHold_FullMethodName:      RoleViewer,
-	queryv1.Query_ListHolds_FullMethodName:    RoleViewer,
-	queryv1.Query_ReleaseHold_FullMethodName:  RoleHolder,
+	queryv1.Query_ListClusters_FullMethodName:      RoleViewer,
+	queryv1.Query_ListMachines_FullMethodName:      RoleViewer,
+	queryv1.Query_GetUsage_FullMethodName:          RoleViewer,
+	queryv1.Query_FindCapacity_FullMethodName:      RoleViewer,
+	queryv1.Query_Watch_FullMethodName:             RoleViewer,
+	queryv1.Query_CreateToken_FullMethodName:       RoleAdmin,
+	queryv1.Query_ListTokens_FullMethodName:        RoleAdmin,
+	queryv1.Query_RevokeToken_FullMethodName:       RoleAdmin,
+	queryv1.Query_DeregisterCluster_FullMethodName: RoleAdmin,
+	queryv1.Query_GetVersion_FullMethodName:        RoleViewer,
+	queryv1.Query_CreateHold_FullMethodName:        RoleHolder,
+	queryv1.Query_GetHold_FullMethodName:           RoleViewer,
+	queryv1.Query_ListHolds_FullMethodName:         RoleViewer,
+	queryv1.Query_ReleaseHold_FullMethodName:       RoleHolder,
 }
 
 // Authorize decides a Query call by the verified client certificate in ctx,

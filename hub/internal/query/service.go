@@ -22,11 +22,13 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imperator-federation/imperator/hub/internal/capacity"
 	"github.com/imperator-federation/imperator/hub/internal/holds"
 	"github.com/imperator-federation/imperator/hub/internal/join"
 	"github.com/imperator-federation/imperator/hub/internal/store"
+	"github.com/imperator-federation/imperator/hub/internal/versionskew"
 	"github.com/imperator-federation/imperator/internal/version"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 )
@@ -55,6 +57,12 @@ type Service struct {
 	// holds runs fleet holds (SetHolds); nil: the hold calls answer
 	// Unimplemented.
 	holds *holds.Coordinator
+	// registry deletes ManagedClusters (SetRegistry); nil:
+	// DeregisterCluster answers Unimplemented.
+	registry client.Client
+	// hubVersion is this replica's release, which each cluster's agent
+	// version is held to (version_skew).
+	hubVersion string
 }
 
 // New returns the service over st; it registers a change listener on st, so
@@ -64,7 +72,7 @@ func New(st *store.Store, tokens TokenAdmin, clk clock.PassiveClock) *Service {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	s := &Service{store: st, clock: clk, watch: newBroadcaster()}
+	s := &Service{store: st, clock: clk, watch: newBroadcaster(), hubVersion: version.Get().Version}
 	if tokens != nil {
 		s.tokens = NewTokens(tokens)
 	}
@@ -99,7 +107,7 @@ func (s *Service) ListClusters(ctx context.Context, _ *queryv1.ListClustersReque
 	clusters := s.store.List()
 	resp := &queryv1.ListClustersResponse{Clusters: make([]*queryv1.Cluster, 0, len(clusters))}
 	for _, c := range clusters {
-		resp.Clusters = append(resp.Clusters, capacity.ClusterInfo(c, now))
+		resp.Clusters = append(resp.Clusters, s.clusterInfo(c, now))
 	}
 	return resp, nil
 }
@@ -144,6 +152,14 @@ func (s *Service) FindCapacity(ctx context.Context, req *queryv1.FindCapacityReq
 	resp := capacity.Find(s.store.List(), creq, s.clock.Now())
 	ctrl.LoggerFrom(ctx).V(1).Info("Answered capacity request", "count", creq.Count, "spread", creq.Spread, "satisfiable", resp.Satisfiable, "candidates", len(resp.Candidates))
 	return resp, nil
+}
+
+// clusterInfo is the wire form of c at now, its agent's version held to
+// the skew policy against this replica's.
+func (s *Service) clusterInfo(c *store.Cluster, now time.Time) *queryv1.Cluster {
+	info := capacity.ClusterInfo(c, now)
+	info.VersionSkew = versionskew.Unsupported(s.hubVersion, c.AgentVersion)
+	return info
 }
 
 // clusters returns the named cluster, or every cluster when name is empty.
@@ -288,7 +304,7 @@ func (s *Service) watchEvent(name string, now time.Time, initial bool) *queryv1.
 	}
 	return &queryv1.ClusterEvent{
 		Type:    queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_UPDATED,
-		Cluster: capacity.ClusterInfo(c, now),
+		Cluster: s.clusterInfo(c, now),
 		Usage:   s.usage.Of(c),
 		Initial: initial,
 	}

@@ -61,19 +61,20 @@ type access struct {
 // token: a new method must be given its access (the test of this table
 // fails until it is).
 var methodAccess = map[string]access{
-	queryv1.Query_ListClusters_FullMethodName: {verb: "list", resource: ResourceClusters},
-	queryv1.Query_Watch_FullMethodName:        {verb: "watch", resource: ResourceClusters},
-	queryv1.Query_GetVersion_FullMethodName:   {verb: "get", resource: ResourceClusters},
-	queryv1.Query_ListMachines_FullMethodName: {verb: "list", resource: ResourceMachines},
-	queryv1.Query_GetUsage_FullMethodName:     {verb: "get", resource: ResourceUsage},
-	queryv1.Query_FindCapacity_FullMethodName: {verb: "get", resource: ResourceCapacity},
-	queryv1.Query_GetHold_FullMethodName:      {verb: "get", resource: ResourceHolds},
-	queryv1.Query_ListHolds_FullMethodName:    {verb: "list", resource: ResourceHolds},
-	queryv1.Query_CreateHold_FullMethodName:   {verb: "create", resource: ResourceHolds, namespaced: true},
-	queryv1.Query_ReleaseHold_FullMethodName:  {verb: "delete", resource: ResourceHolds, namespaced: true},
-	queryv1.Query_CreateToken_FullMethodName:  {verb: "create", resource: ResourceTokens},
-	queryv1.Query_ListTokens_FullMethodName:   {verb: "list", resource: ResourceTokens},
-	queryv1.Query_RevokeToken_FullMethodName:  {verb: "delete", resource: ResourceTokens},
+	queryv1.Query_ListClusters_FullMethodName:      {verb: "list", resource: ResourceClusters},
+	queryv1.Query_Watch_FullMethodName:             {verb: "watch", resource: ResourceClusters},
+	queryv1.Query_GetVersion_FullMethodName:        {verb: "get", resource: ResourceClusters},
+	queryv1.Query_ListMachines_FullMethodName:      {verb: "list", resource: ResourceMachines},
+	queryv1.Query_GetUsage_FullMethodName:          {verb: "get", resource: ResourceUsage},
+	queryv1.Query_FindCapacity_FullMethodName:      {verb: "get", resource: ResourceCapacity},
+	queryv1.Query_GetHold_FullMethodName:           {verb: "get", resource: ResourceHolds},
+	queryv1.Query_ListHolds_FullMethodName:         {verb: "list", resource: ResourceHolds},
+	queryv1.Query_CreateHold_FullMethodName:        {verb: "create", resource: ResourceHolds, namespaced: true},
+	queryv1.Query_ReleaseHold_FullMethodName:       {verb: "delete", resource: ResourceHolds, namespaced: true},
+	queryv1.Query_CreateToken_FullMethodName:       {verb: "create", resource: ResourceTokens},
+	queryv1.Query_ListTokens_FullMethodName:        {verb: "list", resource: ResourceTokens},
+	queryv1.Query_RevokeToken_FullMethodName:       {verb: "delete", resource: ResourceTokens},
+	queryv1.Query_DeregisterCluster_FullMethodName: {verb: "delete", resource: ResourceClusters},
 }
 
 // Defaults of TokenAuthOptions.

@@ -28,7 +28,7 @@ func TestEveryQueryMethodHasItsAccess(t *testing.T) {
 		role := methodRoles[name]
 		var wantRole Role
 		switch {
-		case want.resource == ResourceTokens:
+		case want.resource == ResourceTokens, want.resource == ResourceClusters && want.verb == "delete":
 			wantRole = RoleAdmin
 		case want.resource == ResourceHolds && (want.verb == "create" || want.verb == "delete"):
 			wantRole = RoleHolder

@@ -10,6 +10,7 @@ import (
 
 	"github.com/imperator-federation/imperator/hub/internal/ingest"
 	"github.com/imperator-federation/imperator/hub/internal/store"
+	"github.com/imperator-federation/imperator/hub/internal/versionskew"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/version"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
@@ -84,7 +85,7 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 	defer s.closeSession(cluster, sess)
 	s.store.Connect(cluster, hello)
 	log.Info("Spoke connected", "agentVersion", hello.GetAgentVersion(), "epoch", hello.GetEpoch())
-	if skew := unsupportedSkew(version.Get().Version, hello.GetAgentVersion()); skew != "" {
+	if skew := versionskew.Unsupported(version.Get().Version, hello.GetAgentVersion()); skew != "" {
 		// Warned, not refused: the protocol's capabilities keep both sides
 		// working as far as they can, and refusing would detach the
 		// cluster in the middle of an upgrade (docs/upgrading.md).

@@ -15,8 +15,8 @@
 //   imperator.tenzen-y.io:viewers the read-only calls;
 //   imperator.tenzen-y.io:holders the read-only calls and the hold calls;
 //   imperator.tenzen-y.io:spokes  (spoke agents) the read-only calls.
-// The token calls answer PermissionDenied to anyone but an admin; the hold
-// calls to anyone but an admin or a holder.
+// The token calls and DeregisterCluster answer PermissionDenied to anyone
+// but an admin; the hold calls to anyone but an admin or a holder.
 //
 // Evolution: fields are only ever added; a removed field's number and name go
 // into `reserved`. Every field is optional (proto3).
@@ -453,8 +453,13 @@ type Cluster struct {
 	// agent's admission webhooks, as the agent last said; empty when it can
 	// (or the agent does not probe).
 	InjectionUnavailable string `protobuf:"bytes,13,opt,name=injection_unavailable,json=injectionUnavailable,proto3" json:"injection_unavailable,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// version_skew says why the agent's version is outside the hub's skew
+	// policy (docs/upgrading.md) against the hub replica that answered, and
+	// what to upgrade; empty when inside it, or when either is not a release
+	// (a development build).
+	VersionSkew   string `protobuf:"bytes,14,opt,name=version_skew,json=versionSkew,proto3" json:"version_skew,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Cluster) Reset() {
@@ -574,6 +579,13 @@ func (x *Cluster) GetAgentMode() string {
 func (x *Cluster) GetInjectionUnavailable() string {
 	if x != nil {
 		return x.InjectionUnavailable
+	}
+	return ""
+}
+
+func (x *Cluster) GetVersionSkew() string {
+	if x != nil {
+		return x.VersionSkew
 	}
 	return ""
 }
@@ -2140,6 +2152,106 @@ func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
 	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{24}
 }
 
+type DeregisterClusterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the cluster's name (its ManagedCluster's).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// release_holds releases the fleet holds that still place units on the
+	// cluster before deregistering it, instead of refusing.
+	ReleaseHolds  bool `protobuf:"varint,2,opt,name=release_holds,json=releaseHolds,proto3" json:"release_holds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeregisterClusterRequest) Reset() {
+	*x = DeregisterClusterRequest{}
+	mi := &file_imperator_query_v1_query_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeregisterClusterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeregisterClusterRequest) ProtoMessage() {}
+
+func (x *DeregisterClusterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_query_v1_query_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeregisterClusterRequest.ProtoReflect.Descriptor instead.
+func (*DeregisterClusterRequest) Descriptor() ([]byte, []int) {
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DeregisterClusterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeregisterClusterRequest) GetReleaseHolds() bool {
+	if x != nil {
+		return x.ReleaseHolds
+	}
+	return false
+}
+
+type DeregisterClusterResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// released_holds names the fleet holds released on the way, sorted.
+	ReleasedHolds []string `protobuf:"bytes,1,rep,name=released_holds,json=releasedHolds,proto3" json:"released_holds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeregisterClusterResponse) Reset() {
+	*x = DeregisterClusterResponse{}
+	mi := &file_imperator_query_v1_query_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeregisterClusterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeregisterClusterResponse) ProtoMessage() {}
+
+func (x *DeregisterClusterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_imperator_query_v1_query_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeregisterClusterResponse.ProtoReflect.Descriptor instead.
+func (*DeregisterClusterResponse) Descriptor() ([]byte, []int) {
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *DeregisterClusterResponse) GetReleasedHolds() []string {
+	if x != nil {
+		return x.ReleasedHolds
+	}
+	return nil
+}
+
 type GetVersionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2148,7 +2260,7 @@ type GetVersionRequest struct {
 
 func (x *GetVersionRequest) Reset() {
 	*x = GetVersionRequest{}
-	mi := &file_imperator_query_v1_query_proto_msgTypes[25]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2272,7 @@ func (x *GetVersionRequest) String() string {
 func (*GetVersionRequest) ProtoMessage() {}
 
 func (x *GetVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_query_v1_query_proto_msgTypes[25]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +2285,7 @@ func (x *GetVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVersionRequest.ProtoReflect.Descriptor instead.
 func (*GetVersionRequest) Descriptor() ([]byte, []int) {
-	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{25}
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{27}
 }
 
 type GetVersionResponse struct {
@@ -2186,7 +2298,7 @@ type GetVersionResponse struct {
 
 func (x *GetVersionResponse) Reset() {
 	*x = GetVersionResponse{}
-	mi := &file_imperator_query_v1_query_proto_msgTypes[26]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +2310,7 @@ func (x *GetVersionResponse) String() string {
 func (*GetVersionResponse) ProtoMessage() {}
 
 func (x *GetVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_query_v1_query_proto_msgTypes[26]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +2323,7 @@ func (x *GetVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVersionResponse.ProtoReflect.Descriptor instead.
 func (*GetVersionResponse) Descriptor() ([]byte, []int) {
-	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{26}
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetVersionResponse) GetHub() *Version {
@@ -2240,7 +2352,7 @@ type Version struct {
 
 func (x *Version) Reset() {
 	*x = Version{}
-	mi := &file_imperator_query_v1_query_proto_msgTypes[27]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2364,7 @@ func (x *Version) String() string {
 func (*Version) ProtoMessage() {}
 
 func (x *Version) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_query_v1_query_proto_msgTypes[27]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2377,7 @@ func (x *Version) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Version.ProtoReflect.Descriptor instead.
 func (*Version) Descriptor() ([]byte, []int) {
-	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{27}
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Version) GetVersion() string {
@@ -2324,7 +2436,7 @@ type CreateHoldRequest struct {
 
 func (x *CreateHoldRequest) Reset() {
 	*x = CreateHoldRequest{}
-	mi := &file_imperator_query_v1_query_proto_msgTypes[28]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2448,7 @@ func (x *CreateHoldRequest) String() string {
 func (*CreateHoldRequest) ProtoMessage() {}
 
 func (x *CreateHoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_query_v1_query_proto_msgTypes[28]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2461,7 @@ func (x *CreateHoldRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateHoldRequest.ProtoReflect.Descriptor instead.
 func (*CreateHoldRequest) Descriptor() ([]byte, []int) {
-	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{28}
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateHoldRequest) GetName() string {
@@ -2437,7 +2549,7 @@ type GetHoldRequest struct {
 
 func (x *GetHoldRequest) Reset() {
 	*x = GetHoldRequest{}
-	mi := &file_imperator_query_v1_query_proto_msgTypes[29]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2561,7 @@ func (x *GetHoldRequest) String() string {
 func (*GetHoldRequest) ProtoMessage() {}
 
 func (x *GetHoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_query_v1_query_proto_msgTypes[29]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2574,7 @@ func (x *GetHoldRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHoldRequest.ProtoReflect.Descriptor instead.
 func (*GetHoldRequest) Descriptor() ([]byte, []int) {
-	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{29}
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetHoldRequest) GetName() string {
@@ -2480,7 +2592,7 @@ type ListHoldsRequest struct {
 
 func (x *ListHoldsRequest) Reset() {
 	*x = ListHoldsRequest{}
-	mi := &file_imperator_query_v1_query_proto_msgTypes[30]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2604,7 @@ func (x *ListHoldsRequest) String() string {
 func (*ListHoldsRequest) ProtoMessage() {}
 
 func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_query_v1_query_proto_msgTypes[30]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2617,7 @@ func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHoldsRequest.ProtoReflect.Descriptor instead.
 func (*ListHoldsRequest) Descriptor() ([]byte, []int) {
-	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{30}
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{32}
 }
 
 type ListHoldsResponse struct {
@@ -2517,7 +2629,7 @@ type ListHoldsResponse struct {
 
 func (x *ListHoldsResponse) Reset() {
 	*x = ListHoldsResponse{}
-	mi := &file_imperator_query_v1_query_proto_msgTypes[31]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2529,7 +2641,7 @@ func (x *ListHoldsResponse) String() string {
 func (*ListHoldsResponse) ProtoMessage() {}
 
 func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_query_v1_query_proto_msgTypes[31]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2542,7 +2654,7 @@ func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHoldsResponse.ProtoReflect.Descriptor instead.
 func (*ListHoldsResponse) Descriptor() ([]byte, []int) {
-	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{31}
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListHoldsResponse) GetHolds() []*FleetHold {
@@ -2561,7 +2673,7 @@ type ReleaseHoldRequest struct {
 
 func (x *ReleaseHoldRequest) Reset() {
 	*x = ReleaseHoldRequest{}
-	mi := &file_imperator_query_v1_query_proto_msgTypes[32]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2573,7 +2685,7 @@ func (x *ReleaseHoldRequest) String() string {
 func (*ReleaseHoldRequest) ProtoMessage() {}
 
 func (x *ReleaseHoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_query_v1_query_proto_msgTypes[32]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2586,7 +2698,7 @@ func (x *ReleaseHoldRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseHoldRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseHoldRequest) Descriptor() ([]byte, []int) {
-	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{32}
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReleaseHoldRequest) GetName() string {
@@ -2624,7 +2736,7 @@ type FleetHold struct {
 
 func (x *FleetHold) Reset() {
 	*x = FleetHold{}
-	mi := &file_imperator_query_v1_query_proto_msgTypes[33]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +2748,7 @@ func (x *FleetHold) String() string {
 func (*FleetHold) ProtoMessage() {}
 
 func (x *FleetHold) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_query_v1_query_proto_msgTypes[33]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +2761,7 @@ func (x *FleetHold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetHold.ProtoReflect.Descriptor instead.
 func (*FleetHold) Descriptor() ([]byte, []int) {
-	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{33}
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FleetHold) GetName() string {
@@ -2763,7 +2875,7 @@ type FleetHoldCluster struct {
 
 func (x *FleetHoldCluster) Reset() {
 	*x = FleetHoldCluster{}
-	mi := &file_imperator_query_v1_query_proto_msgTypes[34]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +2887,7 @@ func (x *FleetHoldCluster) String() string {
 func (*FleetHoldCluster) ProtoMessage() {}
 
 func (x *FleetHoldCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_imperator_query_v1_query_proto_msgTypes[34]
+	mi := &file_imperator_query_v1_query_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +2900,7 @@ func (x *FleetHoldCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetHoldCluster.ProtoReflect.Descriptor instead.
 func (*FleetHoldCluster) Descriptor() ([]byte, []int) {
-	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{34}
+	return file_imperator_query_v1_query_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FleetHoldCluster) GetCluster() string {
@@ -2854,7 +2966,7 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\x1eimperator/query/v1/query.proto\x12\x12imperator.query.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a(imperator/federation/v1/federation.proto\"\x15\n" +
 	"\x13ListClustersRequest\"O\n" +
 	"\x14ListClustersResponse\x127\n" +
-	"\bclusters\x18\x01 \x03(\v2\x1b.imperator.query.v1.ClusterR\bclusters\"\xc4\x04\n" +
+	"\bclusters\x18\x01 \x03(\v2\x1b.imperator.query.v1.ClusterR\bclusters\"\xe7\x04\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\x05state\x18\x02 \x01(\x0e2 .imperator.query.v1.ClusterStateR\x05state\x12#\n" +
@@ -2873,7 +2985,8 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\rstate_message\x18\v \x01(\tR\fstateMessage\x12\x1d\n" +
 	"\n" +
 	"agent_mode\x18\f \x01(\tR\tagentMode\x123\n" +
-	"\x15injection_unavailable\x18\r \x01(\tR\x14injectionUnavailable\"\x99\x01\n" +
+	"\x15injection_unavailable\x18\r \x01(\tR\x14injectionUnavailable\x12!\n" +
+	"\fversion_skew\x18\x0e \x01(\tR\vversionSkew\"\x99\x01\n" +
 	"\x13ListMachinesRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x12\n" +
@@ -2992,7 +3105,12 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\aused_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06usedAt\"$\n" +
 	"\x12RevokeTokenRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x15\n" +
-	"\x13RevokeTokenResponse\"\x13\n" +
+	"\x13RevokeTokenResponse\"S\n" +
+	"\x18DeregisterClusterRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rrelease_holds\x18\x02 \x01(\bR\freleaseHolds\"B\n" +
+	"\x19DeregisterClusterResponse\x12%\n" +
+	"\x0ereleased_holds\x18\x01 \x03(\tR\rreleasedHolds\"\x13\n" +
 	"\x11GetVersionRequest\"C\n" +
 	"\x12GetVersionResponse\x12-\n" +
 	"\x03hub\x18\x01 \x01(\v2\x1b.imperator.query.v1.VersionR\x03hub\"}\n" +
@@ -3077,7 +3195,8 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\x15FLEET_HOLD_PHASE_HELD\x10\x02\x12\x1b\n" +
 	"\x17FLEET_HOLD_PHASE_FAILED\x10\x03\x12\x1d\n" +
 	"\x19FLEET_HOLD_PHASE_RELEASED\x10\x04\x12\x1c\n" +
-	"\x18FLEET_HOLD_PHASE_EXPIRED\x10\x052\xa2\t\n" +
+	"\x18FLEET_HOLD_PHASE_EXPIRED\x10\x052\x94\n" +
+	"\n" +
 	"\x05Query\x12a\n" +
 	"\fListClusters\x12'.imperator.query.v1.ListClustersRequest\x1a(.imperator.query.v1.ListClustersResponse\x12a\n" +
 	"\fListMachines\x12'.imperator.query.v1.ListMachinesRequest\x1a(.imperator.query.v1.ListMachinesResponse\x12U\n" +
@@ -3087,7 +3206,8 @@ const file_imperator_query_v1_query_proto_rawDesc = "" +
 	"\vCreateToken\x12&.imperator.query.v1.CreateTokenRequest\x1a'.imperator.query.v1.CreateTokenResponse\x12[\n" +
 	"\n" +
 	"ListTokens\x12%.imperator.query.v1.ListTokensRequest\x1a&.imperator.query.v1.ListTokensResponse\x12^\n" +
-	"\vRevokeToken\x12&.imperator.query.v1.RevokeTokenRequest\x1a'.imperator.query.v1.RevokeTokenResponse\x12[\n" +
+	"\vRevokeToken\x12&.imperator.query.v1.RevokeTokenRequest\x1a'.imperator.query.v1.RevokeTokenResponse\x12p\n" +
+	"\x11DeregisterCluster\x12,.imperator.query.v1.DeregisterClusterRequest\x1a-.imperator.query.v1.DeregisterClusterResponse\x12[\n" +
 	"\n" +
 	"GetVersion\x12%.imperator.query.v1.GetVersionRequest\x1a&.imperator.query.v1.GetVersionResponse\x12R\n" +
 	"\n" +
@@ -3109,74 +3229,76 @@ func file_imperator_query_v1_query_proto_rawDescGZIP() []byte {
 }
 
 var file_imperator_query_v1_query_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_imperator_query_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_imperator_query_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_imperator_query_v1_query_proto_goTypes = []any{
-	(ClusterState)(0),             // 0: imperator.query.v1.ClusterState
-	(CapacityMode)(0),             // 1: imperator.query.v1.CapacityMode
-	(ExclusionReason)(0),          // 2: imperator.query.v1.ExclusionReason
-	(ClusterEventType)(0),         // 3: imperator.query.v1.ClusterEventType
-	(FleetHoldPhase)(0),           // 4: imperator.query.v1.FleetHoldPhase
-	(*ListClustersRequest)(nil),   // 5: imperator.query.v1.ListClustersRequest
-	(*ListClustersResponse)(nil),  // 6: imperator.query.v1.ListClustersResponse
-	(*Cluster)(nil),               // 7: imperator.query.v1.Cluster
-	(*ListMachinesRequest)(nil),   // 8: imperator.query.v1.ListMachinesRequest
-	(*ListMachinesResponse)(nil),  // 9: imperator.query.v1.ListMachinesResponse
-	(*MachineTypeInfo)(nil),       // 10: imperator.query.v1.MachineTypeInfo
-	(*GetUsageRequest)(nil),       // 11: imperator.query.v1.GetUsageRequest
-	(*GetUsageResponse)(nil),      // 12: imperator.query.v1.GetUsageResponse
-	(*ClusterUsage)(nil),          // 13: imperator.query.v1.ClusterUsage
-	(*TypeUsage)(nil),             // 14: imperator.query.v1.TypeUsage
-	(*FindCapacityRequest)(nil),   // 15: imperator.query.v1.FindCapacityRequest
-	(*MachineTypeRef)(nil),        // 16: imperator.query.v1.MachineTypeRef
-	(*ResourceShape)(nil),         // 17: imperator.query.v1.ResourceShape
-	(*FindCapacityResponse)(nil),  // 18: imperator.query.v1.FindCapacityResponse
-	(*CapacityCandidate)(nil),     // 19: imperator.query.v1.CapacityCandidate
-	(*Exclusion)(nil),             // 20: imperator.query.v1.Exclusion
-	(*WatchRequest)(nil),          // 21: imperator.query.v1.WatchRequest
-	(*ClusterEvent)(nil),          // 22: imperator.query.v1.ClusterEvent
-	(*CreateTokenRequest)(nil),    // 23: imperator.query.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),   // 24: imperator.query.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),     // 25: imperator.query.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),    // 26: imperator.query.v1.ListTokensResponse
-	(*Token)(nil),                 // 27: imperator.query.v1.Token
-	(*RevokeTokenRequest)(nil),    // 28: imperator.query.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),   // 29: imperator.query.v1.RevokeTokenResponse
-	(*GetVersionRequest)(nil),     // 30: imperator.query.v1.GetVersionRequest
-	(*GetVersionResponse)(nil),    // 31: imperator.query.v1.GetVersionResponse
-	(*Version)(nil),               // 32: imperator.query.v1.Version
-	(*CreateHoldRequest)(nil),     // 33: imperator.query.v1.CreateHoldRequest
-	(*GetHoldRequest)(nil),        // 34: imperator.query.v1.GetHoldRequest
-	(*ListHoldsRequest)(nil),      // 35: imperator.query.v1.ListHoldsRequest
-	(*ListHoldsResponse)(nil),     // 36: imperator.query.v1.ListHoldsResponse
-	(*ReleaseHoldRequest)(nil),    // 37: imperator.query.v1.ReleaseHoldRequest
-	(*FleetHold)(nil),             // 38: imperator.query.v1.FleetHold
-	(*FleetHoldCluster)(nil),      // 39: imperator.query.v1.FleetHoldCluster
-	nil,                           // 40: imperator.query.v1.FleetHold.GuestLabelsEntry
-	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 42: google.protobuf.Duration
-	(*v1.GPU)(nil),                // 43: imperator.federation.v1.GPU
-	(*v1.Usage)(nil),              // 44: imperator.federation.v1.Usage
-	(*v1.NodeCounts)(nil),         // 45: imperator.federation.v1.NodeCounts
-	(v1.ConditionStatus)(0),       // 46: imperator.federation.v1.ConditionStatus
-	(v1.HoldResult)(0),            // 47: imperator.federation.v1.HoldResult
+	(ClusterState)(0),                 // 0: imperator.query.v1.ClusterState
+	(CapacityMode)(0),                 // 1: imperator.query.v1.CapacityMode
+	(ExclusionReason)(0),              // 2: imperator.query.v1.ExclusionReason
+	(ClusterEventType)(0),             // 3: imperator.query.v1.ClusterEventType
+	(FleetHoldPhase)(0),               // 4: imperator.query.v1.FleetHoldPhase
+	(*ListClustersRequest)(nil),       // 5: imperator.query.v1.ListClustersRequest
+	(*ListClustersResponse)(nil),      // 6: imperator.query.v1.ListClustersResponse
+	(*Cluster)(nil),                   // 7: imperator.query.v1.Cluster
+	(*ListMachinesRequest)(nil),       // 8: imperator.query.v1.ListMachinesRequest
+	(*ListMachinesResponse)(nil),      // 9: imperator.query.v1.ListMachinesResponse
+	(*MachineTypeInfo)(nil),           // 10: imperator.query.v1.MachineTypeInfo
+	(*GetUsageRequest)(nil),           // 11: imperator.query.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),          // 12: imperator.query.v1.GetUsageResponse
+	(*ClusterUsage)(nil),              // 13: imperator.query.v1.ClusterUsage
+	(*TypeUsage)(nil),                 // 14: imperator.query.v1.TypeUsage
+	(*FindCapacityRequest)(nil),       // 15: imperator.query.v1.FindCapacityRequest
+	(*MachineTypeRef)(nil),            // 16: imperator.query.v1.MachineTypeRef
+	(*ResourceShape)(nil),             // 17: imperator.query.v1.ResourceShape
+	(*FindCapacityResponse)(nil),      // 18: imperator.query.v1.FindCapacityResponse
+	(*CapacityCandidate)(nil),         // 19: imperator.query.v1.CapacityCandidate
+	(*Exclusion)(nil),                 // 20: imperator.query.v1.Exclusion
+	(*WatchRequest)(nil),              // 21: imperator.query.v1.WatchRequest
+	(*ClusterEvent)(nil),              // 22: imperator.query.v1.ClusterEvent
+	(*CreateTokenRequest)(nil),        // 23: imperator.query.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),       // 24: imperator.query.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),         // 25: imperator.query.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),        // 26: imperator.query.v1.ListTokensResponse
+	(*Token)(nil),                     // 27: imperator.query.v1.Token
+	(*RevokeTokenRequest)(nil),        // 28: imperator.query.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),       // 29: imperator.query.v1.RevokeTokenResponse
+	(*DeregisterClusterRequest)(nil),  // 30: imperator.query.v1.DeregisterClusterRequest
+	(*DeregisterClusterResponse)(nil), // 31: imperator.query.v1.DeregisterClusterResponse
+	(*GetVersionRequest)(nil),         // 32: imperator.query.v1.GetVersionRequest
+	(*GetVersionResponse)(nil),        // 33: imperator.query.v1.GetVersionResponse
+	(*Version)(nil),                   // 34: imperator.query.v1.Version
+	(*CreateHoldRequest)(nil),         // 35: imperator.query.v1.CreateHoldRequest
+	(*GetHoldRequest)(nil),            // 36: imperator.query.v1.GetHoldRequest
+	(*ListHoldsRequest)(nil),          // 37: imperator.query.v1.ListHoldsRequest
+	(*ListHoldsResponse)(nil),         // 38: imperator.query.v1.ListHoldsResponse
+	(*ReleaseHoldRequest)(nil),        // 39: imperator.query.v1.ReleaseHoldRequest
+	(*FleetHold)(nil),                 // 40: imperator.query.v1.FleetHold
+	(*FleetHoldCluster)(nil),          // 41: imperator.query.v1.FleetHoldCluster
+	nil,                               // 42: imperator.query.v1.FleetHold.GuestLabelsEntry
+	(*timestamppb.Timestamp)(nil),     // 43: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 44: google.protobuf.Duration
+	(*v1.GPU)(nil),                    // 45: imperator.federation.v1.GPU
+	(*v1.Usage)(nil),                  // 46: imperator.federation.v1.Usage
+	(*v1.NodeCounts)(nil),             // 47: imperator.federation.v1.NodeCounts
+	(v1.ConditionStatus)(0),           // 48: imperator.federation.v1.ConditionStatus
+	(v1.HoldResult)(0),                // 49: imperator.federation.v1.HoldResult
 }
 var file_imperator_query_v1_query_proto_depIdxs = []int32{
 	7,  // 0: imperator.query.v1.ListClustersResponse.clusters:type_name -> imperator.query.v1.Cluster
 	0,  // 1: imperator.query.v1.Cluster.state:type_name -> imperator.query.v1.ClusterState
-	41, // 2: imperator.query.v1.Cluster.last_heartbeat:type_name -> google.protobuf.Timestamp
-	42, // 3: imperator.query.v1.Cluster.heartbeat_age:type_name -> google.protobuf.Duration
-	41, // 4: imperator.query.v1.Cluster.observed_at:type_name -> google.protobuf.Timestamp
+	43, // 2: imperator.query.v1.Cluster.last_heartbeat:type_name -> google.protobuf.Timestamp
+	44, // 3: imperator.query.v1.Cluster.heartbeat_age:type_name -> google.protobuf.Duration
+	43, // 4: imperator.query.v1.Cluster.observed_at:type_name -> google.protobuf.Timestamp
 	10, // 5: imperator.query.v1.ListMachinesResponse.machine_types:type_name -> imperator.query.v1.MachineTypeInfo
 	0,  // 6: imperator.query.v1.MachineTypeInfo.cluster_state:type_name -> imperator.query.v1.ClusterState
-	43, // 7: imperator.query.v1.MachineTypeInfo.gpu:type_name -> imperator.federation.v1.GPU
-	44, // 8: imperator.query.v1.MachineTypeInfo.usage:type_name -> imperator.federation.v1.Usage
-	45, // 9: imperator.query.v1.MachineTypeInfo.nodes:type_name -> imperator.federation.v1.NodeCounts
-	46, // 10: imperator.query.v1.MachineTypeInfo.machine_ready:type_name -> imperator.federation.v1.ConditionStatus
-	41, // 11: imperator.query.v1.MachineTypeInfo.observed_at:type_name -> google.protobuf.Timestamp
+	45, // 7: imperator.query.v1.MachineTypeInfo.gpu:type_name -> imperator.federation.v1.GPU
+	46, // 8: imperator.query.v1.MachineTypeInfo.usage:type_name -> imperator.federation.v1.Usage
+	47, // 9: imperator.query.v1.MachineTypeInfo.nodes:type_name -> imperator.federation.v1.NodeCounts
+	48, // 10: imperator.query.v1.MachineTypeInfo.machine_ready:type_name -> imperator.federation.v1.ConditionStatus
+	43, // 11: imperator.query.v1.MachineTypeInfo.observed_at:type_name -> google.protobuf.Timestamp
 	13, // 12: imperator.query.v1.GetUsageResponse.clusters:type_name -> imperator.query.v1.ClusterUsage
 	14, // 13: imperator.query.v1.GetUsageResponse.fleet:type_name -> imperator.query.v1.TypeUsage
 	0,  // 14: imperator.query.v1.ClusterUsage.state:type_name -> imperator.query.v1.ClusterState
-	41, // 15: imperator.query.v1.ClusterUsage.observed_at:type_name -> google.protobuf.Timestamp
+	43, // 15: imperator.query.v1.ClusterUsage.observed_at:type_name -> google.protobuf.Timestamp
 	14, // 16: imperator.query.v1.ClusterUsage.types:type_name -> imperator.query.v1.TypeUsage
 	16, // 17: imperator.query.v1.FindCapacityRequest.machine_type:type_name -> imperator.query.v1.MachineTypeRef
 	17, // 18: imperator.query.v1.FindCapacityRequest.shape:type_name -> imperator.query.v1.ResourceShape
@@ -3184,33 +3306,33 @@ var file_imperator_query_v1_query_proto_depIdxs = []int32{
 	19, // 20: imperator.query.v1.FindCapacityResponse.candidates:type_name -> imperator.query.v1.CapacityCandidate
 	20, // 21: imperator.query.v1.FindCapacityResponse.excluded:type_name -> imperator.query.v1.Exclusion
 	14, // 22: imperator.query.v1.CapacityCandidate.types:type_name -> imperator.query.v1.TypeUsage
-	41, // 23: imperator.query.v1.CapacityCandidate.observed_at:type_name -> google.protobuf.Timestamp
+	43, // 23: imperator.query.v1.CapacityCandidate.observed_at:type_name -> google.protobuf.Timestamp
 	2,  // 24: imperator.query.v1.Exclusion.reason:type_name -> imperator.query.v1.ExclusionReason
-	41, // 25: imperator.query.v1.Exclusion.observed_at:type_name -> google.protobuf.Timestamp
-	41, // 26: imperator.query.v1.Exclusion.last_heartbeat:type_name -> google.protobuf.Timestamp
+	43, // 25: imperator.query.v1.Exclusion.observed_at:type_name -> google.protobuf.Timestamp
+	43, // 26: imperator.query.v1.Exclusion.last_heartbeat:type_name -> google.protobuf.Timestamp
 	3,  // 27: imperator.query.v1.ClusterEvent.type:type_name -> imperator.query.v1.ClusterEventType
 	7,  // 28: imperator.query.v1.ClusterEvent.cluster:type_name -> imperator.query.v1.Cluster
 	13, // 29: imperator.query.v1.ClusterEvent.usage:type_name -> imperator.query.v1.ClusterUsage
-	42, // 30: imperator.query.v1.CreateTokenRequest.ttl:type_name -> google.protobuf.Duration
+	44, // 30: imperator.query.v1.CreateTokenRequest.ttl:type_name -> google.protobuf.Duration
 	27, // 31: imperator.query.v1.CreateTokenResponse.info:type_name -> imperator.query.v1.Token
 	27, // 32: imperator.query.v1.ListTokensResponse.tokens:type_name -> imperator.query.v1.Token
-	41, // 33: imperator.query.v1.Token.expiration:type_name -> google.protobuf.Timestamp
-	41, // 34: imperator.query.v1.Token.used_at:type_name -> google.protobuf.Timestamp
-	32, // 35: imperator.query.v1.GetVersionResponse.hub:type_name -> imperator.query.v1.Version
+	43, // 33: imperator.query.v1.Token.expiration:type_name -> google.protobuf.Timestamp
+	43, // 34: imperator.query.v1.Token.used_at:type_name -> google.protobuf.Timestamp
+	34, // 35: imperator.query.v1.GetVersionResponse.hub:type_name -> imperator.query.v1.Version
 	16, // 36: imperator.query.v1.CreateHoldRequest.machine_type:type_name -> imperator.query.v1.MachineTypeRef
 	17, // 37: imperator.query.v1.CreateHoldRequest.shape:type_name -> imperator.query.v1.ResourceShape
 	1,  // 38: imperator.query.v1.CreateHoldRequest.mode:type_name -> imperator.query.v1.CapacityMode
-	42, // 39: imperator.query.v1.CreateHoldRequest.ttl:type_name -> google.protobuf.Duration
-	38, // 40: imperator.query.v1.ListHoldsResponse.holds:type_name -> imperator.query.v1.FleetHold
+	44, // 39: imperator.query.v1.CreateHoldRequest.ttl:type_name -> google.protobuf.Duration
+	40, // 40: imperator.query.v1.ListHoldsResponse.holds:type_name -> imperator.query.v1.FleetHold
 	4,  // 41: imperator.query.v1.FleetHold.phase:type_name -> imperator.query.v1.FleetHoldPhase
 	1,  // 42: imperator.query.v1.FleetHold.mode:type_name -> imperator.query.v1.CapacityMode
 	16, // 43: imperator.query.v1.FleetHold.machine_type:type_name -> imperator.query.v1.MachineTypeRef
 	17, // 44: imperator.query.v1.FleetHold.shape:type_name -> imperator.query.v1.ResourceShape
-	41, // 45: imperator.query.v1.FleetHold.created_at:type_name -> google.protobuf.Timestamp
-	41, // 46: imperator.query.v1.FleetHold.valid_until:type_name -> google.protobuf.Timestamp
-	39, // 47: imperator.query.v1.FleetHold.clusters:type_name -> imperator.query.v1.FleetHoldCluster
-	40, // 48: imperator.query.v1.FleetHold.guest_labels:type_name -> imperator.query.v1.FleetHold.GuestLabelsEntry
-	47, // 49: imperator.query.v1.FleetHoldCluster.result:type_name -> imperator.federation.v1.HoldResult
+	43, // 45: imperator.query.v1.FleetHold.created_at:type_name -> google.protobuf.Timestamp
+	43, // 46: imperator.query.v1.FleetHold.valid_until:type_name -> google.protobuf.Timestamp
+	41, // 47: imperator.query.v1.FleetHold.clusters:type_name -> imperator.query.v1.FleetHoldCluster
+	42, // 48: imperator.query.v1.FleetHold.guest_labels:type_name -> imperator.query.v1.FleetHold.GuestLabelsEntry
+	49, // 49: imperator.query.v1.FleetHoldCluster.result:type_name -> imperator.federation.v1.HoldResult
 	5,  // 50: imperator.query.v1.Query.ListClusters:input_type -> imperator.query.v1.ListClustersRequest
 	8,  // 51: imperator.query.v1.Query.ListMachines:input_type -> imperator.query.v1.ListMachinesRequest
 	11, // 52: imperator.query.v1.Query.GetUsage:input_type -> imperator.query.v1.GetUsageRequest
@@ -3219,26 +3341,28 @@ var file_imperator_query_v1_query_proto_depIdxs = []int32{
 	23, // 55: imperator.query.v1.Query.CreateToken:input_type -> imperator.query.v1.CreateTokenRequest
 	25, // 56: imperator.query.v1.Query.ListTokens:input_type -> imperator.query.v1.ListTokensRequest
 	28, // 57: imperator.query.v1.Query.RevokeToken:input_type -> imperator.query.v1.RevokeTokenRequest
-	30, // 58: imperator.query.v1.Query.GetVersion:input_type -> imperator.query.v1.GetVersionRequest
-	33, // 59: imperator.query.v1.Query.CreateHold:input_type -> imperator.query.v1.CreateHoldRequest
-	34, // 60: imperator.query.v1.Query.GetHold:input_type -> imperator.query.v1.GetHoldRequest
-	35, // 61: imperator.query.v1.Query.ListHolds:input_type -> imperator.query.v1.ListHoldsRequest
-	37, // 62: imperator.query.v1.Query.ReleaseHold:input_type -> imperator.query.v1.ReleaseHoldRequest
-	6,  // 63: imperator.query.v1.Query.ListClusters:output_type -> imperator.query.v1.ListClustersResponse
-	9,  // 64: imperator.query.v1.Query.ListMachines:output_type -> imperator.query.v1.ListMachinesResponse
-	12, // 65: imperator.query.v1.Query.GetUsage:output_type -> imperator.query.v1.GetUsageResponse
-	18, // 66: imperator.query.v1.Query.FindCapacity:output_type -> imperator.query.v1.FindCapacityResponse
-	22, // 67: imperator.query.v1.Query.Watch:output_type -> imperator.query.v1.ClusterEvent
-	24, // 68: imperator.query.v1.Query.CreateToken:output_type -> imperator.query.v1.CreateTokenResponse
-	26, // 69: imperator.query.v1.Query.ListTokens:output_type -> imperator.query.v1.ListTokensResponse
-	29, // 70: imperator.query.v1.Query.RevokeToken:output_type -> imperator.query.v1.RevokeTokenResponse
-	31, // 71: imperator.query.v1.Query.GetVersion:output_type -> imperator.query.v1.GetVersionResponse
-	38, // 72: imperator.query.v1.Query.CreateHold:output_type -> imperator.query.v1.FleetHold
-	38, // 73: imperator.query.v1.Query.GetHold:output_type -> imperator.query.v1.FleetHold
-	36, // 74: imperator.query.v1.Query.ListHolds:output_type -> imperator.query.v1.ListHoldsResponse
-	38, // 75: imperator.query.v1.Query.ReleaseHold:output_type -> imperator.query.v1.FleetHold
-	63, // [63:76] is the sub-list for method output_type
-	50, // [50:63] is the sub-list for method input_type
+	30, // 58: imperator.query.v1.Query.DeregisterCluster:input_type -> imperator.query.v1.DeregisterClusterRequest
+	32, // 59: imperator.query.v1.Query.GetVersion:input_type -> imperator.query.v1.GetVersionRequest
+	35, // 60: imperator.query.v1.Query.CreateHold:input_type -> imperator.query.v1.CreateHoldRequest
+	36, // 61: imperator.query.v1.Query.GetHold:input_type -> imperator.query.v1.GetHoldRequest
+	37, // 62: imperator.query.v1.Query.ListHolds:input_type -> imperator.query.v1.ListHoldsRequest
+	39, // 63: imperator.query.v1.Query.ReleaseHold:input_type -> imperator.query.v1.ReleaseHoldRequest
+	6,  // 64: imperator.query.v1.Query.ListClusters:output_type -> imperator.query.v1.ListClustersResponse
+	9,  // 65: imperator.query.v1.Query.ListMachines:output_type -> imperator.query.v1.ListMachinesResponse
+	12, // 66: imperator.query.v1.Query.GetUsage:output_type -> imperator.query.v1.GetUsageResponse
+	18, // 67: imperator.query.v1.Query.FindCapacity:output_type -> imperator.query.v1.FindCapacityResponse
+	22, // 68: imperator.query.v1.Query.Watch:output_type -> imperator.query.v1.ClusterEvent
+	24, // 69: imperator.query.v1.Query.CreateToken:output_type -> imperator.query.v1.CreateTokenResponse
+	26, // 70: imperator.query.v1.Query.ListTokens:output_type -> imperator.query.v1.ListTokensResponse
+	29, // 71: imperator.query.v1.Query.RevokeToken:output_type -> imperator.query.v1.RevokeTokenResponse
+	31, // 72: imperator.query.v1.Query.DeregisterCluster:output_type -> imperator.query.v1.DeregisterClusterResponse
+	33, // 73: imperator.query.v1.Query.GetVersion:output_type -> imperator.query.v1.GetVersionResponse
+	40, // 74: imperator.query.v1.Query.CreateHold:output_type -> imperator.query.v1.FleetHold
+	40, // 75: imperator.query.v1.Query.GetHold:output_type -> imperator.query.v1.FleetHold
+	38, // 76: imperator.query.v1.Query.ListHolds:output_type -> imperator.query.v1.ListHoldsResponse
+	40, // 77: imperator.query.v1.Query.ReleaseHold:output_type -> imperator.query.v1.FleetHold
+	64, // [64:78] is the sub-list for method output_type
+	50, // [50:64] is the sub-list for method input_type
 	50, // [50:50] is the sub-list for extension type_name
 	50, // [50:50] is the sub-list for extension extendee
 	0,  // [0:50] is the sub-list for field type_name
@@ -3253,7 +3377,7 @@ func file_imperator_query_v1_query_proto_init() {
 		(*FindCapacityRequest_MachineType)(nil),
 		(*FindCapacityRequest_Shape)(nil),
 	}
-	file_imperator_query_v1_query_proto_msgTypes[28].OneofWrappers = []any{
+	file_imperator_query_v1_query_proto_msgTypes[30].OneofWrappers = []any{
 		(*CreateHoldRequest_MachineType)(nil),
 		(*CreateHoldRequest_Shape)(nil),
 	}
@@ -3263,7 +3387,7 @@ func file_imperator_query_v1_query_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_imperator_query_v1_query_proto_rawDesc), len(file_imperator_query_v1_query_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -15,8 +15,8 @@
 //   imperator.tenzen-y.io:viewers the read-only calls;
 //   imperator.tenzen-y.io:holders the read-only calls and the hold calls;
 //   imperator.tenzen-y.io:spokes  (spoke agents) the read-only calls.
-// The token calls answer PermissionDenied to anyone but an admin; the hold
-// calls to anyone but an admin or a holder.
+// The token calls and DeregisterCluster answer PermissionDenied to anyone
+// but an admin; the hold calls to anyone but an admin or a holder.
 //
 // Evolution: fields are only ever added; a removed field's number and name go
 // into `reserved`. Every field is optional (proto3).
@@ -42,19 +42,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Query_ListClusters_FullMethodName = "/imperator.query.v1.Query/ListClusters"
-	Query_ListMachines_FullMethodName = "/imperator.query.v1.Query/ListMachines"
-	Query_GetUsage_FullMethodName     = "/imperator.query.v1.Query/GetUsage"
-	Query_FindCapacity_FullMethodName = "/imperator.query.v1.Query/FindCapacity"
-	Query_Watch_FullMethodName        = "/imperator.query.v1.Query/Watch"
-	Query_CreateToken_FullMethodName  = "/imperator.query.v1.Query/CreateToken"
-	Query_ListTokens_FullMethodName   = "/imperator.query.v1.Query/ListTokens"
-	Query_RevokeToken_FullMethodName  = "/imperator.query.v1.Query/RevokeToken"
-	Query_GetVersion_FullMethodName   = "/imperator.query.v1.Query/GetVersion"
-	Query_CreateHold_FullMethodName   = "/imperator.query.v1.Query/CreateHold"
-	Query_GetHold_FullMethodName      = "/imperator.query.v1.Query/GetHold"
-	Query_ListHolds_FullMethodName    = "/imperator.query.v1.Query/ListHolds"
-	Query_ReleaseHold_FullMethodName  = "/imperator.query.v1.Query/ReleaseHold"
+	Query_ListClusters_FullMethodName      = "/imperator.query.v1.Query/ListClusters"
+	Query_ListMachines_FullMethodName      = "/imperator.query.v1.Query/ListMachines"
+	Query_GetUsage_FullMethodName          = "/imperator.query.v1.Query/GetUsage"
+	Query_FindCapacity_FullMethodName      = "/imperator.query.v1.Query/FindCapacity"
+	Query_Watch_FullMethodName             = "/imperator.query.v1.Query/Watch"
+	Query_CreateToken_FullMethodName       = "/imperator.query.v1.Query/CreateToken"
+	Query_ListTokens_FullMethodName        = "/imperator.query.v1.Query/ListTokens"
+	Query_RevokeToken_FullMethodName       = "/imperator.query.v1.Query/RevokeToken"
+	Query_DeregisterCluster_FullMethodName = "/imperator.query.v1.Query/DeregisterCluster"
+	Query_GetVersion_FullMethodName        = "/imperator.query.v1.Query/GetVersion"
+	Query_CreateHold_FullMethodName        = "/imperator.query.v1.Query/CreateHold"
+	Query_GetHold_FullMethodName           = "/imperator.query.v1.Query/GetHold"
+	Query_ListHolds_FullMethodName         = "/imperator.query.v1.Query/ListHolds"
+	Query_ReleaseHold_FullMethodName       = "/imperator.query.v1.Query/ReleaseHold"
 )
 
 // QueryClient is the client API for Query service.
@@ -88,6 +89,16 @@ type QueryClient interface {
 	// RevokeToken deletes a bootstrap token; NotFound when there is none with
 	// that ID. Admins only.
 	RevokeToken(ctx context.Context, in *RevokeTokenRequest, opts ...grpc.CallOption) (*RevokeTokenResponse, error)
+	// DeregisterCluster removes a cluster from the fleet: it deletes the
+	// cluster's ManagedCluster, so that every hub replica ends the cluster's
+	// stream, forgets its figures and refuses the certificates of that
+	// registration (the spoke must join again with a new token to come back);
+	// the ClusterInventory and heartbeat Lease are garbage-collected with it.
+	// NotFound when the hub has no such cluster; FailedPrecondition, naming
+	// them, while fleet holds (Pending or Held) still place units there,
+	// unless release_holds, which releases those holds first (each on every
+	// cluster it placed units on: a fleet hold is all or nothing). Admins only.
+	DeregisterCluster(ctx context.Context, in *DeregisterClusterRequest, opts ...grpc.CallOption) (*DeregisterClusterResponse, error)
 	// GetVersion returns the hub's build (imperatorctl version). Viewers and up.
 	GetVersion(ctx context.Context, in *GetVersionRequest, opts ...grpc.CallOption) (*GetVersionResponse, error)
 	// CreateHold books count units of a machine type (or shape) across the
@@ -205,6 +216,16 @@ func (c *queryClient) RevokeToken(ctx context.Context, in *RevokeTokenRequest, o
 	return out, nil
 }
 
+func (c *queryClient) DeregisterCluster(ctx context.Context, in *DeregisterClusterRequest, opts ...grpc.CallOption) (*DeregisterClusterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeregisterClusterResponse)
+	err := c.cc.Invoke(ctx, Query_DeregisterCluster_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *queryClient) GetVersion(ctx context.Context, in *GetVersionRequest, opts ...grpc.CallOption) (*GetVersionResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetVersionResponse)
@@ -286,6 +307,16 @@ type QueryServer interface {
 	// RevokeToken deletes a bootstrap token; NotFound when there is none with
 	// that ID. Admins only.
 	RevokeToken(context.Context, *RevokeTokenRequest) (*RevokeTokenResponse, error)
+	// DeregisterCluster removes a cluster from the fleet: it deletes the
+	// cluster's ManagedCluster, so that every hub replica ends the cluster's
+	// stream, forgets its figures and refuses the certificates of that
+	// registration (the spoke must join again with a new token to come back);
+	// the ClusterInventory and heartbeat Lease are garbage-collected with it.
+	// NotFound when the hub has no such cluster; FailedPrecondition, naming
+	// them, while fleet holds (Pending or Held) still place units there,
+	// unless release_holds, which releases those holds first (each on every
+	// cluster it placed units on: a fleet hold is all or nothing). Admins only.
+	DeregisterCluster(context.Context, *DeregisterClusterRequest) (*DeregisterClusterResponse, error)
 	// GetVersion returns the hub's build (imperatorctl version). Viewers and up.
 	GetVersion(context.Context, *GetVersionRequest) (*GetVersionResponse, error)
 	// CreateHold books count units of a machine type (or shape) across the
@@ -337,6 +368,9 @@ func (UnimplementedQueryServer) ListTokens(context.Context, *ListTokensRequest) 
 }
 func (UnimplementedQueryServer) RevokeToken(context.Context, *RevokeTokenRequest) (*RevokeTokenResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeToken not implemented")
+}
+func (UnimplementedQueryServer) DeregisterCluster(context.Context, *DeregisterClusterRequest) (*DeregisterClusterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeregisterCluster not implemented")
 }
 func (UnimplementedQueryServer) GetVersion(context.Context, *GetVersionRequest) (*GetVersionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetVersion not implemented")
@@ -511,6 +545,24 @@ func _Query_RevokeToken_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Query_DeregisterCluster_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeregisterClusterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServer).DeregisterCluster(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Query_DeregisterCluster_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServer).DeregisterCluster(ctx, req.(*DeregisterClusterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Query_GetVersion_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetVersionRequest)
 	if err := dec(in); err != nil {
@@ -635,6 +687,10 @@ var Query_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokeToken",
 			Handler:    _Query_RevokeToken_Handler,
+		},
+		{
+			MethodName: "DeregisterCluster",
+			Handler:    _Query_DeregisterCluster_Handler,
 		},
 		{
 			MethodName: "GetVersion",

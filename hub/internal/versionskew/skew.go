@@ -1,4 +1,8 @@
-package server
+// Package versionskew is the hub↔agent version skew policy of
+// docs/upgrading.md: which agent releases a hub release supports. The hub
+// server logs an agent outside it when its Hello arrives; the query API
+// shows it per cluster (Cluster.version_skew), and imperatorctl flags it.
+package versionskew
 
 import (
 	"fmt"
@@ -7,13 +11,15 @@ import (
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 )
 
-// unsupportedSkew says why an agent of version agent reporting to a hub of
+// Unsupported says why an agent of version agent reporting to a hub of
 // version hub is outside the skew policy of docs/upgrading.md, or "" when
 // it is inside or either is not a release (a development build, a Go
 // pseudo-version, free-form text): the policy is about releases. Inside: the
 // same major version, the agent's minor equal to the hub's or one below
-// (upgrade the hub first, then the agents).
-func unsupportedSkew(hub, agent string) string {
+// (upgrade the hub first, then the agents). The hub logs it when a spoke's
+// Hello is outside the policy and ListClusters, Watch and imperatorctl show
+// it as the cluster's version_skew.
+func Unsupported(hub, agent string) string {
 	h, a := releaseVersion(hub), releaseVersion(agent)
 	if h == nil || a == nil {
 		return ""

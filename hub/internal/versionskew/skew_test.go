@@ -1,13 +1,13 @@
-package server
+package versionskew
 
 import (
 	"strings"
 	"testing"
 )
 
-// TestUnsupportedSkew: the skew policy of docs/upgrading.md, which the hub
-// logs when a spoke's Hello is outside it.
-func TestUnsupportedSkew(t *testing.T) {
+// TestUnsupported: the skew policy of docs/upgrading.md, which the hub
+// logs when a spoke's Hello is outside it and shows in ListClusters.
+func TestUnsupported(t *testing.T) {
 	for _, c := range []struct {
 		hub, agent string
 		// want is a part of the warning; "" for none.
@@ -32,7 +32,7 @@ func TestUnsupportedSkew(t *testing.T) {
 		{"v0.5.0", "v0.1.1-0.20260101120000-0123456789ab", ""},
 		{"v0.5.0", "v0.1.1-0.20260101120000-0123456789ab+dirty", ""},
 	} {
-		got := unsupportedSkew(c.hub, c.agent)
+		got := Unsupported(c.hub, c.agent)
 		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {
 			t.Errorf("hub %q, agent %q: %q, want %q", c.hub, c.agent, got, c.want)
 		}
