@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/url"
@@ -43,13 +44,16 @@ func ServerTLS(getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, erro
 	}
 }
 
-// ClientTLS returns a spoke's TLS configuration: TLS 1.3, the hub verified
-// against caPEM, and the client certificate when cert is not nil (Join is
-// made without one).
+// ClientTLS returns a spoke's (and imperatorctl's) TLS configuration: TLS
+// 1.3, the hub verified against every CA of the bundle caPEM, and the client
+// certificate when cert is not nil (Join is made without one). During a hub
+// CA rotation the bundle holds the current and the next (or previous) CA,
+// so that the hub is trusted whichever of them signed its serving
+// certificate.
 func ClientTLS(caPEM []byte, cert *tls.Certificate, serverName string) (*tls.Config, error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, errors.New("reading hub CA bundle: no PEM certificate found")
+	pool, err := TrustPool(caPEM)
+	if err != nil {
+		return nil, err
 	}
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS13,
@@ -60,6 +64,37 @@ func ClientTLS(caPEM []byte, cert *tls.Certificate, serverName string) (*tls.Con
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
 	return cfg, nil
+}
+
+// TrustPool reads the CA certificates of one or more PEM bundles into a
+// pool. Blocks of other types (a key pasted by mistake) are refused, as is
+// a certificate that does not parse; at least one certificate is required.
+func TrustPool(bundles ...[]byte) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	n := 0
+	for _, bundle := range bundles {
+		rest := bundle
+		for {
+			var block *pem.Block
+			block, rest = pem.Decode(rest)
+			if block == nil {
+				break
+			}
+			n++
+			if block.Type != "CERTIFICATE" {
+				return nil, fmt.Errorf("reading hub CA bundle: PEM block %d is a %s, want CERTIFICATE", n, block.Type)
+			}
+			cert, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				return nil, fmt.Errorf("reading hub CA bundle: certificate %d: %w", n, err)
+			}
+			pool.AddCert(cert)
+		}
+	}
+	if n == 0 {
+		return nil, errors.New("reading hub CA bundle: no PEM certificate found")
+	}
+	return pool, nil
 }
 
 // Registration URIs: every spoke certificate the hub issues carries exactly

@@ -72,6 +72,45 @@ func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
 	return &CA{Cert: cert, Key: key, CertPEM: encodeCert(cert.Raw)}, nil
 }
 
+// TrustBundle is the PEM bundle clients verify this CA's certificates with:
+// its own certificate. (The hub's CA during a rotation, hubca.Authority,
+// hands out several.)
+func (ca *CA) TrustBundle() []byte { return ca.CertPEM }
+
+// CrossSign issues a certificate of other (a CA) signed by ca: the same
+// subject and key as other, so that a chain from a leaf of other reaches
+// ca's certificate through it. A server presents it after its leaf while
+// clients that trust only ca move to other. Its life ends with the shorter
+// of the two CAs'.
+func (ca *CA) CrossSign(other *x509.Certificate) ([]byte, error) {
+	if other == nil || !other.IsCA {
+		return nil, errors.New("cross-signing: not a CA certificate")
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, fmt.Errorf("generating serial number: %w", err)
+	}
+	notAfter := other.NotAfter
+	if ca.Cert.NotAfter.Before(notAfter) {
+		notAfter = ca.Cert.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               other.Subject,
+		NotBefore:             other.NotBefore,
+		NotAfter:              notAfter,
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              other.KeyUsage,
+		SubjectKeyId:          other.SubjectKeyId,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, other.PublicKey, ca.Key)
+	if err != nil {
+		return nil, fmt.Errorf("cross-signing %q: %w", other.Subject.CommonName, err)
+	}
+	return encodeCert(der), nil
+}
+
 // KeyPEM returns the CA's private key, PEM-encoded.
 func (ca *CA) KeyPEM() ([]byte, error) { return encodeKey(ca.Key) }
 
@@ -232,6 +271,9 @@ func addHosts(tmpl *x509.Certificate, hosts []string) {
 		}
 	}
 }
+
+// EncodeCertificate is cert, PEM-encoded.
+func EncodeCertificate(cert *x509.Certificate) []byte { return encodeCert(cert.Raw) }
 
 func encodeCert(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})

@@ -84,6 +84,23 @@ func Load(ctx context.Context, c client.Client, namespace, name string) (*pki.CA
 	return ca, nil
 }
 
+// LoadTrust reads the whole CA Secret namespace/name (the current CA and,
+// during a rotation, the next or previous one) and never creates it.
+func LoadTrust(ctx context.Context, c client.Reader, namespace, name string) (*Trust, error) {
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	var secret corev1.Secret
+	if err := c.Get(ctx, key, &secret); apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: secret %s not found (is this the hub cluster? the hub creates its CA at its first start, or run `hub ca init`)", ErrNoCA, key)
+	} else if err != nil {
+		return nil, fmt.Errorf("reading hub CA secret %s: %w", key, err)
+	}
+	t, err := ParseTrust(secret.Data)
+	if err != nil {
+		return nil, fmt.Errorf("hub CA secret %s: %w", key, err)
+	}
+	return t, nil
+}
+
 // ErrCAExists is returned by Create when the Secret is already there.
 var ErrCAExists = errors.New("hub CA exists")
 

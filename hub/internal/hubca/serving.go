@@ -1,6 +1,7 @@
 package hubca
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,11 +48,13 @@ const ServingBackdate = time.Hour
 // millisecond); when it fails, the current certificate is served while it is
 // still valid, and renewal is tried again at the next handshake.
 type ServingRotator struct {
-	ca         *pki.CA
-	commonName string
-	hosts      []string
-	validity   time.Duration
-	clock      clock.PassiveClock
+	ca *pki.CA
+	// intermediates follow the leaf in the chain presented (SetCA).
+	intermediates [][]byte
+	commonName    string
+	hosts         []string
+	validity      time.Duration
+	clock         clock.PassiveClock
 
 	mu      sync.Mutex
 	current *tls.Certificate
@@ -97,6 +101,25 @@ func (r *ServingRotator) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate,
 		}
 	}
 	return r.current, nil
+}
+
+// SetCA makes ca the CA serving certificates are issued from; when it is
+// another CA than the one in use (a rotation was promoted), the next
+// handshake re-issues the certificate from it.
+//
+// intermediates (DER) are presented after the leaf: during a promoted
+// rotation, the current CA signed by the previous one.
+func (r *ServingRotator) SetCA(ca *pki.CA, intermediates [][]byte) {
+	if ca == nil || ca.Cert == nil || ca.Key == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ca.Cert.Equal(ca.Cert) && slices.EqualFunc(r.intermediates, intermediates, bytes.Equal) {
+		return
+	}
+	r.ca, r.intermediates = ca, intermediates
+	r.renewAt = time.Time{}
 }
 
 // renew issues a new certificate; r.mu is held (or r is not shared yet).
@@ -151,5 +174,6 @@ func (r *ServingRotator) issue(now time.Time) (*tls.Certificate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parsing the certificate just signed: %w", err)
 	}
-	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
+	chain := append([][]byte{der}, r.intermediates...)
+	return &tls.Certificate{Certificate: chain, PrivateKey: key, Leaf: leaf}, nil
 }

@@ -43,10 +43,18 @@ const maxCSRBytes = 16 << 10
 // renewed certificate is worth anything.
 const DefaultRenewalOverlap = 10 * time.Minute
 
+// Authority signs spokes' certificates and names the CA bundle they verify
+// the hub with: a *pki.CA, or the hub's hubca.Authority, which hands out
+// both CAs during a rotation.
+type Authority interface {
+	SignClientCSR(csrPEM []byte, commonName string, organizations []string, uris []*url.URL, validity time.Duration) ([]byte, error)
+	TrustBundle() []byte
+}
+
 // Service answers the Join and Renew calls.
 type Service struct {
 	Tokens *Tokens
-	CA     *pki.CA
+	CA     Authority
 	// Client writes the ManagedCluster and the cluster's namespace.
 	Client client.Client
 	// Validity of issued certificates (DefaultCertificateValidity when zero).
@@ -161,7 +169,7 @@ func (s *Service) Join(ctx context.Context, req *federationv1.JoinRequest) (*fed
 		"serial", identity.SerialOf(cert), "notAfter", cert.NotAfter)
 	return &federationv1.JoinResponse{
 		Certificate: certPEM,
-		Ca:          s.CA.CertPEM,
+		Ca:          s.CA.TrustBundle(),
 		NotAfter:    timestamppb.New(cert.NotAfter),
 	}, nil
 }
@@ -335,7 +343,7 @@ func (s *Service) Renew(ctx context.Context, spoke identity.Spoke, req *federati
 	s.recordWritten(spoke.Cluster, written)
 	ctrl.LoggerFrom(ctx).Info("Renewed cluster certificate", "cluster", spoke.Cluster, "registration", spoke.RegistrationUID,
 		"serial", identity.SerialOf(cert), "replaced", spoke.Serial, "notAfter", cert.NotAfter)
-	return &federationv1.RenewResponse{Certificate: certPEM, Ca: s.CA.CertPEM, NotAfter: timestamppb.New(cert.NotAfter)}, nil
+	return &federationv1.RenewResponse{Certificate: certPEM, Ca: s.CA.TrustBundle(), NotAfter: timestamppb.New(cert.NotAfter)}, nil
 }
 
 // recordWritten tells RecordWritten, if set, of a write of cluster's record.

@@ -1,10 +1,12 @@
 package reporter
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -66,7 +68,7 @@ func (cr *hubCredentials) join(ctx context.Context, key client.ObjectKey) (*cred
 // dial returns a connection to the hub, with cert as client certificate
 // (none for Join).
 func (cr *hubCredentials) dial(cert *tls.Certificate) (*grpc.ClientConn, error) {
-	tlsConfig, err := identity.ClientTLS(cr.caPEM, cert, cr.serverName)
+	tlsConfig, err := identity.ClientTLS(cr.trustBundle(), cert, cr.serverName)
 	if err != nil {
 		return nil, err
 	}
@@ -79,4 +81,26 @@ func (cr *hubCredentials) dial(cert *tls.Certificate) (*grpc.ClientConn, error) 
 		return nil, fmt.Errorf("connecting to the hub at %s: %w", cr.opts.Hub.Address, err)
 	}
 	return conn, nil
+}
+
+// trustBundle is what the hub is verified with: the CA bundle of
+// --hub-ca-file and the one the hub handed out with the certificate in use.
+// During a hub CA rotation the hub hands out both CAs at the first renewal
+// after it staged the next one, so that the agent keeps trusting the hub
+// once the next CA signs its serving certificate, whatever --hub-ca-file
+// holds. The hub's bundle came over a connection verified with the file's,
+// and is ignored when it does not parse.
+func (cr *hubCredentials) trustBundle() []byte {
+	cur := cr.currentCredential()
+	if cur == nil || len(cur.caPEM) == 0 || bytes.Equal(cur.caPEM, cr.caPEM) {
+		return cr.caPEM
+	}
+	if _, err := identity.TrustPool(cur.caPEM); err != nil {
+		return cr.caPEM
+	}
+	bundle := slices.Clone(cr.caPEM)
+	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
+		bundle = append(bundle, '\n')
+	}
+	return append(bundle, cur.caPEM...)
 }
