@@ -59,6 +59,13 @@ type TypeInput struct {
 	// those nodes for messages.
 	Lost      int32
 	LostNodes []string
+	// ReservationPods counts the type's reservation pods that exist and are
+	// not stuck terminating, and LostReservations those of them that hold
+	// no usable unit: bound to a node that is not node-pool=ready, or that
+	// the scheduler could not place, whatever their ordinal. Only the others
+	// can back what holds hold: available may promise more units than the
+	// nodes have (every node of the type in maintenance, say).
+	ReservationPods, LostReservations int32
 	// Holds are the holds of the Machine's group and this type, any order.
 	Holds []*imperatorv1alpha1.CapacityHold
 	// Holding are the guests that hold a unit (bound, granted or leaving);
@@ -187,8 +194,10 @@ func (t *typePlanner) claimable(pod *corev1.Pod, want ...Phase) *imperatorv1alph
 
 // holdActive gives each active hold the units no guest of it holds, and
 // revokes, newest first, what reservation pods on lost nodes leave too few
-// units for. Only units lost to nodes are revoked: guests beyond a lowered
-// available (OverSubscribed) take nothing from a hold.
+// units for: fewer units than available promises once the guests' are
+// counted, or fewer reservation pods that can hold a unit than the holds
+// hold (nodeShortfall). Only units lost to nodes are revoked: guests beyond
+// a lowered available (OverSubscribed) take nothing from a hold.
 func (t *typePlanner) holdActive() {
 	in := t.in
 	capacity := max(0, in.Available-in.Lost-t.guestHeld)
@@ -198,7 +207,7 @@ func (t *typePlanner) holdActive() {
 			t.promised += t.plans[i].Held
 		}
 	}
-	if shortfall := min(t.promised-capacity, in.Lost); shortfall > 0 {
+	if shortfall := max(min(t.promised-capacity, in.Lost), t.nodeShortfall(t.promised)); shortfall > 0 {
 		for i := len(t.plans) - 1; i >= 0 && shortfall > 0; i-- {
 			p := &t.plans[i]
 			if p.Phase != PhaseActive || p.Held == 0 {
@@ -208,8 +217,8 @@ func (t *typePlanner) holdActive() {
 			p.Held -= p.Revoked
 			shortfall -= p.Revoked
 			p.Reason = imperatorv1alpha1.HoldReasonNodeLeftPool
-			p.Message = fmt.Sprintf("%d of %d units of %s lost: reservation pods on nodes that are not ready or cannot be scheduled (%s); they come back when the nodes are ready again",
-				p.Revoked, p.Hold.Spec.Count, in.MachineType, lostNodes(in.LostNodes))
+			p.Message = fmt.Sprintf("%d of %d units of %s lost: %d reservation pods are on nodes that are not ready or cannot be scheduled (%s), %d can hold a unit; they come back when the nodes are ready again",
+				p.Revoked, p.Hold.Spec.Count, in.MachineType, max(in.Lost, in.LostReservations), lostNodes(in.LostNodes), t.usableReservations())
 		}
 	}
 	for i := range t.plans {
@@ -217,6 +226,25 @@ func (t *typePlanner) holdActive() {
 			t.backed += t.plans[i].Held
 		}
 	}
+}
+
+// usableReservations are the type's reservation pods that can hold a
+// unit: they exist and are not lost.
+func (t *typePlanner) usableReservations() int32 {
+	return max(0, t.in.ReservationPods-t.in.LostReservations)
+}
+
+// nodeShortfall is how many of promised held units no reservation pod can
+// hold: beyond the usable reservation pods, at most as many as are lost.
+// While none is lost it is zero: reservation pods the StatefulSet has not
+// created yet (a hold's guest just left, the Machine is new) are not lost,
+// and revoking for them would flap the hold at every handover.
+func (t *typePlanner) nodeShortfall(promised int32) int32 {
+	lost := t.in.LostReservations
+	if lost == 0 {
+		return 0
+	}
+	return max(0, min(promised-t.usableReservations(), lost))
 }
 
 // decidePending accepts, oldest first, each pending hold whose units are
@@ -239,13 +267,19 @@ func (t *typePlanner) decidePending() {
 		p.Claimed = min(p.Hold.Spec.Count, t.holdingByHold[p.Hold.Name])
 		need := p.Hold.Spec.Count - p.Claimed
 		free := in.Available - in.Lost - t.guestHeld - t.backed - queuedOrdinary
+		// While reservation pods are lost, only units a usable reservation
+		// pod holds beyond the active holds' are free, whatever available
+		// says.
+		if in.LostReservations > 0 {
+			free = min(free, t.usableReservations()-t.backed)
+		}
 		if !in.Served {
 			free = 0
 		}
 		if need > free {
 			p.Phase, p.Claimed = PhaseFailed, 0
 			p.Reason = imperatorv1alpha1.HoldReasonNotEnoughFreeUnits
-			p.Message = failedMessage(in, p.Hold.Spec.Count, need, max(0, free), t.guestHeld, t.backed, queuedOrdinary)
+			p.Message = failedMessage(in, p.Hold.Spec.Count, need, max(0, free), t.guestHeld, t.backed, queuedOrdinary, t.usableReservations())
 			t.phases[p.Hold.Name] = PhaseFailed
 			continue
 		}
@@ -310,7 +344,7 @@ func lostNodes(nodes []string) string {
 }
 
 // failedMessage says why a hold could not be made, with the numbers.
-func failedMessage(in TypeInput, count, need, free, guestHeld, otherHolds, queued int32) string {
+func failedMessage(in TypeInput, count, need, free, guestHeld, otherHolds, queued, usable int32) string {
 	if !in.Served {
 		return fmt.Sprintf("%d units of %s asked, 0 free: no node of Machine %s's spec.nodePool serves %s; nothing is held",
 			count, in.MachineType, in.Machine, in.MachineType)
@@ -319,6 +353,10 @@ func failedMessage(in TypeInput, count, need, free, guestHeld, otherHolds, queue
 	if need != count {
 		asked += fmt.Sprintf(" (%d more than its guests hold)", need)
 	}
-	return fmt.Sprintf("%s, %d free: %d available, %d held by guests, %d held by other holds, %d queued guests, %d reservation pods on nodes that are not ready or unschedulable; nothing is held",
-		asked, free, in.Available, guestHeld, otherHolds, queued, in.Lost)
+	lost := fmt.Sprintf("%d reservation pods on nodes that are not ready or unschedulable", max(in.Lost, in.LostReservations))
+	if in.LostReservations > 0 {
+		lost += fmt.Sprintf(" (%s), %d that can hold a unit", lostNodes(in.LostNodes), usable)
+	}
+	return fmt.Sprintf("%s, %d free: %d available, %d held by guests, %d held by other holds, %d queued guests, %s; nothing is held",
+		asked, free, in.Available, guestHeld, otherHolds, queued, lost)
 }

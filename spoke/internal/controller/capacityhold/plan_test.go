@@ -119,7 +119,7 @@ func summarize(p TypePlan) planSummary {
 
 func TestPlanType(t *testing.T) {
 	base := func() TypeInput {
-		return TypeInput{Machine: "general-machine", MachineType: "compute-small", Available: 4, Served: true, Now: now}
+		return TypeInput{Machine: "general-machine", MachineType: "compute-small", Available: 4, ReservationPods: 4, Served: true, Now: now}
 	}
 	cases := map[string]struct {
 		in   func(in *TypeInput)
@@ -334,7 +334,7 @@ func TestPlanType(t *testing.T) {
 		},
 		"a node leaves the ready pool: the newest hold loses units first, ordinary guests get none": {
 			in: func(in *TypeInput) {
-				in.Lost, in.LostNodes = 3, []string{"kasumi (not-ready)"}
+				in.Lost, in.LostReservations, in.LostNodes = 3, 3, []string{"kasumi (not-ready)"}
 				in.Holds = []*imperatorv1alpha1.CapacityHold{
 					makeHold("old", 1).created(time.Hour).accepted().obj(),
 					makeHold("new", 2).created(time.Minute).accepted().obj(),
@@ -344,14 +344,14 @@ func TestPlanType(t *testing.T) {
 				Holds: map[string]holdSummary{
 					"old": {Phase: PhaseActive, Held: 1},
 					"new": {Phase: PhaseActive, Held: 0, Revoked: 2,
-						Message: "2 of 2 units of compute-small lost: reservation pods on nodes that are not ready or cannot be scheduled (kasumi (not-ready)); they come back when the nodes are ready again"},
+						Message: "2 of 2 units of compute-small lost: 3 reservation pods are on nodes that are not ready or cannot be scheduled (kasumi (not-ready)), 1 can hold a unit; they come back when the nodes are ready again"},
 				},
 				Active: true, OrdinaryFree: 0, HoldFree: map[string]int32{"old": 1, "new": 0}, Claims: map[types.UID]string{}, Held: 1, Replicas: 4,
 			},
 		},
 		"lost reservation pods come out of the ordinary units first: the hold keeps its units": {
 			in: func(in *TypeInput) {
-				in.Lost = 2
+				in.Lost, in.LostReservations = 2, 2
 				in.Holds = []*imperatorv1alpha1.CapacityHold{makeHold("train", 2).accepted().obj()}
 				in.Gated = []*corev1.Pod{guest("a", "")}
 			},
@@ -368,6 +368,89 @@ func TestPlanType(t *testing.T) {
 			want: planSummary{
 				Holds:  map[string]holdSummary{"train": {Phase: PhaseActive, Held: 1}},
 				Active: true, OrdinaryFree: 0, HoldFree: map[string]int32{"train": 1}, Claims: map[types.UID]string{}, Held: 1, Replicas: 0,
+			},
+		},
+		"every node in maintenance: revoked whatever available says": {
+			// Seed 303 of the soak: the guests in line lowered the replicas,
+			// so available − lost − guests still left units, none of which
+			// a reservation pod holds.
+			in: func(in *TypeInput) {
+				in.Available, in.ReservationPods = 6, 5
+				in.Lost, in.LostReservations = 4, 5
+				in.LostNodes = []string{"h100-a (maintenance)", "h100-b (maintenance)"}
+				in.Holds = []*imperatorv1alpha1.CapacityHold{makeHold("fleet-hold-24", 1).accepted().obj()}
+				in.Gated = []*corev1.Pod{guest("a", ""), guest("b", "")}
+			},
+			want: planSummary{
+				Holds: map[string]holdSummary{"fleet-hold-24": {Phase: PhaseActive, Held: 0, Revoked: 1,
+					Message: "1 of 1 units of compute-small lost: 5 reservation pods are on nodes that are not ready or cannot be scheduled (h100-a (maintenance), h100-b (maintenance)), 0 can hold a unit; they come back when the nodes are ready again"}},
+				Active: true, OrdinaryFree: 1, HoldFree: map[string]int32{"fleet-hold-24": 0}, Claims: map[types.UID]string{}, Replicas: 5,
+			},
+		},
+		"every node in maintenance, available raised: still revoked": {
+			in: func(in *TypeInput) {
+				in.Available, in.ReservationPods = 16, 5
+				in.Lost, in.LostReservations = 4, 5
+				in.LostNodes = []string{"h100-a (maintenance)", "h100-b (maintenance)"}
+				in.Holds = []*imperatorv1alpha1.CapacityHold{makeHold("fleet-hold-24", 1).accepted().obj()}
+				in.Gated = []*corev1.Pod{guest("a", ""), guest("b", "")}
+			},
+			want: planSummary{
+				Holds: map[string]holdSummary{"fleet-hold-24": {Phase: PhaseActive, Held: 0, Revoked: 1,
+					Message: "1 of 1 units of compute-small lost: 5 reservation pods are on nodes that are not ready or cannot be scheduled (h100-a (maintenance), h100-b (maintenance)), 0 can hold a unit; they come back when the nodes are ready again"}},
+				Active: true, OrdinaryFree: 11, HoldFree: map[string]int32{"fleet-hold-24": 0}, Claims: map[types.UID]string{}, Replicas: 14,
+			},
+		},
+		"one of two holds keeps the one usable reservation pod, the newer loses its unit": {
+			in: func(in *TypeInput) {
+				in.Available, in.ReservationPods = 6, 3
+				in.Lost, in.LostReservations, in.LostNodes = 1, 2, []string{"h100-b (not-ready)"}
+				in.Holds = []*imperatorv1alpha1.CapacityHold{
+					makeHold("old", 1).created(time.Hour).accepted().obj(),
+					makeHold("new", 1).created(time.Minute).accepted().obj(),
+				}
+				in.Gated = []*corev1.Pod{guest("a", ""), guest("b", ""), guest("c", "")}
+			},
+			want: planSummary{
+				Holds: map[string]holdSummary{
+					"old": {Phase: PhaseActive, Held: 1},
+					"new": {Phase: PhaseActive, Held: 0, Revoked: 1,
+						Message: "1 of 1 units of compute-small lost: 2 reservation pods are on nodes that are not ready or cannot be scheduled (h100-b (not-ready)), 1 can hold a unit; they come back when the nodes are ready again"},
+				},
+				Active: true, OrdinaryFree: 3, HoldFree: map[string]int32{"old": 1, "new": 0}, Claims: map[types.UID]string{}, Held: 1, Replicas: 3,
+			},
+		},
+		"reservation pods not created yet are not lost: no hold is revoked for them": {
+			in: func(in *TypeInput) {
+				in.ReservationPods = 1
+				in.Holds = []*imperatorv1alpha1.CapacityHold{makeHold("train", 2).accepted().obj()}
+			},
+			want: planSummary{
+				Holds:  map[string]holdSummary{"train": {Phase: PhaseActive, Held: 2}},
+				Active: true, OrdinaryFree: 2, HoldFree: map[string]int32{"train": 2}, Claims: map[types.UID]string{}, Held: 2, Replicas: 4,
+			},
+		},
+		"a new Machine without reservation pods yet makes a hold": {
+			in: func(in *TypeInput) {
+				in.ReservationPods = 0
+				in.Holds = []*imperatorv1alpha1.CapacityHold{makeHold("train", 2).obj()}
+			},
+			want: planSummary{
+				Holds:  map[string]holdSummary{"train": {Phase: PhaseActive, Decided: true, Held: 2}},
+				Active: true, OrdinaryFree: 2, HoldFree: map[string]int32{"train": 2}, Claims: map[types.UID]string{}, Held: 2, Replicas: 4,
+			},
+		},
+		"every node in maintenance, available raised: a new hold fails whatever available says": {
+			in: func(in *TypeInput) {
+				in.Available, in.ReservationPods = 16, 6
+				in.Lost, in.LostReservations = 6, 6
+				in.LostNodes = []string{"h100-a (maintenance)", "h100-b (maintenance)"}
+				in.Holds = []*imperatorv1alpha1.CapacityHold{makeHold("train", 1).obj()}
+			},
+			want: planSummary{
+				Holds: map[string]holdSummary{"train": {Phase: PhaseFailed, Decided: true,
+					Message: "1 units of compute-small asked, 0 free: 16 available, 0 held by guests, 0 held by other holds, 0 queued guests, 6 reservation pods on nodes that are not ready or unschedulable (h100-a (maintenance), h100-b (maintenance)), 0 that can hold a unit; nothing is held"}},
+				OrdinaryFree: 16, HoldFree: map[string]int32{}, Claims: map[types.UID]string{}, Replicas: 16,
 			},
 		},
 		"a type no node serves: the hold fails": {

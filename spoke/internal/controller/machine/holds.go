@@ -72,10 +72,14 @@ func (r *Reconciler) planHolds(ctx context.Context, c client.Client, recorder ev
 			Leaving:     u.leaving,
 			Lost:        u.offPool + u.unschedulable,
 			LostNodes:   u.offPoolNodes,
-			Holds:       holds,
-			Holding:     u.holding,
-			Gated:       u.gated,
-			Now:         now,
+			// Only reservation pods that exist and can hold a unit back
+			// what holds hold.
+			ReservationPods:  u.reservationPods - int32(len(u.stuck)),
+			LostReservations: u.offPool + u.unschedulableAny,
+			Holds:            holds,
+			Holding:          u.holding,
+			Gated:            u.gated,
+			Now:              now,
 		})
 		// In decision order, stopping at the first write that fails: the
 		// decisions after it counted on it.

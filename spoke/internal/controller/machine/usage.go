@@ -29,6 +29,11 @@ type typeUsage struct {
 	// below replicas) that the scheduler could not place, beyond those that
 	// the pods of the type still terminating on its nodes will make room for.
 	unschedulable int32
+	// unschedulableAny counts the same whatever the pods' ordinal, beyond
+	// those the type's terminating pods will make room for: with an active
+	// CapacityHold the StatefulSet keeps pods above replicas, and one the
+	// scheduler cannot place holds nothing for the hold either.
+	unschedulableAny int32
 	// terminating counts the type's bound pods (guests and reservations) that
 	// are terminating: they still hold their node's resources.
 	terminating int32
@@ -270,8 +275,12 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, look lookups, av
 	for _, pod := range reservations {
 		machineType := pod.Labels[imperatorv1alpha1.MachineTypeKey]
 		u := usage[machineType]
+		if !unschedulable(pod) {
+			continue
+		}
+		u.unschedulableAny++
 		ordinal, ok := podOrdinal(pod, imperatorv1alpha1.ReservationName(machineType, group))
-		if ok && ordinal < u.replicas && unschedulable(pod) {
+		if ok && ordinal < u.replicas {
 			u.unschedulable++
 		}
 	}
@@ -279,6 +288,7 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, look lookups, av
 	// reservation taking it back waits, it does not lack capacity.
 	for _, u := range usage {
 		u.unschedulable = max(0, u.unschedulable-u.terminating)
+		u.unschedulableAny = max(0, u.unschedulableAny-u.terminating)
 		slices.Sort(u.offPoolNodes)
 		slices.Sort(u.stuck)
 	}
