@@ -71,6 +71,8 @@ var runs = []run{
 	// BenchmarkSpokeAtScale: 100 nodes, 5 Machines, 1,000 pods; BENCH_FULL 1,000 nodes, 50 Machines, 10,000 pods.
 	{pkg: "./spoke/internal/controller/machine/integration/", bench: "^Benchmark", times: "1x", fullEnv: []string{"IMPERATOR_BENCH_SPOKE_NODES=1000"}},
 	{pkg: "./spoke/internal/reporter/integration/", bench: "^BenchmarkReportPropagation$", times: "50x"},
+	// MultiKueue dispatch (issue 35): a burst of pending Workloads → nominated.
+	{pkg: "./dispatcher/internal/controller/integration/", bench: "^BenchmarkDispatchLatency$/workloads=200$", times: "1x", smoke: "^BenchmarkDispatchLatency$/workloads=20$"},
 }
 
 // A goal is one figure the project promises.
