@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,7 +17,6 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/join"
 	"github.com/imperator-federation/imperator/hub/internal/query"
 	"github.com/imperator-federation/imperator/internal/cli"
-	"github.com/imperator-federation/imperator/internal/pki"
 	"github.com/imperator-federation/imperator/internal/schemes"
 )
 
@@ -24,27 +24,29 @@ import (
 const adminTimeout = 30 * time.Second
 
 // caCommand is `hub ca`: bare or with print, it prints the CA bundle; init
-// creates the CA. Only init ever creates one, so that a command run against
-// the wrong cluster leaves no stray CA there.
+// creates the CA; rotate replaces it in three steps (rotateCommand). Only
+// init ever creates a CA from nothing, so that a command run against the
+// wrong cluster leaves no stray CA there.
 func caCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ca",
-		Short: "Print (bare or 'print') or create ('init') the hub CA",
+		Short: "Print (bare or 'print'), create ('init') or rotate ('rotate') the hub CA",
 		Long: `The hub CA lives in a Secret of the hub namespace (--ca-secret). It signs the
 hub's serving certificate and every client certificate; its certificate is the
 bundle spokes verify the hub with (--hub-ca-file). The hub creates it at its
-first start; 'hub ca init' creates it beforehand. No other command creates it.`,
+first start; 'hub ca init' creates it beforehand. No other command creates it;
+'hub ca rotate' replaces it without cutting off a spoke or a person.`,
 		Args: cobra.NoArgs,
 	}
 	printCA := func(cfg *config.Config) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), adminTimeout)
 			defer cancel()
-			ca, err := loadCA(ctx, cfg)
+			trust, err := loadTrust(ctx, cfg)
 			if err != nil {
 				return failed(err)
 			}
-			_, err = cmd.OutOrStdout().Write(ca.CertPEM)
+			_, err = cmd.OutOrStdout().Write(trust.Bundle())
 			return failed(err)
 		}
 	}
@@ -52,7 +54,7 @@ first start; 'hub ca init' creates it beforehand. No other command creates it.`,
 
 	printCmd := &cobra.Command{
 		Use:   "print",
-		Short: "Print the hub CA bundle (PEM); fails when the hub cluster has no CA",
+		Short: "Print the hub CA bundle (PEM; both CAs during a rotation); fails when the hub cluster has no CA",
 		Args:  cobra.NoArgs,
 	}
 	printCmd.RunE = printCA(adminFlags(printCmd.Flags()))
@@ -77,17 +79,98 @@ first start; 'hub ca init' creates it beforehand. No other command creates it.`,
 		_, err = cmd.OutOrStdout().Write(ca.CertPEM)
 		return failed(err)
 	}
-	cmd.AddCommand(printCmd, initCmd)
+	cmd.AddCommand(printCmd, initCmd, rotateCommand())
 	return cmd
 }
 
-// loadCA reads the hub CA from the hub cluster; it never creates one.
-func loadCA(ctx context.Context, cfg *config.Config) (*pki.CA, error) {
+// rotateCommand is `hub ca rotate`: stage a next CA, --promote it, --finish
+// by dropping the previous one. Each step is idempotent; a step out of order
+// is refused with the step to run first.
+func rotateCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rotate [--promote | --finish [--force]]",
+		Short: "Rotate the hub CA in three steps: stage a next CA, --promote it, --finish",
+		Long: `A rotation never cuts off a spoke or a person:
+
+  hub ca rotate            stage a next CA. Both CAs are trusted; spokes that join
+                           or renew get the bundle of both, 'hub ca print' prints it.
+  hub ca rotate --promote  the next CA becomes current: it signs new certificates
+                           and the hub's serving certificate (presented with a copy
+                           of the new CA signed by the previous one, so that clients
+                           trusting only the previous CA still verify the hub).
+  hub ca rotate --finish   drop the previous CA. Refused, naming the clusters, while
+                           a spoke still connects with a certificate of the previous
+                           CA, unless --force.
+
+Every hub replica follows each step within 10s, without a restart. Running a
+step twice changes nothing; a step out of order is refused.`,
+		Args: cobra.NoArgs,
+	}
+	cfg := adminFlags(cmd.Flags())
+	promote := cmd.Flags().Bool("promote", false, "Make the staged next CA current.")
+	finish := cmd.Flags().Bool("finish", false, "Drop the previous CA once every spoke presents a certificate of the current one.")
+	force := cmd.Flags().Bool("force", false, "With --finish: drop the previous CA although spokes still present its certificates (they must join again).")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		step := hubca.StepStage
+		switch {
+		case *promote && *finish:
+			return usageError("--promote and --finish: choose one step")
+		case *force && !*finish:
+			return usageError("--force: only with --finish")
+		case *promote:
+			step = hubca.StepPromote
+		case *finish:
+			step = hubca.StepFinish
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), adminTimeout)
+		defer cancel()
+		c, err := adminClient(cfg)
+		if err != nil {
+			return failed(err)
+		}
+		message, err := hubca.Rotate(ctx, c, cfg.Namespace, cfg.CASecret, step, hubca.RotateOptions{Force: *force})
+		if err != nil {
+			return failed(err)
+		}
+		out := cmd.OutOrStdout()
+		_, _ = fmt.Fprintln(out, message)
+		_, err = fmt.Fprint(out, rotateNextSteps[step])
+		return failed(err)
+	}
+	return cmd
+}
+
+// rotateNextSteps is what the operator does after each step.
+var rotateNextSteps = map[hubca.Step]string{
+	hubca.StepStage: `Next:
+  - Give spokes the bundle: 'hub ca print > hub-ca.crt' and update every agent's
+    --hub-ca-file (agents also get it at their next renewal or join).
+  - imperatorctl configurations: replace certificate-authority(-data) with the
+    bundle, or re-issue them with 'hub client-cert --name NAME --role ROLE --hub-address HOST:PORT'.
+  - Then: 'hub ca rotate --promote'.
+`,
+	hubca.StepPromote: `Next:
+  - Spokes move to the new CA when they renew their certificates (at two thirds of
+    their life; 'imperatorctl clusters' lists them). 'hub ca rotate --finish' names
+    those still on the previous CA.
+  - People: re-issue every certificate-based imperatorctl configuration now, with
+    'hub client-cert --name NAME --role ROLE --hub-address HOST:PORT' (it signs with
+    the new CA and carries the bundle); revoke the old ones. Configurations that use
+    a kubeconfig token only need the bundle ('hub ca print').
+  - Then: 'hub ca rotate --finish'.
+`,
+	hubca.StepFinish: `Spokes and imperatorctl configurations verify the hub with the current CA only from now on;
+'hub ca print' prints it.
+`,
+}
+
+// loadTrust reads the hub CA Secret from the hub cluster; it never creates one.
+func loadTrust(ctx context.Context, cfg *config.Config) (*hubca.Trust, error) {
 	c, err := adminClient(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return hubca.Load(ctx, c, cfg.Namespace, cfg.CASecret)
+	return hubca.LoadTrust(ctx, c, cfg.Namespace, cfg.CASecret)
 }
 
 func adminClient(cfg *config.Config) (client.Client, error) {

@@ -21,9 +21,33 @@ func TestCommandLine(t *testing.T) {
 			args:       []string{"--help"},
 			wantStdout: []string{"serve", "ca", "token", "client-cert", "version", "--listen-address"},
 		},
-		"help of ca lists print and init": {
+		"help of ca lists print, init and rotate": {
 			args:       []string{"ca", "--help"},
-			wantStdout: []string{"print", "init", "--ca-secret"},
+			wantStdout: []string{"print", "init", "rotate", "--ca-secret"},
+		},
+		"help of ca rotate names its three steps": {
+			args:       []string{"ca", "rotate", "--help"},
+			wantStdout: []string{"--promote", "--finish", "--force"},
+		},
+		"ca rotate takes one step at a time": {
+			args:       []string{"ca", "rotate", "--promote", "--finish"},
+			wantCode:   exitUsage,
+			wantStderr: []string{"--promote and --finish"},
+		},
+		"ca rotate --force only finishes": {
+			args:       []string{"ca", "rotate", "--promote", "--force"},
+			wantCode:   exitUsage,
+			wantStderr: []string{"--force: only with --finish"},
+		},
+		"ca rotate takes no argument": {
+			args:       []string{"ca", "rotate", "now"},
+			wantCode:   exitUsage,
+			wantStderr: []string{`"now"`},
+		},
+		"ca rotate with an unreadable kubeconfig fails, not a usage error": {
+			args:       []string{"ca", "rotate", "--finish", "--kubeconfig", "/nonexistent/kubeconfig"},
+			wantCode:   exitFailure,
+			wantStderr: []string{"--kubeconfig /nonexistent/kubeconfig"},
 		},
 		"help of version does not load a configuration": {
 			args:       []string{"version", "--help"},

@@ -59,11 +59,11 @@ func clientCertCommand() *cobra.Command {
 
 		ctx, cancel := context.WithTimeout(cmd.Context(), adminTimeout)
 		defer cancel()
-		ca, err := loadCA(ctx, cfg)
+		trust, err := loadTrust(ctx, cfg)
 		if err != nil {
 			return failed(err)
 		}
-		certPEM, keyPEM, err := ca.IssueClient(*name, []string{organization}, *validity)
+		certPEM, keyPEM, err := trust.Current.IssueClient(*name, []string{organization}, *validity)
 		if err != nil {
 			return failed(fmt.Errorf("issuing the client certificate of %s: %w", *name, err))
 		}
@@ -74,9 +74,10 @@ func clientCertCommand() *cobra.Command {
 		out, err := yaml.Marshal(ctlconfig.Config{
 			CurrentContext: *name,
 			Contexts: []ctlconfig.Context{{
-				Name:                     *name,
-				Hub:                      *hubAddress,
-				CertificateAuthorityData: string(ca.CertPEM),
+				Name: *name,
+				Hub:  *hubAddress,
+				// The bundle: during a rotation, both CAs.
+				CertificateAuthorityData: string(trust.Bundle()),
 				ClientCertificateData:    string(certPEM),
 				ClientKeyData:            string(keyPEM),
 			}},
