@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the hub and spoke container images without a Docker daemon and
+# Builds the hub, spoke and dispatcher container images without a Docker daemon and
 # tests them (make images). For each platform in PLATFORMS the binaries are
 # built static (CGO_ENABLED=0, -trimpath, no build ID); hack/image assembles
 # them into OCI images on an empty base (non-root user 65532, CA bundle, no
@@ -7,7 +7,7 @@
 # digests. It builds every image twice and fails when the digests differ.
 #
 # Output, under IMAGES_OUT (default bin/images):
-#   hub/, spoke/                 OCI image layouts, one multi-platform index each
+#   hub/, spoke/, dispatcher/    OCI image layouts, one multi-platform index each
 #                                push: crane push --index bin/images/hub REF
 #                                      (or skopeo copy --all oci:bin/images/hub docker://REF)
 #   hub-linux-amd64.tar, ...     one docker tarball per platform: docker load -i FILE
@@ -22,7 +22,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=$(realpath -m "${IMAGES_OUT:-$root/bin/images}")
 platforms=${PLATFORMS:-linux/amd64 linux/arm64}
 registry=${IMAGE_REGISTRY:-ghcr.io/imperator-federation}
-names=(hub spoke)
+names=(hub spoke dispatcher)
 revision=$(git -C "$root" rev-parse HEAD)
 created=$(git -C "$root" log -1 --format=%ct)
 version=${IMAGE_TAG:-$(git -C "$root" describe --tags --always --dirty)}

@@ -8,11 +8,12 @@
 #   hack/release.sh push VERSION        push the built release to $REGISTRY
 #
 # Steps, output under RELEASE_OUT (default bin/release/VERSION):
-#   images        images/hub, images/spoke: OCI layouts (one multi-platform
+#   images        images/hub, images/spoke, images/dispatcher: OCI layouts (one multi-platform
 #                 index each) and images/NAME-OS-ARCH.tar docker tarballs,
 #                 exactly as `make images` builds and tests them, tagged VERSION
 #                 and with VERSION in the binaries
-#   charts        charts/imperator-hub-X.Y.Z.tgz, charts/imperator-spoke-X.Y.Z.tgz:
+#   charts        charts/imperator-hub-X.Y.Z.tgz, charts/imperator-spoke-X.Y.Z.tgz,
+#                 charts/imperator-dispatcher-X.Y.Z.tgz:
 #                 version X.Y.Z, appVersion VERSION (the images' tag, which
 #                 image.tag defaults to), image.repository under IMAGE_REGISTRY
 #   imperatorctl  imperatorctl-OS-ARCH for CTL_PLATFORMS (static, -trimpath)
@@ -32,8 +33,8 @@
 #   PLATFORMS="linux/amd64 linux/arm64"          platforms of the images
 #   CTL_PLATFORMS="linux/amd64 linux/arm64 darwin/amd64 darwin/arm64"
 #   IMAGE_REGISTRY=ghcr.io/imperator-federation  where the charts' images are pulled from
-#   REGISTRY=host/path                           push: images at REGISTRY/hub:VERSION and
-#                                                REGISTRY/spoke:VERSION, charts at
+#   REGISTRY=host/path                           push: images at REGISTRY/hub:VERSION,
+#                                                REGISTRY/spoke:VERSION and REGISTRY/dispatcher:VERSION, charts at
 #                                                oci://REGISTRY/charts/NAME, version X.Y.Z
 #   PLAIN_HTTP=1                                 push: the registry speaks HTTP, not HTTPS
 #   OVERWRITE=1                                  push: replace tags of VERSION the registry has
@@ -42,7 +43,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 module=github.com/imperator-federation/imperator
-charts=(imperator-hub imperator-spoke)
+charts=(imperator-hub imperator-spoke imperator-dispatcher)
 
 die() { echo "release: $*" >&2; exit 1; }
 
@@ -61,7 +62,7 @@ push() {
   out=${RELEASE_OUT:-$root/bin/release/$version}
   [ -d "$out/images" ] && [ -d "$out/charts" ] || die "$out has no images/ or charts/: run make release VERSION=$version first"
   local args=(-registry "$REGISTRY" -version "$version")
-  for name in hub spoke; do args+=(-image "$name=$out/images/$name"); done
+  for name in hub spoke dispatcher; do args+=(-image "$name=$out/images/$name"); done
   for chart in "${charts[@]}"; do args+=(-chart "$out/charts/$chart-${version#v}.tgz"); done
   [ -z "${PLAIN_HTTP:-}" ] || args+=(-plain-http)
   [ -z "${OVERWRITE:-}" ] || args+=(-overwrite)
