@@ -19,7 +19,6 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/scores"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
-	"github.com/imperator-federation/imperator/test/util/repo"
 )
 
 // result of one imperatorctl run.
@@ -107,14 +106,8 @@ var _ = Describe("Query API", Ordered, func() {
 	var alpha, beta *simSpoke
 
 	BeforeAll(func(ctx context.Context) {
-		bin := filepath.Join(credsDir, "imperatorctl")
-		root, err := repo.Root()
-		Expect(err).NotTo(HaveOccurred())
-		build := exec.Command("go", "build", "-o", bin, "./cmd/imperatorctl")
-		build.Dir = root
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), string(out))
-		imperatorctl = bin
+		buildImperatorctl()
+		var err error
 
 		// alpha: 4 units, 3 used (1 free); beta: 4 units, none used.
 		alpha, err = joinSpoke(ctx, "alpha")
