@@ -137,19 +137,16 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 		})
 	}, SpecTimeout(4*time.Minute))
 
-	It("3: a guest Deployment is injected, runs on michiru, the reservation gives way and the hub follows", func(ctx SpecContext) {
+	It("3: a guest Deployment is injected, runs on michiru, the reservation gives way and the hub follows; scaled beyond available, the extra guests wait in line at the slot gate, QUEUED at the hub with no unit FREE", func(ctx SpecContext) {
 		GuestSpec(ctx, GuestInput{
 			Env: env, Spoke: spokeA, GuestFile: env.Sample("guest-deployment.yaml"),
 			MachineName: "general-machine", WantNodes: []string{"michiru"},
 		})
-	}, SpecTimeout(3*time.Minute))
-
-	It("3b: guests beyond available wait in line at the slot gate; the hub shows them QUEUED and no unit FREE", func(ctx SpecContext) {
 		QueueSpec(ctx, QueueInput{
 			Env: env, Spoke: spokeA, GuestFile: env.Sample("guest-deployment.yaml"),
 			MachineName: "general-machine", Beyond: 2,
 		})
-	}, SpecTimeout(3*time.Minute))
+	}, SpecTimeout(6*time.Minute))
 
 	It("4: mode changes and node health move labels, conditions and the hub's answers", func(ctx SpecContext) {
 		NodePoolSpec(ctx, NodePoolInput{

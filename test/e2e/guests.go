@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -15,6 +16,95 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 )
+
+// GuestInput configures GuestSpec.
+type GuestInput struct {
+	Env   *Env
+	Spoke string
+	// GuestFile holds an injection-enabled Namespace and a Deployment whose
+	// pod template carries the three labels.
+	GuestFile string
+	// MachineName is the Machine of the guests' machine group.
+	MachineName string
+	// WantNodes are the nodes the guests may run on.
+	WantNodes []string
+}
+
+// GuestSpec is journey 3: a team deploys a guest Deployment with the three
+// labels in an enabled namespace; its pods are injected with the machine
+// type's resources (requests = limits) and run on the type's nodes, the
+// reservation gives way, and the hub's usage moves within seconds.
+func GuestSpec(ctx context.Context, in GuestInput) {
+	spoke := in.Env.Spoke(in.Spoke)
+	w, err := ReadGuestWorkload(in.GuestFile)
+	Expect(err).NotTo(HaveOccurred())
+	labels := w.Deployment.Spec.Template.Labels
+	group, typ := labels[imperatorv1alpha1.MachineGroupKey], labels[imperatorv1alpha1.MachineTypeKey]
+	Expect(labels).To(HaveKeyWithValue(imperatorv1alpha1.PodRoleKey, string(imperatorv1alpha1.PodRoleGuest)))
+	container := w.Deployment.Spec.Template.Spec.Containers[0].Name
+	if name, ok := labels[imperatorv1alpha1.InjectingContainerKey]; ok {
+		container = name
+	}
+	replicas := int32(1)
+	if w.Deployment.Spec.Replicas != nil {
+		replicas = *w.Deployment.Spec.Replicas
+	}
+
+	m := &imperatorv1alpha1.Machine{}
+	Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.MachineName}, m)).To(Succeed())
+	Expect(Group(m)).To(Equal(group), "the guests ask for the group of Machine %s", m.Name)
+	mt := m.MachineType(typ)
+	Expect(mt).NotTo(BeNil(), "Machine %s has machine type %s", m.Name, typ)
+	Expect(mt.Spec.GPU).NotTo(BeNil(), "machine type %s has GPUs", typ)
+	Expect(mt.Available).To(BeNumerically(">=", replicas), "enough %s units for the guests", typ)
+	wantReserved := mt.Available - replicas
+
+	By(fmt.Sprintf("a team deploys %s/%s asking for %d × %s/%s", w.Deployment.Namespace, w.Deployment.Name, replicas, group, typ))
+	applied := time.Now()
+	Expect(ApplyGuestWorkload(ctx, spoke.Client, w)).To(Succeed())
+
+	By("the guest pods are injected and run on the type's nodes")
+	Eventually(ctx, func(g Gomega) {
+		pods := &corev1.PodList{}
+		g.Expect(spoke.Client.List(ctx, pods, client.InNamespace(w.Deployment.Namespace), client.MatchingLabels(w.Deployment.Spec.Selector.MatchLabels))).To(Succeed())
+		g.Expect(pods.Items).To(HaveLen(int(replicas)), "guest pods: %v", describePods(pods.Items))
+		for _, p := range pods.Items {
+			g.Expect(p.Annotations).To(HaveKey(imperatorv1alpha1.InjectedAnnotation), "guest pod %s is injected", p.Name)
+			idx := slices.IndexFunc(p.Spec.Containers, func(c corev1.Container) bool { return c.Name == container })
+			g.Expect(idx).NotTo(Equal(-1), "guest pod %s has container %s", p.Name, container)
+			res := p.Spec.Containers[idx].Resources
+			for what, list := range map[string]corev1.ResourceList{"requests": res.Requests, "limits": res.Limits} {
+				what = fmt.Sprintf("%s of %s/%s", what, p.Name, container)
+				expectQuantity(g, list, corev1.ResourceCPU, mt.Spec.CPU, what)
+				expectQuantity(g, list, corev1.ResourceMemory, mt.Spec.Memory, what)
+				expectQuantity(g, list, corev1.ResourceName(mt.Spec.GPU.Type), *quantity(int64(mt.Spec.GPU.Num)), what)
+			}
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "guest pod %s@%s", p.Name, p.Spec.NodeName)
+			g.Expect(in.WantNodes).To(ContainElement(p.Spec.NodeName), "guest pod %s runs on a node of %s", p.Name, typ)
+		}
+	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
+
+	By("the reservation gives way: the Machine counts the guests as used")
+	Eventually(ctx, func(g Gomega) {
+		pods := boundPods(reservationPods(g, ctx, spoke.Client, in.Env.Namespace, group, typ))
+		g.Expect(pods).To(HaveLen(int(wantReserved)), "bound reservation pods of %s: %v", typ, describePods(pods))
+		g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.MachineName}, m)).To(Succeed())
+		g.Expect(statusUsageString(StatusUsage(m, typ))).To(Equal(usageString(mt.Available, wantReserved, replicas, 0)),
+			"status usage of %s in Machine %s", typ, m.Name)
+	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
+	spokeMoved := time.Now()
+
+	By("the hub's usage moves within seconds")
+	Eventually(ctx, func(g Gomega) {
+		usage, err := in.Env.Ctl.Usage(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		hub := UsageOf(usage, in.Spoke, group, typ)
+		g.Expect(hubUsageString(hub)).To(Equal(usageString(mt.Available, wantReserved, replicas, 0)), "hub usage of %s %s/%s", in.Spoke, group, typ)
+		g.Expect(hub.GetFree()).To(Equal(min(wantReserved, mt.Available-replicas)), "hub free units of %s/%s", group, typ)
+	}).WithTimeout(hubPropagation).WithPolling(poll).Should(Succeed())
+	AddReportEntry("guest journey timings", fmt.Sprintf("spoke status moved %s after the apply; the hub followed %s later",
+		spokeMoved.Sub(applied).Round(time.Millisecond), time.Since(spokeMoved).Round(time.Millisecond)))
+}
 
 // QueueInput configures QueueSpec.
 type QueueInput struct {
@@ -29,13 +119,14 @@ type QueueInput struct {
 	Beyond int32
 }
 
-// QueueSpec is journey 3b: `available` is a hard cap. The guest Deployment
-// of journey 3 is scaled past its type's available units: the extra guests
+// QueueSpec is the second half of journey 3: `available` is a hard cap. The
+// guest Deployment GuestSpec deployed is scaled past its type's available
+// units: the extra guests
 // stay Pending at the agent's slot scheduling gate, in line, each told its
 // place; nothing else runs. The Machine and the hub count them as waiting and
 // queued, `imperatorctl usage` shows them in its QUEUED column, and no unit
 // is FREE while they wait. Scaled back, the line empties and the figures
-// return to journey 3's.
+// return to GuestSpec's.
 func QueueSpec(ctx context.Context, in QueueInput) {
 	spoke := in.Env.Spoke(in.Spoke)
 	w, err := ReadGuestWorkload(in.GuestFile)
@@ -48,7 +139,7 @@ func QueueSpec(ctx context.Context, in QueueInput) {
 	Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.MachineName}, m)).To(Succeed())
 	mt := m.MachineType(typ)
 	Expect(mt).NotTo(BeNil(), "Machine %s has machine type %s", m.Name, typ)
-	Expect(replicas).To(Equal(mt.Available), "journey 3's guests take every %s unit", typ)
+	Expect(replicas).To(Equal(mt.Available), "GuestSpec's guests take every %s unit", typ)
 	queued := in.Beyond
 	scaled := mt.Available + queued
 
@@ -69,7 +160,7 @@ func QueueSpec(ctx context.Context, in QueueInput) {
 	By(fmt.Sprintf("scaling %s/%s to %d guests for %d %s units", w.Deployment.Namespace, w.Deployment.Name, scaled, mt.Available, typ))
 	scale(scaled)
 	DeferCleanup(func(ctx SpecContext) {
-		// Later journeys expect journey 3's guests, whatever happened here.
+		// Later journeys expect GuestSpec's guests, whatever happened here.
 		d := &appsv1.Deployment{}
 		if err := spoke.Client.Get(ctx, client.ObjectKeyFromObject(w.Deployment), d); err == nil && ptr.Deref(d.Spec.Replicas, 1) != replicas {
 			patch := client.MergeFrom(d.DeepCopy())
@@ -138,7 +229,7 @@ func QueueSpec(ctx context.Context, in QueueInput) {
 	Expect(tableCell(res.Stdout, []string{in.Spoke, "", group, typ}, "FREE")).To(Equal("0"), res.String())
 	AddReportEntry("imperatorctl usage while guests wait", res.Stdout)
 
-	By("scaled back, the line empties and the figures are journey 3's again")
+	By("scaled back, the line empties and the figures are as before")
 	scale(replicas)
 	Eventually(ctx, func(g Gomega) {
 		pods := guests(g)
