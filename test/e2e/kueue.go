@@ -23,16 +23,19 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/test/util/kueue"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
 // KueueInput configures KueueSpec.
 type KueueInput struct {
 	Env *Env
-	// Spoke, Group and Type name a machine type whose every unit is free at
-	// the start, at least 2 and fewer than TooMany of them; its Machine is
-	// the one the journey's Jobs ask for by label.
-	Spoke, Group, Type string
-	// TooMany is a Job's parallelism larger than the type's units.
+	// Spoke is where the journey adds a Machine of its own, named Group,
+	// with Units units of Type (40 CPUs, 128Gi and 2 nvidia.com/gpu each,
+	// what the journey's Jobs state) on a node of its own named Node; the
+	// Jobs ask for it by label. Units is at least 2.
+	Spoke, Group, Type, Node string
+	Units                    int32
+	// TooMany is a Job's parallelism larger than Units.
 	TooMany int32
 	// Namespace is created for the journey and deleted after it.
 	Namespace string
@@ -51,8 +54,8 @@ var (
 	kueueJobLabel = "kueue.x-k8s.io/queue-name"
 )
 
-// KueueSpec is journey 11: Kueue's own v0.17.0 controller books the spoke's
-// units through the agent's ProvisioningRequest class. The ProvisioningRequest
+// KueueSpec is journey 11: Kueue's own v0.17.0 controller books the units of
+// a Machine the journey adds through the agent's ProvisioningRequest class. The ProvisioningRequest
 // CRD is installed and the spoke's agent restarted (it serves the class when
 // the CRD is there as it starts); Kueue runs against the spoke. A ClusterQueue
 // whose admission check is Kueue's ProvisioningRequest check of the class
@@ -84,6 +87,12 @@ func KueueSpec(ctx context.Context, in KueueInput) {
 	Expect(kueue.InstallCRDs(ctx, c, filepath.Join(in.Env.RepoRoot, "deploy", "spoke", "provisioningrequest"))).To(Succeed())
 	Expect(in.Env.Fleet.StopAgent(in.Spoke)).To(Succeed())
 	Expect(in.Env.Fleet.StartAgent(ctx, in.Spoke)).To(Succeed())
+
+	addOwnMachine(ctx, in.Env, in.Spoke,
+		wrappers.MakeNode(in.Node).Capacity(corev1.ResourceCPU, "192").Capacity(corev1.ResourceMemory, "2Ti").
+			GPU(8, "NVIDIA-H100-PCIe", "hopper").Obj(),
+		wrappers.MakeMachine(in.Group, in.Group).Type(in.Type, "40", "128Gi", in.Units).GPU("nvidia.com/gpu", 2, "", "hopper").
+			Node(in.Node, in.Type).Tainted().Obj())
 
 	By("starting Kueue v0.17.0 (built into the tool cache) against the spoke")
 	dir, err := os.MkdirTemp("", "imperator-kueue-")

@@ -209,7 +209,8 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 	// (minutes, once per hack/tools/kueue go.sum; CI builds it first).
 	It("11: Kueue admits a 2-pod Job on spoke-b once a ProvisioningRequest of capacity-hold.imperator.tenzen-y.io holds 2 compute-xlarge, and shows why a Job of 5 is not admitted", func(ctx SpecContext) {
 		KueueSpec(ctx, KueueInput{
-			Env: env, Spoke: spokeB, Group: "hopper-machine", Type: "compute-xlarge", TooMany: 5, Namespace: "team-kueue",
+			Env: env, Spoke: spokeB, Group: "kueue-machine", Type: "compute-xlarge", Node: "kueue-node", Units: 4, TooMany: 5,
+			Namespace: "team-kueue",
 		})
 	}, SpecTimeout(15*time.Minute))
 

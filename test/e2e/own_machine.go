@@ -1,0 +1,62 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+)
+
+// spokeNodes adds and removes kwok-simulated nodes of a spoke (*fleet.Fleet
+// does); an attached fleet cannot, and journeys that need their own node are
+// skipped there.
+type spokeNodes interface {
+	AddSpokeNode(ctx context.Context, spoke string, node *corev1.Node) error
+	DeleteSpokeNode(ctx context.Context, spoke, name string) error
+}
+
+// addOwnMachine gives a journey a Machine of its own on a node of its own,
+// so that it needs nothing another journey made: node is added to spoke and
+// machine created, and the journey waits until the hub shows every unit of
+// machine's types free. Both are deleted when the spec ends, the Machine
+// first (its reservations and the labels it put on the node go with it).
+// node must not match the node selector of another Machine of the spoke
+// (the samples select H100 nodes by nvidia.com/gpu.product
+// NVIDIA-H100-80GB-HBM3): that Machine would take the node, and machine be
+// refused it.
+func addOwnMachine(ctx context.Context, env *Env, spoke string, node *corev1.Node, machine *imperatorv1alpha1.Machine) {
+	GinkgoHelper()
+	nodes, ok := env.Fleet.(spokeNodes)
+	if !ok {
+		Skip("the journey adds a node of its own: it needs a fleet it started")
+	}
+	c := env.Spoke(spoke).Client
+	group := machine.Labels[imperatorv1alpha1.MachineGroupKey]
+
+	By(fmt.Sprintf("adding node %s and Machine %s to %s: the journey's own units", node.Name, machine.Name, spoke))
+	Expect(nodes.AddSpokeNode(ctx, spoke, node)).To(Succeed())
+	DeferCleanup(func(ctx context.Context) { Expect(nodes.DeleteSpokeNode(ctx, spoke, node.Name)).To(Succeed()) })
+	Expect(c.Create(ctx, machine)).To(Succeed())
+	DeferCleanup(func(ctx context.Context) {
+		Expect(client.IgnoreNotFound(c.Delete(ctx, machine))).To(Succeed())
+		Eventually(ctx, func() bool {
+			return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(machine), &imperatorv1alpha1.Machine{}))
+		}).WithTimeout(spokeTimeout).WithPolling(poll).Should(BeTrue(), "Machine %s on %s is gone", machine.Name, spoke)
+	})
+	Eventually(ctx, func(g Gomega) {
+		resp, err := env.Ctl.Usage(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, mt := range machine.Spec.MachineTypes {
+			u := UsageOf(resp, spoke, group, mt.Name)
+			g.Expect(u).NotTo(BeNil(), "the hub shows %s/%s of %s", group, mt.Name, spoke)
+			g.Expect(u.GetReserved()).To(Equal(mt.Available), "reserved units of %s on %s", mt.Name, spoke)
+			g.Expect(u.GetFree()).To(Equal(mt.Available), "free units of %s on %s", mt.Name, spoke)
+		}
+	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
+}
