@@ -2,7 +2,7 @@
 # Copies the manifests the Helm charts share with the kustomize bases into
 # the charts' files/ (make generate runs it; make verify then fails when a
 # copy is stale): the CRDs, the RBAC roles controller-gen writes from the
-# +kubebuilder:rbac markers, the spoke's webhook configurations and its
+# +kubebuilder:rbac markers (and the dispatcher's hand-written role.yaml), the spoke's webhook configurations and its
 # admission policies (deploy/spoke/policy), and the Prometheus Operator's
 # PodMonitor and PrometheusRule of deploy/monitoring. The charts' templates read these
 # copies, so no rule, schema, webhook or policy is written twice by hand. See
@@ -36,3 +36,6 @@ copy "$spoke/rbac" deploy/spoke/rbac/role.yaml
 copy "$spoke/webhook" deploy/spoke/webhook/manifests.yaml
 copy "$spoke/policy" deploy/spoke/policy/*.yaml
 copy "$spoke/policy/injection" deploy/spoke/policy/injection/guest-*.yaml
+
+dispatcher=deploy/charts/imperator-dispatcher/files
+copy "$dispatcher/rbac" deploy/dispatcher/role.yaml

@@ -1,0 +1,96 @@
+{{/*
+The namespace every object goes into, as with the kustomize base
+deploy/dispatcher: the Role of its Lease and the Secret of its hub identity
+are there, so it is not a value.
+*/}}
+{{- define "imperator-dispatcher.namespace" -}}
+imperator-system
+{{- end }}
+
+{{/*
+Labels of every object: the kustomize base's part-of label and Helm's
+release labels. Selectors use app.kubernetes.io/name alone, as the kustomize
+base does, so that a dispatcher installed with kustomize can move to the chart.
+*/}}
+{{- define "imperator-dispatcher.labels" -}}
+app.kubernetes.io/part-of: imperator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The ServiceAccount the dispatcher's pods run as: serviceAccount.name, else
+imperator-dispatcher. Bindings name it.
+*/}}
+{{- define "imperator-dispatcher.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default "imperator-dispatcher" -}}
+{{- end }}
+
+{{/*
+nameOverride and fullnameOverride are accepted only empty: the objects'
+names are fixed (the dispatcher's Lease imperator-dispatcher, the roles its
+bindings name, the kustomize base's names), so a renamed object would be
+one nobody uses. One release per cluster, in imperator-system.
+*/}}
+{{- define "imperator-dispatcher.checkNames" -}}
+{{- range $key := list "nameOverride" "fullnameOverride" }}
+{{- if index $.Values $key }}
+{{- fail (printf "%s=%q: the chart's object names cannot be changed (the dispatcher's Lease and its bindings name them); install one release per cluster and leave %s empty" $key (index $.Values $key) $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+imperator-dispatcher.manifests decodes the generated multi-document YAML file
+.file of files/ (copied there by make generate from deploy/dispatcher) into a JSON
+list of its objects; use it with fromJsonArray:
+  include "imperator-dispatcher.manifests" (dict "Files" .Files "file" "files/rbac/role.yaml") | fromJsonArray
+A missing file or a document that does not parse fails the render with the
+file's name.
+*/}}
+{{- define "imperator-dispatcher.manifests" -}}
+{{- $file := .file -}}
+{{- $text := .Files.Get $file -}}
+{{- if not $text -}}
+{{- fail (printf "%s is missing or empty: run make generate" $file) -}}
+{{- end -}}
+{{- $objs := list -}}
+{{- range $doc := regexSplit "(?m)^---[ \t]*$" $text -1 -}}
+{{- $obj := fromYaml $doc -}}
+{{- if hasKey $obj "Error" -}}
+{{- fail (printf "%s: %s" $file $obj.Error) -}}
+{{- end -}}
+{{- if $obj -}}
+{{- $objs = append $objs $obj -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $objs -}}
+{{- end }}
+
+{{/*
+The container's env beyond the chart's own: env (NAME: value) in name order,
+then extraEnv (full EnvVar entries, valueFrom included). A name the chart
+sets itself (POD_NAMESPACE) fails the render naming it.
+*/}}
+{{- define "imperator-dispatcher.extraEnv" -}}
+{{- $reserved := list "POD_NAMESPACE" -}}
+{{- $vars := list -}}
+{{- range $name := keys .Values.env | sortAlpha -}}
+{{- $vars = append $vars (dict "name" $name "value" (toString (index $.Values.env $name))) -}}
+{{- end -}}
+{{- range .Values.extraEnv -}}
+{{- $vars = append $vars . -}}
+{{- end -}}
+{{- range $vars -}}
+{{- if has .name $reserved -}}
+{{- fail (printf "env/extraEnv: %s is set by the chart itself (POD_NAMESPACE); choose another name" .name) -}}
+{{- end -}}
+{{- end -}}
+{{- with $vars -}}
+{{- toYaml . -}}
+{{- end -}}
+{{- end }}
