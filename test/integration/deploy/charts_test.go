@@ -329,6 +329,10 @@ var _ = Describe("The Helm charts", func() {
 			Expect(err).NotTo(HaveOccurred())
 			got, err := helmTemplate(ctx, v.chart, valuesArgs(v)...)
 			Expect(err).NotTo(HaveOccurred())
+			// The chart's hooks (the spoke's post-delete `spoke uninstall`
+			// Job and its roles) have no kustomize counterpart: kustomize
+			// users run the command by hand (docs/uninstall.md).
+			got = withoutHooks(got)
 
 			wantObjs, gotObjs := comparable(want), comparable(got)
 			// The chart's one object of its own: the ResourceQuota that
@@ -373,6 +377,29 @@ var _ = Describe("The Helm charts", func() {
 				Expect(args).To(ContainElement(a), chart)
 			}
 			Expect(args[len(args)-1]).To(Equal(values["extraArgs"].([]any)[0]), "%s: extra args come last, so that they override the chart's", chart)
+			Expect(args).To(ContainElement("--zap-log-level="+values["logLevel"].(string)), "%s: logLevel", chart)
+			Expect(pod).To(HaveKeyWithValue("securityContext", values["podSecurityContext"]), "%s: podSecurityContext", chart)
+			Expect(container).To(HaveKeyWithValue("securityContext", values["securityContext"]), "%s: securityContext", chart)
+			for name, value := range values["env"].(map[string]any) {
+				Expect(container["env"]).To(ContainElement(map[string]any{"name": name, "value": value}), "%s: env", chart)
+			}
+			for _, e := range values["extraEnv"].([]any) {
+				Expect(container["env"]).To(ContainElement(e), "%s: extraEnv", chart)
+			}
+			for _, v := range values["extraVolumes"].([]any) {
+				Expect(pod["volumes"]).To(ContainElement(v), "%s: extraVolumes", chart)
+			}
+			for _, m := range values["extraVolumeMounts"].([]any) {
+				Expect(container["volumeMounts"]).To(ContainElement(m), "%s: extraVolumeMounts", chart)
+			}
+			crds := ofKind(objs, "CustomResourceDefinition")
+			Expect(crds).NotTo(BeEmpty(), chart)
+			for _, crd := range crds {
+				if crd.GetName() == "provisioningrequests.autoscaling.x-k8s.io" {
+					continue // always kept: Cluster Autoscaler or Kueue may use it
+				}
+				Expect(crd.GetAnnotations()).NotTo(HaveKey("helm.sh/resource-policy"), "%s: crds.keep=false lets helm uninstall delete %s", chart, crd.GetName())
+			}
 		}
 
 		// The conventions both charts share: labels on every object, the
@@ -401,7 +428,7 @@ var _ = Describe("The Helm charts", func() {
 					Expect(o.GetLabels()).To(HaveKeyWithValue(k, v), "%s: commonLabels on %s %s", chart, o.GetKind(), o.GetName())
 				}
 			}
-			accounts := ofKind(objs, "ServiceAccount")
+			accounts := ofKind(withoutHooks(objs), "ServiceAccount")
 			Expect(accounts).To(HaveLen(1), chart)
 			Expect(accounts[0].GetName()).To(Equal(values.ServiceAccount.Name), chart)
 			Expect(accounts[0].GetAnnotations()).To(Equal(values.ServiceAccount.Annotations), chart)
@@ -414,7 +441,7 @@ var _ = Describe("The Helm charts", func() {
 				Expect(template["metadata"]).To(HaveKeyWithValue("annotations", HaveKeyWithValue(k, v)), chart)
 			}
 			for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
-				for _, b := range ofKind(objs, kind) {
+				for _, b := range ofKind(withoutHooks(objs), kind) {
 					subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
 					for _, sub := range subjects {
 						if sub.(map[string]any)["kind"] == "ServiceAccount" {
@@ -511,6 +538,48 @@ var _ = Describe("The Helm charts", func() {
 			HaveKeyWithValue("name", "provisioningrequests.autoscaling.x-k8s.io")))), "by default Cluster Autoscaler owns the ProvisioningRequest CRD")
 	})
 
+	It("run `spoke uninstall` as a post-delete hook of the in-cluster spoke, with roles of its own that go with it", func(ctx context.Context) {
+		objs, err := helmTemplate(ctx, "imperator-spoke", standalone("imperator-spoke")...)
+		Expect(err).NotTo(HaveOccurred())
+		hooks := hooksOf(objs)
+		Expect(hooks).To(HaveLen(6), "ServiceAccount, ClusterRole and binding, Role and binding, Job")
+		for _, h := range hooks {
+			Expect(h.GetAnnotations()).To(HaveKeyWithValue("helm.sh/hook", "post-delete"), "%s %s: after the agent is gone, which would put the node labels back", h.GetKind(), h.GetName())
+			Expect(h.GetAnnotations()).To(HaveKeyWithValue("helm.sh/hook-delete-policy", "before-hook-creation,hook-succeeded"), "%s %s: gone once it succeeded", h.GetKind(), h.GetName())
+			Expect(h.GetName()).To(Equal("imperator-spoke-uninstall"))
+		}
+		job := ofKind(hooks, "Job")[0].Object
+		Expect(job).To(HaveKeyWithValue("spec", HaveKeyWithValue("activeDeadlineSeconds", BeNumerically("==", 180))))
+		pod, _, _ := unstructured.NestedMap(job, "spec", "template", "spec")
+		Expect(pod).To(HaveKeyWithValue("serviceAccountName", "imperator-spoke-uninstall"))
+		Expect(pod).To(HaveKeyWithValue("securityContext", HaveKeyWithValue("runAsNonRoot", true)), "restricted, as the agent")
+		container := pod["containers"].([]any)[0].(map[string]any)
+		Expect(container["args"]).To(Equal([]any{"uninstall", "--namespace=imperator-system", "--timeout=120s"}))
+		Expect(container["image"]).To(Equal(ofKind(objs, "Deployment")[0].Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["image"]),
+			"the agent's own image: it has no shell, the binary is the tool")
+		rules, _, _ := unstructured.NestedSlice(ofKind(hooks, "ClusterRole")[0].Object, "rules")
+		Expect(rules).NotTo(ContainElement(HaveKeyWithValue("verbs", ContainElement(Or(Equal("*"), Equal("delete"), Equal("update"))))),
+			"cluster-wide it only patches: nodes, MachineNodePools, guests")
+
+		all, err := helmTemplate(ctx, "imperator-spoke", "-f", filepath.Join(chartDir("imperator-spoke"), "ci", "all-values.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		job = ofKind(hooksOf(all), "Job")[0].Object
+		Expect(job).To(HaveKeyWithValue("spec", HaveKeyWithValue("activeDeadlineSeconds", BeNumerically("==", 360))), "uninstall.timeoutSeconds + 60")
+		args, _, _ := unstructured.NestedSlice(job, "spec", "template", "spec", "containers")
+		Expect(args[0]).To(HaveKeyWithValue("args", ContainElement("--timeout=300s")))
+		Expect(args[0]).To(HaveKeyWithValue("image", "registry.example.com/imperator/spoke:v0.1.0"))
+
+		for name, set := range map[string][]string{
+			"uninstall.cleanup=false":                          {"--set", "hub.standalone=true", "--set", "uninstall.cleanup=false"},
+			"a hosted agent (its cluster is not the members')": {"-f", filepath.Join(chartDir("imperator-spoke"), "ci", "hosted-values.yaml")},
+			"a hosted member (no agent of its own)":            {"-f", filepath.Join(chartDir("imperator-spoke"), "ci", "hosted-member-values.yaml")},
+		} {
+			objs, err := helmTemplate(ctx, "imperator-spoke", set...)
+			Expect(err).NotTo(HaveOccurred(), name)
+			Expect(hooksOf(objs)).To(BeEmpty(), name)
+		}
+	})
+
 	It("leave out the PodDisruptionBudget for one replica, the CRDs with crds.install=false, and refuse renaming objects", func(ctx context.Context) {
 		for _, chart := range []string{"imperator-hub", "imperator-spoke"} {
 			objs, err := helmTemplate(ctx, chart, append(standalone(chart), "--set", "replicas=1")...)
@@ -528,7 +597,13 @@ var _ = Describe("The Helm charts", func() {
 			Expect(ofKind(objs, "CustomResourceDefinition")).To(BeEmpty(), chart)
 			objs, err = helmTemplate(ctx, chart, append(standalone(chart), "--set", "serviceAccount.create=false")...)
 			Expect(err).NotTo(HaveOccurred())
-			Expect(ofKind(objs, "ServiceAccount")).To(BeEmpty(), chart)
+			Expect(ofKind(withoutHooks(objs), "ServiceAccount")).To(BeEmpty(), chart)
+			// The chart sets these itself: env/extraEnv may not (in helm
+			// template, what helm install runs first).
+			_, err = helmTemplate(ctx, chart, append(standalone(chart), "--set", "env.POD_NAMESPACE=x")...)
+			Expect(err).To(MatchError(ContainSubstring("env/extraEnv: POD_NAMESPACE is set by the chart itself")), chart)
+			_, err = helmTemplate(ctx, chart, append(standalone(chart), "--set", "extraEnv[0].name=POD_NAMESPACE", "--set", "extraEnv[0].value=x")...)
+			Expect(err).To(MatchError(ContainSubstring("env/extraEnv: POD_NAMESPACE is set by the chart itself")), chart)
 			for _, key := range []string{"nameOverride", "fullnameOverride"} {
 				_, err = helmTemplate(ctx, chart, append(standalone(chart), "--set", key+"=gpu")...)
 				Expect(err).To(MatchError(ContainSubstring(key+`="gpu": the chart's object names cannot be changed`)), chart)
@@ -599,6 +674,11 @@ var _ = Describe("The Helm charts", func() {
 		Entry("a privileged webhook port (the agent runs as non-root)", "imperator-spoke", []string{"hub.standalone=true", "webhook.port=443"}, "at '/webhook/port'"),
 		Entry("a reservation image that is not an image reference", "imperator-spoke", []string{"hub.standalone=true", "reservation.image=pause 3.10"}, "at '/reservation/image'"),
 		Entry("a misspelt serviceAccount key", "imperator-spoke", []string{"hub.standalone=true", "serviceAccount.annotation.a=b"}, "at '/serviceAccount': additional properties 'annotation' not allowed"),
+		Entry("a log level zap does not have", "imperator-hub", []string{"logLevel=verbose"}, "at '/logLevel'"),
+		Entry("an extraEnv entry without a name", "imperator-hub", []string{"extraEnv[0].value=x"}, "at '/extraEnv/0': missing property 'name'"),
+		Entry("a volume mount without a path", "imperator-hub", []string{"extraVolumeMounts[0].name=ca"}, "at '/extraVolumeMounts/0': missing property 'mountPath'"),
+		Entry("crds.keep that is not a boolean", "imperator-spoke", []string{"hub.standalone=true", "crds.keep=maybe"}, "at '/crds/keep'"),
+		Entry("an uninstall hook timeout below 10 s", "imperator-spoke", []string{"hub.standalone=true", "uninstall.timeoutSeconds=1"}, "at '/uninstall/timeoutSeconds'"),
 		Entry("a hosted agent with a cert-manager certificate", "imperator-spoke", []string{"hosted.mode=management", "hosted.webhookURL=https://w.example.com", "webhook.certManager.enabled=true"}, "at '/webhook/certManager/enabled'"),
 	)
 
@@ -661,6 +741,28 @@ func entriesOf(keep func(chartValueSet) bool) []TableEntry {
 		}
 	}
 	return entries
+}
+
+// hooksOf returns the Helm hooks among objs (helm.sh/hook annotated), and
+// withoutHooks the rest.
+func hooksOf(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if _, ok := o.GetAnnotations()["helm.sh/hook"]; ok {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func withoutHooks(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if _, ok := o.GetAnnotations()["helm.sh/hook"]; !ok {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // notMonitoring leaves out the Prometheus Operator's objects, whose CRDs the

@@ -70,3 +70,27 @@ file's name.
 {{- end -}}
 {{- toJson $objs -}}
 {{- end }}
+
+{{/*
+The container's env beyond the chart's own: env (NAME: value) in name order,
+then extraEnv (full EnvVar entries, valueFrom included). A name the chart
+sets itself (POD_NAMESPACE) fails the render naming it.
+*/}}
+{{- define "imperator-hub.extraEnv" -}}
+{{- $reserved := list "POD_NAMESPACE" -}}
+{{- $vars := list -}}
+{{- range $name := keys .Values.env | sortAlpha -}}
+{{- $vars = append $vars (dict "name" $name "value" (toString (index $.Values.env $name))) -}}
+{{- end -}}
+{{- range .Values.extraEnv -}}
+{{- $vars = append $vars . -}}
+{{- end -}}
+{{- range $vars -}}
+{{- if has .name $reserved -}}
+{{- fail (printf "env/extraEnv: %s is set by the chart itself (POD_NAMESPACE); choose another name" .name) -}}
+{{- end -}}
+{{- end -}}
+{{- with $vars -}}
+{{- toYaml . -}}
+{{- end -}}
+{{- end }}
