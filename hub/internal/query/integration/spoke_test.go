@@ -37,6 +37,9 @@ type simSpoke struct {
 	onHold func(*federationv1.HoldRequest) *federationv1.HoldResponse
 	// mode, when set before start, is the agent mode the Hello announces.
 	mode federationv1.AgentMode
+	// version, when set before start, is the agent version the Hello
+	// announces (default v0.1.0).
+	version string
 }
 
 func joinSpoke(ctx context.Context, name string) (*simSpoke, error) {
@@ -96,7 +99,11 @@ func (s *simSpoke) start(machines ...*federationv1.Machine) error {
 	if s.onHold != nil {
 		capabilities = []string{"holds"}
 	}
-	if err := s.send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{ClusterName: s.name, AgentVersion: "v0.1.0", Capabilities: capabilities, Epoch: uint64(time.Now().UnixNano()), AgentMode: s.mode}}}); err != nil {
+	version := s.version
+	if version == "" {
+		version = "v0.1.0"
+	}
+	if err := s.send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Hello{Hello: &federationv1.Hello{ClusterName: s.name, AgentVersion: version, Capabilities: capabilities, Epoch: uint64(time.Now().UnixNano()), AgentMode: s.mode}}}); err != nil {
 		return err
 	}
 	if err := s.send(&federationv1.SpokeMessage{Kind: &federationv1.SpokeMessage_Snapshot{Snapshot: &federationv1.Snapshot{Generation: 1, ObservedAt: timestamppb.Now(), Machines: machines}}}); err != nil {
