@@ -1,0 +1,208 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imperator-federation/imperator/hub/internal/hubca"
+	"github.com/imperator-federation/imperator/internal/identity"
+	"github.com/imperator-federation/imperator/internal/pki"
+	"github.com/imperator-federation/imperator/test/util/framework"
+)
+
+const hubName = "hub.imperator.test"
+
+// TestRotateAgainstTheAPIServer runs `hub ca rotate`'s steps on the CA
+// Secret of a real API server, with a hub replica's Authority following
+// them: no step creates a missing CA; the replica picks up each step; the
+// finish is refused, naming the cluster, while a spoke connected to the
+// replica with a certificate of the previous CA, and goes through once it
+// connected with one of the new CA.
+func TestRotateAgainstTheAPIServer(t *testing.T) {
+	ctx := context.Background()
+	env, err := framework.Start(ctx, framework.Options{Namespaces: []string{namespace}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	key := client.ObjectKey{Namespace: namespace, Name: secret}
+
+	for _, step := range []hubca.Step{hubca.StepStage, hubca.StepPromote, hubca.StepFinish} {
+		if _, err := hubca.Rotate(ctx, env.Client, namespace, secret, step, hubca.RotateOptions{}); !errors.Is(err, hubca.ErrNoCA) {
+			t.Errorf("%s on a cluster without a CA: %v, want ErrNoCA", step, err)
+		}
+	}
+	if err := env.Client.Get(ctx, key, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("after rotation steps on a cluster without a CA the Secret: %v, want NotFound", err)
+	}
+
+	old, err := hubca.Create(ctx, env.Client, namespace, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trust, err := hubca.LoadTrust(ctx, env.Client, namespace, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := hubca.NewServingRotator(trust.Current, "imperator-hub", []string{hubName}, time.Hour, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	authority := hubca.NewAuthority(trust, hubca.AuthorityOptions{
+		Client: env.Client, Secret: types.NamespacedName(key), Replica: "hub-0", Serving: serving, Log: logr.Discard(),
+	})
+	hub := authority.TLSConfig()
+	oldSpoke := spokeCertificate(t, old, "spoke-a")
+
+	rotate := func(step hubca.Step, opts hubca.RotateOptions) error {
+		t.Helper()
+		_, err := hubca.Rotate(ctx, env.Client, namespace, secret, step, opts)
+		if err == nil {
+			if err := authority.Refresh(ctx); err != nil {
+				t.Fatalf("the replica reading the Secret after %s: %v", step, err)
+			}
+		}
+		return err
+	}
+
+	if err := rotate(hubca.StepPromote, hubca.RotateOptions{}); !errors.Is(err, hubca.ErrWrongOrder) {
+		t.Fatalf("promote before stage: %v, want ErrWrongOrder", err)
+	}
+	if err := rotate(hubca.StepStage, hubca.RotateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	staged := authority.Trust()
+	if staged.Phase != hubca.PhaseStaged || staged.Next == nil {
+		t.Fatalf("the replica after stage: phase %s", staged.Phase)
+	}
+	if err := rotate(hubca.StepStage, hubca.RotateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if again := authority.Trust(); !again.Next.Cert.Equal(staged.Next.Cert) {
+		t.Fatal("a second stage replaced the next CA")
+	}
+	if err := rotate(hubca.StepFinish, hubca.RotateOptions{}); !errors.Is(err, hubca.ErrWrongOrder) {
+		t.Fatalf("finish before promote: %v, want ErrWrongOrder", err)
+	}
+	if err := rotate(hubca.StepPromote, hubca.RotateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := authority.Trust(); got.Phase != hubca.PhasePromoted || !got.Current.Cert.Equal(staged.Next.Cert) {
+		t.Fatalf("the replica after promote: phase %s", got.Phase)
+	}
+
+	// spoke-a connects with its certificate of the previous CA, trusting
+	// only that CA (it has not renewed since the stage).
+	if err := handshake(t, hub, old.CertPEM, oldSpoke); err != nil {
+		t.Fatalf("a spoke of the previous CA after promote: %v", err)
+	}
+	if err := authority.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = rotate(hubca.StepFinish, hubca.RotateOptions{})
+	if !errors.Is(err, hubca.ErrOldCAInUse) || !strings.Contains(err.Error(), "spoke-a") {
+		t.Fatalf("finish while spoke-a presents the previous CA: %v, want ErrOldCAInUse naming spoke-a", err)
+	}
+
+	// spoke-a renewed: a certificate of the new CA and the bundle.
+	newSpoke := spokeCertificate(t, authority.Trust().Current, "spoke-a")
+	if err := handshake(t, hub, authority.TrustBundle(), newSpoke); err != nil {
+		t.Fatalf("the renewed spoke: %v", err)
+	}
+	if err := authority.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rotate(hubca.StepFinish, hubca.RotateOptions{}); err != nil {
+		t.Fatalf("finish once spoke-a renewed: %v", err)
+	}
+	if got := authority.Trust(); got.Phase != hubca.PhaseStable || len(got.Trusted) != 1 {
+		t.Fatalf("the replica after finish: phase %s, %d CAs trusted", got.Phase, len(got.Trusted))
+	}
+	if err := handshake(t, hub, authority.TrustBundle(), newSpoke); err != nil {
+		t.Errorf("the renewed spoke after finish: %v", err)
+	}
+	if err := handshake(t, hub, authority.TrustBundle(), oldSpoke); err == nil {
+		t.Error("a certificate of the dropped CA is still accepted after finish")
+	}
+	if err := rotate(hubca.StepFinish, hubca.RotateOptions{}); err != nil {
+		t.Errorf("a second finish: %v", err)
+	}
+}
+
+func spokeCertificate(t *testing.T, ca *pki.CA, cluster string) *tls.Certificate {
+	t.Helper()
+	csrPEM, keyPEM, err := pki.NewCSR(cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, err := ca.SignClientCSR(csrPEM, cluster, []string{identity.SpokeOrganization}, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pair
+}
+
+// handshake connects over loopback as a spoke presenting cert and
+// verifying the hub with trustPEM; nil when both sides accept and the hub
+// verified the spoke's certificate.
+func handshake(t *testing.T, hub *tls.Config, trustPEM []byte, cert *tls.Certificate) error {
+	t.Helper()
+	clientCfg, err := identity.ClientTLS(trustPEM, cert, hubName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lis.Close() }()
+	deadline := time.Now().Add(10 * time.Second)
+	done := make(chan error, 1)
+	go func() {
+		conn, err := lis.Accept()
+		if err != nil {
+			done <- err
+			return
+		}
+		_ = conn.SetDeadline(deadline)
+		server := tls.Server(conn, hub)
+		defer func() { _ = server.Close() }()
+		if err := server.Handshake(); err != nil {
+			done <- err
+			return
+		}
+		if len(server.ConnectionState().VerifiedChains) == 0 {
+			done <- errors.New("the hub verified no client certificate")
+			return
+		}
+		done <- nil
+	}()
+	conn, err := net.DialTimeout("tcp", lis.Addr().String(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetDeadline(deadline)
+	c := tls.Client(conn, clientCfg)
+	defer func() { _ = c.Close() }()
+	clientErr := c.Handshake()
+	return errors.Join(<-done, clientErr)
+}
