@@ -282,8 +282,10 @@ func (a *Adopter) deleteOriginalServices(ctx context.Context, group string) erro
 	return errors.Join(errs...)
 }
 
-// originalPools are the pools of group that carry (or carried) the
-// original's marks: its finalizer, or its spec.machineGroupName.
+// originalPools are the original's pools of group: those with its
+// finalizer or its name <machine-group>-node-pool. (Under the agent's CRD
+// the API server prunes the original's spec.machineGroupName on read: the
+// group comes from the label then.)
 func (a *Adopter) originalPools(ctx context.Context, group string) ([]*unstructured.Unstructured, error) {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(imperatorv1alpha1.GroupVersion.WithKind("MachineNodePoolList"))
@@ -293,13 +295,13 @@ func (a *Adopter) originalPools(ctx context.Context, group string) ([]*unstructu
 	var out []*unstructured.Unstructured
 	for i := range list.Items {
 		pool := &list.Items[i]
-		_, hasOriginalField, _ := unstructured.NestedString(pool.Object, "spec", "machineGroupName")
-		if !slices.Contains(pool.GetFinalizers(), OriginalNodePoolFinalizer) && !hasOriginalField {
+		if originalPoolGroup(pool) != group {
 			continue
 		}
-		if originalPoolGroup(pool) == group {
-			out = append(out, pool)
+		if !slices.Contains(pool.GetFinalizers(), OriginalNodePoolFinalizer) && pool.GetName() != OriginalNodePoolName(group) {
+			continue
 		}
+		out = append(out, pool)
 	}
 	return out, nil
 }
@@ -320,8 +322,9 @@ func (a *Adopter) removeOldFinalizer(ctx context.Context, pool *unstructured.Uns
 }
 
 // removeOriginalPools deletes the original's pools of the Machine's group
-// once the agent's own pool of the Machine exists; a pool under the agent's
-// name is the agent's from then on and stays.
+// once the agent's own pool of the Machine exists. A pool under the agent's
+// name of its controlling Machine (a Machine named as its group) is the
+// agent's from then on and stays.
 func (a *Adopter) removeOriginalPools(ctx context.Context, m *unstructured.Unstructured, pools []*unstructured.Unstructured) (string, error) {
 	own := &unstructured.Unstructured{}
 	own.SetGroupVersionKind(imperatorv1alpha1.GroupVersion.WithKind("MachineNodePool"))
@@ -337,7 +340,7 @@ func (a *Adopter) removeOriginalPools(ctx context.Context, m *unstructured.Unstr
 	}
 	var errs []error
 	for _, pool := range pools {
-		if pool.GetName() == name {
+		if ref := metav1.GetControllerOfNoCopy(pool); ref != nil && ref.Kind == "Machine" && imperatorv1alpha1.NodePoolName(ref.Name) == pool.GetName() {
 			continue
 		}
 		if err := a.Client.Delete(ctx, pool, client.Preconditions{UID: ptr.To(pool.GetUID())}); client.IgnoreNotFound(err) != nil {
