@@ -412,16 +412,6 @@ func (c *Checker) Drain() {
 	}
 }
 
-// KnownPhantomHolds names the open bug invariant 4 steps around (found with
-// SOAK_SEED=303, docs/soak.md): while a type's `available` exceeds what its
-// ready nodes hold (every pool node in maintenance, say), the hold
-// accounting counts as capacity units that no reservation pod backs, so a
-// CapacityHold stays Provisioned — or turns CapacityRestored when
-// `available` is raised — with units nothing holds. Types whose Machine
-// says InsufficientCapacity are left out of the "really held" check until
-// that is fixed.
-const KnownPhantomHolds = "holds backed by units no ready node has (seed 303)"
-
 // bookingAnnotation is the spoke's record of the fleet hold's booking a
 // CapacityHold was made for (the reporter's).
 const bookingAnnotation = "imperator.tenzen-y.io/fleet-hold-booking"
@@ -431,8 +421,7 @@ const bookingAnnotation = "imperator.tenzen-y.io/fleet-hold-booking"
 // owns; a Held fleet hold's part whose CapacityHold is missing or not
 // Provisioned; a type whose live holds set aside more idle units than
 // reservation pods are bound to ready nodes, or whose Machine counts more
-// units held than its holds set aside (KnownPhantomHolds says which types
-// are left out).
+// units held than its holds set aside.
 func HoldsProblems(ctx context.Context, env *e2e.Env) ([]string, error) {
 	var fleetHolds imperatorv1alpha1.FleetHoldList
 	if err := env.Hub.Client.List(ctx, &fleetHolds, client.InNamespace(fleet.Namespace)); err != nil {
@@ -488,10 +477,6 @@ func HoldsProblems(ctx context.Context, env *e2e.Env) ([]string, error) {
 		for _, m := range machines.Items {
 			if !statusCurrent(&m) {
 				problems = append(problems, fmt.Sprintf("%s/Machine %s: status not caught up with its spec", name, m.Name))
-				continue
-			}
-			// Units that exceed what the nodes hold: KnownPhantomHolds.
-			if meta.IsStatusConditionTrue(m.Status.Conditions, imperatorv1alpha1.ConditionInsufficientCapacity) {
 				continue
 			}
 			for _, am := range m.Status.AvailableMachines {
