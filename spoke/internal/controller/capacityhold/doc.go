@@ -60,13 +60,23 @@
 //     exactly issue 18's.
 //   - A hold is made only from units nobody else is owed: free = available −
 //     lost reservation pods − units held by guests − units of earlier active
-//     holds not claimed − queued ordinary guests. Queued guests arrived
-//     first, so a hold never jumps ahead of them. It needs count − (its
-//     guests, by UID, already holding units) of them, all or nothing.
+//     holds not claimed − queued ordinary guests; while some reservation
+//     pods are lost, at most the usable reservation pods (those that exist
+//     and are not lost: on a node-pool=ready node, or not placed yet and
+//     not unschedulable) less the units of earlier active holds. Queued
+//     guests arrived first, so a hold never jumps ahead of them. It needs
+//     count − (its guests, by UID, already holding units) of them, all or
+//     nothing.
 //   - When lost reservation pods leave fewer units than guests and holds
-//     hold, the newest holds lose held units first: their held shrinks and
-//     CapacityRevoked is True, naming the nodes. The units come back, and
-//     CapacityRevoked turns False, when the nodes are ready again.
+//     hold, or fewer usable reservation pods than the holds hold, the
+//     newest holds lose held units first: their held shrinks and
+//     CapacityRevoked is True, naming the nodes. So a hold is revoked when
+//     every node of its type is in maintenance, whatever available says:
+//     available may promise more units than any node has. Reservation pods
+//     the StatefulSet has not created yet are not lost (a claimed unit just
+//     given back, a new Machine): revoking for them would flap a hold at
+//     every handover. The units come back, and CapacityRevoked turns False,
+//     when the nodes are ready again.
 //   - At validUntil the held units go back to everyone and BookingExpired is
 //     True; claimed units stay with their guests until they finish.
 //     Deleting a hold returns its held units at once (no finalizer: the
