@@ -13,6 +13,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 	"github.com/imperator-federation/imperator/internal/version"
 	"github.com/imperator-federation/imperator/spoke/internal/app"
 	"github.com/imperator-federation/imperator/spoke/internal/config"
+	"github.com/imperator-federation/imperator/spoke/internal/migrate"
 	"github.com/imperator-federation/imperator/spoke/internal/uninstall"
 )
 
@@ -54,6 +56,10 @@ func runCommand(args []string, stdout, stderr io.Writer) (code int, done bool) {
 		}
 		_, _ = fmt.Fprintln(stdout, versionLine())
 		return 0, true
+	}
+	if len(args) > 0 && args[0] == "migrate" {
+		// `spoke migrate preflight`: what the original Imperator left (docs/migration.md).
+		return migrate.Command(context.Background(), args[1:], stdout, stderr), true
 	}
 	for _, arg := range args {
 		if arg == "--" {

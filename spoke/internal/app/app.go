@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
+	"github.com/imperator-federation/imperator/internal/apiready"
 	"github.com/imperator-federation/imperator/internal/leader"
 	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/spoke/internal/admissionpolicy"
@@ -45,6 +46,7 @@ import (
 	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/provisioningrequest"
 	"github.com/imperator-federation/imperator/spoke/internal/hosted"
+	"github.com/imperator-federation/imperator/spoke/internal/migrate"
 	"github.com/imperator-federation/imperator/spoke/internal/reporter"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/certs"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/install"
@@ -81,6 +83,11 @@ type Options struct {
 // Run runs the agent of cfg until ctx is done.
 func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts Options) error {
 	log := ctrl.Log.WithName("spoke")
+	// Everything below asks the API server something first: a start
+	// during its outage waits for it instead of exiting (apiready).
+	if err := apiready.Wait(ctx, restConfig, apiready.DefaultTimeout, log); err != nil {
+		return err
+	}
 	scheme, err := schemes.Spoke()
 	if err != nil {
 		return err
@@ -93,6 +100,11 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	direct, err := client.New(restConfig, client.Options{Scheme: scheme})
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
+	}
+	if !cfg.IsHosted() {
+		if err := migrate.Startup(ctx, direct, cfg.Namespace, log.WithName("migrate")); err != nil {
+			return err
+		}
 	}
 	certManager, err := newCertManager(cfg, direct)
 	if err != nil {
@@ -370,6 +382,10 @@ func controllers(ctx context.Context, cfg config.Config, scheme *runtime.Scheme,
 		}
 		if provider == nil {
 			if err := setupInjectionPolicies(mgr, cfg.Injection, cfg.Namespace); err != nil {
+				return err
+			}
+			// Adoption from the original Imperator, Machine by Machine (docs/migration.md).
+			if err := mgr.Add(&migrate.Adopter{Client: management, Namespace: cfg.Namespace}); err != nil {
 				return err
 			}
 		}
