@@ -251,7 +251,7 @@ func (j *journey) installHub(ctx context.Context) {
 // join token from the hub's pod, the spoke chart, the agent Ready, joined
 // and Available at the hub.
 func (j *journey) installSpoke(ctx context.Context) {
-	j.step("a join token from the hub; helm install the spoke chart; the agent becomes Ready and joins")
+	j.step("a join token from the hub; helm install the previous spoke chart (" + previousChartRef() + "); the agent becomes Ready and joins")
 	dir := j.cluster.Dir
 	ca := j.kubectl(ctx, "hub", "-n", namespace, "exec", "deploy/imperator-hub", "--", "/hub", "ca")
 	token := j.kubectl(ctx, "hub", "-n", namespace, "exec", "deploy/imperator-hub", "--", "/hub", "token", "create", "--cluster", clusterName, "--ttl", "1h")
@@ -262,7 +262,9 @@ func (j *journey) installSpoke(ctx context.Context) {
 	}
 	repoName, tag := splitRef(j.images.spoke)
 	start := time.Now()
-	j.helmRun(ctx, clusterName, "install", "imperator-spoke", filepath.Join(j.root, "deploy/charts/imperator-spoke"),
+	// The previous chart version: upgradeBoth moves the release to this
+	// checkout's chart, as a user upgrading the chart would.
+	j.helmRun(ctx, clusterName, "install", "imperator-spoke", j.previousSpokeChart(ctx),
 		"--set", "hub.address="+j.hubAddr, "--set", "hub.clusterName="+clusterName,
 		"--set-file", "hub.ca="+filepath.Join(dir, "hub-ca.crt"), "--set-file", "hub.joinToken="+filepath.Join(dir, "join-token"),
 		"--set", "image.repository="+repoName, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
@@ -519,6 +521,8 @@ func (j *journey) upgradeBoth(ctx context.Context) {
 			time.Sleep(500 * time.Millisecond)
 		}
 	})
+	machineBefore := j.kubectl(ctx, clusterName, "get", "machine", machineName, "-o", "jsonpath={.metadata.uid} {.metadata.generation}")
+	guestBefore := j.kubectl(ctx, clusterName, "-n", tenantNS, "get", "pod", "guest-1", "-o", "jsonpath={.metadata.uid} {.status.phase}")
 	start := time.Now()
 	_, hubTag := splitRef(j.upgrade.hub)
 	j.helmRun(ctx, "hub", "upgrade", "imperator-hub", filepath.Join(j.root, "deploy/charts/imperator-hub"), "--reuse-values", "--set", "image.tag="+hubTag)
@@ -544,6 +548,14 @@ func (j *journey) upgradeBoth(ctx context.Context) {
 	j.eventually(ctx, "spoke-a Available again after the upgrade", 2*time.Minute, func(ctx context.Context) error {
 		return j.spokeAvailable(ctx)
 	})
+	// From the previous chart to this one: the Machine and the running
+	// guest are the same objects, untouched.
+	if after := j.kubectl(ctx, clusterName, "get", "machine", machineName, "-o", "jsonpath={.metadata.uid} {.metadata.generation}"); after != machineBefore {
+		j.t.Errorf("Machine %s (uid, generation) was %q before the chart upgrade, %q after", machineName, machineBefore, after)
+	}
+	if after := j.kubectl(ctx, clusterName, "-n", tenantNS, "get", "pod", "guest-1", "-o", "jsonpath={.metadata.uid} {.status.phase}"); after != guestBefore {
+		j.t.Errorf("guest-1 (uid, phase) was %q before the chart upgrade, %q after", guestBefore, after)
+	}
 	for _, d := range []string{"imperator-hub", "imperator-spoke"} {
 		img := j.kubectl(ctx, "hub", "-n", namespace, "get", "deploy", d, "-o", "jsonpath={.spec.template.spec.containers[0].image}")
 		if img != j.upgrade.hub && img != j.upgrade.spoke {
@@ -552,13 +564,41 @@ func (j *journey) upgradeBoth(ctx context.Context) {
 	}
 }
 
-// uninstallBoth is step 5: the Machines deleted while the agent runs, then
-// helm uninstall of both; nothing of ours may refuse a pod afterwards.
+// uninstallBoth is step 5: helm uninstall of both with the Machines in
+// place and guests waiting (the order a hurried user takes); the spoke
+// chart's post-delete hook (`spoke uninstall`) leaves no node labelled or
+// tainted, no MachineNodePool held by a finalizer, no reservation holding a
+// GPU, and every waiting guest told why it waits; nothing of ours may refuse
+// a pod afterwards.
 func (j *journey) uninstallBoth(ctx context.Context) {
-	j.step("delete the Machines, helm uninstall both; nothing of ours is left that refuses pods")
-	j.kubectl(ctx, clusterName, "delete", "machines", "--all", "--timeout=2m")
-	j.helmRun(ctx, clusterName, "uninstall", "imperator-spoke", "--wait")
+	j.step("helm uninstall both with the Machine in place; the hook releases the node and tells waiting guests; nothing of ours is left that refuses pods")
+	waiting := strings.Fields(j.kubectl(ctx, clusterName, "-n", tenantNS, "get", "pods", "-o",
+		`jsonpath={range .items[?(@.spec.schedulingGates[0].name=="imperator.tenzen-y.io/slot")]}{.metadata.name}{" "}{end}`))
+	start := time.Now()
+	out := j.helmRun(ctx, clusterName, "uninstall", "imperator-spoke", "--wait")
+	j.figure("helm uninstall of the spoke, hook included", time.Since(start))
+	j.t.Logf("helm uninstall imperator-spoke:\n%s", out)
 	j.helmRun(ctx, "hub", "uninstall", "imperator-hub", "--wait")
+	node := j.kubectl(ctx, clusterName, "get", "node", gpuNode, "-o", "json")
+	for _, left := range []string{`"imperator.tenzen-y.io/`} {
+		if strings.Contains(node, left) {
+			j.t.Errorf("node %s still carries a key of ours after helm uninstall:\n%s", gpuNode, node)
+		}
+	}
+	if f := j.kubectl(ctx, clusterName, "get", "machinenodepools", "-o", "jsonpath={.items[*].metadata.finalizers}"); strings.TrimSpace(f) != "" {
+		j.t.Errorf("MachineNodePools still hold finalizers after helm uninstall: %s", f)
+	}
+	if len(waiting) == 0 {
+		j.t.Error("no guest was waiting at the slot gate when the spoke was uninstalled: the step checks nothing about them")
+	}
+	for _, name := range waiting {
+		queue := j.kubectl(ctx, clusterName, "-n", tenantNS, "get", "pod", name, "--ignore-not-found", "-o", `jsonpath={.metadata.annotations.imperator\.tenzen-y\.io/queue}`)
+		if !strings.HasPrefix(queue, "Imperator was uninstalled from this cluster") {
+			j.t.Errorf("waiting guest %s after helm uninstall says %q, not why it waits", name, queue)
+		}
+	}
+	j.t.Logf("%d waiting guests told why they wait; events:\n%s", len(waiting),
+		j.kubectl(ctx, clusterName, "-n", tenantNS, "get", "events", "--field-selector", "reason=ImperatorUninstalled", "-o", "name"))
 	for _, kind := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations",
 		"mutatingadmissionpolicies", "validatingadmissionpolicies", "validatingadmissionpolicybindings", "mutatingadmissionpolicybindings"} {
 		out := j.kubectl(ctx, "hub", "get", kind, "-o", "name")
@@ -569,11 +609,17 @@ func (j *journey) uninstallBoth(ctx context.Context) {
 	// Pods go after their grace period (the 5 s preStop included).
 	j.eventually(ctx, "nothing of ours left in "+namespace, time.Minute, func(ctx context.Context) error {
 		var left []string
-		out := j.kubectl(ctx, "hub", "get", "deploy,statefulsets,services,pods,serviceaccounts,roles,rolebindings", "-n", namespace, "-o", "name")
+		out := j.kubectl(ctx, "hub", "get", "deploy,statefulsets,services,pods,jobs,serviceaccounts,roles,rolebindings", "-n", namespace, "-o", "name")
 		for line := range strings.Lines(out) {
 			if strings.Contains(line, "imperator") {
 				left = append(left, strings.TrimSpace(line))
 			}
+		}
+		// The reservations (named after their type and group) went with
+		// the hook, their pods with them: no GPU held for nobody.
+		out = j.kubectl(ctx, "hub", "get", "statefulsets,services,pods", "-n", namespace, "-l", "imperator.tenzen-y.io/pod-role=reservation", "-o", "name")
+		for line := range strings.Lines(out) {
+			left = append(left, strings.TrimSpace(line))
 		}
 		if len(left) > 0 {
 			return fmt.Errorf("left: %v", left)
@@ -582,8 +628,9 @@ func (j *journey) uninstallBoth(ctx context.Context) {
 	})
 	// Kept as the README says: the namespace, the CRDs and what the binaries
 	// wrote (the hub's CA, issued certificates, inventories, Leases).
-	j.t.Logf("kept after helm uninstall, as documented:\n%s", j.kubectl(ctx, "hub", "get", "secrets,configmaps,leases", "-n", namespace, "-o", "name"))
-	out := j.kubectl(ctx, "hub", "get", "clusterroles,clusterrolebindings,priorityclasses", "-o", "name")
+	j.t.Logf("kept after helm uninstall, as documented:\n%s%s", j.kubectl(ctx, "hub", "get", "secrets,configmaps,leases", "-n", namespace, "-o", "name"),
+		j.kubectl(ctx, "hub", "get", "machines,machinenodepools,crds", "-o", "name"))
+	out = j.kubectl(ctx, "hub", "get", "clusterroles,clusterrolebindings,priorityclasses", "-o", "name")
 	for line := range strings.Lines(out) {
 		if strings.Contains(line, "imperator") && !strings.Contains(line, "imperator-realnode") {
 			j.t.Errorf("left after helm uninstall: %s", strings.TrimSpace(line))
@@ -595,6 +642,39 @@ func (j *journey) uninstallBoth(ctx context.Context) {
 		_, err := j.tenant.CoreV1().Pods(tenantNS).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	})
+}
+
+// previousChartRef is the commit whose spoke chart the journey installs
+// before upgrading to this checkout's: INSTALL_PREVIOUS_CHART_REF, else the
+// last commit before the chart grew its uninstall hook and new values.
+func previousChartRef() string { return envOr("INSTALL_PREVIOUS_CHART_REF", "37f21f4") }
+
+// previousSpokeChart extracts deploy/charts/imperator-spoke as it was at
+// previousChartRef (git archive) and returns its directory.
+func (j *journey) previousSpokeChart(ctx context.Context) string {
+	j.t.Helper()
+	dir := filepath.Join(j.cluster.Dir, "previous-chart")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		j.t.Fatal(err)
+	}
+	archive := exec.CommandContext(ctx, "git", "-C", j.root, "archive", previousChartRef(), "deploy/charts/imperator-spoke")
+	extract := exec.CommandContext(ctx, "tar", "-x", "-C", dir)
+	var err error
+	if extract.Stdin, err = archive.StdoutPipe(); err != nil {
+		j.t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	archive.Stderr, extract.Stderr = &stderr, &stderr
+	if err := extract.Start(); err != nil {
+		j.t.Fatal(err)
+	}
+	if err := archive.Run(); err != nil {
+		j.t.Fatalf("git archive %s deploy/charts/imperator-spoke: %v\n%s", previousChartRef(), err, stderr.String())
+	}
+	if err := extract.Wait(); err != nil {
+		j.t.Fatalf("extracting the previous chart: %v\n%s", err, stderr.String())
+	}
+	return filepath.Join(dir, "deploy/charts/imperator-spoke")
 }
 
 // helmRun runs helm --kube-context kctx with args, as the README does.
