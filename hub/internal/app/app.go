@@ -51,6 +51,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/scores"
 	"github.com/imperator-federation/imperator/hub/internal/server"
 	"github.com/imperator-federation/imperator/hub/internal/store"
+	"github.com/imperator-federation/imperator/internal/apiready"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/leader"
 	"github.com/imperator-federation/imperator/internal/pki"
@@ -94,6 +95,11 @@ func replicaID() (string, error) {
 // Run runs the hub until ctx is done.
 func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts Options) error {
 	log := ctrl.Log.WithName("hub")
+	// Everything below asks the API server something first: a start
+	// during its outage waits for it instead of exiting (apiready).
+	if err := apiready.Wait(ctx, restConfig, apiready.DefaultTimeout, log); err != nil {
+		return err
+	}
 	// The one clock every part reads time from (offset only in tests).
 	clk := cfg.Clock()
 	scheme, err := schemes.Hub()
