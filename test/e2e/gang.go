@@ -14,6 +14,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
 // GangInput configures GangSpec.
@@ -50,8 +51,7 @@ func GangSpec(ctx context.Context, in GangInput) {
 		g.Expect(units).To(BeNumerically(">=", 3))
 	}).WithTimeout(joinTimeout).WithPolling(poll).Should(Succeed())
 
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: in.Namespace,
-		Labels: map[string]string{imperatorv1alpha1.InjectResourceKey: imperatorv1alpha1.InjectResourceEnabled}}}
+	ns := wrappers.MakeNamespace(in.Namespace).InjectionEnabled().Obj()
 	Expect(client.IgnoreAlreadyExists(spoke.Client.Create(ctx, ns))).To(Succeed())
 	DeferCleanup(func(ctx context.Context) {
 		By("deleting the journey's guests: every unit is free again")
@@ -64,14 +64,7 @@ func GangSpec(ctx context.Context, in GangInput) {
 	})
 
 	guest := func(name string) *corev1.Pod {
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: in.Namespace, Labels: map[string]string{
-				imperatorv1alpha1.MachineGroupKey: in.Group, imperatorv1alpha1.MachineTypeKey: in.Type,
-				imperatorv1alpha1.PodRoleKey: string(imperatorv1alpha1.PodRoleGuest),
-			}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "train", Image: "registry.k8s.io/pause:3.10"}},
-				TerminationGracePeriodSeconds: new(int64)},
-		}
+		return wrappers.MakePod(in.Namespace, name).Guest(in.Group, in.Type).ContainerName("train").TerminationGracePeriod(0).Obj()
 	}
 	pods := func(g Gomega) map[string]corev1.Pod {
 		list := &corev1.PodList{}

@@ -8,14 +8,13 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
 // HoldInput configures HoldSpec.
@@ -87,15 +86,10 @@ func HoldSpec(ctx context.Context, in HoldInput) {
 	}
 
 	By("a guest carrying the hold's label claims a held unit")
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: in.Namespace, Labels: map[string]string{imperatorv1alpha1.InjectResourceKey: imperatorv1alpha1.InjectResourceEnabled}}}
+	ns := wrappers.MakeNamespace(in.Namespace).InjectionEnabled().Obj()
 	Expect(client.IgnoreAlreadyExists(spoke.Client.Create(ctx, ns))).To(Succeed())
-	guest := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: in.Name + "-guest", Namespace: in.Namespace, Labels: map[string]string{
-			imperatorv1alpha1.MachineGroupKey: part.GetGroup(), imperatorv1alpha1.MachineTypeKey: in.Type,
-			imperatorv1alpha1.PodRoleKey: string(imperatorv1alpha1.PodRoleGuest), imperatorv1alpha1.HoldKey: in.Name,
-		}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "train", Image: "registry.k8s.io/pause:3.10"}}},
-	}
+	guest := wrappers.MakePod(in.Namespace, in.Name+"-guest").Guest(part.GetGroup(), in.Type).Label(imperatorv1alpha1.HoldKey, in.Name).
+		ContainerName("train").Obj()
 	Expect(spoke.Client.Create(ctx, guest)).To(Succeed())
 	DeferCleanup(func(ctx context.Context) {
 		_ = client.IgnoreNotFound(spoke.Client.Delete(ctx, guest, client.GracePeriodSeconds(0)))

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
@@ -88,19 +87,11 @@ func InjectionPolicySpec(ctx context.Context, in InjectionPolicyInput) {
 			return apierrors.IsNotFound(spoke.Client.Get(ctx, client.ObjectKeyFromObject(machine), &imperatorv1alpha1.Machine{}))
 		}).WithTimeout(spokeTimeout).WithPolling(poll).Should(BeTrue(), "Machine %s deleted", in.Machine)
 	})
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: in.Namespace,
-		Labels: map[string]string{imperatorv1alpha1.InjectResourceKey: imperatorv1alpha1.InjectResourceEnabled}}}
+	ns := wrappers.MakeNamespace(in.Namespace).InjectionEnabled().Obj()
 	Expect(spoke.Client.Create(ctx, ns)).To(Succeed())
 	DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(spoke.Client.Delete(ctx, ns))).To(Succeed()) })
 	guest := func(name string) *corev1.Pod {
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: name, Labels: map[string]string{
-				imperatorv1alpha1.PodRoleKey:      string(imperatorv1alpha1.PodRoleGuest),
-				imperatorv1alpha1.MachineGroupKey: in.Machine,
-				imperatorv1alpha1.MachineTypeKey:  typ,
-			}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10"}}},
-		}
+		return wrappers.MakePod(in.Namespace, name).Guest(in.Machine, typ).Obj()
 	}
 	Eventually(ctx, func(g Gomega) {
 		m := &imperatorv1alpha1.Machine{}

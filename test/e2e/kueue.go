@@ -109,8 +109,7 @@ func KueueSpec(ctx context.Context, in KueueInput) {
 		}
 	})
 
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: in.Namespace,
-		Labels: map[string]string{imperatorv1alpha1.InjectResourceKey: imperatorv1alpha1.InjectResourceEnabled}}}
+	ns := wrappers.MakeNamespace(in.Namespace).InjectionEnabled().Obj()
 	Expect(client.IgnoreAlreadyExists(c.Create(ctx, ns))).To(Succeed())
 	objects := kueueObjects(in.Namespace)
 	for _, o := range objects {

@@ -18,6 +18,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
 // TenantInput configures TenantSpec.
@@ -45,11 +46,10 @@ func TenantSpec(ctx context.Context, in TenantInput) {
 	offNamespace, onNamespace := "tenant-off", "tenant-on"
 
 	By("a tenant with the edit role in " + offNamespace + " (never opted in) and " + onNamespace + " (opted in)")
-	for name, labels := range map[string]map[string]string{
-		offNamespace: nil,
-		onNamespace:  {imperatorv1alpha1.InjectResourceKey: imperatorv1alpha1.InjectResourceEnabled},
+	for name, ns := range map[string]*corev1.Namespace{
+		offNamespace: wrappers.MakeNamespace(offNamespace).Obj(),
+		onNamespace:  wrappers.MakeNamespace(onNamespace).InjectionEnabled().Obj(),
 	} {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
 		Expect(client.IgnoreAlreadyExists(spoke.Client.Create(ctx, ns))).To(Succeed())
 		DeferCleanup(func(ctx context.Context) {
 			Expect(client.IgnoreNotFound(spoke.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(name), client.GracePeriodSeconds(0)))).To(Succeed())
@@ -88,14 +88,7 @@ func TenantSpec(ctx context.Context, in TenantInput) {
 	free := before.GetFree()
 
 	guest := func(namespace, name string) *corev1.Pod {
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{
-				imperatorv1alpha1.MachineGroupKey: in.Group, imperatorv1alpha1.MachineTypeKey: in.Type,
-				imperatorv1alpha1.PodRoleKey: string(imperatorv1alpha1.PodRoleGuest),
-			}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "train", Image: "registry.k8s.io/pause:3.10"}},
-				TerminationGracePeriodSeconds: new(int64)},
-		}
+		return wrappers.MakePod(namespace, name).Guest(in.Group, in.Type).ContainerName("train").TerminationGracePeriod(0).Obj()
 	}
 
 	By("4 pods labelled as " + in.Type + " guests in " + offNamespace + ", selecting no node: admitted, Pending, counted nowhere")

@@ -257,6 +257,19 @@ func (w *PodWrapper) Container(name, image string) *PodWrapper {
 	return w
 }
 
+// ContainerName renames the pod's first container.
+func (w *PodWrapper) ContainerName(name string) *PodWrapper {
+	w.Spec.Containers[0].Name = name
+	return w
+}
+
+// TerminationGracePeriod sets spec.terminationGracePeriodSeconds; 0 lets a
+// deleted pod go at once.
+func (w *PodWrapper) TerminationGracePeriod(seconds int64) *PodWrapper {
+	w.Spec.TerminationGracePeriodSeconds = &seconds
+	return w
+}
+
 // Request sets a request and limit of the container at index i.
 func (w *PodWrapper) Request(i int, name corev1.ResourceName, quantity string) *PodWrapper {
 	c := &w.Spec.Containers[i]
@@ -375,4 +388,35 @@ func (w *PodWrapper) ClaimsHold(hold *imperatorv1alpha1.CapacityHold) *PodWrappe
 	}
 	w.Annotations[imperatorv1alpha1.HoldUIDAnnotation] = string(hold.UID)
 	return w
+}
+
+// NamespaceWrapper builds a Namespace.
+type NamespaceWrapper struct{ corev1.Namespace }
+
+// MakeNamespace starts a Namespace without labels.
+func MakeNamespace(name string) *NamespaceWrapper {
+	return &NamespaceWrapper{corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}}
+}
+
+// Obj returns a copy of the Namespace.
+func (w *NamespaceWrapper) Obj() *corev1.Namespace { return w.DeepCopy() }
+
+// Label sets a label; an empty value removes it.
+func (w *NamespaceWrapper) Label(key, value string) *NamespaceWrapper {
+	if value == "" {
+		delete(w.Labels, key)
+		return w
+	}
+	if w.Labels == nil {
+		w.Labels = map[string]string{}
+	}
+	w.Labels[key] = value
+	return w
+}
+
+// InjectionEnabled opts the namespace in
+// (imperator.tenzen-y.io/inject-resource=enabled): only there are guests
+// injected and counted.
+func (w *NamespaceWrapper) InjectionEnabled() *NamespaceWrapper {
+	return w.Label(imperatorv1alpha1.InjectResourceKey, imperatorv1alpha1.InjectResourceEnabled)
 }
