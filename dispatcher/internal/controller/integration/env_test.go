@@ -3,16 +3,21 @@
 // in-process (hub/hubtest) fed by simulated spokes that join with bootstrap
 // tokens and report over mTLS as the spoke agent does. The dispatcher runs
 // as its binary assembles it (an unstructured cache, the Reconciler and the
-// hub Watch), with a viewer certificate of the hub CA. Kueue's controllers
+// hub Watch), with a viewer certificate of the hub CA, under exactly the
+// RBAC of deploy/dispatcher (its ServiceAccount impersonated). Kueue's controllers
 // do not run: the tests write what Kueue would (quota reserved, the
 // MultiKueue check Pending) and read what the dispatcher writes.
 package integration
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -46,6 +52,7 @@ import (
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/kueue"
+	"github.com/imperator-federation/imperator/test/util/repo"
 )
 
 const (
@@ -126,8 +133,48 @@ func startEnv(tb testing.TB, free map[string]int32) *env {
 		"parameters":     map[string]any{"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": configName},
 	})))
 	must(tb, e.waitForHub(ctx, names))
-	e.startDispatcher(tb, ctx, cluster.Config)
+	dispatcherConfig, err := underDeployedRBAC(ctx, e.c, cluster.Config)
+	must(tb, err)
+	e.startDispatcher(tb, ctx, dispatcherConfig)
 	return e
+}
+
+// dispatcherServiceAccount is the dispatcher's identity in deploy/dispatcher.
+const dispatcherServiceAccount = "system:serviceaccount:imperator-system:imperator-dispatcher"
+
+// underDeployedRBAC creates the roles and bindings of deploy/dispatcher and
+// returns cfg impersonating the dispatcher's ServiceAccount: the dispatcher
+// of the tests runs with exactly the rights its install grants.
+func underDeployedRBAC(ctx context.Context, c client.Client, cfg *rest.Config) (*rest.Config, error) {
+	root, err := repo.Root()
+	if err != nil {
+		return nil, err
+	}
+	for _, file := range []string{"role.yaml", "rbac_bindings.yaml"} {
+		data, err := os.ReadFile(filepath.Join(root, "deploy", "dispatcher", file))
+		if err != nil {
+			return nil, err
+		}
+		decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := decoder.Decode(&u.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return nil, fmt.Errorf("deploy/dispatcher/%s: %w", file, err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			if err := c.Create(ctx, u); err != nil {
+				return nil, fmt.Errorf("creating %s %s of deploy/dispatcher/%s: %w", u.GetKind(), u.GetName(), file, err)
+			}
+		}
+	}
+	impersonating := rest.CopyConfig(cfg)
+	impersonating.Impersonate = rest.ImpersonationConfig{UserName: dispatcherServiceAccount}
+	return impersonating, nil
 }
 
 // waitForHub waits until the hub answers that every spoke has free units.
