@@ -17,6 +17,7 @@ import (
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 	"github.com/imperator-federation/imperator/test/util/repo"
@@ -44,7 +45,7 @@ func buildImperatorctl() {
 // done with --release-holds, and then the cluster is gone from
 // imperatorctl clusters and its spoke cannot report again.
 var _ = Describe("Deregistering a cluster", Ordered, func() {
-	const name = "epsilon"
+	const name = "leaving"
 	var spoke *holdingSpoke
 
 	BeforeAll(func(ctx context.Context) {
@@ -59,6 +60,7 @@ var _ = Describe("Deregistering a cluster", Ordered, func() {
 		DeferCleanup(func(ctx context.Context) {
 			Expect(spoke.stop()).To(Succeed())
 			Expect(client.IgnoreNotFound(hubClient.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
+			Eventually(func() bool { _, ok := hub.Cluster(name); return ok }, 30*time.Second, 100*time.Millisecond).Should(BeFalse(), "the suite's hub forgot the cluster")
 		})
 		Eventually(func(g Gomega) {
 			r := ctl(adminConf, "clusters", name, "-o", "name")
@@ -90,13 +92,17 @@ var _ = Describe("Deregistering a cluster", Ordered, func() {
 			Count:  2, Mode: queryv1.CapacityMode_CAPACITY_MODE_SAME_CLUSTER, Ttl: durationpb.New(15 * time.Minute),
 		})
 		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx context.Context) {
+			// Other specs list every fleet hold of the hub's namespace.
+			Expect(client.IgnoreNotFound(hubClient.Delete(ctx, &imperatorv1alpha1.FleetHold{ObjectMeta: metav1.ObjectMeta{Namespace: hubNamespace, Name: "dereg-train"}}))).To(Succeed())
+		})
 		Expect(fh.GetPhase()).To(Equal(queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_HELD), fh.GetMessage())
 		Expect(spoke.heldNow()).To(Equal(int32(2)))
 
 		By("deregistering without --release-holds: refused, naming the hold")
 		r := ctl(adminConf, "cluster", "deregister", name, "--yes")
 		Expect(r.code).To(Equal(1), r.stderr)
-		Expect(r.stderr).To(ContainSubstring(`fleet holds still place units on cluster "epsilon": dereg-train`))
+		Expect(r.stderr).To(ContainSubstring(`fleet holds still place units on cluster "leaving": dereg-train`))
 		Expect(r.stderr).To(ContainSubstring("--release-holds"))
 		Expect(ctl(adminConf, "clusters", name, "-o", "name").stdout).To(Equal("cluster/"+name+"\n"), "still registered")
 

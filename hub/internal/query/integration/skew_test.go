@@ -29,7 +29,7 @@ import (
 // flags it in clusters, -o wide and describe cluster.
 var _ = Describe("Version skew between the hub and an agent", Ordered, func() {
 	const (
-		name       = "zeta"
+		name       = "skewed"
 		hubRelease = "v0.2.0"
 		agent      = "v0.3.0"
 	)
@@ -81,6 +81,7 @@ contexts:
 		DeferCleanup(func(ctx context.Context) {
 			Expect(sim.stop()).To(Succeed())
 			Expect(client.IgnoreNotFound(hubClient.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
+			Eventually(func() bool { _, ok := hub.Cluster(name); return ok }, 30*time.Second, 100*time.Millisecond).Should(BeFalse(), "the suite's hub forgot the cluster")
 		})
 	}, NodeTimeout(5*time.Minute))
 
