@@ -7,8 +7,10 @@
 //	dispatcher --hub-address HOST:PORT --hub-ca-file CA.pem \
 //	    (--hub-token-file TOKEN | --hub-client-cert CRT --hub-client-key KEY) [flags]
 //
-// The hub identity needs read access to capacity and clusters only: the
-// imperator-fleet-viewer role for a token, a viewer certificate otherwise.
+// The hub identity needs two read-only calls, FindCapacity and Watch: for a
+// token, a hub-cluster role of get on capacity and watch on clusters
+// (fleet.imperator.tenzen-y.io); otherwise a viewer certificate, the hub's
+// narrowest certificate role (docs/multikueue.md says what it can see).
 // Exit codes: 0 stopped by a signal, 1 failed, 2 a bad command line.
 package main
 
