@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	. "github.com/onsi/ginkgo/v2"
@@ -19,7 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/test/util/harness"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
 // chartValueSet is one documented value set of a chart: its file under the
@@ -578,6 +582,125 @@ var _ = Describe("The Helm charts", func() {
 			Expect(err).NotTo(HaveOccurred(), name)
 			Expect(hooksOf(objs)).To(BeEmpty(), name)
 		}
+	})
+
+	It("give the uninstall hook the roles `spoke uninstall` needs: under exactly them it releases a pool node, a MachineNodePool, a reservation and a waiting guest; without node patching it fails naming the node", func(ctx context.Context) {
+		objs, err := helmTemplate(ctx, "imperator-spoke", standalone("imperator-spoke")...)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = apply(ctx, ofKind(objs, "Namespace", "CustomResourceDefinition"))
+		Expect(err).NotTo(HaveOccurred())
+		_, err = cluster.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd/machinenodepools.imperator.tenzen-y.io")
+		Expect(err).NotTo(HaveOccurred())
+		hooks := hooksOf(objs)
+		_, err = apply(ctx, ofKind(hooks, rbacKinds...))
+		Expect(err).NotTo(HaveOccurred())
+		kubeconfig, err := impersonatingKubeconfig(namespace, "imperator-spoke-uninstall")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx context.Context) {
+			_, _ = cluster.Kubectl(ctx, "delete", "--ignore-not-found", "clusterrole,clusterrolebinding", "imperator-spoke-uninstall")
+			_, _ = cluster.Kubectl(ctx, "-n", namespace, "delete", "--ignore-not-found", "serviceaccount,role,rolebinding", "imperator-spoke-uninstall")
+		})
+
+		const guestNS = "uninstall-tenant"
+		poolKey := imperatorv1alpha1.Prefix + "compute-small"
+		seed := func() {
+			GinkgoHelper()
+			Expect(cluster.AddNode(ctx, wrappers.MakeNode("uninstall-pool-node").
+				Label(imperatorv1alpha1.NodePoolKey, "ready").Label(poolKey, "uninstall").
+				Annotation(imperatorv1alpha1.MachineGroupKey, "uninstall").
+				Taint(poolKey, "uninstall", "NoSchedule").Obj())).To(Succeed())
+			manifest := fmt.Sprintf(`apiVersion: imperator.tenzen-y.io/v1alpha1
+kind: MachineNodePool
+metadata:
+  name: uninstall-node-pool
+  finalizers: [%[1]s]
+spec:
+  machineGroup: uninstall
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: compute-small-uninstall
+  namespace: %[2]s
+  labels: {imperator.tenzen-y.io/pod-role: reservation}
+spec:
+  replicas: 0
+  selector: {matchLabels: {imperator.tenzen-y.io/pod-role: reservation}}
+  template:
+    metadata: {labels: {imperator.tenzen-y.io/pod-role: reservation}}
+    spec: {containers: [{name: pause, image: registry.k8s.io/pause:3.10}]}
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: %[3]s
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: waiting
+  namespace: %[3]s
+  labels: {imperator.tenzen-y.io/pod-role: guest}
+spec:
+  schedulingGates: [{name: %[4]s}]
+  containers: [{name: main, image: registry.k8s.io/pause:3.10}]
+`, imperatorv1alpha1.NodePoolFinalizer, namespace, guestNS, imperatorv1alpha1.SlotSchedulingGate)
+			path := filepath.Join(GinkgoT().TempDir(), "seed.yaml")
+			Expect(os.WriteFile(path, []byte(manifest), 0o600)).To(Succeed())
+			_, err := cluster.Kubectl(ctx, "apply", "-f", path)
+			Expect(err).NotTo(HaveOccurred())
+		}
+		DeferCleanup(func(ctx context.Context) {
+			_, _ = cluster.Kubectl(ctx, "patch", "machinenodepool", "uninstall-node-pool", "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
+			_, _ = cluster.Kubectl(ctx, "delete", "--ignore-not-found", "--wait=false", "machinenodepool/uninstall-node-pool", "node/uninstall-pool-node", "namespace/"+guestNS)
+			_, _ = cluster.Kubectl(ctx, "-n", namespace, "delete", "--ignore-not-found", "statefulset/compute-small-uninstall")
+		})
+		run := func() (int, string) {
+			cmd := exec.CommandContext(ctx, filepath.Join(binDir, "spoke"), "uninstall", "--kubeconfig="+kubeconfig, "--namespace="+namespace, "--timeout=60s")
+			var output bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &output, &output
+			err := cmd.Run()
+			var exit *exec.ExitError
+			if errors.As(err, &exit) {
+				return exit.ExitCode(), output.String()
+			}
+			Expect(err).NotTo(HaveOccurred())
+			return 0, output.String()
+		}
+
+		// Negative control: the same roles without patching nodes.
+		seed()
+		_, err = apply(ctx, []*unstructured.Unstructured{withoutVerb(ofKind(hooks, "ClusterRole")[0], "nodes", "patch")})
+		Expect(err).NotTo(HaveOccurred())
+		code, out := run()
+		Expect(code).To(Equal(1), out)
+		Expect(out).To(ContainSubstring("releasing node uninstall-pool-node"))
+		Expect(out).To(ContainSubstring("forbidden"))
+
+		_, err = apply(ctx, ofKind(hooks, "ClusterRole"))
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() (int, error) {
+			code, out := run()
+			if code != 0 {
+				return code, fmt.Errorf("spoke uninstall: %s", out)
+			}
+			return code, nil
+		}).WithTimeout(30*time.Second).Should(Equal(0), "the roles the hook ships")
+		node, err := cluster.Kubectl(ctx, "get", "node", "uninstall-pool-node", "-o", "json")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(node).NotTo(ContainSubstring(`"` + imperatorv1alpha1.Prefix))
+		finalizers, err := cluster.Kubectl(ctx, "get", "machinenodepool", "uninstall-node-pool", "-o", "jsonpath={.metadata.finalizers}")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(finalizers).To(BeEmpty())
+		sts, err := cluster.Kubectl(ctx, "-n", namespace, "get", "statefulset", "compute-small-uninstall", "--ignore-not-found", "-o", "jsonpath={.metadata.deletionTimestamp}{.metadata.name}")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(sts).NotTo(Equal("compute-small-uninstall"), "the reservation is deleted")
+		queue, err := cluster.Kubectl(ctx, "-n", guestNS, "get", "pod", "waiting", "-o", `jsonpath={.metadata.annotations.imperator\.tenzen-y\.io/queue}`)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(queue).To(HavePrefix("Imperator was uninstalled from this cluster"))
+		events, err := cluster.Kubectl(ctx, "-n", guestNS, "get", "events", "--field-selector", "reason=ImperatorUninstalled", "-o", "name")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(events).NotTo(BeEmpty(), "the waiting guest's Warning event")
 	})
 
 	It("leave out the PodDisruptionBudget for one replica, the CRDs with crds.install=false, and refuse renaming objects", func(ctx context.Context) {
