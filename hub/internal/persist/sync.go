@@ -15,6 +15,10 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/store"
 )
 
+// sync writes what this replica knows of one cluster to the hub cluster's
+// API, in phases: whether this replica is the one to write it, the Lease
+// that tells the others so, the ManagedCluster's availability, then the
+// ClusterInventory's status (writeInventory).
 func (p *Persister) sync(ctx context.Context, name string) error {
 	c, ok := p.store.Get(name)
 	if !ok {
@@ -22,43 +26,18 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 		p.forget(name)
 		return nil
 	}
-	if !p.store.Local(c) {
-		// Another replica serves it and writes it; when that replica went
-		// away and the spoke with it, the leader says so.
-		p.drop(name)
-		if c.State == store.StateUnknown && p.leader() {
-			return p.markUnknown(ctx, c)
-		}
-		return nil
-	}
-	if !c.Connected {
-		// The stream ended here: the spoke may be on another replica by
-		// now, whose writes must not be overwritten with older figures
-		// (this replica's cache may not show them yet, or be stopped).
-		moved, err := p.movedAway(ctx, c)
-		if err != nil || moved {
-			return err
-		}
+	if elsewhere, err := p.writtenElsewhere(ctx, c); err != nil || elsewhere {
+		return err
 	}
 	mc, err := p.managedCluster(ctx, name)
 	if err != nil || mc == nil {
 		return err
 	}
 	state := p.state(name)
-	switch {
-	case c.Connected && !state.withheld:
-		// First: the others must know who serves the cluster before they
-		// read what it writes.
-		if moved, err := p.renewLease(ctx, c, mc); err != nil || moved {
-			return err
-		}
-	case state.withheld:
-		if err := p.releaseLease(ctx, c); err != nil {
-			p.log.Error(err, "Could not release the Lease of a cluster whose inventory cannot be written", "cluster", name)
-		}
+	if moved, err := p.holdLease(ctx, c, mc, state); err != nil || moved {
+		return err
 	}
 	available := c.State == store.StateAvailable
-	msg := availabilityMessage(available, p.store.GracePeriod())
 	// setErr is a failure to mark the ManagedCluster Unknown. The other
 	// replicas judge the cluster by its inventory's Available condition
 	// (this replica's own Lease keeps being renewed), so the inventory is
@@ -77,26 +56,62 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 		// figures persisted are not current.
 		return nil
 	}
+	if err := p.writeInventory(ctx, c, mc, state); err != nil {
+		return err
+	}
+	return setErr
+}
+
+// writtenElsewhere reports whether another replica writes c's inventory:
+// it serves the cluster, or the stream ended here and the spoke may be on
+// another replica by now, whose writes must not be overwritten with older
+// figures (this replica's cache may not show them yet, or be stopped).
+func (p *Persister) writtenElsewhere(ctx context.Context, c *store.Cluster) (bool, error) {
+	if !p.store.Local(c) {
+		// When that replica went away and the spoke with it, the leader
+		// says so.
+		p.drop(c.Name)
+		if c.State == store.StateUnknown && p.leader() {
+			return true, p.markUnknown(ctx, c)
+		}
+		return true, nil
+	}
+	if !c.Connected {
+		return p.movedAway(ctx, c)
+	}
+	return false, nil
+}
+
+// holdLease renews the cluster's Lease while its stream is here and its
+// figures can be written (first: the others must know who serves the
+// cluster before they read what it writes), and releases it while they
+// cannot. moved: another replica holds it now.
+func (p *Persister) holdLease(ctx context.Context, c *store.Cluster, mc *clusterv1.ManagedCluster, state *remembered) (moved bool, err error) {
+	switch {
+	case c.Connected && !state.withheld:
+		return p.renewLease(ctx, c, mc)
+	case state.withheld:
+		if err := p.releaseLease(ctx, c); err != nil {
+			p.log.Error(err, "Could not release the Lease of a cluster whose inventory cannot be written", "cluster", c.Name)
+		}
+	}
+	return false, nil
+}
+
+// writeInventory patches the ClusterInventory's status to what c says, when
+// that differs from what is stored by more than the heartbeat time.
+func (p *Persister) writeInventory(ctx context.Context, c *store.Cluster, mc *clusterv1.ManagedCluster, state *remembered) error {
 	inv, err := p.inventory(ctx, mc)
 	if err != nil {
 		return err
 	}
 	next := inv.DeepCopy()
-	setAvailableCondition(next, available, msg)
-	next.Status.AgentVersion = c.AgentVersion
-	next.Status.AgentMode = c.AgentMode
-	next.Status.InjectionUnavailable = c.InjectionUnavailable
-	next.Status.Epoch = c.Epoch
-	next.Status.Generation = c.Generation
-	next.Status.ObservedAt = metaTime(c.ObservedAt)
-	next.Status.Machines = machinesToAPI(c.Machines)
-	current, reason, currentMsg := currentCondition(c)
-	setCurrentCondition(next, current, reason, currentMsg)
+	p.setInventoryStatus(next, c)
 	// The heartbeat time alone is not worth a write; it rides along.
 	heartbeat := next.Status.LastHeartbeatTime
 	next.Status.LastHeartbeatTime = inv.Status.LastHeartbeatTime
 	if equality.Semantic.DeepEqual(inv.Status, next.Status) {
-		return setErr
+		return nil
 	}
 	next.Status.LastHeartbeatTime = metaTime(c.LastHeartbeat)
 	if next.Status.LastHeartbeatTime == nil {
@@ -111,20 +126,36 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 		} else {
 			p.writeFailed(ctx, c, inv, err)
 		}
-		return fmt.Errorf("patching ClusterInventory %s/%s status: %w", name, InventoryName(name), err)
+		return fmt.Errorf("patching ClusterInventory %s/%s status: %w", c.Name, InventoryName(c.Name), err)
 	}
 	state.last = next
 	released := state.withheld
 	p.persisted(c)
-	p.wrote(name)
+	p.wrote(c.Name)
 	if released && c.Connected {
 		// Honest figures are in again: take the Lease back at once.
 		if _, err := p.renewLease(ctx, c, mc); err != nil {
 			return err
 		}
 	}
-	p.log.V(2).Info("Persisted inventory", "cluster", name, "generation", c.Generation)
-	return setErr
+	p.log.V(2).Info("Persisted inventory", "cluster", c.Name, "generation", c.Generation)
+	return nil
+}
+
+// setInventoryStatus sets inv's status to what c says, but for the
+// heartbeat time.
+func (p *Persister) setInventoryStatus(inv *imperatorv1alpha1.ClusterInventory, c *store.Cluster) {
+	available := c.State == store.StateAvailable
+	setAvailableCondition(inv, available, availabilityMessage(available, p.store.GracePeriod()))
+	inv.Status.AgentVersion = c.AgentVersion
+	inv.Status.AgentMode = c.AgentMode
+	inv.Status.InjectionUnavailable = c.InjectionUnavailable
+	inv.Status.Epoch = c.Epoch
+	inv.Status.Generation = c.Generation
+	inv.Status.ObservedAt = metaTime(c.ObservedAt)
+	inv.Status.Machines = machinesToAPI(c.Machines)
+	current, reason, currentMsg := currentCondition(c)
+	setCurrentCondition(inv, current, reason, currentMsg)
 }
 
 // managedCluster returns the cluster's ManagedCluster, from the cache or

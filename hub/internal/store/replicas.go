@@ -47,34 +47,12 @@ type Peer struct {
 func (s *Store) Observe(name string, p Peer) (superseded bool) {
 	now := s.clock.Now()
 	s.update(name, true, func(c *Cluster, existed bool) (Result, bool) {
-		firstSight := c.LeaseHolder == ""
-		prevHolder := c.LeaseHolder
-		renewal := p.Replica != "" && (p.Replica != c.LeaseHolder || !p.RenewTime.Equal(c.LeaseRenewTime))
-		if renewal {
-			c.LeaseHolder, c.LeaseRenewTime, c.LeaseSeenAt = p.Replica, p.RenewTime, now
-			if p.Replica != s.replica && c.streaming() {
-				c.renewalsSinceConnect++
-			}
-		}
+		lease := s.observeLease(c, p, now)
 		if existed && p.Replica != "" && p.Replica == s.replica {
 			// This replica's own write coming back: it knows better.
 			return Result{}, false
 		}
-		// Newer evidence: another replica heard from the spoke after we did.
-		var moved bool
-		switch {
-		case p.Replica == "" || p.Replica == s.replica:
-		case firstSight:
-			moved = p.RenewTime.After(c.LastHeartbeat)
-		case c.streaming():
-			// While a stream is open here, another replica's renewal
-			// written before it opened may still arrive: the spoke has
-			// moved when that replica took the Lease from this one or
-			// from a third, or renewed it twice since the stream opened.
-			moved = renewal && (prevHolder == s.replica || p.Replica != prevHolder || c.renewalsSinceConnect >= 2)
-		default:
-			moved = renewal
-		}
+		moved := s.peerMoved(c, p, lease)
 		if c.Replica == s.replica && (c.Connected || c.synced) {
 			if !moved {
 				return Result{}, false
@@ -82,42 +60,8 @@ func (s *Store) Observe(name string, p Peer) (superseded bool) {
 			superseded = c.Connected
 		}
 		before := *c
-		in := p.Inventory
-		if !existed || c.Epoch != in.Epoch || c.Generation != in.Generation {
-			machines := slices.Clone(in.Machines)
-			sortMachines(machines)
-			c.Machines = dedupMachines(machines)
-			c.Epoch, c.Generation, c.ObservedAt = in.Epoch, in.Generation, in.ObservedAt
-		}
-		c.AgentVersion, c.AgentMode, c.InjectionUnavailable = in.AgentVersion, in.AgentMode, in.InjectionUnavailable
-		switch {
-		case renewal && !firstSight:
-			// The serving replica heard from the spoke just now.
-			c.LastHeartbeat = now
-		case firstSight || c.Replica != p.Replica:
-			c.LastHeartbeat = in.LastHeartbeat
-			if p.RenewTime.After(c.LastHeartbeat) {
-				c.LastHeartbeat = p.RenewTime
-			}
-			if c.LastHeartbeat.After(now) {
-				// Written by a replica whose clock runs ahead.
-				c.LastHeartbeat = now
-			}
-		}
-		// A holder that just took the Lease heard from the spoke just now,
-		// whatever the inventory written before says.
-		c.holderSilent = p.Silent && (!renewal || firstSight)
-		if c.holderSilent {
-			// Unknown, however fresh the holder's own Lease is.
-			if late := now.Add(-s.grace - livenessSlack); c.LastHeartbeat.After(late) {
-				c.LastHeartbeat = late
-			}
-		} else if seen, ok := s.replicaSeen[p.Replica]; ok && p.Replica != "" && seen.After(c.LastHeartbeat) {
-			// The holder hears from the spoke as long as it runs and does
-			// not say otherwise: the last renewal of its replica Lease
-			// this replica saw.
-			c.LastHeartbeat = seen
-		}
+		takeInventory(c, p.Inventory, existed)
+		s.observeHeartbeat(c, p, lease, now)
 		c.Replica = p.Replica
 		c.State = s.stateAt(c.LastHeartbeat, now)
 		c.Outdated = p.Outdated
@@ -126,19 +70,113 @@ func (s *Store) Observe(name string, p Peer) (superseded bool) {
 		// started (p.Live), when this replica saw it renew, or when it was
 		// judged running before and its Lease has not changed since (a
 		// write of its inventory alone proves nothing less).
-		stillLive := !renewal && !firstSight && before.Phase == PhaseRemote && before.Replica == p.Replica
-		if p.Live || (renewal && !firstSight) || stillLive {
+		stillLive := !lease.renewal && !lease.firstSight && before.Phase == PhaseRemote && before.Replica == p.Replica
+		if p.Live || (lease.renewal && !lease.firstSight) || stillLive {
 			c.fire(EventObserveLive)
 		} else {
 			c.fire(EventObserveRestored)
 		}
-		changed := !existed || c.Epoch != before.Epoch || c.Generation != before.Generation || c.State != before.State ||
-			c.Connected != before.Connected || c.Restored != before.Restored || c.Replica != before.Replica ||
-			c.AgentVersion != before.AgentVersion || c.AgentMode != before.AgentMode ||
-			c.InjectionUnavailable != before.InjectionUnavailable || c.Outdated != before.Outdated
-		return Result{}, changed
+		return Result{}, !existed || observedChange(&before, c)
 	})
 	return superseded
+}
+
+// leaseSight is what one Peer said of the cluster's Lease, against what this
+// replica saw of it before.
+type leaseSight struct {
+	// firstSight: this replica had seen no Lease of the cluster.
+	firstSight bool
+	// renewal: the holder or its renewal time changed.
+	renewal bool
+	// prevHolder held the Lease before.
+	prevHolder string
+}
+
+// observeLease records the Lease of p in c: its holder, its renewal time and
+// when this replica first saw that renewal (its own clock).
+func (s *Store) observeLease(c *Cluster, p Peer, now time.Time) leaseSight {
+	l := leaseSight{firstSight: c.LeaseHolder == "", prevHolder: c.LeaseHolder}
+	l.renewal = p.Replica != "" && (p.Replica != c.LeaseHolder || !p.RenewTime.Equal(c.LeaseRenewTime))
+	if l.renewal {
+		c.LeaseHolder, c.LeaseRenewTime, c.LeaseSeenAt = p.Replica, p.RenewTime, now
+		if p.Replica != s.replica && c.streaming() {
+			c.renewalsSinceConnect++
+		}
+	}
+	return l
+}
+
+// peerMoved reports whether p is newer evidence than this replica's: another
+// replica heard from the spoke after this one did.
+func (s *Store) peerMoved(c *Cluster, p Peer, l leaseSight) bool {
+	switch {
+	case p.Replica == "" || p.Replica == s.replica:
+		return false
+	case l.firstSight:
+		return p.RenewTime.After(c.LastHeartbeat)
+	case c.streaming():
+		// While a stream is open here, another replica's renewal
+		// written before it opened may still arrive: the spoke has
+		// moved when that replica took the Lease from this one or
+		// from a third, or renewed it twice since the stream opened.
+		return l.renewal && (l.prevHolder == s.replica || p.Replica != l.prevHolder || c.renewalsSinceConnect >= 2)
+	default:
+		return l.renewal
+	}
+}
+
+// takeInventory takes the persisted figures of in: the Machines when they
+// are of another epoch or generation, the agent's version and mode always.
+func takeInventory(c *Cluster, in Cluster, existed bool) {
+	if !existed || c.Epoch != in.Epoch || c.Generation != in.Generation {
+		machines := slices.Clone(in.Machines)
+		sortMachines(machines)
+		c.Machines = dedupMachines(machines)
+		c.Epoch, c.Generation, c.ObservedAt = in.Epoch, in.Generation, in.ObservedAt
+	}
+	c.AgentVersion, c.AgentMode, c.InjectionUnavailable = in.AgentVersion, in.AgentMode, in.InjectionUnavailable
+}
+
+// observeHeartbeat sets when the spoke was last heard of, by this replica's
+// clock, from what p says and what this replica saw of the holder.
+func (s *Store) observeHeartbeat(c *Cluster, p Peer, l leaseSight, now time.Time) {
+	switch {
+	case l.renewal && !l.firstSight:
+		// The serving replica heard from the spoke just now.
+		c.LastHeartbeat = now
+	case l.firstSight || c.Replica != p.Replica:
+		c.LastHeartbeat = p.Inventory.LastHeartbeat
+		if p.RenewTime.After(c.LastHeartbeat) {
+			c.LastHeartbeat = p.RenewTime
+		}
+		if c.LastHeartbeat.After(now) {
+			// Written by a replica whose clock runs ahead.
+			c.LastHeartbeat = now
+		}
+	}
+	// A holder that just took the Lease heard from the spoke just now,
+	// whatever the inventory written before says.
+	c.holderSilent = p.Silent && (!l.renewal || l.firstSight)
+	if c.holderSilent {
+		// Unknown, however fresh the holder's own Lease is.
+		if late := now.Add(-s.grace - livenessSlack); c.LastHeartbeat.After(late) {
+			c.LastHeartbeat = late
+		}
+	} else if seen, ok := s.replicaSeen[p.Replica]; ok && p.Replica != "" && seen.After(c.LastHeartbeat) {
+		// The holder hears from the spoke as long as it runs and does
+		// not say otherwise: the last renewal of its replica Lease
+		// this replica saw.
+		c.LastHeartbeat = seen
+	}
+}
+
+// observedChange reports whether Observe changed what listeners of the
+// cluster see.
+func observedChange(before, c *Cluster) bool {
+	return c.Epoch != before.Epoch || c.Generation != before.Generation || c.State != before.State ||
+		c.Connected != before.Connected || c.Restored != before.Restored || c.Replica != before.Replica ||
+		c.AgentVersion != before.AgentVersion || c.AgentMode != before.AgentMode ||
+		c.InjectionUnavailable != before.InjectionUnavailable || c.Outdated != before.Outdated
 }
 
 // LeaseSeenAt is when, by this replica's clock, it first saw the Lease of
