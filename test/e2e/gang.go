@@ -20,9 +20,10 @@ import (
 // GangInput configures GangSpec.
 type GangInput struct {
 	Env *Env
-	// Spoke, Machine, Group and Type name a machine type whose every unit is
-	// free at the start, at least 3 of them.
-	Spoke, Machine, Group, Type string
+	// Spoke is where the journey adds a Machine of its own named Group, with
+	// Units units (at least 3) of Type on a node of its own named Node.
+	Spoke, Group, Type, Node string
+	Units                    int32
 	// Namespace is created for the journey and deleted after it.
 	Namespace string
 }
@@ -32,9 +33,11 @@ type GangInput struct {
 // (one gang, imperator.tenzen-y.io/gang with gang-size 2) both stay at the
 // slot gate, told "2 of 2 needed, 1 free", and neither takes the free unit.
 // Two single guests leave: both workers are let through together and run.
-// Everything is deleted at the end, and every unit is free again.
+// Everything is deleted at the end, and every unit is free again; then the
+// journey's Machine and node go.
 func GangSpec(ctx context.Context, in GangInput) {
 	spoke := in.Env.Spoke(in.Spoke)
+	addOwnXlarge(ctx, in.Env, in.Spoke, in.Node, in.Group, in.Type, in.Units)
 	// usage takes its context: the cleanup's outlives the spec's.
 	usage := func(ctx context.Context, g Gomega) *queryv1.TypeUsage {
 		resp, err := in.Env.Ctl.Usage(ctx)
@@ -115,7 +118,7 @@ func GangSpec(ctx context.Context, in GangInput) {
 	Consistently(ctx, waitingWhole).WithTimeout(3 * time.Second).WithPolling(poll).Should(Succeed())
 	Eventually(ctx, func(g Gomega) {
 		m := &imperatorv1alpha1.Machine{}
-		g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.Machine}, m)).To(Succeed())
+		g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.Group}, m)).To(Succeed())
 		u := StatusUsage(m, in.Type)
 		g.Expect(u).NotTo(BeNil())
 		g.Expect(u.Queued).To(BeEquivalentTo(2), "the Machine counts the workers as queued")

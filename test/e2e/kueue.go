@@ -88,11 +88,7 @@ func KueueSpec(ctx context.Context, in KueueInput) {
 	Expect(in.Env.Fleet.StopAgent(in.Spoke)).To(Succeed())
 	Expect(in.Env.Fleet.StartAgent(ctx, in.Spoke)).To(Succeed())
 
-	addOwnMachine(ctx, in.Env, in.Spoke,
-		wrappers.MakeNode(in.Node).Capacity(corev1.ResourceCPU, "192").Capacity(corev1.ResourceMemory, "2Ti").
-			GPU(8, "NVIDIA-H100-PCIe", "hopper").Obj(),
-		wrappers.MakeMachine(in.Group, in.Group).Type(in.Type, "40", "128Gi", in.Units).GPU("nvidia.com/gpu", 2, "", "hopper").
-			Node(in.Node, in.Type).Tainted().Obj())
+	addOwnXlarge(ctx, in.Env, in.Spoke, in.Node, in.Group, in.Type, in.Units)
 
 	By("starting Kueue v0.17.0 (built into the tool cache) against the spoke")
 	dir, err := os.MkdirTemp("", "imperator-kueue-")

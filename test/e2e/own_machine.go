@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
 // spokeNodes adds and removes kwok-simulated nodes of a spoke (*fleet.Fleet
@@ -59,4 +61,18 @@ func addOwnMachine(ctx context.Context, env *Env, spoke string, node *corev1.Nod
 			g.Expect(u.GetFree()).To(Equal(mt.Available), "free units of %s on %s", mt.Name, spoke)
 		}
 	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
+}
+
+// addOwnXlarge is addOwnMachine with a Machine named group whose one type
+// typ has units units the size of the samples' compute-xlarge (40 CPUs,
+// 128Gi, 2 nvidia.com/gpu of the hopper family), all on node, an H100 node
+// just big enough for them (of another product than the one the samples
+// select their pool by).
+func addOwnXlarge(ctx context.Context, env *Env, spoke, node, group, typ string, units int32) {
+	GinkgoHelper()
+	addOwnMachine(ctx, env, spoke,
+		wrappers.MakeNode(node).Capacity(corev1.ResourceCPU, strconv.Itoa(48*int(units))).
+			Capacity(corev1.ResourceMemory, strconv.Itoa(160*int(units))+"Gi").GPU(2*int(units), "NVIDIA-H100-PCIe", "hopper").Obj(),
+		wrappers.MakeMachine(group, group).Type(typ, "40", "128Gi", units).GPU("nvidia.com/gpu", 2, "", "hopper").
+			Node(node, typ).Tainted().Obj())
 }

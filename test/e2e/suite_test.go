@@ -191,16 +191,16 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 		})
 	}, SpecTimeout(4*time.Minute))
 
-	It("9: a tenant who may only create pods cannot take spoke-b's compute-xlarge: strays count nowhere, more than a unit and preemption are refused, a hold cannot be squatted", func(ctx SpecContext) {
+	It("9: a tenant who may only create pods cannot take a team's units on spoke-b: strays count nowhere, more than a unit and preemption are refused, a hold cannot be squatted", func(ctx SpecContext) {
 		TenantSpec(ctx, TenantInput{
-			Env: env, Spoke: spokeB, Machine: "hopper-machine", Group: "hopper-machine", Type: "compute-xlarge",
+			Env: env, Spoke: spokeB, Group: "tenant-machine", Type: "tenant-xlarge", Node: "tenant-node", Units: 4,
 			GPU: "nvidia.com/gpu", Hold: "squat",
 		})
 	}, SpecTimeout(4*time.Minute))
 
-	It("10: a 2-pod gang on spoke-b's compute-xlarge waits whole while one unit is free and runs whole once two more free", func(ctx SpecContext) {
+	It("10: a 2-pod gang on spoke-b waits whole while one unit is free and runs whole once two more free", func(ctx SpecContext) {
 		GangSpec(ctx, GangInput{
-			Env: env, Spoke: spokeB, Machine: "hopper-machine", Group: "hopper-machine", Type: "compute-xlarge",
+			Env: env, Spoke: spokeB, Group: "gang-machine", Type: "gang-xlarge", Node: "gang-node", Units: 4,
 			Namespace: "team-gang",
 		})
 	}, SpecTimeout(3*time.Minute))

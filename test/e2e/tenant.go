@@ -24,9 +24,11 @@ import (
 // TenantInput configures TenantSpec.
 type TenantInput struct {
 	Env *Env
-	// Spoke, Machine, Group and Type name a machine type with free units
-	// and a GPU (GPU its resource name).
-	Spoke, Machine, Group, Type, GPU string
+	// Spoke is where the journey adds a Machine of its own named Group, with
+	// Units units (at least 4) of Type on a node of its own named Node; GPU
+	// is the resource name of the type's GPU.
+	Spoke, Group, Type, Node, GPU string
+	Units                         int32
 	// Hold is the name of the fleet hold the tenant tries to squat.
 	Hold string
 }
@@ -41,6 +43,7 @@ type TenantInput struct {
 // exists do not make the hold hold nothing.
 func TenantSpec(ctx context.Context, in TenantInput) {
 	spoke := in.Env.Spoke(in.Spoke)
+	addOwnXlarge(ctx, in.Env, in.Spoke, in.Node, in.Group, in.Type, in.Units)
 	ctl := in.Env.Ctl
 	const tenantUser = "tenant-alice"
 	offNamespace, onNamespace := "tenant-off", "tenant-on"
@@ -99,7 +102,7 @@ func TenantSpec(ctx context.Context, in TenantInput) {
 	}
 	Eventually(ctx, func(g Gomega) {
 		m := &imperatorv1alpha1.Machine{}
-		g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.Machine}, m)).To(Succeed())
+		g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: in.Group}, m)).To(Succeed())
 		stray := meta.FindStatusCondition(m.Status.Conditions, imperatorv1alpha1.ConditionStrayGuests)
 		g.Expect(stray).NotTo(BeNil())
 		g.Expect(stray.Status).To(Equal(metav1.ConditionTrue))
