@@ -268,6 +268,16 @@ func (c *Config) Validate() error {
 	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--namespace %q: %s", c.Namespace, strings.Join(msgs, "; ")))
 	}
+	errs = append(errs, c.validateWebhook()...)
+	errs = append(errs, c.validateAgent()...)
+	errs = append(errs, c.validateHosted()...)
+	errs = append(errs, c.validateHub()...)
+	return errors.Join(errs...)
+}
+
+// validateWebhook checks the --webhook-* flags.
+func (c *Config) validateWebhook() []error {
+	var errs []error
 	if c.Webhook.URL != "" {
 		if u, err := url.Parse(c.Webhook.URL); err != nil || u.Scheme != "https" || u.Host == "" {
 			errs = append(errs, fmt.Errorf("--webhook-url %q: must be an absolute https URL", c.Webhook.URL))
@@ -294,6 +304,13 @@ func (c *Config) Validate() error {
 	if c.Webhook.Port < 1 || c.Webhook.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--webhook-port %d: must be between 1 and 65535", c.Webhook.Port))
 	}
+	return errs
+}
+
+// validateAgent checks the flags of the agent's own work: holds, the
+// clock, injection, provisioning and reservations.
+func (c *Config) validateAgent() []error {
+	var errs []error
 	if c.HoldRetention < capacityhold.MinRetention {
 		errs = append(errs, fmt.Errorf("--hold-retention %s: must be at least %s, so that the hub's hold request still finds a failed hold to say why", c.HoldRetention, capacityhold.MinRetention))
 	}
@@ -314,6 +331,13 @@ func (c *Config) Validate() error {
 	if msgs := validation.IsDNS1123Subdomain(c.Reservation.PriorityClassName); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--reservation-priority-class %q: %s", c.Reservation.PriorityClassName, strings.Join(msgs, "; ")))
 	}
+	return errs
+}
+
+// validateHosted checks --clusters-from and the flags only hosted agents
+// (or only in-cluster agents) take.
+func (c *Config) validateHosted() []error {
+	var errs []error
 	switch c.Hosted.ClustersFrom {
 	case "":
 		if c.Hosted.KubeconfigNamespace != "" {
@@ -338,6 +362,12 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--clusters-from %q: must be empty (in-cluster) or %q", c.Hosted.ClustersFrom, ClustersFromKubeconfigSecrets))
 	}
+	return errs
+}
+
+// validateHub checks the --hub-* flags and those that go with them.
+func (c *Config) validateHub() []error {
+	var errs []error
 	if c.Hub.Address != "" {
 		if _, _, err := net.SplitHostPort(c.Hub.Address); err != nil {
 			errs = append(errs, fmt.Errorf("--hub-address %q: %w", c.Hub.Address, err))
@@ -359,7 +389,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--api-server-stale-after %s: must be at least 1s", c.Hub.APIServerStaleAfter))
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // JoinToken returns the bootstrap token from TokenFile or $IMPERATOR_JOIN_TOKEN,
