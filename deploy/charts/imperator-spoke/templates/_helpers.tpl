@@ -80,8 +80,9 @@ sets itself (POD_NAMESPACE, HUB_ADDRESS, CLUSTER_NAME) fails the render naming i
 {{- define "imperator-spoke.extraEnv" -}}
 {{- $reserved := list "POD_NAMESPACE" "HUB_ADDRESS" "CLUSTER_NAME" -}}
 {{- $vars := list -}}
-{{- range $name := keys .Values.env | sortAlpha -}}
-{{- $vars = append $vars (dict "name" $name "value" (toString (index $.Values.env $name))) -}}
+{{- $env := .Values.env | default dict -}}
+{{- range $name := keys $env | sortAlpha -}}
+{{- $vars = append $vars (dict "name" $name "value" (toString (index $env $name))) -}}
 {{- end -}}
 {{- range .Values.extraEnv -}}
 {{- $vars = append $vars . -}}
@@ -94,4 +95,17 @@ sets itself (POD_NAMESPACE, HUB_ADDRESS, CLUSTER_NAME) fails the render naming i
 {{- with $vars -}}
 {{- toYaml . -}}
 {{- end -}}
+{{- end }}
+
+{{/*
+The pod's and the container's securityContext: the values, else the
+restricted defaults. The fallback is for `helm upgrade --reuse-values` from a
+chart that had no such values (Helm then takes the old chart's values, in
+which they are missing): the pods stay restricted rather than lose it.
+*/}}
+{{- define "imperator-spoke.podSecurityContext" -}}
+{{- toYaml (.Values.podSecurityContext | default (dict "runAsNonRoot" true "seccompProfile" (dict "type" "RuntimeDefault"))) -}}
+{{- end }}
+{{- define "imperator-spoke.securityContext" -}}
+{{- toYaml (.Values.securityContext | default (dict "allowPrivilegeEscalation" false "readOnlyRootFilesystem" true "capabilities" (dict "drop" (list "ALL")))) -}}
 {{- end }}
