@@ -68,13 +68,9 @@ type holds struct {
 // the request's deadline (less holdAnswerMargin).
 func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *federationv1.HoldResponse {
 	resp := &federationv1.HoldResponse{RequestId: req.GetRequestId()}
-	refuse := func(reason, format string, args ...any) *federationv1.HoldResponse {
-		resp.Result, resp.Reason, resp.Message = federationv1.HoldResult_HOLD_RESULT_REFUSED, reason, fmt.Sprintf(format, args...)
-		return resp
-	}
 	arrived := h.now()
 	if err := validateHoldRequest(req, arrived); err != nil {
-		return refuse(holdReasonInvalidRequest, "%v", err)
+		return refusalf(holdReasonInvalidRequest, "%v", err).to(resp)
 	}
 	wait := holdWait(req)
 	ctx, cancel := context.WithTimeout(ctx, wait)
@@ -83,51 +79,78 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 	if req.GetRelease() {
 		return h.release(ctx, req, resp)
 	}
+	hold, refused := h.ensure(ctx, req, arrived)
+	if refused != nil {
+		return refused.to(resp)
+	}
+	return h.await(ctx, hold, wait, resp)
+}
+
+// refusal is why a hold request is refused.
+type refusal struct{ reason, message string }
+
+func refusalf(reason, format string, args ...any) *refusal {
+	return &refusal{reason: reason, message: fmt.Sprintf(format, args...)}
+}
+
+// to makes resp say r.
+func (r *refusal) to(resp *federationv1.HoldResponse) *federationv1.HoldResponse {
+	resp.Result, resp.Reason, resp.Message = federationv1.HoldResult_HOLD_RESULT_REFUSED, r.reason, r.message
+	return resp
+}
+
+// ensure returns the CapacityHold of req: the one of its booking that
+// exists, or a new one (replacing an ended hold of the same name).
+func (h holds) ensure(ctx context.Context, req *federationv1.HoldRequest, arrived time.Time) (*imperatorv1alpha1.CapacityHold, *refusal) {
 	hold := &imperatorv1alpha1.CapacityHold{}
 	err := h.client.Get(ctx, client.ObjectKey{Name: req.GetName()}, hold)
 	if err != nil && !apierrors.IsNotFound(err) {
-		return refuse(holdReasonAPIError, "reading CapacityHold %q: %v", req.GetName(), err)
+		return nil, refusalf(holdReasonAPIError, "reading CapacityHold %q: %v", req.GetName(), err)
 	}
 	var existing *imperatorv1alpha1.CapacityHold
 	if err == nil {
 		existing = hold
 	}
 	switch useOfName(existing, req, h.now()) {
+	case nameOurs:
+		return hold, nil
 	case nameTaken:
-		return refuse(holdReasonNameTaken, "a CapacityHold %q of another booking exists in the cluster (fleet hold %q, %d of %s/%s)",
+		return nil, refusalf(holdReasonNameTaken, "a CapacityHold %q of another booking exists in the cluster (fleet hold %q, %d of %s/%s)",
 			hold.Name, hold.Spec.FleetHold, hold.Spec.Count, hold.Spec.MachineGroup, hold.Spec.MachineType)
 	case nameEnded:
 		// That very hold only (UID precondition): one made since is live.
 		if err := h.client.Delete(ctx, hold, client.Preconditions{UID: &hold.UID}); err != nil && !apierrors.IsNotFound(err) {
 			if apierrors.IsConflict(err) {
-				return refuse(holdReasonNameTaken, "CapacityHold %q was created again while its ended booking was being replaced", hold.Name)
+				return nil, refusalf(holdReasonNameTaken, "CapacityHold %q was created again while its ended booking was being replaced", hold.Name)
 			}
-			return refuse(holdReasonAPIError, "deleting CapacityHold %q, whose booking ended: %v", hold.Name, err)
+			return nil, refusalf(holdReasonAPIError, "deleting CapacityHold %q, whose booking ended: %v", hold.Name, err)
 		}
-		fallthrough
-	case nameFree:
-		hold = &imperatorv1alpha1.CapacityHold{
-			ObjectMeta: metav1.ObjectMeta{Name: req.GetName()},
-			Spec: imperatorv1alpha1.CapacityHoldSpec{
-				MachineGroup: req.GetGroup(), MachineType: req.GetType(), Count: req.GetCount(),
-				ValidUntil: metav1.NewTime(holdValidUntil(req, arrived)), FleetHold: req.GetFleetHold(),
-				Namespaces: req.GetNamespaces(),
-			},
-		}
-		if b := req.GetBooking(); b != "" {
-			hold.Annotations = map[string]string{BookingAnnotation: b}
-		}
-		if err := h.client.Create(ctx, hold); err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				return refuse(holdReasonNameTaken, "a CapacityHold %q of another booking was created meanwhile", req.GetName())
-			}
-			return refuse(holdReasonAPIError, "creating CapacityHold %q: %v", req.GetName(), err)
-		}
-	case nameOurs:
 	}
-	// Wait for the Machine controller's verdict, then for the Machines'
-	// usage to show it: the hub must not learn that a hold is Held before
-	// the figures the reporter sends it say so.
+	hold = &imperatorv1alpha1.CapacityHold{
+		ObjectMeta: metav1.ObjectMeta{Name: req.GetName()},
+		Spec: imperatorv1alpha1.CapacityHoldSpec{
+			MachineGroup: req.GetGroup(), MachineType: req.GetType(), Count: req.GetCount(),
+			ValidUntil: metav1.NewTime(holdValidUntil(req, arrived)), FleetHold: req.GetFleetHold(),
+			Namespaces: req.GetNamespaces(),
+		},
+	}
+	if b := req.GetBooking(); b != "" {
+		hold.Annotations = map[string]string{BookingAnnotation: b}
+	}
+	if err := h.client.Create(ctx, hold); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, refusalf(holdReasonNameTaken, "a CapacityHold %q of another booking was created meanwhile", req.GetName())
+		}
+		return nil, refusalf(holdReasonAPIError, "creating CapacityHold %q: %v", req.GetName(), err)
+	}
+	return hold, nil
+}
+
+// await waits for the Machine controller's verdict on hold, then for the
+// Machines' usage to show it: the hub must not learn that a hold is Held
+// before the figures the reporter sends it say so. When ctx ends first, a
+// hold not Provisioned yet is deleted and answered timed out.
+func (h holds) await(ctx context.Context, hold *imperatorv1alpha1.CapacityHold, wait time.Duration, resp *federationv1.HoldResponse) *federationv1.HoldResponse {
 	ticker := time.NewTicker(holdPoll)
 	defer ticker.Stop()
 	provisioned := false
@@ -136,7 +159,7 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 		if err := h.client.Get(ctx, client.ObjectKeyFromObject(hold), hold); err == nil {
 			if c := meta.FindStatusCondition(hold.Status.Conditions, imperatorv1alpha1.HoldConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
 				h.remove(hold)
-				return refuse(c.Reason, "%s", c.Message)
+				return refusalf(c.Reason, "%s", c.Message).to(resp)
 			}
 			provisioned = meta.IsStatusConditionTrue(hold.Status.Conditions, imperatorv1alpha1.HoldConditionProvisioned)
 			if provisioned && provisionedAt.IsZero() {
@@ -146,8 +169,7 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 			// converge (another hold of the type changing meanwhile), the
 			// hold is Held all the same after accountingWait.
 			if provisioned && (h.accounted(ctx, hold) || h.now().Sub(provisionedAt) >= accountingWait) {
-				resp.Result, resp.Held = federationv1.HoldResult_HOLD_RESULT_HELD, hold.Status.Held+hold.Status.Claimed
-				return resp
+				return held(hold, resp)
 			}
 		}
 		select {
@@ -155,8 +177,7 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 			if provisioned {
 				// Held, though the Machines' usage lags: the units are
 				// kept all the same, and the next report carries them.
-				resp.Result, resp.Held = federationv1.HoldResult_HOLD_RESULT_HELD, hold.Status.Held+hold.Status.Claimed
-				return resp
+				return held(hold, resp)
 			}
 			// Not held in time: give the units back, so that nothing is
 			// left held of a fleet hold the hub fails.
@@ -170,6 +191,12 @@ func (h holds) answer(ctx context.Context, req *federationv1.HoldRequest) *feder
 		case <-ticker.C:
 		}
 	}
+}
+
+// held makes resp say that hold holds its units.
+func held(hold *imperatorv1alpha1.CapacityHold, resp *federationv1.HoldResponse) *federationv1.HoldResponse {
+	resp.Result, resp.Held = federationv1.HoldResult_HOLD_RESULT_HELD, hold.Status.Held+hold.Status.Claimed
+	return resp
 }
 
 // accounted tells whether the Machines of hold's group report, for its type,
