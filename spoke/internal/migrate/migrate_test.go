@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
 	"github.com/imperator-federation/imperator/spoke/internal/migrate"
 	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/harness"
@@ -79,7 +80,7 @@ func TestMigrationFromTheOriginal(t *testing.T) {
 	create(ctx, t, c, fixtures["Machine"]...)
 	machine := getMachine(ctx, t, c)
 	guest := originalGuest(ctx, t, c)
-	for _, kind := range []string{"MachineNodePool", "StatefulSet", "Service", "Deployment"} {
+	for _, kind := range []string{"Node", "MachineNodePool", "StatefulSet", "Service", "Deployment"} {
 		for _, obj := range fixtures[kind] {
 			setOwnerUID(obj, machine.GetUID())
 		}
@@ -192,6 +193,25 @@ func TestMigrationFromTheOriginal(t *testing.T) {
 		}
 	}
 
+	// The agent's node-pool controllers start (as after Startup in the
+	// agent): they make the Machine's pool and configure its node. They
+	// serve the original's pool too (older, listing the same node, read
+	// with an empty group under the agent's CRD): the agent's pool must own
+	// the node all the same (it holds it: the node's machine-group
+	// annotation, which the original wrote, names its group).
+	mgr, err := env.StartManager(ctx, framework.ManagerOptions{SetupMulticluster: nodepool.SetupWithManager})
+	if err != nil {
+		t.Fatalf("starting the node-pool controllers: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := mgr.Stop(); err != nil {
+			t.Errorf("stopping the node-pool controllers: %v", err)
+		}
+	})
+	waitFor(ctx, t, "the agent's pool to configure gpu-node-0 for gpu-machines", func() (bool, error) {
+		return nodeConfigured(ctx, c)
+	})
+
 	// Adoption, asked on the Machine.
 	adopter := &migrate.Adopter{Client: c, Namespace: ns}
 	annotate(ctx, t, c, migrate.AdoptAnnotation, "true")
@@ -207,7 +227,6 @@ func TestMigrationFromTheOriginal(t *testing.T) {
 	for ordinal := range 2 {
 		createReservationPod(ctx, t, c, agentSts, ordinal, "")
 	}
-	createAgentPool(ctx, t, c, machine)
 
 	pass(ctx, t, adopter)
 	expectOriginal(ctx, t, c, 1, 2, "one unit released")
@@ -235,10 +254,14 @@ func TestMigrationFromTheOriginal(t *testing.T) {
 	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: originalSts}, &corev1.Service{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the original's Service at the end: %v, want deleted", err)
 	}
-	if err := c.Get(ctx, types.NamespacedName{Name: originalPool}, &imperatorv1alpha1.MachineNodePool{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the original's pool at the end: %v, want deleted: %v", err, getPool(ctx, t, c, originalPool))
-	}
+	waitFor(ctx, t, "the original's pool to be gone", func() (bool, error) {
+		err := c.Get(ctx, types.NamespacedName{Name: originalPool}, &imperatorv1alpha1.MachineNodePool{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
 	getPool(ctx, t, c, agentPoolName)
+	if ok, err := nodeConfigured(ctx, c); !ok || err != nil {
+		t.Errorf("gpu-node-0 after the original's pool went: configured %v (%v), want still configured for gpu-machines", ok, err)
+	}
 	if got := getMachine(ctx, t, c).GetAnnotations()[migrate.AdoptionAnnotation]; got != migrate.AdoptionDone {
 		t.Errorf("adoption progress at the end = %q, want %q", got, migrate.AdoptionDone)
 	}
@@ -391,14 +414,25 @@ func agentStatefulSet(ctx context.Context, t *testing.T, c client.Client, machin
 	return sts
 }
 
-func createAgentPool(ctx context.Context, t *testing.T, c client.Client, machine *unstructured.Unstructured) {
-	t.Helper()
-	pool := &imperatorv1alpha1.MachineNodePool{
-		ObjectMeta: metav1.ObjectMeta{Name: agentPoolName, Labels: map[string]string{imperatorv1alpha1.MachineGroupKey: group},
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(machine, imperatorv1alpha1.GroupVersion.WithKind("Machine"))}},
-		Spec: imperatorv1alpha1.MachineNodePoolSpec{MachineGroup: group},
+// nodeConfigured is whether gpu-node-0 carries the agent's configuration
+// for compute-xmedium of gpu-machines (the machine-type label only the agent
+// writes) and the agent's pool reports it as its own (not Conflict; envtest's
+// node keeps its not-ready taint, so NotReady).
+func nodeConfigured(ctx context.Context, c client.Client) (bool, error) {
+	node := &corev1.Node{}
+	if err := c.Get(ctx, types.NamespacedName{Name: "gpu-node-0"}, node); err != nil {
+		return false, err
 	}
-	create(ctx, t, c, pool)
+	if node.Labels[imperatorv1alpha1.MachineTypeKey] != machineType || node.Labels[imperatorv1alpha1.MachineTypeKeyFor(machineType)] != group ||
+		node.Annotations[imperatorv1alpha1.MachineGroupKey] != group {
+		return false, nil
+	}
+	pool := &imperatorv1alpha1.MachineNodePool{}
+	if err := c.Get(ctx, types.NamespacedName{Name: agentPoolName}, pool); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return len(pool.Status.NodePool) == 1 && pool.Status.NodePool[0].Condition != "" &&
+		pool.Status.NodePool[0].Condition != imperatorv1alpha1.NodeConditionConflict, nil
 }
 
 // installAgentCRDs replaces the original's CRDs by the agent's, as

@@ -25,6 +25,7 @@ import (
 // controller, which deletes the reservation objects its Machine controls
 // under other names, leaves them to the Adopter's handover.
 func Startup(ctx context.Context, c client.Client, agentNamespace string, log logr.Logger) error {
+	ctx = logr.NewContext(ctx, log)
 	report, err := Preflight(ctx, c, agentNamespace)
 	if err != nil {
 		log.Info("Migration preflight could not check everything", "error", err.Error())
