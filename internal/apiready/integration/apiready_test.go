@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,26 +17,38 @@ import (
 	"github.com/imperator-federation/imperator/test/util/framework"
 )
 
-// startAPIServer starts a real API server and a fault proxy in front of
-// it; the returned config reaches the API server through the proxy.
-func startAPIServer(t *testing.T) (*rest.Config, *faultproxy.Proxy) {
-	t.Helper()
+// apiServer is the real API server every test reaches through a proxy of
+// its own (TestMain starts and stops it).
+var apiServer *rest.Config
+
+func TestMain(m *testing.M) {
 	env, err := framework.Start(context.Background(), framework.Options{})
 	if err != nil {
-		t.Fatalf("starting the API server: %v", err)
+		fmt.Fprintln(os.Stderr, "starting the API server:", err)
+		os.Exit(1)
 	}
-	t.Cleanup(func() { _ = env.Stop() })
-	cfg := env.Config
-	server, err := url.Parse(cfg.Host)
+	apiServer = env.Config
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the API server:", err)
+	}
+	os.Exit(code)
+}
+
+// startAPIServer puts a fault proxy in front of the API server; the
+// returned config reaches the API server through the proxy.
+func startAPIServer(t *testing.T) (*rest.Config, *faultproxy.Proxy) {
+	t.Helper()
+	server, err := url.Parse(apiServer.Host)
 	if err != nil {
-		t.Fatalf("the API server's address %q: %v", cfg.Host, err)
+		t.Fatalf("the API server's address %q: %v", apiServer.Host, err)
 	}
 	proxy, err := faultproxy.Start(server.Host)
 	if err != nil {
 		t.Fatalf("starting the proxy: %v", err)
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
-	through := rest.CopyConfig(cfg)
+	through := rest.CopyConfig(apiServer)
 	through.Host = "https://" + proxy.Addr()
 	return through, proxy
 }
