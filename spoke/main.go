@@ -42,7 +42,8 @@ func main() {
 
 // runCommand answers the command lines that do not start the agent:
 // `spoke version` and `--version` print the build, `spoke uninstall` cleans
-// up after the agent (package uninstall), and any other word is a usage
+// up after the agent (package uninstall), `spoke migrate preflight` reports
+// what the original Imperator left (package migrate), and any other word is a usage
 // error (exit 2) rather than an agent started with it ignored. done is false
 // when the agent is to start.
 func runCommand(args []string, stdout, stderr io.Writer) (code int, done bool) {
@@ -71,7 +72,7 @@ func runCommand(args []string, stdout, stderr io.Writer) (code int, done bool) {
 		}
 	}
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		_, _ = fmt.Fprintf(stderr, "spoke: unknown command %q: the agent takes only flags (see `spoke --help`), `spoke version` or `spoke uninstall`\n", args[0])
+		_, _ = fmt.Fprintf(stderr, "spoke: unknown command %q: the agent takes only flags (see `spoke --help`), `spoke version`, `spoke uninstall` or `spoke migrate preflight`\n", args[0])
 		return 2, true
 	}
 	return 0, false
