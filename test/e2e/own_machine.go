@@ -76,3 +76,42 @@ func addOwnXlarge(ctx context.Context, env *Env, spoke, node, group, typ string,
 		wrappers.MakeMachine(group, group).Type(typ, "40", "128Gi", units).GPU("nvidia.com/gpu", 2, "", "hopper").
 			Node(node, typ).Tainted().Obj())
 }
+
+// useSampleMachine makes sure the sample Machine of file is on spoke, for a
+// journey that asks the hub about what that sample offers and so runs alone
+// as well as after the journey that applies it (MachineSpec). A Machine of
+// that name already there is used as it is. Otherwise it is applied, the
+// journey waits until every unit of it is reserved (the fleet's nodes serve
+// every type of the samples it is used with) and the hub shows its figures,
+// and it is deleted when the spec ends.
+func useSampleMachine(ctx context.Context, env *Env, spoke, file string) {
+	GinkgoHelper()
+	want, err := ReadMachine(file)
+	Expect(err).NotTo(HaveOccurred())
+	c := env.Spoke(spoke).Client
+	err = c.Get(ctx, client.ObjectKeyFromObject(want), &imperatorv1alpha1.Machine{})
+	if err == nil {
+		return
+	}
+	Expect(apierrors.IsNotFound(err)).To(BeTrue(), "reading Machine %s on %s: %v", want.Name, spoke, err)
+
+	By(fmt.Sprintf("applying the sample Machine %s on %s, which no earlier journey applied", want.Name, spoke))
+	Expect(ApplyMachine(ctx, c, want)).To(Succeed())
+	DeferCleanup(func(ctx context.Context) {
+		By(fmt.Sprintf("deleting the sample Machine %s the journey applied", want.Name))
+		Expect(client.IgnoreNotFound(c.Delete(ctx, want))).To(Succeed())
+		Eventually(ctx, func() bool {
+			return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(want), &imperatorv1alpha1.Machine{}))
+		}).WithTimeout(spokeTimeout).WithPolling(poll).Should(BeTrue(), "Machine %s on %s is gone", want.Name, spoke)
+	})
+	Eventually(ctx, func(g Gomega) {
+		m := &imperatorv1alpha1.Machine{}
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(want), m)).To(Succeed())
+		g.Expect(MachineReady(m)).To(BeTrue(), "Ready condition of Machine %s: %+v", m.Name, m.Status.Conditions)
+		for _, mt := range m.Spec.MachineTypes {
+			g.Expect(statusUsageString(StatusUsage(m, mt.Name))).To(Equal(usageString(mt.Available, mt.Available, 0, 0)),
+				"status usage of %s in Machine %s", mt.Name, m.Name)
+		}
+		expectHubMatchesMachine(g, ctx, env.Ctl, spoke, m)
+	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
+}

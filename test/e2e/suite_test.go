@@ -173,6 +173,7 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 	}, SpecTimeout(4*time.Minute))
 
 	It("6: spoke-b's agent stops: offline within the grace period, excluded, and current again after restart", func(ctx SpecContext) {
+		useSampleMachine(ctx, env, spokeB, env.Sample("hopper-machine.yaml"))
 		OfflineSpec(ctx, OfflineInput{
 			Env: env, Spoke: spokeB, MachineName: "hopper-machine",
 			Type: "compute-xlarge", Count: 2, Node: "kasumi",
@@ -180,12 +181,14 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 	}, SpecTimeout(5*time.Minute))
 
 	It("7: the hub restarts: spokes reconnect by themselves and nothing is lost", func(ctx SpecContext) {
+		useSampleMachine(ctx, env, spokeB, env.Sample("hopper-machine.yaml"))
 		HubRestartSpec(ctx, HubRestartInput{
 			Env: env, Spokes: spokes, Type: "compute-xlarge", Count: 2, WantCluster: spokeB,
 		})
 	}, SpecTimeout(5*time.Minute))
 
 	It("8: a fleet hold books 2 compute-xlarge on spoke-b, its guest claims one, release gives the rest back", func(ctx SpecContext) {
+		useSampleMachine(ctx, env, spokeB, env.Sample("hopper-machine.yaml"))
 		HoldSpec(ctx, HoldInput{
 			Env: env, Name: "journey-8", Type: "compute-xlarge", Count: 2, WantCluster: spokeB, Namespace: "team-hold",
 		})
