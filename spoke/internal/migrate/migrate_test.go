@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
@@ -58,6 +59,7 @@ const (
 // the StatefulSet controller (deleting a scaled-away pod) and the scheduler
 // (binding the agent's reservation pods).
 func TestMigrationFromTheOriginal(t *testing.T) {
+	ctrllog.SetLogger(logr.Discard()) // the node-pool controllers' logs
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	env, err := framework.Start(ctx, framework.Options{
