@@ -2,8 +2,11 @@ package integration
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/pem"
 	"errors"
+	"net"
+	"os"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -13,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imperator-federation/imperator/hub/hubtest"
+	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
 )
 
@@ -22,7 +26,9 @@ const rotationNamespace = "imperator-rotation"
 
 var _ = Describe("Hub CA rotation", Ordered, func() {
 	It("keeps a spoke connected through stage, promote and finish, moving it to the new CA by renewal", func(ctx SpecContext) {
-		const validity = 12 * time.Second // renewal 8s after each certificate
+		// Renewal 12s after each certificate: few enough renewals in the
+		// spec for the hub's per-cluster budget (5, then one a minute).
+		const validity = 18 * time.Second
 		Expect(client.IgnoreAlreadyExists(hubServer.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rotationNamespace}}))).To(Succeed())
 		// The spoke trusts only the first CA through its --hub-ca-file,
 		// which nobody updates during the rotation.
@@ -94,10 +100,24 @@ var _ = Describe("Hub CA rotation", Ordered, func() {
 		Expect(phase).To(Equal("Stable"))
 
 		By("delta keeps renewing and reporting with the new CA alone")
+		// Once the hub followed the finish (within 10s) it no longer
+		// presents the new CA signed by the previous one: a client trusting
+		// only the previous CA, as delta's --hub-ca-file, fails to verify it.
+		firstCA, err := os.ReadFile(caFile)
+		Expect(err).NotTo(HaveOccurred())
+		oldTrust, err := identity.ClientTLS(firstCA, nil, "127.0.0.1")
+		Expect(err).NotTo(HaveOccurred())
+		whileConnected("while the hub follows the finish", func(g Gomega) {
+			conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", rotationHub.Address(), oldTrust)
+			if err == nil {
+				_ = conn.Close()
+			}
+			g.Expect(err).To(MatchError(ContainSubstring("unknown authority")))
+		})
 		before, _ := stored(Default)
 		whileConnected("after the finish", func(g Gomega) {
 			after, _ := stored(g)
-			g.Expect(bytes.Equal(after, before)).To(BeFalse(), "delta renewed after the finish")
+			g.Expect(bytes.Equal(after, before)).To(BeFalse(), "delta renewed after the hub followed the finish")
 		})
 	})
 })
