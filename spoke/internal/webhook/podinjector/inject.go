@@ -165,8 +165,8 @@ func inject(pod *corev1.Pod, machine *imperatorv1alpha1.Machine, contracts *cont
 // those maps), and tolerations and scheduling gates clipped to their length,
 // so that appending to them never writes into pod's arrays.
 // injectNodeAffinity copies the affinity on the path it changes. Copying
-// only that, rather than the whole pod, is most of what an admission no
-// longer allocates (issue 21).
+// only that, rather than the whole pod, keeps an admission's allocations
+// to what it changes (BenchmarkHandle reports them).
 func injectionCopy(pod *corev1.Pod) *corev1.Pod {
 	out := &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: pod.Status}
 	out.Annotations = make(map[string]string, len(pod.Annotations)+2)
