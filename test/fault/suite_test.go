@@ -142,8 +142,12 @@ var _ = Describe("Faults", Ordered, ContinueOnFailure, func() {
 var _ = Describe("Short-lived certificates", Ordered, func() {
 	BeforeAll(func(ctx SpecContext) {
 		in = startFleet(ctx, fleet.Options{
-			HubArgs:   []string{"--client-cert-validity=2m", "--serving-cert-validity=3m"},
-			AgentArgs: []string{"--webhook-ca-validity=6m", "--webhook-cert-validity=4m"},
+			// As short as each may be (spoke certificates 1m, the hub's
+			// serving certificate 90s), so that the spec ends in about two
+			// minutes: three spoke renewals (every 40 s) and the webhook
+			// CA's rollover (with a third of its 3m left).
+			HubArgs:   []string{"--client-cert-validity=1m", "--serving-cert-validity=90s"},
+			AgentArgs: []string{"--webhook-ca-validity=3m", "--webhook-cert-validity=2m"},
 		})
 	}, NodeTimeout(8*time.Minute))
 
