@@ -104,7 +104,7 @@ func TestRelease(t *testing.T) {
 	}
 	helm := tool(t, root, "helm")
 	chartVersion := strings.TrimPrefix(releaseVersion, "v")
-	charts := map[string]string{"imperator-hub": "hub", "imperator-spoke": "spoke"}
+	charts := map[string]string{"imperator-hub": "hub", "imperator-spoke": "spoke", "imperator-dispatcher": "dispatcher"}
 
 	t.Run("the packaged charts render the released images", func(t *testing.T) {
 		for chart, image := range charts {
