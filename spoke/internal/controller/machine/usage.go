@@ -30,9 +30,10 @@ type typeUsage struct {
 	// the pods of the type still terminating on its nodes will make room for.
 	unschedulable int32
 	// unschedulableAny counts the same whatever the pods' ordinal, beyond
-	// those the type's terminating pods will make room for: with an active
-	// CapacityHold the StatefulSet keeps pods above replicas, and one the
-	// scheduler cannot place holds nothing for the hold either.
+	// those the type's terminating pods will make room for, and the unbound
+	// ones not tried yet while the type has no node-pool=ready node: with
+	// an active CapacityHold the StatefulSet keeps pods above replicas, and
+	// one that cannot be placed holds nothing for the hold either.
 	unschedulableAny int32
 	// terminating counts the type's bound pods (guests and reservations) that
 	// are terminating: they still hold their node's resources.
@@ -276,6 +277,10 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, look lookups, av
 		machineType := pod.Labels[imperatorv1alpha1.MachineTypeKey]
 		u := usage[machineType]
 		if !unschedulable(pod) {
+			// Not tried yet: it can hold a unit only on a ready node.
+			if len(look.readyNodes(machineType)) == 0 {
+				u.unschedulableAny++
+			}
 			continue
 		}
 		u.unschedulableAny++
