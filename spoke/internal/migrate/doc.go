@@ -9,6 +9,9 @@
 // runs it at start-up (Startup: it refuses to start while the original's
 // controller or webhooks run, or while a Machine holds a gpu.num the agent
 // cannot read), and `spoke migrate preflight` prints it for a kubeconfig.
+// Before the controllers start, Startup also takes the original's
+// reservations out of the Machine controller's reach (Detach) and its pools
+// out of the node-pool controller's (RetirePools).
 //
 // Adopter hands the units of a Machine annotated
 // imperator.tenzen-y.io/adopt-original=true over from the original's

@@ -195,12 +195,20 @@ func TestMigrationFromTheOriginal(t *testing.T) {
 		}
 	}
 
+	// Startup made the agent's pool of the Machine and left the original's
+	// listing no node: otherwise, older and alone until the agent's pool
+	// exists, the original's (read with no group under the agent's CRD)
+	// would take the node and label it for no group, and keep it.
+	getPool(ctx, t, c, agentPoolName)
+	retired := getPool(ctx, t, c, originalPool)
+	if nodes, _, _ := unstructured.NestedSlice(retired.Object, "spec", "nodePool"); len(nodes) != 0 {
+		t.Fatalf("the original's pool still lists %d node(s) after Startup", len(nodes))
+	}
+	if g, _, _ := unstructured.NestedString(retired.Object, "spec", "machineGroup"); g != group {
+		t.Errorf("the original's pool's spec.machineGroup after Startup = %q, want %q", g, group)
+	}
 	// The agent's node-pool controllers start (as after Startup in the
-	// agent): they make the Machine's pool and configure its node. They
-	// serve the original's pool too (older, listing the same node, read
-	// with an empty group under the agent's CRD): the agent's pool must own
-	// the node all the same (it holds it: the node's machine-group
-	// annotation, which the original wrote, names its group).
+	// agent): its pool configures the node.
 	mgr, err := env.StartManager(ctx, framework.ManagerOptions{SetupMulticluster: nodepool.SetupWithManager})
 	if err != nil {
 		t.Fatalf("starting the node-pool controllers: %v", err)
