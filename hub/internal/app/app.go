@@ -11,8 +11,6 @@ package app
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -25,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -52,9 +51,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/server"
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	"github.com/imperator-federation/imperator/internal/apiready"
-	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/leader"
-	"github.com/imperator-federation/imperator/internal/pki"
 	"github.com/imperator-federation/imperator/internal/schemes"
 )
 
@@ -112,15 +109,15 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
-	ca, serverTLS, err := loadCA(ctx, cfg, direct, clk, log)
-	if err != nil {
-		return err
-	}
-	started := clk.Now()
 	replica, err := replicaID()
 	if err != nil {
 		return err
 	}
+	authority, err := loadCA(ctx, cfg, direct, replica, clk, log)
+	if err != nil {
+		return err
+	}
+	started := clk.Now()
 	mgr, err := ctrl.NewManager(restConfig, managerOptions(cfg, scheme, opts))
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
@@ -160,12 +157,12 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	srv, err := server.New(server.Options{
 		Listener:      opts.Listener,
 		ListenAddress: cfg.ListenAddress,
-		TLS:           serverTLS,
+		TLS:           authority.TLSConfig(),
 		Store:         st,
 		Clock:         clk,
 		Joiner: &join.Service{
 			Tokens:         tokens,
-			CA:             ca,
+			CA:             authority,
 			Client:         direct,
 			Validity:       cfg.ClientCertValidity,
 			HubNamespace:   cfg.Namespace,
@@ -192,6 +189,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	queries.SetHolds(coordinator)
 	if err := errors.Join(
 		mgr.Add(srv),
+		mgr.Add(authority),
 		mgr.Add(revocations),
 		persister.SetupWithManager(mgr),
 		mgr.Add(queries),
@@ -214,29 +212,40 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 }
 
 // loadCA makes the hub's namespace (started with nothing but a kubeconfig,
-// the hub makes its own), loads the hub CA from it or creates it, and returns
-// the CA and the gRPC server's TLS configuration: a serving certificate
-// re-issued from the CA at 2/3 of its life, in the handshake that finds it
-// due (no restart, and spokes trust the CA, not this leaf), and client
-// certificates verified against the CA.
-func loadCA(ctx context.Context, cfg config.Config, direct client.Client, clk clock.PassiveClock, log logr.Logger) (*pki.CA, *tls.Config, error) {
+// the hub makes its own), loads the hub CA from it or creates it, and
+// returns the hub's Authority: the CA that signs, the gRPC server's TLS
+// configuration — a serving certificate re-issued from the current CA at
+// 2/3 of its life or when a rotation is promoted, in the handshake that
+// finds it due (no restart, and spokes trust the CA, not this leaf), and
+// client certificates verified against every CA of the Secret — and the
+// trust bundle joining spokes get. It follows `hub ca rotate` steps
+// (hubca.Authority.Start).
+func loadCA(ctx context.Context, cfg config.Config, direct client.Client, replica string, clk clock.PassiveClock, log logr.Logger) (*hubca.Authority, error) {
 	if err := registry.EnsureNamespace(ctx, direct, cfg.Namespace); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	ca, err := hubca.LoadOrCreate(ctx, direct, cfg.Namespace, cfg.CASecret)
+	if _, err := hubca.LoadOrCreate(ctx, direct, cfg.Namespace, cfg.CASecret); err != nil {
+		return nil, err
+	}
+	trust, err := hubca.LoadTrust(ctx, direct, cfg.Namespace, cfg.CASecret)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	servingLog := log.WithName("serving-certificate")
-	serving, err := hubca.NewServingRotator(ca, "imperator-hub", cfg.ServingHosts, cfg.ServingCertValidity, clk, func(err error) {
+	serving, err := hubca.NewServingRotator(trust.Current, "imperator-hub", cfg.ServingHosts, cfg.ServingCertValidity, clk, func(err error) {
 		servingLog.Error(err, "Renewing the serving certificate failed; serving the current one while it is valid")
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	clientCAs := x509.NewCertPool()
-	clientCAs.AddCert(ca.Cert)
-	return ca, identity.ServerTLS(serving.GetCertificate, clientCAs), nil
+	return hubca.NewAuthority(trust, hubca.AuthorityOptions{
+		Client:  direct,
+		Secret:  types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.CASecret},
+		Replica: replica,
+		Serving: serving,
+		Clock:   clk,
+		Log:     log.WithName("ca"),
+	}), nil
 }
 
 // managerOptions configure the hub's manager. It runs on every replica
