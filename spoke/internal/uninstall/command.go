@@ -26,7 +26,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("spoke uninstall", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: spoke uninstall [flags]\n\n"+
+		_, _ = fmt.Fprintf(stderr, "Usage: spoke uninstall [flags]\n\n"+
 			"Run after the agent is removed (the spoke chart does it as a post-delete hook): removes the\n"+
 			"imperator.tenzen-y.io/ labels, taints and annotation from every node, the MachineNodePools'\n"+
 			"finalizer and the reservation StatefulSets and Services, and tells every guest still waiting at\n"+
@@ -43,19 +43,19 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "spoke uninstall: unexpected argument %q: it takes only flags\n", fs.Arg(0))
+		_, _ = fmt.Fprintf(stderr, "spoke uninstall: unexpected argument %q: it takes only flags\n", fs.Arg(0))
 		return 2
 	}
 	if *timeout <= 0 {
-		fmt.Fprintf(stderr, "spoke uninstall: --timeout=%s: must be positive\n", *timeout)
+		_, _ = fmt.Fprintf(stderr, "spoke uninstall: --timeout=%s: must be positive\n", *timeout)
 		return 2
 	}
 	if *namespace == "" {
-		fmt.Fprintln(stderr, "spoke uninstall: --namespace: must not be empty")
+		_, _ = fmt.Fprintln(stderr, "spoke uninstall: --namespace: must not be empty")
 		return 2
 	}
 	if err := run(*kubeconfig, *namespace, *timeout, stdout); err != nil {
-		fmt.Fprintln(stderr, "spoke uninstall:", err)
+		_, _ = fmt.Fprintln(stderr, "spoke uninstall:", err)
 		return 1
 	}
 	return 0
@@ -77,7 +77,7 @@ func run(kubeconfig, namespace string, timeout time.Duration, out io.Writer) err
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	res, err := Run(ctx, c, Options{Namespace: namespace}, out)
-	fmt.Fprint(out, res.String())
+	_, _ = fmt.Fprint(out, res.String())
 	return err
 }
 

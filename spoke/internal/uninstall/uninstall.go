@@ -60,10 +60,10 @@ func (r Result) String() string {
 	var b strings.Builder
 	line := func(what string, names []string) {
 		if len(names) == 0 {
-			fmt.Fprintf(&b, "%s: none\n", what)
+			_, _ = fmt.Fprintf(&b, "%s: none\n", what)
 			return
 		}
-		fmt.Fprintf(&b, "%s (%d): %s\n", what, len(names), strings.Join(names, ", "))
+		_, _ = fmt.Fprintf(&b, "%s (%d): %s\n", what, len(names), strings.Join(names, ", "))
 	}
 	line("nodes released (labels, taints, annotation of imperator.tenzen-y.io/ removed)", r.Nodes)
 	if r.MachineNodePoolsGone {
@@ -125,7 +125,7 @@ func waitAgentGone(ctx context.Context, c client.Client, opts Options, log io.Wr
 			}
 		}
 		if len(left) > 0 && !announced {
-			fmt.Fprintf(log, "waiting for the agent's pods to go: %s\n", strings.Join(left, ", "))
+			_, _ = fmt.Fprintf(log, "waiting for the agent's pods to go: %s\n", strings.Join(left, ", "))
 			announced = true
 		}
 		return len(left) == 0, nil
@@ -171,7 +171,7 @@ func releaseNodes(ctx context.Context, c client.Client, log io.Writer) ([]string
 		}
 		if changed {
 			released = append(released, name)
-			fmt.Fprintf(log, "node %s: labels, taints and annotation of %s removed\n", name, imperatorv1alpha1.Prefix)
+			_, _ = fmt.Fprintf(log, "node %s: labels, taints and annotation of %s removed\n", name, imperatorv1alpha1.Prefix)
 		}
 	}
 	return released, errors.Join(errs...)
@@ -222,7 +222,7 @@ func removeFinalizers(ctx context.Context, c client.Client, log io.Writer) (remo
 			continue
 		}
 		removed = append(removed, pool.Name)
-		fmt.Fprintf(log, "MachineNodePool %s: finalizer %s removed\n", pool.Name, imperatorv1alpha1.NodePoolFinalizer)
+		_, _ = fmt.Fprintf(log, "MachineNodePool %s: finalizer %s removed\n", pool.Name, imperatorv1alpha1.NodePoolFinalizer)
 	}
 	return removed, false, errors.Join(errs...)
 }
@@ -263,7 +263,7 @@ func deleteReservations(ctx context.Context, c client.Client, namespace string, 
 			continue
 		}
 		deleted = append(deleted, kind+" "+obj.GetName())
-		fmt.Fprintf(log, "reservation %s %s/%s deleted\n", kind, namespace, obj.GetName())
+		_, _ = fmt.Fprintf(log, "reservation %s %s/%s deleted\n", kind, namespace, obj.GetName())
 	}
 	return deleted, errors.Join(errs...)
 }
@@ -298,7 +298,7 @@ func markWaitingGuests(ctx context.Context, c client.Client, namespace string, l
 			errs = append(errs, fmt.Errorf("recording an event on waiting guest %s/%s: %w", pod.Namespace, pod.Name, err))
 		}
 		marked = append(marked, pod.Namespace+"/"+pod.Name)
-		fmt.Fprintf(log, "waiting guest %s/%s: left gated, told why\n", pod.Namespace, pod.Name)
+		_, _ = fmt.Fprintf(log, "waiting guest %s/%s: left gated, told why\n", pod.Namespace, pod.Name)
 	}
 	return marked, errors.Join(errs...)
 }
