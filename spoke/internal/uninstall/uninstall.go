@@ -109,15 +109,20 @@ func Run(ctx context.Context, c client.Client, opts Options, log io.Writer) (Res
 	return res, errors.Join(errs...)
 }
 
-// waitAgentGone polls the agent's pods until none is left.
+// waitAgentGone polls the agent's pods until none is left. A failed list is
+// retried until ctx ends (an API server under load may be slow to answer);
+// then the error names the pods still there, or the last failure.
 func waitAgentGone(ctx context.Context, c client.Client, opts Options, log io.Writer) error {
 	var left []string
+	var lastErr error
 	announced := false
 	err := wait.PollUntilContextCancel(ctx, opts.PollInterval, true, func(ctx context.Context) (bool, error) {
 		var pods corev1.PodList
 		if err := c.List(ctx, &pods, client.InNamespace(opts.Namespace), client.MatchingLabels{AgentNameLabel: AgentName}); err != nil {
-			return false, fmt.Errorf("listing the agent's pods in %s: %w", opts.Namespace, err)
+			lastErr = fmt.Errorf("listing the agent's pods in %s: %w", opts.Namespace, err)
+			return false, nil
 		}
+		lastErr = nil
 		left = left[:0]
 		for _, p := range pods.Items {
 			if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
@@ -130,11 +135,16 @@ func waitAgentGone(ctx context.Context, c client.Client, opts Options, log io.Wr
 		}
 		return len(left) == 0, nil
 	})
-	if err != nil && len(left) > 0 && ctx.Err() != nil {
+	switch {
+	case err == nil:
+		return nil
+	case len(left) > 0:
 		return fmt.Errorf("the agent still runs in %s (pods %s): remove it first (helm uninstall, or kubectl delete -k of what you applied), or it puts back what this step removes",
 			opts.Namespace, strings.Join(left, ", "))
+	case lastErr != nil:
+		return lastErr
 	}
-	return err
+	return fmt.Errorf("waiting for the agent's pods in %s to go: %w", opts.Namespace, err)
 }
 
 // ours says whether a label, annotation or taint key is the agent's.

@@ -85,7 +85,7 @@ func TestRunLeavesNoTrap(t *testing.T) {
 	create(agent)
 
 	// An agent still running would put back what the step removes.
-	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
 	_, err = uninstall.Run(short, c, uninstall.Options{Namespace: agentNS, PollInterval: 200 * time.Millisecond}, &bytes.Buffer{})
 	cancelShort()
 	if err == nil || !strings.Contains(err.Error(), "the agent still runs") || !strings.Contains(err.Error(), agent.Name) {
