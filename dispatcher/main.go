@@ -36,6 +36,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/imperator-federation/imperator/dispatcher/internal/controller"
+	"github.com/imperator-federation/imperator/internal/apiready"
 	"github.com/imperator-federation/imperator/internal/identity"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 )
@@ -137,6 +138,11 @@ func run(ctx context.Context, o *options) error {
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("the manager cluster's kubeconfig: %w", err)
+	}
+	// A start during the manager cluster's API-server outage waits for it
+	// instead of exiting (apiready).
+	if err := apiready.Wait(ctx, cfg, apiready.DefaultTimeout, ctrl.Log.WithName("dispatcher")); err != nil {
+		return err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
