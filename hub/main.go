@@ -8,6 +8,7 @@
 //	                                              run with the hub cluster's kubeconfig
 //	hub ca print                                  print the hub CA bundle (PEM) for spokes' --hub-ca-file
 //	hub ca init                                   create the hub CA (the hub also does at its first start)
+//	hub ca rotate [--promote|--finish [--force]]  rotate the hub CA: stage a next CA, promote it, drop the old
 //	hub client-cert --name N --role viewer|holder|admin --hub-address H
 //	                                              print an imperatorctl configuration with a new client certificate
 //	hub client-cert revoke SERIAL                 revoke a client certificate on every hub replica
