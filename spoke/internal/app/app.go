@@ -95,7 +95,7 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if err := provisioningrequest.AddToScheme(scheme); err != nil {
 		return err
 	}
-	// The certificate manager reads one Secret and two webhook
+	// The certificate rotator reads one Secret and two webhook
 	// configurations by name: a direct client, not a cache of every Secret.
 	direct, err := client.New(restConfig, client.Options{Scheme: scheme})
 	if err != nil {
@@ -106,19 +106,19 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 			return err
 		}
 	}
-	certManager, err := newCertManager(cfg, direct)
+	certRotator, err := newCertRotator(cfg, direct)
 	if err != nil {
 		return err
 	}
-	memberWebhooks, err := newMemberWebhooks(cfg, scheme, certManager, direct)
+	memberWebhooks, err := newMemberWebhooks(cfg, scheme, certRotator, direct)
 	if err != nil {
 		return err
 	}
-	local, err := ctrl.NewManager(restConfig, localManagerOptions(cfg, scheme, certManager, memberWebhooks))
+	local, err := ctrl.NewManager(restConfig, localManagerOptions(cfg, scheme, certRotator, memberWebhooks))
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
-	caBundle, err := prepareCertificate(ctx, local, certManager, memberWebhooks, log)
+	caBundle, err := prepareCertificate(ctx, local, certRotator, memberWebhooks, log)
 	if err != nil {
 		return err
 	}
@@ -147,12 +147,12 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	return nil
 }
 
-// newCertManager returns the manager of the webhook serving certificate the
+// newCertRotator returns the manager of the webhook serving certificate the
 // agent issues and rotates itself, or nil with
 // --webhook-cert-manager-certificate, where cert-manager issues it. In hosted
 // mode the webhook configurations live in the members, which package hosted
 // keeps current: the management cluster has none to patch.
-func newCertManager(cfg config.Config, c client.Client) (*certs.Manager, error) {
+func newCertRotator(cfg config.Config, c client.Client) (*certs.Rotator, error) {
 	if cfg.Webhook.CertManagerCertificate != "" {
 		return nil, nil
 	}
@@ -172,17 +172,17 @@ func newCertManager(cfg config.Config, c client.Client) (*certs.Manager, error) 
 }
 
 // webhookServerOptions say where the webhook server listens and where its
-// certificate comes from: with cert-manager (certManager nil) it reads
+// certificate comes from: with cert-manager (certRotator nil) it reads
 // tls.crt and tls.key from the mounted Secret and reloads them on renewal
-// (controller-runtime's certwatcher); otherwise it serves certManager's from
+// (controller-runtime's certwatcher); otherwise it serves certRotator's from
 // memory. Either way no TLS below 1.2. In hosted mode (memberWebhooks) it
 // asks callers for the client certificates of the members' API servers.
-func webhookServerOptions(cfg config.Config, certManager *certs.Manager, memberWebhooks *hosted.Webhooks) webhook.Options {
+func webhookServerOptions(cfg config.Config, certRotator *certs.Rotator, memberWebhooks *hosted.Webhooks) webhook.Options {
 	opts := webhook.Options{Host: cfg.Webhook.BindAddress, Port: cfg.Webhook.Port}
-	if certManager == nil {
+	if certRotator == nil {
 		opts.CertDir = cfg.Webhook.CertDir
 	} else {
-		opts.TLSOpts = append(opts.TLSOpts, certManager.TLSOption)
+		opts.TLSOpts = append(opts.TLSOpts, certRotator.TLSOption)
 	}
 	opts.TLSOpts = append(opts.TLSOpts, func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 })
 	if memberWebhooks != nil {
@@ -212,11 +212,11 @@ func memberCacheOptions(cfg config.Config) cache.Options {
 // localManagerOptions configure the main manager. It runs on every replica
 // without leader election: it serves the webhooks, metrics and probes, and
 // its cache feeds the webhooks and the hub reporter.
-func localManagerOptions(cfg config.Config, scheme *runtime.Scheme, certManager *certs.Manager, memberWebhooks *hosted.Webhooks) ctrl.Options {
+func localManagerOptions(cfg config.Config, scheme *runtime.Scheme, certRotator *certs.Rotator, memberWebhooks *hosted.Webhooks) ctrl.Options {
 	opts := termManagerOptions(cfg, scheme)
 	opts.Metrics = metricsserver.Options{BindAddress: cfg.MetricsAddr}
 	opts.HealthProbeBindAddress = cfg.HealthAddr
-	opts.WebhookServer = webhook.NewServer(webhookServerOptions(cfg, certManager, memberWebhooks))
+	opts.WebhookServer = webhook.NewServer(webhookServerOptions(cfg, certRotator, memberWebhooks))
 	return opts
 }
 
@@ -229,20 +229,20 @@ func termManagerOptions(cfg config.Config, scheme *runtime.Scheme) ctrl.Options 
 	return opts
 }
 
-// prepareCertificate makes sure certManager's certificate — and in hosted
+// prepareCertificate makes sure certRotator's certificate — and in hosted
 // mode the members' client CA — exists before the webhook server starts,
 // retrying for a while, as the API server may still be coming up; keeps them
 // rotated on local, and returns the serving CA bundle; nil without
-// certManager (cert-manager mode).
-func prepareCertificate(ctx context.Context, local manager.Manager, certManager *certs.Manager, memberWebhooks *hosted.Webhooks, log logr.Logger) ([]byte, error) {
-	if certManager == nil {
+// certRotator (cert-manager mode).
+func prepareCertificate(ctx context.Context, local manager.Manager, certRotator *certs.Rotator, memberWebhooks *hosted.Webhooks, log logr.Logger) ([]byte, error) {
+	if certRotator == nil {
 		return nil, nil
 	}
 	type ensurer interface {
 		manager.Runnable
 		Ensure(context.Context) error
 	}
-	ensurers := []ensurer{certManager}
+	ensurers := []ensurer{certRotator}
 	if memberWebhooks != nil {
 		ensurers = append(ensurers, memberWebhooks.ClientCA)
 	}
@@ -258,10 +258,10 @@ func prepareCertificate(ctx context.Context, local manager.Manager, certManager 
 			return nil, fmt.Errorf("preparing webhook certificate: %w", err)
 		}
 		if err := local.Add(e); err != nil {
-			return nil, fmt.Errorf("setting up the webhook certificate manager: %w", err)
+			return nil, fmt.Errorf("setting up the webhook certificate rotator: %w", err)
 		}
 	}
-	return certManager.CABundle(), nil
+	return certRotator.CABundle(), nil
 }
 
 // newMemberWebhooks returns, in hosted mode, the members' webhooks: every
@@ -269,7 +269,7 @@ func prepareCertificate(ctx context.Context, local manager.Manager, certManager 
 // hosted registers them in the members. They answer only the members' API
 // servers, with the client certificates of a CA of their own, kept in
 // <--webhook-cert-secret>-member-client-ca. Nil for the in-cluster agent.
-func newMemberWebhooks(cfg config.Config, scheme *runtime.Scheme, certManager *certs.Manager, management client.Client) (*hosted.Webhooks, error) {
+func newMemberWebhooks(cfg config.Config, scheme *runtime.Scheme, certRotator *certs.Rotator, management client.Client) (*hosted.Webhooks, error) {
 	if !cfg.IsHosted() {
 		return nil, nil
 	}
@@ -285,7 +285,7 @@ func newMemberWebhooks(cfg config.Config, scheme *runtime.Scheme, certManager *c
 		AgentNamespace:          cfg.Namespace,
 		MutatingConfiguration:   cfg.Webhook.MutatingConfiguration,
 		ValidatingConfiguration: cfg.Webhook.ValidatingConfiguration,
-		CABundle:                certManager.CABundle,
+		CABundle:                certRotator.CABundle,
 		Hosts:                   cfg.Webhook.Hosts,
 		ClientCA:                clientCA,
 		Management:              management,

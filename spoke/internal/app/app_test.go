@@ -41,15 +41,15 @@ func completed(t *testing.T, edit func(*config.Config)) config.Config {
 	return cfg
 }
 
-// certManagerOf returns the agent's own certificate manager for cfg, nil in
+// certRotatorOf returns the agent's own certificate manager for cfg, nil in
 // cert-manager mode.
-func certManagerOf(t *testing.T, cfg config.Config) *certs.Manager {
+func certRotatorOf(t *testing.T, cfg config.Config) *certs.Rotator {
 	t.Helper()
-	certManager, err := newCertManager(cfg, nil)
+	certRotator, err := newCertRotator(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return certManager
+	return certRotator
 }
 
 func hostedMode(c *config.Config) {
@@ -89,15 +89,15 @@ func TestWebhookCertificateComesFromTheAgentOrFromCertManager(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			cfg := completed(t, tc.edit)
-			certManager := certManagerOf(t, cfg)
-			if got := certManager != nil; got != tc.wantCertManager {
+			certRotator := certRotatorOf(t, cfg)
+			if got := certRotator != nil; got != tc.wantCertManager {
 				t.Fatalf("the agent issues its certificate: %v, want %v", got, tc.wantCertManager)
 			}
-			memberWebhooks, err := newMemberWebhooks(cfg, spokeScheme(t), certManager, nil)
+			memberWebhooks, err := newMemberWebhooks(cfg, spokeScheme(t), certRotator, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts := webhookServerOptions(cfg, certManager, memberWebhooks)
+			opts := webhookServerOptions(cfg, certRotator, memberWebhooks)
 			if opts.CertDir != tc.wantCertDir {
 				t.Errorf("CertDir = %q, want %q", opts.CertDir, tc.wantCertDir)
 			}
@@ -205,8 +205,8 @@ func TestHostedModeServesTheMembersInsteadOfTheLocalCluster(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			cfg := completed(t, tc.edit)
-			certManager := certManagerOf(t, cfg)
-			memberWebhooks, err := newMemberWebhooks(cfg, scheme, certManager, nil)
+			certRotator := certRotatorOf(t, cfg)
+			memberWebhooks, err := newMemberWebhooks(cfg, scheme, certRotator, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -32,7 +32,7 @@ func bundle(data map[string][]byte) []byte {
 
 // bundlesCarry reports whether every webhook of the configured (existing)
 // webhook configurations trusts caPEM.
-func (m *Manager) bundlesCarry(ctx context.Context, caPEM []byte) (bool, error) {
+func (m *Rotator) bundlesCarry(ctx context.Context, caPEM []byte) (bool, error) {
 	want := bytes.TrimSpace(caPEM)
 	carried := true
 	check := func(cc admissionregistrationv1.WebhookClientConfig) {
@@ -65,7 +65,7 @@ func (m *Manager) bundlesCarry(ctx context.Context, caPEM []byte) (bool, error) 
 	return carried, nil
 }
 
-func (m *Manager) get(ctx context.Context, name string, obj client.Object) (bool, error) {
+func (m *Rotator) get(ctx context.Context, name string, obj client.Object) (bool, error) {
 	if err := m.client.Get(ctx, types.NamespacedName{Name: name}, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
@@ -77,7 +77,7 @@ func (m *Manager) get(ctx context.Context, name string, obj client.Object) (bool
 
 // injectCABundle sets caBundle on every webhook of the configured
 // configurations that does not carry it yet.
-func (m *Manager) injectCABundle(ctx context.Context, caBundle []byte) error {
+func (m *Rotator) injectCABundle(ctx context.Context, caBundle []byte) error {
 	var errs []error
 	for _, name := range m.opts.MutatingWebhooks {
 		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
@@ -106,7 +106,7 @@ func (m *Manager) injectCABundle(ctx context.Context, caBundle []byte) error {
 // patches what changed, with an optimistic lock: the patch carries the whole
 // webhooks list, so a concurrent change (another replica's injection, an
 // installer's apply) makes it read and mutate again instead of overwriting.
-func (m *Manager) patchWebhooks(ctx context.Context, name string, obj client.Object, mutate func() bool) error {
+func (m *Rotator) patchWebhooks(ctx context.Context, name string, obj client.Object, mutate func() bool) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		found, err := m.get(ctx, name, obj)
 		if err != nil {

@@ -53,7 +53,7 @@ const (
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,resourceNames=imperator-pod-injector,verbs=get;patch
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,resourceNames=imperator-machine-validator,verbs=get;patch
 
-// Options configure the certificate Manager.
+// Options configure the certificate Rotator.
 type Options struct {
 	// Namespace and SecretName locate the certificate Secret.
 	Namespace  string
@@ -78,17 +78,17 @@ type Options struct {
 	Clock clock.PassiveClock
 }
 
-// Manager keeps the serving certificate and the CA bundles current.
-type Manager struct {
+// Rotator keeps the serving certificate and the CA bundles current.
+type Rotator struct {
 	client client.Client
 	opts   Options
 	cert   atomic.Pointer[tls.Certificate]
 	ca     atomic.Pointer[[]byte]
 }
 
-// New returns a Manager that works through c (which should read Secrets and
+// New returns a Rotator that works through c (which should read Secrets and
 // webhook configurations directly, not from a cache that would list them all).
-func New(c client.Client, opts Options) (*Manager, error) {
+func New(c client.Client, opts Options) (*Rotator, error) {
 	if opts.Namespace == "" || opts.SecretName == "" {
 		return nil, errors.New("certs: namespace and secret name are required")
 	}
@@ -110,16 +110,16 @@ func New(c client.Client, opts Options) (*Manager, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Manager{client: c, opts: opts}, nil
+	return &Rotator{client: c, opts: opts}, nil
 }
 
 // Overlap is how long a CA stays in the bundle before it signs leaves, and
 // after it stopped signing them: two check intervals, within which every
 // replica has re-read the Secret.
-func (m *Manager) Overlap() time.Duration { return 2 * m.opts.CheckInterval }
+func (m *Rotator) Overlap() time.Duration { return 2 * m.opts.CheckInterval }
 
 // GetCertificate serves the current certificate; use it as tls.Config.GetCertificate.
-func (m *Manager) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+func (m *Rotator) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	if c := m.cert.Load(); c != nil {
 		return c, nil
 	}
@@ -128,7 +128,7 @@ func (m *Manager) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 
 // CABundle returns the PEM CA bundle the webhook configurations get (during a
 // rollover, more than one CA), nil until Ensure succeeded once.
-func (m *Manager) CABundle() []byte {
+func (m *Rotator) CABundle() []byte {
 	if ca := m.ca.Load(); ca != nil {
 		return *ca
 	}
@@ -136,13 +136,13 @@ func (m *Manager) CABundle() []byte {
 }
 
 // TLSOption installs GetCertificate into a webhook server's TLS config.
-func (m *Manager) TLSOption(cfg *tls.Config) { cfg.GetCertificate = m.GetCertificate }
+func (m *Rotator) TLSOption(cfg *tls.Config) { cfg.GetCertificate = m.GetCertificate }
 
 // Ensure makes sure the Secret holds a valid certificate for Hosts (moving a
 // CA rollover on by at most one step), loads it, and injects the CA bundle
 // into the webhook configurations. Call it once before the webhook server
 // starts.
-func (m *Manager) Ensure(ctx context.Context) error {
+func (m *Rotator) Ensure(ctx context.Context) error {
 	secret, err := m.ensureSecret(ctx)
 	if err != nil {
 		return err
@@ -159,7 +159,7 @@ func (m *Manager) Ensure(ctx context.Context) error {
 
 // Start re-runs Ensure every CheckInterval until ctx ends. It runs on every
 // replica (NeedLeaderElection is false): each serves webhooks.
-func (m *Manager) Start(ctx context.Context) error {
+func (m *Rotator) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("webhook-certs")
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if err := m.Ensure(ctx); err != nil {
@@ -170,9 +170,9 @@ func (m *Manager) Start(ctx context.Context) error {
 }
 
 // NeedLeaderElection reports that every replica keeps its certificate current.
-func (m *Manager) NeedLeaderElection() bool { return false }
+func (m *Rotator) NeedLeaderElection() bool { return false }
 
-func (m *Manager) ensureSecret(ctx context.Context) (*corev1.Secret, error) {
+func (m *Rotator) ensureSecret(ctx context.Context) (*corev1.Secret, error) {
 	key := types.NamespacedName{Namespace: m.opts.Namespace, Name: m.opts.SecretName}
 	secret := &corev1.Secret{}
 	err := m.client.Get(ctx, key, secret)
@@ -211,7 +211,7 @@ func (m *Manager) ensureSecret(ctx context.Context) (*corev1.Secret, error) {
 	return secret, nil
 }
 
-func (m *Manager) readSecret(ctx context.Context, key types.NamespacedName) (*corev1.Secret, error) {
+func (m *Rotator) readSecret(ctx context.Context, key types.NamespacedName) (*corev1.Secret, error) {
 	secret := &corev1.Secret{}
 	if err := m.client.Get(ctx, key, secret); err != nil {
 		return nil, fmt.Errorf("reading webhook certificate secret %s: %w", key, err)

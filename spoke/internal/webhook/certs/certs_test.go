@@ -27,7 +27,7 @@ const (
 	testValidating = "imperator-machine-validator"
 )
 
-func newTestManager(t *testing.T, objs ...client.Object) (*Manager, client.Client, *clocktesting.FakeClock) {
+func newTestRotator(t *testing.T, objs ...client.Object) (*Rotator, client.Client, *clocktesting.FakeClock) {
 	t.Helper()
 	scheme, err := schemes.Spoke()
 	if err != nil {
@@ -139,7 +139,7 @@ func countCerts(bundle []byte) int {
 // not re-read the Secret yet are both admitted at every step.
 func TestCARolloverKeepsEveryServedLeafTrusted(t *testing.T) {
 	ctx := context.Background()
-	m, c, clk := newTestManager(t, append(webhookConfigurations(), secretWithCA(t, 2*time.Minute))...)
+	m, c, clk := newTestRotator(t, append(webhookConfigurations(), secretWithCA(t, 2*time.Minute))...)
 	secret := func() *corev1.Secret {
 		s := &corev1.Secret{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: testSecret}, s); err != nil {
@@ -205,7 +205,7 @@ func TestCARolloverKeepsEveryServedLeafTrusted(t *testing.T) {
 // a leaf it signed would be refused there.
 func TestCARolloverWaitsForEveryConfigurationToTrustTheNextCA(t *testing.T) {
 	ctx := context.Background()
-	m, c, clk := newTestManager(t, append(webhookConfigurations(), secretWithCA(t, 2*time.Minute))...)
+	m, c, clk := newTestRotator(t, append(webhookConfigurations(), secretWithCA(t, 2*time.Minute))...)
 	if err := m.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestStepRepairsWhatItCannotUse(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			m, _, clk := newTestManager(t, webhookConfigurations()...)
+			m, _, clk := newTestRotator(t, webhookConfigurations()...)
 			good := &corev1.Secret{}
 			if _, err := m.step(ctx, good); err != nil {
 				t.Fatal(err)

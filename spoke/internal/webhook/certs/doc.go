@@ -4,7 +4,7 @@
 // creates it, the others read it; any replica renews it when a third of its
 // lifetime is left. The CA bundle is injected into the agent's webhook
 // configurations, and the webhook server takes the certificate from memory
-// (Manager.GetCertificate), so a renewal needs neither files nor a restart.
+// (Rotator.GetCertificate), so a renewal needs neither files nor a restart.
 //
 // Renewing the serving certificate with the same CA changes nothing the API
 // server trusts. Renewing the CA is a rollover with an overlap, because the

@@ -18,7 +18,7 @@ import (
 // step moves secret at most one step on (see the package comment) and
 // reports whether it changed it. Promoting a next CA also needs the webhook
 // configurations to carry it, which step reads.
-func (m *Manager) step(ctx context.Context, secret *corev1.Secret) (bool, error) {
+func (m *Rotator) step(ctx context.Context, secret *corev1.Secret) (bool, error) {
 	r := &rotation{
 		m:           m,
 		now:         m.opts.Clock.Now(),
@@ -47,7 +47,7 @@ func (m *Manager) step(ctx context.Context, secret *corev1.Secret) (bool, error)
 // rotation is one check of the certificate Secret: its data and annotations,
 // changed in place by the phases of step, and the CA that signs the leaf.
 type rotation struct {
-	m           *Manager
+	m           *Rotator
 	now         time.Time
 	data        map[string][]byte
 	annotations map[string]string
@@ -192,7 +192,7 @@ func withCA(data map[string][]byte, certKey, keyKey string, ca *pki.CA) (map[str
 
 // leafFresh reports whether data holds a serving certificate signed by ca
 // for every host, with more than a third of its lifetime left, and its key.
-func (m *Manager) leafFresh(data map[string][]byte, ca *x509.Certificate, now time.Time) bool {
+func (m *Rotator) leafFresh(data map[string][]byte, ca *x509.Certificate, now time.Time) bool {
 	cert, err := pki.ParseCertificate(data[corev1.TLSCertKey])
 	if err != nil || !validFor(cert, now) || cert.CheckSignatureFrom(ca) != nil {
 		return false
