@@ -81,10 +81,11 @@ func addOwnXlarge(ctx context.Context, env *Env, spoke, node, group, typ string,
 // journey that asks the hub about what that sample offers and so runs alone
 // as well as after the journey that applies it (MachineSpec). A Machine of
 // that name already there is used as it is. Otherwise it is applied, the
-// journey waits until every unit of it is reserved (the fleet's nodes serve
-// every type of the samples it is used with) and the hub shows its figures,
-// and it is deleted when the spec ends.
-func useSampleMachine(ctx context.Context, env *Env, spoke, file string) {
+// journey waits until wantReserved units of each type are reserved or used
+// by guests (nil: every unit, when the fleet's nodes serve every type of the
+// sample) and the hub shows its figures, and it is deleted when the spec
+// ends.
+func useSampleMachine(ctx context.Context, env *Env, spoke, file string, wantReserved map[string]int32) {
 	GinkgoHelper()
 	want, err := ReadMachine(file)
 	Expect(err).NotTo(HaveOccurred())
@@ -109,8 +110,15 @@ func useSampleMachine(ctx context.Context, env *Env, spoke, file string) {
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(want), m)).To(Succeed())
 		g.Expect(MachineReady(m)).To(BeTrue(), "Ready condition of Machine %s: %+v", m.Name, m.Status.Conditions)
 		for _, mt := range m.Spec.MachineTypes {
-			g.Expect(statusUsageString(StatusUsage(m, mt.Name))).To(Equal(usageString(mt.Available, mt.Available, 0, 0)),
-				"status usage of %s in Machine %s", mt.Name, m.Name)
+			reserved, ok := wantReserved[mt.Name]
+			if wantReserved == nil {
+				reserved, ok = mt.Available, true
+			}
+			g.Expect(ok).To(BeTrue(), "wantReserved names machine type %s", mt.Name)
+			u := StatusUsage(m, mt.Name)
+			g.Expect(u).NotTo(BeNil(), "status usage of %s in Machine %s", mt.Name, m.Name)
+			// Guests an earlier journey left running hold units of their own.
+			g.Expect(u.Reserved+u.Used).To(Equal(reserved), "reserved and used units of %s in Machine %s: %s", mt.Name, m.Name, statusUsageString(u))
 		}
 		expectHubMatchesMachine(g, ctx, env.Ctl, spoke, m)
 	}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())

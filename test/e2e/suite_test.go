@@ -119,6 +119,9 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 		spokeB = "spoke-b"
 	)
 	spokes := []string{spokeA, spokeB}
+	// generalReserved are the reservations of the sample general-machine on
+	// spoke-a: compute-large is served by no node of the pool.
+	generalReserved := map[string]int32{"compute-medium": 4, "compute-xlarge": 1, "compute-large": 0}
 
 	It("1: both spokes joined and are Available, each with its agent's MODE; a fresh join token shows in token list", func(ctx SpecContext) {
 		JoinSpec(ctx, JoinInput{Env: env, Spokes: spokes, NewTokenCluster: "spoke-c", WantModes: env.Modes})
@@ -127,8 +130,7 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 	It("2: the sample general-machine on spoke-a labels its nodes, runs reservations, and the hub shows them", func(ctx SpecContext) {
 		MachineSpec(ctx, MachineInput{
 			Env: env, Spoke: spokeA, MachineFile: env.Sample("general-machine.yaml"),
-			// compute-large is served by no node of the pool.
-			WantReserved: map[string]int32{"compute-medium": 4, "compute-xlarge": 1, "compute-large": 0},
+			WantReserved: generalReserved,
 			WantPool: map[string]PoolNode{
 				"michiru": {imperatorv1alpha1.NodePoolReady, imperatorv1alpha1.NodeConditionReady},
 				"utaha":   {imperatorv1alpha1.NodePoolMaintenance, imperatorv1alpha1.NodeConditionMaintenance},
@@ -138,6 +140,7 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 	}, SpecTimeout(4*time.Minute))
 
 	It("3: a guest Deployment is injected, runs on michiru, the reservation gives way and the hub follows; scaled beyond available, the extra guests wait in line at the slot gate, QUEUED at the hub with no unit FREE", func(ctx SpecContext) {
+		useSampleMachine(ctx, env, spokeA, env.Sample("general-machine.yaml"), generalReserved)
 		GuestSpec(ctx, GuestInput{
 			Env: env, Spoke: spokeA, GuestFile: env.Sample("guest-deployment.yaml"),
 			MachineName: "general-machine", WantNodes: []string{"michiru"},
@@ -149,6 +152,7 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 	}, SpecTimeout(6*time.Minute))
 
 	It("4: mode changes and node health move labels, conditions and the hub's answers", func(ctx SpecContext) {
+		useSampleMachine(ctx, env, spokeA, env.Sample("general-machine.yaml"), generalReserved)
 		NodePoolSpec(ctx, NodePoolInput{
 			Env: env, Spoke: spokeA, MachineName: "general-machine",
 			MaintenanceNode: "utaha", UnhealthyNode: "eriri",
@@ -173,7 +177,7 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 	}, SpecTimeout(4*time.Minute))
 
 	It("6: spoke-b's agent stops: offline within the grace period, excluded, and current again after restart", func(ctx SpecContext) {
-		useSampleMachine(ctx, env, spokeB, env.Sample("hopper-machine.yaml"))
+		useSampleMachine(ctx, env, spokeB, env.Sample("hopper-machine.yaml"), nil)
 		OfflineSpec(ctx, OfflineInput{
 			Env: env, Spoke: spokeB, MachineName: "hopper-machine",
 			Type: "compute-xlarge", Count: 2, Node: "kasumi",
@@ -181,14 +185,14 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 	}, SpecTimeout(5*time.Minute))
 
 	It("7: the hub restarts: spokes reconnect by themselves and nothing is lost", func(ctx SpecContext) {
-		useSampleMachine(ctx, env, spokeB, env.Sample("hopper-machine.yaml"))
+		useSampleMachine(ctx, env, spokeB, env.Sample("hopper-machine.yaml"), nil)
 		HubRestartSpec(ctx, HubRestartInput{
 			Env: env, Spokes: spokes, Type: "compute-xlarge", Count: 2, WantCluster: spokeB,
 		})
 	}, SpecTimeout(5*time.Minute))
 
 	It("8: a fleet hold books 2 compute-xlarge on spoke-b, its guest claims one, release gives the rest back", func(ctx SpecContext) {
-		useSampleMachine(ctx, env, spokeB, env.Sample("hopper-machine.yaml"))
+		useSampleMachine(ctx, env, spokeB, env.Sample("hopper-machine.yaml"), nil)
 		HoldSpec(ctx, HoldInput{
 			Env: env, Name: "journey-8", Type: "compute-xlarge", Count: 2, WantCluster: spokeB, Namespace: "team-hold",
 		})
