@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
-	"github.com/imperator-federation/imperator/hub/internal/server"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
@@ -117,7 +116,7 @@ func (c *Coordinator) send(ctx context.Context, fh *imperatorv1alpha1.FleetHold,
 		askCtx, cancel := context.WithDeadline(ctx, deadline)
 		defer cancel()
 		resp, err := c.opts.Spokes.RequestHold(askCtx, cl.Cluster, holdRequest(fh, cl, release, now, deadline))
-		if err != nil && !errors.Is(err, server.ErrHoldsUnsupported) {
+		if err != nil && !errors.Is(err, ErrHoldsUnsupported) {
 			ctrl.LoggerFrom(ctx).V(1).Info("A spoke did not answer a hold request", "fleetHold", fh.Name, "cluster", cl.Cluster, "release", release, "err", err.Error())
 			return // asked again at the next look
 		}
@@ -168,7 +167,7 @@ func (c *Coordinator) record(ctx context.Context, fh *imperatorv1alpha1.FleetHol
 // Pending hold's coordinator decides TimedOut at its deadline.
 func applyAnswer(cl *imperatorv1alpha1.FleetHoldCluster, phase imperatorv1alpha1.FleetHoldPhase, a answered) {
 	switch {
-	case errors.Is(a.err, server.ErrHoldsUnsupported):
+	case errors.Is(a.err, ErrHoldsUnsupported):
 		if a.release {
 			// An agent without holds holds nothing.
 			cl.Result, cl.Held = ResultReleased, 0

@@ -63,9 +63,20 @@ var (
 type Spokes interface {
 	// HoldStream reports whether the cluster's stream is open here.
 	HoldStream(cluster string) (connected, supportsHolds bool)
-	// RequestHold sends req and waits for the answer until ctx ends.
+	// RequestHold sends req and waits for the answer until ctx ends; it
+	// fails at once with ErrNotConnectedHere or ErrHoldsUnsupported when
+	// the spoke cannot answer.
 	RequestHold(ctx context.Context, cluster string, req *federationv1.HoldRequest) (*federationv1.HoldResponse, error)
 }
+
+// Errors of Spokes.RequestHold that the Coordinator tells apart.
+var (
+	// ErrNotConnectedHere: the cluster's Report stream is not open on this
+	// hub replica (it is on another one, or the spoke is offline).
+	ErrNotConnectedHere = errors.New("the spoke's Report stream is not open on this hub replica")
+	// ErrHoldsUnsupported: the spoke agent predates capacity holds.
+	ErrHoldsUnsupported = errors.New("the spoke agent does not support capacity holds (its Hello lacks the capability \"holds\"); upgrade it")
+)
 
 // Options configure a Coordinator.
 type Options struct {

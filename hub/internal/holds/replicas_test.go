@@ -18,7 +18,6 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/hub/internal/capacity"
-	"github.com/imperator-federation/imperator/hub/internal/server"
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
@@ -84,7 +83,7 @@ func (r replicaSpokes) HoldStream(cluster string) (bool, bool) {
 
 func (r replicaSpokes) RequestHold(ctx context.Context, cluster string, req *federationv1.HoldRequest) (*federationv1.HoldResponse, error) {
 	if here, _ := r.HoldStream(cluster); !here {
-		return nil, server.ErrNotConnectedHere
+		return nil, ErrNotConnectedHere
 	}
 	return r.fleet.spokes[cluster].answer(req), nil
 }

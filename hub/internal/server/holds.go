@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/imperator-federation/imperator/hub/internal/holds"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
@@ -24,16 +25,9 @@ const HoldCapability = "holds"
 // the stream's own Acks and Resyncs.
 const outboxSize = 64
 
-// Errors of RequestHold.
-var (
-	// ErrNotConnectedHere: the cluster's Report stream is not open on this
-	// hub replica (it is on another one, or the spoke is offline).
-	ErrNotConnectedHere = errors.New("the spoke's Report stream is not open on this hub replica")
-	// ErrHoldsUnsupported: the spoke agent predates capacity holds.
-	ErrHoldsUnsupported = errors.New("the spoke agent does not support capacity holds (its Hello lacks the capability \"holds\"); upgrade it")
-	// ErrStreamEnded: the stream ended before the spoke answered.
-	ErrStreamEnded = errors.New("the spoke's Report stream ended before it answered")
-)
+// ErrStreamEnded is the error of RequestHold when the stream ended before
+// the spoke answered; its other errors are those of holds.Spokes.
+var ErrStreamEnded = errors.New("the spoke's Report stream ended before it answered")
 
 // holdWaiters routes HoldResponses to the RequestHold calls waiting for them,
 // by request ID.
@@ -62,17 +56,17 @@ func (s *Server) HoldStream(cluster string) (connected, supportsHolds bool) {
 
 // RequestHold sends req to the cluster's spoke over its Report stream and
 // waits for its HoldResponse until ctx ends. It never waits on a spoke that
-// cannot answer: ErrNotConnectedHere, ErrHoldsUnsupported and ErrStreamEnded
-// come back at once. The request ID is set here.
+// cannot answer: holds.ErrNotConnectedHere, holds.ErrHoldsUnsupported and
+// ErrStreamEnded come back at once. The request ID is set here.
 func (s *Server) RequestHold(ctx context.Context, cluster string, req *federationv1.HoldRequest) (*federationv1.HoldResponse, error) {
 	s.mu.Lock()
 	sess, ok := s.sessions[cluster]
 	s.mu.Unlock()
 	if !ok {
-		return nil, ErrNotConnectedHere
+		return nil, holds.ErrNotConnectedHere
 	}
 	if !sess.holds {
-		return nil, ErrHoldsUnsupported
+		return nil, holds.ErrHoldsUnsupported
 	}
 	w := &s.holdWaiters
 	w.mu.Lock()
