@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -93,7 +94,10 @@ func (r *Reconciler) podHandler(name multicluster.ClusterName, cl cluster.Cluste
 type podState struct {
 	group, machineType, role, nodeName, ordinal string
 	// injected is the injector's record: whether the pod is a guest at all.
-	injected                       string
+	injected string
+	// controller is the UID of the pod's controller: whether a reservation
+	// pod is the Machine's (ownReservation).
+	controller                     types.UID
 	phase                          corev1.PodPhase
 	deleting, unschedulable, gated bool
 }
@@ -106,6 +110,7 @@ func podView(pod *corev1.Pod) podState {
 		role:        role,
 		ordinal:     pod.Labels[appsv1.PodIndexLabel],
 		injected:    pod.Annotations[imperatorv1alpha1.InjectedAnnotation],
+		controller:  controllerUID(pod),
 		nodeName:    pod.Spec.NodeName,
 		phase:       pod.Status.Phase,
 		deleting:    pod.DeletionTimestamp != nil,
@@ -116,6 +121,14 @@ func podView(pod *corev1.Pod) podState {
 		unschedulable: role == string(imperatorv1alpha1.PodRoleReservation) && unschedulable(pod),
 		gated:         gated(pod),
 	}
+}
+
+// controllerUID is the UID of a pod's controller, "" without one.
+func controllerUID(pod *corev1.Pod) types.UID {
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
+		return ref.UID
+	}
+	return ""
 }
 
 // observeHandover records the time from a guest's creation until it runs,

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
@@ -68,6 +70,12 @@ func TestPodViewChangesOnlyWithWhatTheCountReads(t *testing.T) {
 		"a guest or stray the scheduler could not place: no reconcile": {old: stray, new: failed(stray), want: true},
 		"a reservation pod the scheduler could not place":              {old: reservation, new: failed(reservation)},
 		"the injector's record appears or goes":                        {old: stray, new: stamped(stray)},
+		"a reservation pod's controller changes (adopted or released)": {old: reservation, new: func() *corev1.Pod {
+			p := reservation.DeepCopy()
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "compute-small-general-machine",
+				UID: "sts", Controller: ptr.To(true)}}
+			return p
+		}()},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -166,6 +167,10 @@ type lookups struct {
 	// readyNodes returns the node-pool=ready nodes of a machine type, those
 	// a guest of the type may be placed on (readyNodesOf).
 	readyNodes func(machineType string) []*corev1.Node
+	// reservationSets are the reservation StatefulSets of the group that the
+	// Machine controls, name by UID (controlledReservationSets): only their
+	// pods are its reservation pods (ownReservation).
+	reservationSets map[types.UID]string
 }
 
 // maxRecordBytes bounds the injector's record a guest may carry: the
@@ -206,9 +211,12 @@ func admittedGuest(pod *corev1.Pod) bool {
 
 // podCounts counts the pods of one machine group per machine type of
 // available (the spec's available units by type name). Reservation pods
-// count only in the agent's namespace. A pod labelled as a guest is one
-// only when the injector admitted it (admittedGuest); the others are
-// strays, counted nowhere and only reported. Guests count whatever their
+// count only when ownReservation says they are the Machine's: the original
+// Imperator's, labelled alike in the same namespace during a migration,
+// count nowhere (neither reserved, off the pool, unschedulable nor stuck;
+// labelled as reservations, not as guests or strays either). A pod labelled
+// as a guest is one only when the injector admitted it (admittedGuest); the
+// others are strays, counted nowhere and only reported. Guests count whatever their
 // namespace's labels say now: a guest admitted while its namespace was opted
 // in holds its unit until it is gone, also after the namespace is opted out
 // (not counting it would grow the reservation into its unit and let the next
@@ -240,7 +248,7 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, look lookups, av
 		}
 		role := imperatorv1alpha1.PodRole(pod.Labels[imperatorv1alpha1.PodRoleKey])
 		switch {
-		case role == imperatorv1alpha1.PodRoleReservation && pod.Namespace != agentNamespace:
+		case role == imperatorv1alpha1.PodRoleReservation && !ownReservation(pod, group, agentNamespace, look.reservationSets):
 			continue
 		case role == imperatorv1alpha1.PodRoleGuest && !admittedGuest(pod):
 			if active(pod) {
@@ -298,6 +306,54 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, look lookups, av
 		slices.Sort(u.stuck)
 	}
 	return usage
+}
+
+// ownReservation tells whether a pod labelled as a reservation of group is
+// one of the Machine's: in the agent's namespace and controlled by the
+// reservation StatefulSet of its machine type, <machine-type>-<machine-group>,
+// that the Machine controls (statefulSets, by UID). The original Imperator's
+// reservation pods carry the same labels in the same namespace (its default
+// one is the agent's), but their StatefulSet is <machine-group>-<machine-type>
+// and the Machine is not its controller (package migrate detaches it), so
+// they hold units the agent does not: counted, they would make the Machine
+// report the original's units as its own while its own reservation pods
+// wait for them. The StatefulSet controller sets the controller reference
+// when it creates a pod (k8s.io/kubernetes pkg/controller/statefulset
+// newStatefulSetPod), so none of the Machine's pods is ever seen without
+// it, and it only adopts orphans named after the StatefulSet (isMemberOf).
+func ownReservation(pod *corev1.Pod, group, agentNamespace string, statefulSets map[types.UID]string) bool {
+	if pod.Namespace != agentNamespace {
+		return false
+	}
+	ref := metav1.GetControllerOfNoCopy(pod)
+	if ref == nil || ref.Kind != "StatefulSet" {
+		return false
+	}
+	name, ok := statefulSets[ref.UID]
+	return ok && ref.Name == name && name == imperatorv1alpha1.ReservationName(pod.Labels[imperatorv1alpha1.MachineTypeKey], group)
+}
+
+// controlledReservationSets are the reservation StatefulSets of group in
+// namespace that the Machine controls, or takes over from an earlier
+// Machine of its name (getControlled), name by UID: those whose pods are
+// its reservation pods. They are read from the cache without copies: only
+// their names and owners are read.
+func controlledReservationSets(ctx context.Context, c client.Client, namespace, group string, machine *imperatorv1alpha1.Machine) (map[types.UID]string, error) {
+	statefulSets := &appsv1.StatefulSetList{}
+	if err := c.List(ctx, statefulSets, client.InNamespace(namespace), client.MatchingLabels{
+		imperatorv1alpha1.MachineGroupKey: group,
+		imperatorv1alpha1.PodRoleKey:      string(imperatorv1alpha1.PodRoleReservation),
+	}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing reservation StatefulSets of machine group %s: %w", group, err)
+	}
+	controlled := make(map[types.UID]string, len(statefulSets.Items))
+	for i := range statefulSets.Items {
+		sts := &statefulSets.Items[i]
+		if metav1.IsControlledBy(sts, machine) || ownedByEarlier(sts, machine) {
+			controlled[sts.UID] = sts.Name
+		}
+	}
+	return controlled, nil
 }
 
 // countInactive counts a pod that is terminating or finished: a bound one
@@ -531,11 +587,16 @@ func (r *Reconciler) countUsage(ctx context.Context, c client.Client, machine *i
 		}
 		return nodes
 	}
+	reservationSets, err := controlledReservationSets(ctx, c, r.opts.Namespace, group, machine)
+	if err != nil {
+		return nil, nil, err
+	}
 	available := make(map[string]int32, len(machine.Spec.MachineTypes))
 	for _, t := range machine.Spec.MachineTypes {
 		available[t.Name] = t.Available
 	}
-	usage := podCounts(pods.Items, group, r.opts.Namespace, lookups{enabled: enabled, nodeState: nodeState, readyNodes: readyNodes},
+	usage := podCounts(pods.Items, group, r.opts.Namespace,
+		lookups{enabled: enabled, nodeState: nodeState, readyNodes: readyNodes, reservationSets: reservationSets},
 		available, time.Now().Add(-stuckReservationAfter))
 	if lookupErr != nil {
 		return nil, nil, lookupErr

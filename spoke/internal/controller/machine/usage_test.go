@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
@@ -23,12 +24,51 @@ const (
 	group   = "general-machine"
 )
 
-// reservationPod is reservation pod <ordinal> of machineType's StatefulSet.
+// reservationPod is reservation pod <ordinal> of machineType's StatefulSet,
+// controlled by it, as the StatefulSet controller creates it.
 func reservationPod(machineType, ordinal string) *wrappers.PodWrapper {
-	return wrappers.MakePod(agentNS, imperatorv1alpha1.ReservationName(machineType, group)+"-"+ordinal).
+	name := imperatorv1alpha1.ReservationName(machineType, group)
+	return controlledBy(labelledReservation(name+"-"+ordinal, machineType), name, ourSetUID(machineType))
+}
+
+// labelledReservation is a pod of the agent's namespace labelled as a
+// reservation of machineType, without an owner.
+func labelledReservation(name, machineType string) *wrappers.PodWrapper {
+	return wrappers.MakePod(agentNS, name).
 		Label(imperatorv1alpha1.MachineGroupKey, group).
 		Label(imperatorv1alpha1.MachineTypeKey, machineType).
 		Label(imperatorv1alpha1.PodRoleKey, string(imperatorv1alpha1.PodRoleReservation))
+}
+
+// controlledBy makes the StatefulSet statefulSet of uid the pod's controller.
+func controlledBy(w *wrappers.PodWrapper, statefulSet string, uid types.UID) *wrappers.PodWrapper {
+	w.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: statefulSet, UID: uid,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+	return w
+}
+
+// ourSetUID is the UID of the Machine's reservation StatefulSet of
+// machineType in ourSets.
+func ourSetUID(machineType string) types.UID { return types.UID("sts-" + machineType) }
+
+// ourSets are the reservation StatefulSets the Machine controls, as
+// controlledReservationSets finds them.
+var ourSets = func() map[types.UID]string {
+	sets := map[types.UID]string{}
+	for _, machineType := range []string{"compute-small", "compute-medium", "compute-large", "compute-xlarge"} {
+		sets[ourSetUID(machineType)] = imperatorv1alpha1.ReservationName(machineType, group)
+	}
+	return sets
+}()
+
+// originalReservation is reservation pod <ordinal> of the original
+// Imperator's StatefulSet of machineType (<machine-group>-<machine-type>,
+// package migrate's OriginalReservationName): the same labels in the same
+// namespace as the agent's, the Machine no longer its StatefulSet's
+// controller (migrate detaches it).
+func originalReservation(machineType, ordinal string) *wrappers.PodWrapper {
+	name := group + "-" + machineType
+	return controlledBy(labelledReservation(name+"-"+ordinal, machineType), name, types.UID("original-"+machineType))
 }
 
 func withUnschedulable(pod *corev1.Pod) *corev1.Pod {
@@ -171,6 +211,21 @@ func TestPodCounts(t *testing.T) {
 				},
 			},
 		},
+		"the original Imperator's reservation pods, labelled alike beside the agent's, count nowhere: not reserved, off the pool, unschedulable, nor guests": {
+			pods: []*corev1.Pod{
+				reservationPod("compute-medium", "0").NodeName("eriri").Obj(),
+				reservationPod("compute-medium", "1").NodeName("eriri").Obj(),
+				withUnschedulable(reservationPod("compute-medium", "2").Obj()),
+				originalReservation("compute-medium", "0").NodeName("eriri").Obj(),
+				originalReservation("compute-medium", "1").NodeName("sayaka").Obj(),
+				withUnschedulable(originalReservation("compute-medium", "2").Obj()),
+				deleting(originalReservation("compute-medium", "3").NodeName("eriri").Obj()),
+			},
+			available: map[string]int32{"compute-medium": 3},
+			want: map[string]counts{
+				"compute-medium": {Usage: imperatorv1alpha1.Usage{Maximum: 3, Reserved: 2}, Replicas: 3, Unschedulable: 1},
+			},
+		},
 		"the replicas do not depend on where reservations are bound": {
 			pods: []*corev1.Pod{
 				reservationPod("compute-medium", "0").NodeName("sayaka").Obj(),
@@ -215,12 +270,67 @@ func TestPodCounts(t *testing.T) {
 				pods = append(pods, *p)
 			}
 			got := map[string]counts{}
-			for typeName, u := range podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: nodeState, readyNodes: anywhere}, tc.available, time.Time{}) {
+			for typeName, u := range podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: nodeState, readyNodes: anywhere, reservationSets: ourSets}, tc.available, time.Time{}) {
 				got[typeName] = counts{Usage: u.Usage, Replicas: u.replicas, Unschedulable: u.unschedulable,
 					OffPool: u.offPool, OffPoolNodes: u.offPoolNodes}
 			}
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("podCounts() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// Only pods the Machine's own reservation StatefulSets control are its
+// reservation pods: not the original Imperator's, not another Machine's,
+// not a pod that merely carries the labels.
+func TestOwnReservation(t *testing.T) {
+	cases := map[string]struct {
+		pod  *corev1.Pod
+		want bool
+	}{
+		"a pod of the Machine's StatefulSet": {
+			pod: reservationPod("compute-medium", "0").Obj(), want: true,
+		},
+		"a pod of the original Imperator's StatefulSet <machine-group>-<machine-type>": {
+			pod: originalReservation("compute-medium", "0").Obj(),
+		},
+		"a pod of a StatefulSet with the Machine's name that the Machine does not control (another Machine's, or the original's under a colliding name)": {
+			pod: controlledBy(labelledReservation("compute-medium-general-machine-0", "compute-medium"), "compute-medium-general-machine", "someone-else").Obj(),
+		},
+		"a pod labelled as a reservation with no controller": {
+			pod: labelledReservation("compute-medium-general-machine-0", "compute-medium").Obj(),
+		},
+		"a pod controlled by something else than a StatefulSet, with the UID of the Machine's": {
+			pod: func() *corev1.Pod {
+				p := reservationPod("compute-medium", "0").Obj()
+				p.OwnerReferences[0].Kind = "ReplicaSet"
+				return p
+			}(),
+		},
+		"a pod only owned, not controlled, by the Machine's StatefulSet": {
+			pod: func() *corev1.Pod {
+				p := reservationPod("compute-medium", "0").Obj()
+				p.OwnerReferences[0].Controller = nil
+				return p
+			}(),
+		},
+		"a pod of the Machine's StatefulSet of another type, labelled with this one": {
+			pod: controlledBy(labelledReservation("compute-xlarge-general-machine-0", "compute-medium"),
+				"compute-xlarge-general-machine", ourSetUID("compute-xlarge")).Obj(),
+		},
+		"a pod of the Machine's StatefulSet outside the agent's namespace": {
+			pod: func() *corev1.Pod {
+				p := reservationPod("compute-medium", "0").Obj()
+				p.Namespace = guestNS
+				return p
+			}(),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := ownReservation(tc.pod, group, agentNS, ourSets); got != tc.want {
+				t.Errorf("ownReservation() = %v, want %v", got, tc.want)
 			}
 		})
 	}
@@ -304,7 +414,7 @@ func TestPodCountsGuestQueue(t *testing.T) {
 			for _, p := range tc.pods {
 				pods = append(pods, *p)
 			}
-			u := podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: nodeState, readyNodes: anywhere}, map[string]int32{"compute-small": 6}, time.Time{})["compute-small"]
+			u := podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: nodeState, readyNodes: anywhere, reservationSets: ourSets}, map[string]int32{"compute-small": 6}, time.Time{})["compute-small"]
 			got := counts{Usage: u.Usage, Replicas: u.replicas, Held: u.held(), Granted: u.granted, Leaving: u.leaving,
 				Reserved: u.Reserved, ReservationPods: u.reservationPods}
 			for _, p := range u.gated {
@@ -355,6 +465,14 @@ func TestPodCountsStuckReservation(t *testing.T) {
 			},
 			want: counts{ReservationPods: 1, Stuck: []string{"imperator-system/compute-small-general-machine-0"}},
 		},
+		"the original Imperator's reservation pod stuck terminating is not the Machine's: neither stuck nor waited for": {
+			pods: []*corev1.Pod{
+				deletedAt(originalReservation("compute-small", "0").NodeName("kasumi").Obj(), time.Hour),
+				deletedAt(originalReservation("compute-small", "1").NodeName("kasumi").Obj(), time.Second),
+				gatedNext,
+			},
+			want: counts{},
+		},
 		"a stuck pod and one just deleted: the queue waits for the second": {
 			pods: []*corev1.Pod{
 				deletedAt(reservationPod("compute-small", "0").NodeName("kasumi").Obj(), time.Hour),
@@ -370,7 +488,7 @@ func TestPodCountsStuckReservation(t *testing.T) {
 			for _, p := range tc.pods {
 				pods = append(pods, *p)
 			}
-			u := podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: nodeState, readyNodes: anywhere}, map[string]int32{"compute-small": 1}, now.Add(-stuckReservationAfter))["compute-small"]
+			u := podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: nodeState, readyNodes: anywhere, reservationSets: ourSets}, map[string]int32{"compute-small": 1}, now.Add(-stuckReservationAfter))["compute-small"]
 			got := counts{Replicas: u.replicas, ReservationPods: u.reservationPods, Releasing: u.releasing(), Stuck: u.stuck, NextStuck: u.nextStuck}
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("podCounts() (-want +got):\n%s", diff)
@@ -501,7 +619,7 @@ func TestPodCountsOnlyAdmittedGuestsANodeCanTakeHoldUnits(t *testing.T) {
 			for _, p := range tc.pods {
 				pods = append(pods, *p)
 			}
-			u := podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: nodeState, readyNodes: readyNodes},
+			u := podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: nodeState, readyNodes: readyNodes, reservationSets: ourSets},
 				map[string]int32{"compute-small": 4}, time.Time{})["compute-small"]
 			got := counts{Usage: u.Usage, Replicas: u.replicas, Held: u.held(), Strays: u.strays}
 			for ns := range u.strayNamespaces {
@@ -524,7 +642,7 @@ func TestPodCountsOnlyAdmittedGuestsANodeCanTakeHoldUnits(t *testing.T) {
 			*gate(nowhere(wrappers.MakePod(guestNS, "picky").InjectedGuest(group, "compute-small"))).Obj(),
 			*gate(wrappers.MakePod(guestNS, "plain").InjectedGuest(group, "compute-small")).Obj(),
 		}
-		u := podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: nodeState, readyNodes: func(string) []*corev1.Node { return nil }},
+		u := podCounts(pods, group, agentNS, lookups{enabled: enabled, nodeState: nodeState, readyNodes: func(string) []*corev1.Node { return nil }, reservationSets: ourSets},
 			map[string]int32{"compute-small": 4}, time.Time{})["compute-small"]
 		if diff := cmp.Diff(imperatorv1alpha1.Usage{Maximum: 4, Waiting: 2, Queued: 2}, u.Usage); diff != "" {
 			t.Errorf("usage (-want +got):\n%s", diff)
