@@ -92,31 +92,11 @@ func replicaID() (string, error) {
 // Run runs the hub until ctx is done.
 func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts Options) error {
 	log := ctrl.Log.WithName("hub")
-	// Everything below asks the API server something first: a start
-	// during its outage waits for it instead of exiting (apiready).
-	if err := apiready.Wait(ctx, restConfig, apiready.DefaultTimeout, log); err != nil {
-		return err
-	}
-	// The one clock every part reads time from (offset only in tests).
-	clk := cfg.Clock()
-	scheme, err := schemes.Hub()
+	f, err := prepare(ctx, cfg, restConfig, log)
 	if err != nil {
 		return err
 	}
-	// Secrets (CA, tokens) and the restore are read directly: no cache of
-	// every Secret in the hub cluster.
-	direct, err := client.New(restConfig, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("creating client: %w", err)
-	}
-	replica, err := replicaID()
-	if err != nil {
-		return err
-	}
-	authority, err := loadCA(ctx, cfg, direct, replica, clk, log)
-	if err != nil {
-		return err
-	}
+	clk, scheme, direct, replica, authority := f.clock, f.scheme, f.direct, f.replica, f.authority
 	started := clk.Now()
 	mgr, err := ctrl.NewManager(restConfig, managerOptions(cfg, scheme, opts))
 	if err != nil {
@@ -133,43 +113,28 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
-	cached, apiReader := mgr.GetClient(), mgr.GetAPIReader()
-	tokens := join.NewTokens(direct, cfg.Namespace, clk)
-	queries := query.New(st, tokens, clk)
-	queries.SetRegistry(direct)
-	// People's Kubernetes identities of the hub cluster on the query API.
-	kube, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		return fmt.Errorf("creating Kubernetes client: %w", err)
-	}
-	tokenAuth, err := query.NewTokenAuthorizer(kube, query.TokenAuthOptions{Audiences: cfg.TokenAudiences, TTL: cfg.TokenAuthTTL, DecisionTTL: cfg.TokenDecisionTTL})
-	if err != nil {
-		return err
-	}
 	publisher := scores.New(mgr.GetClient(), st, scores.Options{Clock: clk, Log: log.WithName("scores")})
 	revocations := &registry.Revocations{Reader: direct, Namespace: cfg.Namespace, Refresh: cfg.RevocationsRefresh, Clock: clk, Log: log.WithName("revocations")}
 	if err := revocations.Load(ctx); err != nil {
 		return err
 	}
+	tokens := join.NewTokens(direct, cfg.Namespace, clk)
+	queries := query.New(st, tokens, clk)
+	queries.SetRegistry(direct)
+	tokenAuth, err := newTokenAuthorizer(cfg, restConfig)
+	if err != nil {
+		return err
+	}
 	// Join and Renew tell the admitter of their writes: a certificate they
 	// retire is not admitted here by a cache that does not show them yet.
-	admitter := registry.NewAdmitter(cached, apiReader, clk)
+	admitter := registry.NewAdmitter(mgr.GetClient(), mgr.GetAPIReader(), clk)
 	srv, err := server.New(server.Options{
-		Listener:      opts.Listener,
-		ListenAddress: cfg.ListenAddress,
-		TLS:           authority.TLSConfig(),
-		Store:         st,
-		Clock:         clk,
-		Joiner: &join.Service{
-			Tokens:         tokens,
-			CA:             authority,
-			Client:         direct,
-			Validity:       cfg.ClientCertValidity,
-			HubNamespace:   cfg.Namespace,
-			RenewalOverlap: cfg.RenewalOverlap,
-			Clock:          clk,
-			RecordWritten:  admitter.Wrote,
-		},
+		Listener:        opts.Listener,
+		ListenAddress:   cfg.ListenAddress,
+		TLS:             authority.TLSConfig(),
+		Store:           st,
+		Clock:           clk,
+		Joiner:          joiner(cfg, tokens, authority, direct, admitter, clk),
 		Admit:           admitter.Admit,
 		Metrics:         metrics,
 		Log:             log.WithName("grpc"),
@@ -209,6 +174,70 @@ func Run(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts O
 		return fmt.Errorf("running manager: %w", err)
 	}
 	return nil
+}
+
+// foundation is what every part of the hub is built on.
+type foundation struct {
+	// clock is the one clock every part reads time from (offset only in
+	// tests).
+	clock  clock.WithTicker
+	scheme *runtime.Scheme
+	// direct reads Secrets (CA, tokens) and the restore: no cache of every
+	// Secret in the hub cluster.
+	direct    client.Client
+	replica   string
+	authority *hubca.Authority
+}
+
+// prepare waits for the hub cluster's API server (a start during its
+// outage waits for it instead of exiting: apiready), then builds the
+// foundation: the scheme, the direct client, this replica's ID and the hub
+// CA.
+func prepare(ctx context.Context, cfg config.Config, restConfig *rest.Config, log logr.Logger) (foundation, error) {
+	if err := apiready.Wait(ctx, restConfig, apiready.DefaultTimeout, log); err != nil {
+		return foundation{}, err
+	}
+	f := foundation{clock: cfg.Clock()}
+	var err error
+	if f.scheme, err = schemes.Hub(); err != nil {
+		return foundation{}, err
+	}
+	if f.direct, err = client.New(restConfig, client.Options{Scheme: f.scheme}); err != nil {
+		return foundation{}, fmt.Errorf("creating client: %w", err)
+	}
+	if f.replica, err = replicaID(); err != nil {
+		return foundation{}, err
+	}
+	if f.authority, err = loadCA(ctx, cfg, f.direct, f.replica, f.clock, log); err != nil {
+		return foundation{}, err
+	}
+	return f, nil
+}
+
+// newTokenAuthorizer authorizes people's Kubernetes identities of the hub
+// cluster (bearer tokens) on the query API: TokenReview and
+// SubjectAccessReview against the hub cluster.
+func newTokenAuthorizer(cfg config.Config, restConfig *rest.Config) (*query.TokenAuthorizer, error) {
+	kube, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("creating Kubernetes client: %w", err)
+	}
+	return query.NewTokenAuthorizer(kube, query.TokenAuthOptions{Audiences: cfg.TokenAudiences, TTL: cfg.TokenAuthTTL, DecisionTTL: cfg.TokenDecisionTTL})
+}
+
+// joiner serves spokes' Join and Renew: certificates of the hub CA for a
+// bootstrap token or a current certificate.
+func joiner(cfg config.Config, tokens *join.Tokens, authority *hubca.Authority, direct client.Client, admitter *registry.Admitter, clk clock.PassiveClock) *join.Service {
+	return &join.Service{
+		Tokens:         tokens,
+		CA:             authority,
+		Client:         direct,
+		Validity:       cfg.ClientCertValidity,
+		HubNamespace:   cfg.Namespace,
+		RenewalOverlap: cfg.RenewalOverlap,
+		Clock:          clk,
+		RecordWritten:  admitter.Wrote,
+	}
 }
 
 // loadCA makes the hub's namespace (started with nothing but a kubeconfig,
