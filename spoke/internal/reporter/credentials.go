@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"sync"
 	"time"
@@ -54,6 +55,12 @@ type hubCredentials struct {
 	current     *credential
 	certChanged chan struct{}
 	rotated     chan struct{}
+	// servingIssuer is the CA that signed the serving certificate the hub
+	// presented last (observeServing), guarded by servingMu;
+	// servingChanged wakes the renewer when it changed.
+	servingMu      sync.Mutex
+	servingIssuer  *x509.Certificate
+	servingChanged chan struct{}
 }
 
 // newCredentials returns the credentials of the Reporter with opts.
@@ -67,6 +74,7 @@ func newCredentials(opts *Options, caPEM []byte, serverName string, metrics *clu
 		unsavedChanged: make(chan struct{}, 1),
 		certChanged:    make(chan struct{}, 1),
 		rotated:        make(chan struct{}, 1),
+		servingChanged: make(chan struct{}, 1),
 	}
 }
 

@@ -68,7 +68,7 @@ func (cr *hubCredentials) join(ctx context.Context, key client.ObjectKey) (*cred
 // dial returns a connection to the hub, with cert as client certificate
 // (none for Join).
 func (cr *hubCredentials) dial(cert *tls.Certificate) (*grpc.ClientConn, error) {
-	tlsConfig, err := identity.ClientTLS(cr.trustBundle(), cert, cr.serverName)
+	tlsConfig, err := cr.clientTLS(cert)
 	if err != nil {
 		return nil, err
 	}
@@ -81,6 +81,19 @@ func (cr *hubCredentials) dial(cert *tls.Certificate) (*grpc.ClientConn, error) 
 		return nil, fmt.Errorf("connecting to the hub at %s: %w", cr.opts.Hub.Address, err)
 	}
 	return conn, nil
+}
+
+// clientTLS is the TLS configuration of a connection to the hub with cert
+// as client certificate (none for Join). Every handshake tells which CA
+// signs the hub's serving certificate: when it is a newer CA than the one of
+// the certificate in use, the renewer renews into it (carenewal.go).
+func (cr *hubCredentials) clientTLS(cert *tls.Certificate) (*tls.Config, error) {
+	tlsConfig, err := identity.ClientTLS(cr.trustBundle(), cert, cr.serverName)
+	if err != nil {
+		return nil, err
+	}
+	tlsConfig.VerifyConnection = cr.observeServing
+	return tlsConfig, nil
 }
 
 // trustBundle is what the hub is verified with: the CA bundle of

@@ -2,6 +2,7 @@ package reporter
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -17,23 +18,36 @@ import (
 const minRenewalSpacing = time.Second
 
 // renewer renews the certificate in use once two thirds of its life have
-// passed, whether or not a Report stream is up, until ctx is done. A failed
-// renewal is retried with capped exponential backoff while the certificate
-// is valid; an expired one is left to the next session, which joins.
+// passed, or early once the hub serves with a newer CA than the one that
+// signed it (carenewal.go), whether or not a Report stream is up, until ctx
+// is done. A failed renewal is retried with capped exponential backoff while
+// the certificate is valid; an expired one is left to the next session,
+// which joins.
 func (cr *hubCredentials) renewer(ctx context.Context) {
 	failures := 0
 	var lastRenewal time.Time
 	// refused is set when the hub refused the certificate for good: only
 	// joining again (the session's work) replaces it.
 	refused := false
+	var early caRenewal
 	for {
 		cur := cr.currentCredential()
+		var leaf *x509.Certificate
+		if cur != nil {
+			leaf = cur.cert.Leaf
+		}
+		early = early.plan(leaf, cr.lastServingIssuer(), cr.trustedCAs(), time.Now(), caRenewalJitterDelay)
 		var (
-			due   <-chan time.Time
-			timer *time.Timer
+			due     <-chan time.Time
+			timer   *time.Timer
+			isEarly bool
 		)
 		if cur != nil && !refused && time.Now().Before(cur.cert.Leaf.NotAfter) {
-			wait := time.Until(cur.renewalTime())
+			at := cur.renewalTime()
+			if earlyAt, ok := early.due(); ok && earlyAt.Before(at) {
+				at, isEarly = earlyAt, true
+			}
+			wait := time.Until(at)
 			if failures > 0 {
 				wait = cr.retryWait(failures)
 			}
@@ -46,6 +60,7 @@ func (cr *hubCredentials) renewer(ctx context.Context) {
 		case <-ctx.Done():
 		case <-cr.certChanged:
 			failures, refused = 0, false
+		case <-cr.servingChanged:
 		case <-due:
 			fired = true
 		}
@@ -57,6 +72,9 @@ func (cr *hubCredentials) renewer(ctx context.Context) {
 		}
 		if !fired {
 			continue
+		}
+		if isEarly {
+			cr.log.Info("The hub serves with a newer CA than the one of the client certificate; renewing into it", "notAfter", notAfter(cur.cert), "attempt", early.attempts+1)
 		}
 		renewed, err := cr.renew(ctx, cur)
 		switch {
@@ -71,6 +89,9 @@ func (cr *hubCredentials) renewer(ctx context.Context) {
 		case renewed:
 			failures = 0
 			lastRenewal = time.Now()
+			if isEarly {
+				early = early.renewed(lastRenewal, caRenewalJitterDelay)
+			}
 		}
 	}
 }
