@@ -122,6 +122,101 @@ var _ = Describe("Hub CA rotation", Ordered, func() {
 	})
 })
 
+// earlyRotationNamespace holds the CA of the early-renewal spec's hub.
+const earlyRotationNamespace = "imperator-rotation-early"
+
+var _ = Describe("Hub CA rotation with long-lived spoke certificates", func() {
+	It("moves a spoke to the promoted CA by an early renewal, so that finish needs no --force", func(ctx SpecContext) {
+		// Certificates of an hour: their scheduled renewal (at 40 minutes)
+		// plays no part. The hub recycles connections every 10s, as it does
+		// every --max-connection-age: each new connection shows the spoke
+		// which CA the hub serves with.
+		const (
+			validity = time.Hour
+			age      = 10 * time.Second
+			grace    = 5 * time.Second
+			// The promotion reaches the hub within its CA refresh (10s), the
+			// spoke at its next connection (age +10% + grace) and it renews
+			// within caRenewalJitter (1m).
+			moveBound = 10*time.Second + age*11/10 + grace + time.Minute + 15*time.Second
+		)
+		Expect(client.IgnoreAlreadyExists(hubServer.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: earlyRotationNamespace}}))).To(Succeed())
+		caFile, err := hubtest.WriteCAFile(ctx, hubServer.Client, earlyRotationNamespace, GinkgoT().TempDir())
+		Expect(err).NotTo(HaveOccurred())
+		rotationHub, err := hubtest.Start(hubServer.Config, hubtest.Options{
+			Namespace: earlyRotationNamespace, GracePeriod: gracePeriod, PersistInterval: persistInterval,
+			ClientCertValidity: validity, MaxConnectionAge: age, MaxConnectionAgeGrace: grace,
+		})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(rotationHub.Stop)
+
+		echo := startSpoke(ctx, "echo", caFile)
+		echo.token, err = hubtest.CreateToken(ctx, hubServer.Client, earlyRotationNamespace, time.Hour, "")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(deregister, "echo")
+		Expect(echo.startReporter(rotationHub.Address())).To(Succeed())
+		DeferCleanup(echo.stopReporter)
+		Eventually(func(g Gomega) {
+			c, ok := rotationHub.Cluster("echo")
+			g.Expect(ok).To(BeTrue())
+			g.Expect(c.Connected).To(BeTrue())
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		isConnected := func() bool {
+			c, ok := rotationHub.Cluster("echo")
+			return ok && c.Connected
+		}
+		rotate := func(step string) error { return hubtest.RotateCA(ctx, hubServer.Client, earlyRotationNamespace, step) }
+		joined := storedCertificate(ctx, Default, echo)
+
+		By("staging a next CA: the hub still serves with the first one, echo keeps its certificate")
+		Expect(rotate(hubtest.RotateStage)).To(Succeed())
+		// Longer than the hub's CA refresh plus a connection's age: echo
+		// reconnected at least once to a hub that follows the stage.
+		Consistently(func(g Gomega) {
+			g.Expect(isConnected()).To(BeTrue(), "echo connected")
+			g.Expect(storedCertificate(ctx, g, echo)).To(Equal(joined), "echo's certificate")
+		}).WithTimeout(10*time.Second + age*11/10 + grace).WithPolling(500 * time.Millisecond).Should(Succeed())
+
+		By("promoting the next CA: echo renews into it on its own, long before its scheduled renewal")
+		Expect(rotate(hubtest.RotatePromote)).To(Succeed())
+		newCA, _, err := hubtest.CurrentCA(ctx, hubServer.Client, earlyRotationNamespace)
+		Expect(err).NotTo(HaveOccurred())
+		var renewed []byte
+		Eventually(func(g Gomega) {
+			if !isConnected() {
+				StopTrying("echo is no longer connected to the hub after the promotion").Now()
+			}
+			renewed = storedCertificate(ctx, g, echo)
+			cert, err := pki.ParseCertificate(renewed)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(cert.CheckSignatureFrom(newCA)).To(Succeed(), "echo's certificate is of the new CA")
+		}).WithTimeout(moveBound).WithPolling(500 * time.Millisecond).Should(Succeed())
+
+		By("finishing without --force once the hub saw echo present its new certificate")
+		Eventually(func(g Gomega) {
+			if !isConnected() {
+				StopTrying("echo is no longer connected to the hub before the finish").Now()
+			}
+			err := rotate(hubtest.RotateFinish)
+			if err != nil && !errors.Is(err, hubtest.ErrOldCAInUse) {
+				StopTrying("finish failed: " + err.Error()).Now()
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+		}).WithTimeout(45 * time.Second).WithPolling(time.Second).Should(Succeed())
+		_, phase, err := hubtest.CurrentCA(ctx, hubServer.Client, earlyRotationNamespace)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(phase).To(Equal("Stable"))
+
+		By("echo renews no more: its certificate is of the CA the hub signs with")
+		// Several connections later (the hub follows the finish within 10s,
+		// then recycles echo's connection every 10s), still the one renewed.
+		Consistently(func(g Gomega) {
+			g.Expect(isConnected()).To(BeTrue(), "echo connected")
+			g.Expect(storedCertificate(ctx, g, echo)).To(Equal(renewed), "echo's certificate")
+		}).WithTimeout(10*time.Second + 2*(age*11/10+grace)).WithPolling(500 * time.Millisecond).Should(Succeed())
+	})
+})
+
 // certificatesIn counts the certificates of a PEM bundle.
 func certificatesIn(bundle []byte) int {
 	n := 0
