@@ -21,6 +21,7 @@ const (
 	// imperator-system, label app.kubernetes.io/name=imperator, command
 	// /imperator-controller, image ghcr.io/tenzen-y/imperator/imperator-controller).
 	originalDeploymentName = "imperator-controller"
+	originalNamespace      = "imperator-system"
 	originalAppLabel       = "imperator"
 	originalBinary         = "/imperator-controller"
 	originalImage          = "tenzen-y/imperator/imperator-controller"
@@ -33,11 +34,6 @@ const (
 	originalPodMutator       = "mutator.pod.imperator.tenzen-y.io"
 	originalMachineDefaulter = "defaulter.machine.imperator.tenzen-y.io"
 	originalMachineValidator = "validator.machine.imperator.tenzen-y.io"
-
-	// originalReservationContainer is the container of the original's
-	// reservation pods (pkg/controllers/util/resource.go
-	// GenerateSleeperContainer: alpine, sleep infinity).
-	originalReservationContainer = "sleeper"
 )
 
 // OriginalReservationName is the name the original gives a machine type's

@@ -18,12 +18,13 @@ import (
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 )
 
-// AdoptAnnotation, set to "true" on a Machine, asks the agent to hand the
-// Machine's units over from the original's reservation StatefulSets and to
-// remove the original's MachineNodePools of its group (Adopter).
+// AdoptAnnotation is the annotation that, set to "true" on a Machine, asks
+// the agent to hand the Machine's units over from the original's
+// reservation StatefulSets and to remove the original's MachineNodePools of
+// its group (Adopter).
 const AdoptAnnotation = imperatorv1alpha1.Prefix + "adopt-original"
 
-// AdoptionAnnotation is where the agent writes how far the adoption of a
+// AdoptionAnnotation is the annotation where the agent writes how far the adoption of a
 // Machine has gone ("done" at the end).
 const AdoptionAnnotation = imperatorv1alpha1.Prefix + "adoption"
 
@@ -113,7 +114,13 @@ func Preflight(ctx context.Context, c client.Reader, agentNamespace string) (Rep
 	return r, errors.Join(errs...)
 }
 
-func deploymentFindings(ctx context.Context, c client.Reader, _ string) ([]Finding, error) {
+// deploymentFindings finds the original's controller. Only one in the
+// agent's or the original's namespace blocks the start: anyone who may
+// create a Deployment in a namespace of their own could otherwise keep the
+// agent from starting with a look-alike (the webhook configurations, which
+// only cluster administrators write, are what keeps two pod mutators from
+// running at once).
+func deploymentFindings(ctx context.Context, c client.Reader, agentNamespace string) ([]Finding, error) {
 	list := &appsv1.DeploymentList{}
 	if err := c.List(ctx, list); err != nil {
 		return nil, fmt.Errorf("listing Deployments: %w", err)
@@ -132,6 +139,12 @@ func deploymentFindings(ctx context.Context, c client.Reader, _ string) ([]Findi
 			out = append(out, Finding{Kind: "Deployment", Namespace: d.Namespace, Name: d.Name,
 				Problem: "the original's controller, scaled to 0",
 				Action:  fmt.Sprintf("uninstall it when the migration is done: kubectl -n %s delete deployment %s", d.Namespace, d.Name)})
+			continue
+		}
+		if d.Namespace != agentNamespace && d.Namespace != originalNamespace {
+			out = append(out, Finding{Kind: "Deployment", Namespace: d.Namespace, Name: d.Name,
+				Problem: fmt.Sprintf("looks like the original's controller (%d replica(s)), outside %s and %s: not blocking, since any namespace's editors can create one", max(replicas, d.Status.Replicas), agentNamespace, originalNamespace),
+				Action:  fmt.Sprintf("if it is the original's controller: kubectl -n %s scale deployment %s --replicas=0", d.Namespace, d.Name)})
 			continue
 		}
 		out = append(out, Finding{Kind: "Deployment", Namespace: d.Namespace, Name: d.Name, Blocking: true,
