@@ -17,6 +17,8 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/hub/internal/holds"
+	"github.com/imperator-federation/imperator/hub/internal/join"
+	"github.com/imperator-federation/imperator/hub/internal/registry"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 )
 
@@ -51,6 +53,9 @@ func (s *Service) DeregisterCluster(ctx context.Context, req *queryv1.Deregister
 	if err := dnsLabel("name", name); err != nil {
 		return nil, err
 	}
+	if why := join.ReservedName(name, ""); why != "" {
+		return nil, status.Errorf(codes.NotFound, "cluster %q is not registered at the hub: %s, so no spoke joins as it", name, why)
+	}
 	if s.registry == nil {
 		return nil, status.Error(codes.Unimplemented, "this hub does not deregister clusters")
 	}
@@ -62,6 +67,12 @@ func (s *Service) DeregisterCluster(ctx context.Context, req *queryv1.Deregister
 		return nil, status.Errorf(codes.NotFound, "cluster %q is not registered at the hub (imperatorctl clusters lists those that are)", name)
 	} else if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "reading the ManagedCluster of cluster %q: %v", name, err)
+	}
+	// The hub cluster may be an OCM hub whose other ManagedClusters are
+	// not ours to delete: only a cluster a spoke joined as (the hub's
+	// certificate record, or an inventory the hub keeps) is deregistered.
+	if _, known := s.store.Get(name); !known && mc.Annotations[registry.CertificatesAnnotation] == "" {
+		return nil, status.Errorf(codes.NotFound, "cluster %q is a ManagedCluster no spoke joined as (no certificate record of the hub, no inventory): not Imperator's to deregister; remove it with the tool that registered it", name)
 	}
 
 	placing, err := s.holdsPlacingOn(ctx, name)
