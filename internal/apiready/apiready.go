@@ -47,6 +47,7 @@ func Wait(ctx context.Context, cfg *rest.Config, timeout time.Duration, log logr
 	if err != nil {
 		return fmt.Errorf("the API server %s: %w", cfg.Host, err)
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last error
@@ -63,6 +64,10 @@ func Wait(ctx context.Context, cfg *rest.Config, timeout time.Duration, log logr
 			log.Info("The API server answers", "host", cfg.Host, "waited", time.Since(started).Round(time.Millisecond).String())
 		}
 		return nil
+	}
+	if parent.Err() != nil {
+		// Stopped (a signal) while waiting: not the API server's fault.
+		return fmt.Errorf("stopped while waiting for the API server %s: %w", cfg.Host, parent.Err())
 	}
 	if last == nil {
 		last = err

@@ -98,7 +98,11 @@ func TestStopDuringTheWaitEndsIt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 
-	if err := apiready.Wait(ctx, cfg, time.Minute, logr.Discard()); err == nil {
+	err := apiready.Wait(ctx, cfg, time.Minute, logr.Discard())
+	if err == nil {
 		t.Fatal("Wait returned nil after its context ended with the API server still frozen")
+	}
+	if !strings.Contains(err.Error(), "stopped while waiting") {
+		t.Fatalf("error %q should say the wait was stopped, not that the API server timed out", err)
 	}
 }
