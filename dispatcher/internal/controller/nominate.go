@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -82,75 +83,160 @@ func Decide(answers []Answer, workers []Worker, current []string, limit int) Dec
 	return d
 }
 
+// maxChoiceDemands bounds the demands of one workload that have a choice of
+// machine types in a cluster (shapes, a type the hub matches in several
+// groups) and that fitTogether checks exactly: it looks at every subset of
+// them, 2^n. Kueue allows at most 8 pod sets per workload, so a workload
+// never has more; beyond it, fitTogether falls back to taking them in turn,
+// each from its matching types with the most units left (never wrong when it
+// says "fits", but it may miss a fit).
+const maxChoiceDemands = 12
+
 // fitTogether returns the hub clusters where all the demands fit at the same
 // time. Each demand is a separate FindCapacity answer, and every answer
 // shows a cluster's free units as if nothing else of the workload took any:
 // two demands served by the same machine type (a type and a shape it
 // satisfies, two shapes, a type named with and without its group) would
-// each be checked against the same units. So the demands are taken in turn
-// from one pool per cluster of free units per machine type (the candidate's
-// types, group/type as the hub sums them), each taking what it uses before
-// the next is checked; a shape takes from its matching types with the most
-// units left first, as the hub places it. Type demands go first: they can
-// use only their own type, while a shape may use what they leave. A
-// candidate without its types (a hub that does not send them) counts as a
-// pool of its own for that demand's target.
+// each be checked against the same units. So a cluster fits when its free
+// units per machine type (the candidates' types, group/type as the hub sums
+// them, each type counted once) can serve every demand at once, a demand
+// taking its units from any of the types its candidate lists, split across
+// several if need be (see fitsCluster). A candidate without its types (a
+// hub that does not send them) counts as a pool of its own for that
+// demand's target. A cluster missing from any answer does not fit.
 func fitTogether(answers []Answer) map[string]bool {
 	order := make([]int, len(answers))
 	for i := range order {
 		order[i] = i
 	}
+	// Type demands first: the greedy fallback must let them take their own
+	// type before a shape that may use others does.
 	slices.SortStableFunc(order, func(x, y int) int {
 		return boolRank(answers[x].Demand.Type == "") - boolRank(answers[y].Demand.Type == "")
 	})
-	left := map[string]map[string]int32{} // hub cluster -> type key -> free units left
-	met := map[string]int{}               // hub cluster -> demands taken so far
+	demands := make([]Demand, len(order))
 	for n, i := range order {
-		a := answers[i]
-		for _, c := range a.Response.GetCandidates() {
+		demands[n] = answers[i].Demand
+	}
+	cands := map[string][]*queryv1.CapacityCandidate{} // hub cluster -> its candidate per demand, in order
+	for n, i := range order {
+		for _, c := range answers[i].Response.GetCandidates() {
 			cluster := c.GetCluster()
-			if met[cluster] != n {
-				continue // an earlier demand did not fit (or a duplicate candidate)
+			if len(cands[cluster]) != n {
+				continue // missing from an earlier answer, or a duplicate candidate
 			}
-			pool := left[cluster]
-			if pool == nil {
-				pool = map[string]int32{}
-				left[cluster] = pool
-			}
-			keys := poolKeys(a.Demand, c, pool)
-			var total int64
-			for _, k := range keys {
-				total += int64(pool[k])
-			}
-			if total < int64(a.Demand.Count) {
-				continue
-			}
-			slices.SortStableFunc(keys, func(x, y string) int { return int(pool[y]) - int(pool[x]) })
-			need := a.Demand.Count
-			for _, k := range keys {
-				take := min(pool[k], need)
-				pool[k] -= take
-				need -= take
-			}
-			met[cluster] = n + 1
+			cands[cluster] = append(cands[cluster], c)
 		}
 	}
 	fits := map[string]bool{}
-	for cluster, n := range met {
-		if n == len(answers) {
+	for cluster, cs := range cands {
+		if len(cs) == len(demands) && fitsCluster(demands, cs) {
 			fits[cluster] = true
 		}
 	}
 	return fits
 }
 
+// fitsCluster says whether demands fit together in one cluster, demand i
+// served by the types of candidate cs[i]. A demand with a single type takes
+// its units from it; the demands with a choice of types then fit exactly
+// when, for every set S of them, the units S wants are at most the free
+// units left of all the types S may use (Hall's condition, which is exact
+// for demands that may split across types: a transportation problem), at
+// most 2^maxChoiceDemands sets. With more, they are taken in turn instead,
+// each from its types with the most units left first.
+func fitsCluster(demands []Demand, cs []*queryv1.CapacityCandidate) bool {
+	pool := map[string]int64{} // type key -> free units left
+	keys := make([][]string, len(demands))
+	for i, d := range demands {
+		keys[i] = poolKeys(d, cs[i], pool)
+	}
+	var choice []int
+	for i, d := range demands {
+		need := int64(max(d.Count, 0))
+		switch len(keys[i]) {
+		case 0:
+			if need > 0 {
+				return false
+			}
+		case 1:
+			pool[keys[i][0]] -= need
+			if pool[keys[i][0]] < 0 {
+				return false
+			}
+		default:
+			choice = append(choice, i)
+		}
+	}
+	if len(choice) > maxChoiceDemands {
+		return takeInTurn(demands, keys, choice, pool)
+	}
+	index := map[string]int{} // type key -> position in free
+	var free []int64
+	uses := make([][]int, len(choice)) // choice demand -> positions of its types
+	for j, i := range choice {
+		for _, k := range keys[i] {
+			p, ok := index[k]
+			if !ok {
+				p = len(free)
+				index[k] = p
+				free = append(free, pool[k])
+			}
+			uses[j] = append(uses[j], p)
+		}
+	}
+	seen := make([]int, len(free)) // the last set that counted each type
+	for set := 1; set < 1<<len(choice); set++ {
+		var want, have int64
+		for j, i := range choice {
+			if set&(1<<j) == 0 {
+				continue
+			}
+			want += int64(max(demands[i].Count, 0))
+			for _, p := range uses[j] {
+				if seen[p] != set {
+					seen[p] = set
+					have += free[p]
+				}
+			}
+		}
+		if want > have {
+			return false
+		}
+	}
+	return true
+}
+
+// takeInTurn takes the choice demands in order, each from its types with the
+// most units left first, and says whether each found its units.
+func takeInTurn(demands []Demand, keys [][]string, choice []int, pool map[string]int64) bool {
+	for _, i := range choice {
+		ks := slices.Clone(keys[i])
+		var total int64
+		for _, k := range ks {
+			total += pool[k]
+		}
+		need := int64(max(demands[i].Count, 0))
+		if total < need {
+			return false
+		}
+		slices.SortStableFunc(ks, func(x, y string) int { return cmp.Compare(pool[y], pool[x]) })
+		for _, k := range ks {
+			take := min(pool[k], need)
+			pool[k] -= take
+			need -= take
+		}
+	}
+	return true
+}
+
 // poolKeys are the keys of pool that candidate c offers demand d, adding
 // those seen for the first time with the candidate's free units.
-func poolKeys(d Demand, c *queryv1.CapacityCandidate, pool map[string]int32) []string {
+func poolKeys(d Demand, c *queryv1.CapacityCandidate, pool map[string]int64) []string {
 	if len(c.GetTypes()) == 0 {
 		k := d.key()
 		if _, ok := pool[k]; !ok {
-			pool[k] = max(c.GetFree(), 0)
+			pool[k] = int64(max(c.GetFree(), 0))
 		}
 		return []string{k}
 	}
@@ -161,7 +247,7 @@ func poolKeys(d Demand, c *queryv1.CapacityCandidate, pool map[string]int32) []s
 			continue
 		}
 		if _, ok := pool[k]; !ok {
-			pool[k] = max(t.GetFree(), 0)
+			pool[k] = int64(max(t.GetFree(), 0))
 		}
 		keys = append(keys, k)
 	}
