@@ -337,7 +337,7 @@ func sample(f *fleet.Fleet) map[string]Sample {
 	}
 	add("hub", f.HubPid(), f.HubMetricsURL())
 	for _, r := range f.Replicas() {
-		add(r.Name, r.Pid(), "")
+		add(r.Name, r.Pid(), r.MetricsURL())
 	}
 	for _, s := range f.SpokeNames() {
 		add("agent/"+s, f.AgentPid(s), f.AgentMetricsURL(s))

@@ -16,15 +16,19 @@ import (
 // Replica is a further hub process of the fleet: another replica of the
 // hub against the same hub cluster, with its own ports.
 type Replica struct {
-	Name     string
-	proc     *harness.Process
-	grpcPort int
+	Name        string
+	proc        *harness.Process
+	grpcPort    int
+	metricsPort int
 	// ctlConfig is an imperatorctl configuration for this replica.
 	ctlConfig string
 }
 
 // Address is host:port of the replica's gRPC endpoint.
 func (r *Replica) Address() string { return "127.0.0.1:" + strconv.Itoa(r.grpcPort) }
+
+// MetricsURL is the replica's Prometheus endpoint.
+func (r *Replica) MetricsURL() string { return metricsURL(r.metricsPort) }
 
 // ImperatorctlConfig is an imperatorctl configuration with the fleet's admin
 // certificate for this replica.
@@ -52,7 +56,7 @@ func (f *Fleet) StartReplica(ctx context.Context, name string, args ...string) (
 	if err != nil {
 		return nil, err
 	}
-	r := &Replica{Name: name, grpcPort: ports[2]}
+	r := &Replica{Name: name, grpcPort: ports[2], metricsPort: ports[1]}
 	full := []string{
 		"--kubeconfig", f.Hub.KubeconfigPath,
 		"--namespace", Namespace,
