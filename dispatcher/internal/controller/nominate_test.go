@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -218,5 +219,134 @@ func TestDecideTakesTheDemandsOfOneWorkloadFromTheSameUnits(t *testing.T) {
 				t.Errorf("Decide() nominated nobody without a reason")
 			}
 		})
+	}
+}
+
+func TestFitTogetherFindsEveryFit(t *testing.T) {
+	x := func(free int32) typeFree { return typeFree{"g", "x", free} }
+	y := func(free int32) typeFree { return typeFree{"g", "y", free} }
+	z := func(free int32) typeFree { return typeFree{"g", "z", free} }
+	shape := func(gpus, n int32) Demand { return Demand{Shape: &queryv1.ResourceShape{GpuCount: gpus}, Count: n} }
+	// shapes returns n one-unit shape demands, each served by types on cluster c.
+	shapes := func(n int, types ...typeFree) []Answer {
+		var out []Answer
+		for i := range n {
+			out = append(out, makeAnswer(shape(int32(i+1), 1)).fitsWith("c", types...).obj())
+		}
+		return out
+	}
+	cases := map[string]struct {
+		answers []Answer
+		want    bool
+	}{
+		"the review's case: A (2) on x or y, B (3) only on y; A on x and B on y": {
+			answers: []Answer{
+				makeAnswer(shape(1, 2)).fitsWith("c", x(2), y(3)).obj(),
+				makeAnswer(shape(2, 3)).fitsWith("c", y(3)).obj(),
+			},
+			want: true,
+		},
+		"three shapes sharing two types: A and B on x, C on y": {
+			answers: []Answer{
+				makeAnswer(shape(1, 2)).fitsWith("c", x(3), y(3)).obj(),
+				makeAnswer(shape(2, 1)).fitsWith("c", x(3), y(3)).obj(),
+				makeAnswer(shape(4, 3)).fitsWith("c", y(3)).obj(),
+			},
+			want: true,
+		},
+		"a shape splits across two types to leave another its only type": {
+			answers: []Answer{
+				makeAnswer(shape(1, 3)).fitsWith("c", x(2), y(3)).obj(),
+				makeAnswer(shape(2, 2)).fitsWith("c", y(3)).obj(),
+			},
+			want: true,
+		},
+		"a shape alone larger than each of its types fits across them": {
+			answers: []Answer{makeAnswer(shape(1, 4)).fitsWith("c", x(2), y(2)).obj()},
+			want:    true,
+		},
+		"enough units in all, but two shapes want more than the types they may use": {
+			answers: []Answer{
+				makeAnswer(shape(1, 2)).fitsWith("c", x(1), y(2)).obj(),
+				makeAnswer(shape(2, 2)).fitsWith("c", x(1), y(2)).obj(),
+				makeAnswer(shape(4, 1)).fitsWith("c", x(1), z(5)).obj(),
+			},
+			want: false,
+		},
+		"a type demand takes its own type first; the shape takes the rest of it and another": {
+			answers: []Answer{
+				makeAnswer(shape(1, 2)).fitsWith("c", x(4), y(1)).obj(),
+				makeAnswer(Demand{Group: "g", Type: "x", Count: 3}).fitsWith("c", x(4)).obj(),
+			},
+			want: true,
+		},
+		"a type demand and a shape wanting one unit more than there is": {
+			answers: []Answer{
+				makeAnswer(shape(1, 3)).fitsWith("c", x(4), y(1)).obj(),
+				makeAnswer(Demand{Group: "g", Type: "x", Count: 3}).fitsWith("c", x(4)).obj(),
+			},
+			want: false,
+		},
+		"a cluster missing from one answer does not fit": {
+			answers: []Answer{
+				makeAnswer(shape(1, 1)).fitsWith("c", x(4)).obj(),
+				makeAnswer(shape(2, 1)).fitsWith("d", x(4)).obj(),
+			},
+			want: false,
+		},
+		"a duplicate candidate is counted once": {
+			answers: []Answer{makeAnswer(shape(1, 3)).fitsWith("c", x(2)).fitsWith("c", x(2)).obj()},
+			want:    false,
+		},
+		"negative free units count as none": {
+			answers: []Answer{makeAnswer(shape(1, 1)).fitsWith("c", x(-3), y(1)).obj()},
+			want:    true,
+		},
+		"at the bound (12 shapes), checked exactly: fits": {
+			answers: shapes(maxChoiceDemands, x(6), y(6)),
+			want:    true,
+		},
+		"at the bound (12 shapes), checked exactly: one unit short": {
+			answers: shapes(maxChoiceDemands, x(6), y(5)),
+			want:    false,
+		},
+		"beyond the bound (13 shapes), taken in turn: fits": {
+			answers: shapes(maxChoiceDemands+1, x(7), y(6)),
+			want:    true,
+		},
+		"beyond the bound (13 shapes), taken in turn: one unit short": {
+			answers: shapes(maxChoiceDemands+1, x(6), y(6)),
+			want:    false,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := fitTogether(tc.answers)["c"]; got != tc.want {
+				t.Errorf("fitTogether()[c] = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// BenchmarkFitTogetherAtTheBound is the most work fitTogether does per
+// cluster exactly: maxChoiceDemands shapes over 8 types each, on 20 clusters.
+func BenchmarkFitTogetherAtTheBound(b *testing.B) {
+	var types []typeFree
+	for i := range 8 {
+		types = append(types, typeFree{"g", fmt.Sprintf("t%d", i), 2})
+	}
+	var answers []Answer
+	for i := range maxChoiceDemands {
+		ab := makeAnswer(Demand{Shape: &queryv1.ResourceShape{GpuCount: int32(i + 1)}, Count: 1})
+		for c := range 20 {
+			ab.fitsWith(fmt.Sprintf("c%d", c), types...)
+		}
+		answers = append(answers, ab.obj())
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if fits := fitTogether(answers); len(fits) != 20 {
+			b.Fatalf("fitTogether() fits %d clusters, want 20", len(fits))
+		}
 	}
 }
