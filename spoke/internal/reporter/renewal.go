@@ -30,6 +30,8 @@ func (cr *hubCredentials) renewer(ctx context.Context) {
 	// joining again (the session's work) replaces it.
 	refused := false
 	var early caRenewal
+	// gaveUpOn is the serving CA early renewals gave up on, logged once.
+	var gaveUpOn string
 	for {
 		cur := cr.currentCredential()
 		var leaf *x509.Certificate
@@ -37,6 +39,10 @@ func (cr *hubCredentials) renewer(ctx context.Context) {
 			leaf = cur.cert.Leaf
 		}
 		early = early.plan(leaf, cr.lastServingIssuer(), cr.trustedCAs(), time.Now(), caRenewalJitterDelay)
+		if _, ok := early.due(); !ok && early.target != "" && early.target != gaveUpOn {
+			gaveUpOn = early.target
+			cr.log.Info("Early renewals did not move the hub client certificate to the CA the hub serves with; leaving it to the scheduled renewal", "attempts", early.attempts, "renewAt", cur.renewalTime())
+		}
 		var (
 			due     <-chan time.Time
 			timer   *time.Timer
