@@ -3,6 +3,7 @@ package controller
 import (
 	"cmp"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 
@@ -185,22 +186,28 @@ func fitsCluster(demands []Demand, cs []*queryv1.CapacityCandidate) bool {
 			uses[j] = append(uses[j], p)
 		}
 	}
-	seen := make([]int, len(free)) // the last set that counted each type
-	for set := 1; set < 1<<len(choice); set++ {
-		var want, have int64
-		for j, i := range choice {
-			if set&(1<<j) == 0 {
-				continue
-			}
-			want += int64(max(demands[i].Count, 0))
-			for _, p := range uses[j] {
-				if seen[p] != set {
-					seen[p] = set
-					have += free[p]
-				}
+	// Each set is the set without its lowest member plus that member: its
+	// units wanted, its types (a bit set) and their free units follow from
+	// the smaller set's.
+	words := (len(free) + 63) / 64
+	sets := 1 << len(choice)
+	want := make([]int64, sets)
+	have := make([]int64, sets)
+	types := make([]uint64, sets*words)
+	for set := 1; set < sets; set++ {
+		j := bits.TrailingZeros(uint(set))
+		prev := set &^ (1 << j)
+		want[set] = want[prev] + int64(max(demands[choice[j]].Count, 0))
+		have[set] = have[prev]
+		mask := types[set*words : (set+1)*words]
+		copy(mask, types[prev*words:(prev+1)*words])
+		for _, p := range uses[j] {
+			if mask[p/64]&(1<<(p%64)) == 0 {
+				mask[p/64] |= 1 << (p % 64)
+				have[set] += free[p]
 			}
 		}
-		if want > have {
+		if want[set] > have[set] {
 			return false
 		}
 	}
