@@ -23,15 +23,37 @@ const helloTimeout = 30 * time.Second
 // Heartbeats applied to the store, each answered with an Ack or a Resync.
 func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 	ctx := stream.Context()
-	log := ctrl.LoggerFrom(ctx)
 	spoke, ok := identity.SpokeFrom(ctx)
 	if !ok {
 		return status.Error(codes.Unauthenticated, "Report requires a spoke client certificate")
 	}
-	cluster := spoke.Cluster
 	// One goroutine receives; this one applies and sends, so that a stream
 	// replaced, stopped or silent ends without waiting for the spoke's next
 	// message.
+	msgs, recvErr := receive(ctx, stream)
+	hello, err := s.awaitHello(ctx, spoke, msgs, recvErr)
+	if err != nil {
+		return err
+	}
+	cluster := spoke.Cluster
+	sess := s.openSession(cluster, supportsHolds(hello))
+	sess.reportsHubHolds = reportsHubHolds(hello)
+	defer s.closeSession(cluster, sess)
+	s.store.Connect(cluster, hello)
+	log := ctrl.LoggerFrom(ctx)
+	log.Info("Spoke connected", "agentVersion", hello.GetAgentVersion(), "epoch", hello.GetEpoch())
+	if skew := versionskew.Unsupported(version.Get().Version, hello.GetAgentVersion()); skew != "" {
+		// Warned, not refused: the protocol's capabilities keep both sides
+		// working as far as they can, and refusing would detach the
+		// cluster in the middle of an upgrade (docs/upgrading.md).
+		log.Info("Unsupported version skew between hub and agent: "+skew, "agentVersion", hello.GetAgentVersion(), "hubVersion", version.Get().Version)
+	}
+	return s.serve(ctx, stream, spoke, sess, hello.GetEpoch(), msgs, recvErr)
+}
+
+// receive receives stream's messages on a goroutine of its own until the
+// stream fails (the error, once) or ctx ends.
+func receive(ctx context.Context, stream federationv1.Federation_ReportServer) (<-chan *federationv1.SpokeMessage, <-chan error) {
 	msgs := make(chan *federationv1.SpokeMessage)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -48,52 +70,52 @@ func (s *Server) Report(stream federationv1.Federation_ReportServer) error {
 			}
 		}
 	}()
+	return msgs, recvErr
+}
+
+// awaitHello waits for the stream's first message, which must be a valid
+// Hello of the certificate's cluster, admitted.
+func (s *Server) awaitHello(ctx context.Context, spoke identity.Spoke, msgs <-chan *federationv1.SpokeMessage, recvErr <-chan error) (*federationv1.Hello, error) {
 	var first *federationv1.SpokeMessage
 	select {
 	case first = <-msgs:
 	case err := <-recvErr:
-		return err
+		return nil, err
 	case <-ctx.Done():
-		return status.FromContextError(ctx.Err()).Err()
+		return nil, status.FromContextError(ctx.Err()).Err()
 	case <-s.stopping:
-		return status.Error(codes.Unavailable, "hub is shutting down; reconnect")
+		return nil, status.Error(codes.Unavailable, "hub is shutting down; reconnect")
 	case <-time.After(helloTimeout):
 		s.metrics.rejectedConnections.WithLabelValues(rejectProtocol).Inc()
-		return status.Errorf(codes.DeadlineExceeded, "no Hello within %s of opening the Report stream", helloTimeout)
+		return nil, status.Errorf(codes.DeadlineExceeded, "no Hello within %s of opening the Report stream", helloTimeout)
 	}
 	hello := first.GetHello()
 	if hello == nil {
 		s.metrics.rejectedConnections.WithLabelValues(rejectProtocol).Inc()
-		return status.Error(codes.InvalidArgument, "the first message of Report must be a Hello")
+		return nil, status.Error(codes.InvalidArgument, "the first message of Report must be a Hello")
 	}
 	s.metrics.streamMessages.WithLabelValues("received", "hello").Inc()
+	cluster := spoke.Cluster
 	if hello.GetClusterName() != cluster {
 		s.metrics.rejectedConnections.WithLabelValues(rejectWrongCluster).Inc()
-		log.Info("Rejected report for another cluster", "claimedCluster", hello.GetClusterName())
-		return status.Errorf(codes.PermissionDenied, "the client certificate identifies cluster %q, which may not report for %q", cluster, hello.GetClusterName())
+		ctrl.LoggerFrom(ctx).Info("Rejected report for another cluster", "claimedCluster", hello.GetClusterName())
+		return nil, status.Errorf(codes.PermissionDenied, "the client certificate identifies cluster %q, which may not report for %q", cluster, hello.GetClusterName())
 	}
 	if err := s.admit(ctx, spoke); err != nil {
-		return err
+		return nil, err
 	}
 	if err := ingest.ValidateHello(hello); err != nil {
 		s.metrics.rejectedConnections.WithLabelValues(rejectInvalidInventory).Inc()
-		return invalidInventory(cluster, "Hello", err)
+		return nil, invalidInventory(cluster, "Hello", err)
 	}
+	return hello, nil
+}
 
-	sess := s.openSession(cluster, supportsHolds(hello))
-	sess.reportsHubHolds = reportsHubHolds(hello)
-	defer s.closeSession(cluster, sess)
-	s.store.Connect(cluster, hello)
-	log.Info("Spoke connected", "agentVersion", hello.GetAgentVersion(), "epoch", hello.GetEpoch())
-	if skew := versionskew.Unsupported(version.Get().Version, hello.GetAgentVersion()); skew != "" {
-		// Warned, not refused: the protocol's capabilities keep both sides
-		// working as far as they can, and refusing would detach the
-		// cluster in the middle of an upgrade (docs/upgrading.md).
-		log.Info("Unsupported version skew between hub and agent: "+skew, "agentVersion", hello.GetAgentVersion(), "hubVersion", version.Get().Version)
-	}
-
-	epoch := hello.GetEpoch()
-	budget := s.budgetOf(cluster)
+// serve applies the stream's messages after its Hello and sends the
+// session's hold requests, until the stream, the session or the hub ends.
+func (s *Server) serve(ctx context.Context, stream federationv1.Federation_ReportServer, spoke identity.Spoke, sess *session, epoch uint64,
+	msgs <-chan *federationv1.SpokeMessage, recvErr <-chan error) error {
+	budget := s.budgetOf(spoke.Cluster)
 	for {
 		select {
 		case <-ctx.Done():
