@@ -130,8 +130,30 @@ type Server struct {
 
 // New builds the server; Start serves it.
 func New(opts Options) (*Server, error) {
+	opts, err := withDefaults(opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		opts:     opts,
+		store:    opts.Store,
+		metrics:  opts.Metrics,
+		log:      opts.Log,
+		health:   health.NewServer(),
+		joins:    newJoinLimiter(opts.Limits),
+		stopping: make(chan struct{}),
+		sessions: map[string]*session{},
+		budgets:  map[string]*messageBudget{},
+	}
+	s.grpc = s.newAuthenticatedServer()
+	s.anonymous = s.newAnonymousServer()
+	return s, nil
+}
+
+// withDefaults checks opts and fills in the defaults of what it leaves out.
+func withDefaults(opts Options) (Options, error) {
 	if opts.TLS == nil || opts.Store == nil || opts.Joiner == nil || opts.Admit == nil || opts.Metrics == nil {
-		return nil, errors.New("creating hub server: TLS, Store, Joiner, Admit and Metrics are required")
+		return opts, errors.New("creating hub server: TLS, Store, Joiner, Admit and Metrics are required")
 	}
 	if opts.MaxRecvMsgBytes <= 0 {
 		opts.MaxRecvMsgBytes = DefaultMaxRecvMsgBytes
@@ -146,30 +168,28 @@ func New(opts Options) (*Server, error) {
 		opts.Limits = DefaultLimits()
 	}
 	if err := opts.Limits.Validate(); err != nil {
-		return nil, fmt.Errorf("creating hub server: limits: %w", err)
+		return opts, fmt.Errorf("creating hub server: limits: %w", err)
 	}
 	if len(opts.Services) > 0 && opts.Authorize == nil {
-		return nil, errors.New("creating hub server: Authorize is required with Services")
+		return opts, errors.New("creating hub server: Authorize is required with Services")
 	}
 	if opts.AuthorizeToken != nil && opts.HasToken == nil {
-		return nil, errors.New("creating hub server: HasToken is required with AuthorizeToken")
+		return opts, errors.New("creating hub server: HasToken is required with AuthorizeToken")
 	}
-	limits := opts.Limits
-	s := &Server{
-		opts:     opts,
-		store:    opts.Store,
-		metrics:  opts.Metrics,
-		log:      opts.Log,
-		health:   health.NewServer(),
-		joins:    newJoinLimiter(limits),
-		stopping: make(chan struct{}),
-		sessions: map[string]*session{},
-		budgets:  map[string]*messageBudget{},
-	}
-	enforcement := grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true})
-	s.grpc = grpc.NewServer(
+	return opts, nil
+}
+
+// keepaliveEnforcement is both servers' floor on clients' pings.
+var keepaliveEnforcement = grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true})
+
+// newAuthenticatedServer is the server of connections with a client
+// certificate (spokes, people, automation): the Federation service, the
+// query services, health and reflection.
+func (s *Server) newAuthenticatedServer() *grpc.Server {
+	limits := s.opts.Limits
+	srv := grpc.NewServer(
 		grpc.Creds(handshakenTLS{}),
-		enforcement,
+		keepaliveEnforcement,
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time:                  30 * time.Second,
 			Timeout:               10 * time.Second,
@@ -177,7 +197,7 @@ func New(opts Options) (*Server, error) {
 			MaxConnectionAge:      limits.MaxConnectionAge,
 			MaxConnectionAgeGrace: limits.MaxConnectionAgeGrace,
 		}),
-		grpc.MaxRecvMsgSize(opts.MaxRecvMsgBytes),
+		grpc.MaxRecvMsgSize(s.opts.MaxRecvMsgBytes),
 		grpc.MaxSendMsgSize(DefaultMaxSendMsgBytes),
 		grpc.MaxHeaderListSize(maxHeaderListBytes),
 		grpc.ConnectionTimeout(limits.HandshakeTimeout),
@@ -187,18 +207,24 @@ func New(opts Options) (*Server, error) {
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
 		grpc.ChainStreamInterceptor(s.streamInterceptor),
 	)
-	federationv1.RegisterFederationServer(s.grpc, s)
-	for _, register := range opts.Services {
-		register(s.grpc)
+	federationv1.RegisterFederationServer(srv, s)
+	for _, register := range s.opts.Services {
+		register(srv)
 	}
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
+	healthpb.RegisterHealthServer(srv, s.health)
+	reflection.Register(srv)
+	return srv
+}
 
-	// The anonymous server: Join and the health check only (anonymousTap),
-	// small messages and headers, few streams, short-lived connections.
-	s.anonymous = grpc.NewServer(
+// newAnonymousServer is the server of connections without a client
+// certificate: Join and the health check only (anonymousTap), small
+// messages and headers, few streams, short-lived connections; and the query
+// services for callers with a bearer token when tokens are authorized.
+func (s *Server) newAnonymousServer() *grpc.Server {
+	limits := s.opts.Limits
+	srv := grpc.NewServer(
 		grpc.Creds(handshakenTLS{}),
-		enforcement,
+		keepaliveEnforcement,
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time:                  30 * time.Second,
 			Timeout:               10 * time.Second,
@@ -215,16 +241,16 @@ func New(opts Options) (*Server, error) {
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
 		grpc.ChainStreamInterceptor(s.streamInterceptor),
 	)
-	federationv1.RegisterFederationServer(s.anonymous, s)
-	healthpb.RegisterHealthServer(s.anonymous, s.health)
-	if opts.AuthorizeToken != nil {
+	federationv1.RegisterFederationServer(srv, s)
+	healthpb.RegisterHealthServer(srv, s.health)
+	if s.opts.AuthorizeToken != nil {
 		// Callers with a bearer token and no certificate (anonymousTap
 		// lets only those through to the services).
-		for _, register := range opts.Services {
-			register(s.anonymous)
+		for _, register := range s.opts.Services {
+			register(srv)
 		}
 	}
-	return s, nil
+	return srv
 }
 
 // NeedLeaderElection is false: every hub replica serves.
