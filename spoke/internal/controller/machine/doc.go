@@ -55,10 +55,13 @@
 // (imperator.tenzen-y.io/injected) naming the group and type of its labels,
 // which the API server lets only the injector's guests carry. Labelled pods
 // without it count nowhere and are named, per type, in the StrayGuests
-// condition. A Machine created again under the name of one deleted a moment
-// ago takes over the reservation StatefulSets and Services the earlier one
-// left (and their running pods) instead of waiting for the garbage
-// collector.
+// condition. Likewise, the only reservation pods a Machine counts are those
+// of the reservation StatefulSets it controls: the original Imperator's,
+// labelled alike in the same namespace while a migration hands them over
+// (package migrate), count nowhere. A Machine created again under the name
+// of one deleted a moment ago takes over the reservation StatefulSets and
+// Services the earlier one left (and their running pods) instead of
+// waiting for the garbage collector.
 //
 // It also decides and accounts the CapacityHolds of its group (holds.go,
 // with the rules of package capacityhold): while a hold is active, its held
