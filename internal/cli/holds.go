@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -134,100 +135,115 @@ func (p *program) holdCreateCommand() *cobra.Command {
 		Example: `  imperatorctl hold create train-42 compute-xlarge --count 4 --same-cluster --ttl 15m
   imperatorctl hold create h100-run --gpu 8 --gpu-product NVIDIA-H100-80GB-HBM3 --count 2 --ttl 1h`,
 	}
-	fs := cmd.Flags()
-	var (
-		count       int
-		sameCluster bool
-		ttl         time.Duration
-		shape       queryv1.ResourceShape
-		gpus        int
-		namespaces  []string
-	)
-	fs.IntVar(&count, "count", 1, "Number of units to hold (1 to 10000).")
-	fs.BoolVar(&sameCluster, "same-cluster", false, "All units in one cluster (default: spread over the fewest clusters).")
-	fs.DurationVar(&ttl, "ttl", 15*time.Minute, "How long unclaimed units stay held (1m to 168h).")
-	fs.IntVar(&gpus, "gpu", 0, "Shape: GPUs per unit.")
-	fs.StringVar(&shape.GpuProduct, "gpu-product", "", "Shape: GPU product (nvidia.com/gpu.product).")
-	fs.StringVar(&shape.GpuFamily, "gpu-family", "", "Shape: GPU family (nvidia.com/gpu.family).")
-	fs.StringVar(&shape.Cpu, "cpu", "", "Shape: CPU per unit, a quantity (8, 500m).")
-	fs.StringVar(&shape.Memory, "memory", "", "Shape: memory per unit, a quantity (32Gi).")
-	fs.StringSliceVar(&namespaces, "namespace", nil, "Only guests of these namespaces may claim the units (repeatable).")
-	var dryRun bool
-	fs.BoolVar(&dryRun, "dry-run", false, "Show where the hold would go now (the hub's FindCapacity with the same target, count and mode) without booking anything. The hub has no plan call: the spokes are not asked, so a real create can still fail when a spoke refuses its part, and neither the hold's name nor your right to create holds in --namespace is checked.")
+	f := &holdCreateFlags{}
+	f.add(cmd.Flags())
 	req := &queryv1.CreateHoldRequest{}
 	return p.leaf(cmd, subcommand{
-		validate: func(c *command) error {
-			hasShape := gpus != 0 || shape.GpuProduct != "" || shape.GpuFamily != "" || shape.Cpu != "" || shape.Memory != ""
-			switch {
-			case len(c.args) == 0:
-				return fail(ExitUsage, "hold create: give the hold's name, then a machine type or a shape")
-			case len(c.args) > 2:
-				return fail(ExitUsage, "hold create takes a name and one machine type, got %q", c.args)
-			case len(c.args) == 2 && hasShape:
-				return fail(ExitUsage, "hold create: give a machine type or a shape (--gpu, --cpu, ...), not both")
-			case len(c.args) == 1 && !hasShape:
-				return fail(ExitUsage, "hold create: give a machine type (TYPE or GROUP/TYPE) or a shape (--gpu N, --gpu-product P, --cpu Q, --memory Q)")
-			case count < 1 || count > 10000:
-				return fail(ExitUsage, "--count %d: want 1 to 10000", count)
-			case ttl < time.Minute || ttl > 7*24*time.Hour:
-				return fail(ExitUsage, "--ttl %s: want 1m to 168h", ttl)
-			case gpus < 0 || gpus > 1024:
-				return fail(ExitUsage, "--gpu %d: want 0 to 1024", gpus)
-			}
-			if msgs := validation.IsDNS1123Label(c.args[0]); len(msgs) > 0 {
-				return fail(ExitUsage, "hold name %q: %s", c.args[0], strings.Join(msgs, "; "))
-			}
-			req.Name, req.Count, req.Ttl, req.Namespaces = c.args[0], int32(count), durationpb.New(ttl), namespaces
-			req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SPREAD
-			if sameCluster {
-				req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SAME_CLUSTER
-			}
-			if len(c.args) == 2 {
-				ref := &queryv1.MachineTypeRef{Type: c.args[1]}
-				if group, typ, ok := strings.Cut(c.args[1], "/"); ok {
-					ref.Group, ref.Type = group, typ
-				}
-				if msgs := validation.IsDNS1123Label(ref.Type); len(msgs) > 0 {
-					return fail(ExitUsage, "machine type %q: %s", ref.Type, strings.Join(msgs, "; "))
-				}
-				req.Target = &queryv1.CreateHoldRequest_MachineType{MachineType: ref}
-				return nil
-			}
-			for flagName, q := range map[string]string{"--cpu": shape.Cpu, "--memory": shape.Memory} {
-				if _, err := resource.ParseQuantity(q); q != "" && err != nil {
-					return fail(ExitUsage, "%s %q: not a quantity (e.g. 8, 500m, 32Gi)", flagName, q)
-				}
-			}
-			shape.GpuCount = int32(gpus)
-			req.Target = &queryv1.CreateHoldRequest_Shape{Shape: &shape}
-			return nil
-		},
+		validate: func(c *command) error { return f.request(c.args, req) },
 		run: func(c *command) error {
-			if dryRun {
+			if f.dryRun {
 				return c.holdDryRun(req)
 			}
-			ctx, cancel := c.holdCall()
-			defer cancel()
-			h, err := c.client.CreateHold(ctx, req)
-			if status.Code(err) == codes.FailedPrecondition {
-				return fail(ExitFailure, "hold %s does not fit: %s", req.GetName(), status.Convert(err).Message())
-			}
-			if err != nil {
-				return c.callError(err)
-			}
-			if c.printer.structured() {
-				if err := c.printer.message(h); err != nil {
-					return err
-				}
-			} else if err := c.printer.holdDetail(h); err != nil {
-				return err
-			}
-			if h.GetPhase() != queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_HELD {
-				return fail(ExitFailure, "hold %s failed: %s", h.GetName(), h.GetMessage())
-			}
-			return nil
+			return c.holdCreate(req)
 		},
 	})
+}
+
+// holdCreateFlags are hold create's flags.
+type holdCreateFlags struct {
+	count       int
+	sameCluster bool
+	ttl         time.Duration
+	shape       queryv1.ResourceShape
+	gpus        int
+	namespaces  []string
+	dryRun      bool
+}
+
+func (f *holdCreateFlags) add(fs *pflag.FlagSet) {
+	fs.IntVar(&f.count, "count", 1, "Number of units to hold (1 to 10000).")
+	fs.BoolVar(&f.sameCluster, "same-cluster", false, "All units in one cluster (default: spread over the fewest clusters).")
+	fs.DurationVar(&f.ttl, "ttl", 15*time.Minute, "How long unclaimed units stay held (1m to 168h).")
+	fs.IntVar(&f.gpus, "gpu", 0, "Shape: GPUs per unit.")
+	fs.StringVar(&f.shape.GpuProduct, "gpu-product", "", "Shape: GPU product (nvidia.com/gpu.product).")
+	fs.StringVar(&f.shape.GpuFamily, "gpu-family", "", "Shape: GPU family (nvidia.com/gpu.family).")
+	fs.StringVar(&f.shape.Cpu, "cpu", "", "Shape: CPU per unit, a quantity (8, 500m).")
+	fs.StringVar(&f.shape.Memory, "memory", "", "Shape: memory per unit, a quantity (32Gi).")
+	fs.StringSliceVar(&f.namespaces, "namespace", nil, "Only guests of these namespaces may claim the units (repeatable).")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "Show where the hold would go now (the hub's FindCapacity with the same target, count and mode) without booking anything. The hub has no plan call: the spokes are not asked, so a real create can still fail when a spoke refuses its part, and neither the hold's name nor your right to create holds in --namespace is checked.")
+}
+
+// request checks the arguments and flags and fills in req from them.
+func (f *holdCreateFlags) request(args []string, req *queryv1.CreateHoldRequest) error {
+	hasShape := f.gpus != 0 || f.shape.GpuProduct != "" || f.shape.GpuFamily != "" || f.shape.Cpu != "" || f.shape.Memory != ""
+	switch {
+	case len(args) == 0:
+		return fail(ExitUsage, "hold create: give the hold's name, then a machine type or a shape")
+	case len(args) > 2:
+		return fail(ExitUsage, "hold create takes a name and one machine type, got %q", args)
+	case len(args) == 2 && hasShape:
+		return fail(ExitUsage, "hold create: give a machine type or a shape (--gpu, --cpu, ...), not both")
+	case len(args) == 1 && !hasShape:
+		return fail(ExitUsage, "hold create: give a machine type (TYPE or GROUP/TYPE) or a shape (--gpu N, --gpu-product P, --cpu Q, --memory Q)")
+	case f.count < 1 || f.count > 10000:
+		return fail(ExitUsage, "--count %d: want 1 to 10000", f.count)
+	case f.ttl < time.Minute || f.ttl > 7*24*time.Hour:
+		return fail(ExitUsage, "--ttl %s: want 1m to 168h", f.ttl)
+	case f.gpus < 0 || f.gpus > 1024:
+		return fail(ExitUsage, "--gpu %d: want 0 to 1024", f.gpus)
+	}
+	if msgs := validation.IsDNS1123Label(args[0]); len(msgs) > 0 {
+		return fail(ExitUsage, "hold name %q: %s", args[0], strings.Join(msgs, "; "))
+	}
+	req.Name, req.Count, req.Ttl, req.Namespaces = args[0], int32(f.count), durationpb.New(f.ttl), f.namespaces
+	req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SPREAD
+	if f.sameCluster {
+		req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SAME_CLUSTER
+	}
+	if len(args) == 2 {
+		ref := &queryv1.MachineTypeRef{Type: args[1]}
+		if group, typ, ok := strings.Cut(args[1], "/"); ok {
+			ref.Group, ref.Type = group, typ
+		}
+		if msgs := validation.IsDNS1123Label(ref.Type); len(msgs) > 0 {
+			return fail(ExitUsage, "machine type %q: %s", ref.Type, strings.Join(msgs, "; "))
+		}
+		req.Target = &queryv1.CreateHoldRequest_MachineType{MachineType: ref}
+		return nil
+	}
+	for flagName, q := range map[string]string{"--cpu": f.shape.Cpu, "--memory": f.shape.Memory} {
+		if _, err := resource.ParseQuantity(q); q != "" && err != nil {
+			return fail(ExitUsage, "%s %q: not a quantity (e.g. 8, 500m, 32Gi)", flagName, q)
+		}
+	}
+	f.shape.GpuCount = int32(f.gpus)
+	req.Target = &queryv1.CreateHoldRequest_Shape{Shape: &f.shape}
+	return nil
+}
+
+// holdCreate creates req at the hub and prints the hold; a hold that does
+// not fit or fails is an error.
+func (c *command) holdCreate(req *queryv1.CreateHoldRequest) error {
+	ctx, cancel := c.holdCall()
+	defer cancel()
+	h, err := c.client.CreateHold(ctx, req)
+	if status.Code(err) == codes.FailedPrecondition {
+		return fail(ExitFailure, "hold %s does not fit: %s", req.GetName(), status.Convert(err).Message())
+	}
+	if err != nil {
+		return c.callError(err)
+	}
+	if c.printer.structured() {
+		if err := c.printer.message(h); err != nil {
+			return err
+		}
+	} else if err := c.printer.holdDetail(h); err != nil {
+		return err
+	}
+	if h.GetPhase() != queryv1.FleetHoldPhase_FLEET_HOLD_PHASE_HELD {
+		return fail(ExitFailure, "hold %s failed: %s", h.GetName(), h.GetMessage())
+	}
+	return nil
 }
 
 // holdDryRun shows where req would be held now, without booking: the
