@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -500,92 +501,106 @@ cluster.`,
 		Example: `  imperatorctl capacity compute-xlarge --count 4 --same-cluster
   imperatorctl capacity --gpu 8 --gpu-product NVIDIA-H100-80GB-HBM3 --count 1`,
 	}
-	fs := cmd.Flags()
-	var (
-		count       int
-		sameCluster bool
-		shape       queryv1.ResourceShape
-		gpus        int
-	)
-	fs.IntVar(&count, "count", 1, "Number of units wanted.")
-	fs.BoolVar(&sameCluster, "same-cluster", false, "All units in one cluster (default: spread over the fewest clusters).")
-	fs.IntVar(&gpus, "gpu", 0, "Shape: GPUs per unit.")
-	fs.StringVar(&shape.GpuProduct, "gpu-product", "", "Shape: GPU product (nvidia.com/gpu.product).")
-	fs.StringVar(&shape.GpuFamily, "gpu-family", "", "Shape: GPU family (nvidia.com/gpu.family).")
-	fs.StringVar(&shape.Cpu, "cpu", "", "Shape: CPU per unit, a quantity (8, 500m).")
-	fs.StringVar(&shape.Memory, "memory", "", "Shape: memory per unit, a quantity (32Gi).")
+	f := &capacityFlags{}
+	f.add(cmd.Flags())
 	req := &queryv1.FindCapacityRequest{}
-	what := ""
 	return p.leaf(cmd, subcommand{
-		objects: true,
-		validate: func(c *command) error {
-			hasShape := gpus != 0 || shape.GpuProduct != "" || shape.GpuFamily != "" || shape.Cpu != "" || shape.Memory != ""
-			switch {
-			case len(c.args) > 1:
-				return fail(ExitUsage, "capacity takes one machine type, got %q", c.args)
-			case len(c.args) == 1 && hasShape:
-				return fail(ExitUsage, "capacity: give a machine type or a shape (--gpu, --cpu, ...), not both")
-			case len(c.args) == 0 && !hasShape:
-				return fail(ExitUsage, "capacity: give a machine type (TYPE or GROUP/TYPE) or a shape (--gpu N, --gpu-product P, --cpu Q, --memory Q)")
-			case count < 1 || count > 100000:
-				return fail(ExitUsage, "--count %d: want 1 to 100000", count)
-			case gpus < 0 || gpus > 1024:
-				return fail(ExitUsage, "--gpu %d: want 0 to 1024", gpus)
-			}
-			req.Count = int32(count)
-			req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SPREAD
-			if sameCluster {
-				req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SAME_CLUSTER
-			}
-			if len(c.args) == 1 {
-				ref := &queryv1.MachineTypeRef{Type: c.args[0]}
-				if group, typ, ok := strings.Cut(c.args[0], "/"); ok {
-					ref.Group, ref.Type = group, typ
-				}
-				if msgs := validation.IsDNS1123Label(ref.Type); len(msgs) > 0 {
-					return fail(ExitUsage, "machine type %q: %s", ref.Type, strings.Join(msgs, "; "))
-				}
-				req.Target = &queryv1.FindCapacityRequest_MachineType{MachineType: ref}
-				what = c.args[0]
-				return nil
-			}
-			for flagName, q := range map[string]string{"--cpu": shape.Cpu, "--memory": shape.Memory} {
-				if _, err := resource.ParseQuantity(q); q != "" && err != nil {
-					return fail(ExitUsage, "%s %q: not a quantity (e.g. 8, 500m, 32Gi)", flagName, q)
-				}
-			}
-			shape.GpuCount = int32(gpus)
-			req.Target = &queryv1.FindCapacityRequest_Shape{Shape: &shape}
-			what = describeShape(&shape)
-			return nil
-		},
-		run: func(c *command) error {
-			ctx, cancel := c.unary()
-			defer cancel()
-			resp, err := c.client.FindCapacity(ctx, req)
-			if err != nil {
-				return c.callError(err)
-			}
-			switch {
-			case c.printer.structured():
-				if err := c.printer.message(resp); err != nil {
-					return err
-				}
-			case c.printer.objectFormat():
-				if err := c.printer.objects(resp, asMessages(resp.GetCandidates()), namesOf("cluster", resp.GetCandidates(), (*queryv1.CapacityCandidate).GetCluster), true); err != nil {
-					return err
-				}
-			default:
-				if err := c.printer.capacity(resp); err != nil {
-					return err
-				}
-			}
-			if !resp.GetSatisfiable() {
-				return fail(ExitFailure, "%s", notFitMessage(resp, count, what, sameCluster))
-			}
-			return nil
-		},
+		objects:  true,
+		validate: func(c *command) error { return f.request(c.args, req) },
+		run:      func(c *command) error { return c.findCapacity(req, f) },
 	})
+}
+
+// capacityFlags are capacity's flags, and what the request asks for in
+// words (for the refusal).
+type capacityFlags struct {
+	count       int
+	sameCluster bool
+	shape       queryv1.ResourceShape
+	gpus        int
+	what        string
+}
+
+func (f *capacityFlags) add(fs *pflag.FlagSet) {
+	fs.IntVar(&f.count, "count", 1, "Number of units wanted.")
+	fs.BoolVar(&f.sameCluster, "same-cluster", false, "All units in one cluster (default: spread over the fewest clusters).")
+	fs.IntVar(&f.gpus, "gpu", 0, "Shape: GPUs per unit.")
+	fs.StringVar(&f.shape.GpuProduct, "gpu-product", "", "Shape: GPU product (nvidia.com/gpu.product).")
+	fs.StringVar(&f.shape.GpuFamily, "gpu-family", "", "Shape: GPU family (nvidia.com/gpu.family).")
+	fs.StringVar(&f.shape.Cpu, "cpu", "", "Shape: CPU per unit, a quantity (8, 500m).")
+	fs.StringVar(&f.shape.Memory, "memory", "", "Shape: memory per unit, a quantity (32Gi).")
+}
+
+// request checks the arguments and flags and fills in req from them.
+func (f *capacityFlags) request(args []string, req *queryv1.FindCapacityRequest) error {
+	hasShape := f.gpus != 0 || f.shape.GpuProduct != "" || f.shape.GpuFamily != "" || f.shape.Cpu != "" || f.shape.Memory != ""
+	switch {
+	case len(args) > 1:
+		return fail(ExitUsage, "capacity takes one machine type, got %q", args)
+	case len(args) == 1 && hasShape:
+		return fail(ExitUsage, "capacity: give a machine type or a shape (--gpu, --cpu, ...), not both")
+	case len(args) == 0 && !hasShape:
+		return fail(ExitUsage, "capacity: give a machine type (TYPE or GROUP/TYPE) or a shape (--gpu N, --gpu-product P, --cpu Q, --memory Q)")
+	case f.count < 1 || f.count > 100000:
+		return fail(ExitUsage, "--count %d: want 1 to 100000", f.count)
+	case f.gpus < 0 || f.gpus > 1024:
+		return fail(ExitUsage, "--gpu %d: want 0 to 1024", f.gpus)
+	}
+	req.Count = int32(f.count)
+	req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SPREAD
+	if f.sameCluster {
+		req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SAME_CLUSTER
+	}
+	if len(args) == 1 {
+		ref := &queryv1.MachineTypeRef{Type: args[0]}
+		if group, typ, ok := strings.Cut(args[0], "/"); ok {
+			ref.Group, ref.Type = group, typ
+		}
+		if msgs := validation.IsDNS1123Label(ref.Type); len(msgs) > 0 {
+			return fail(ExitUsage, "machine type %q: %s", ref.Type, strings.Join(msgs, "; "))
+		}
+		req.Target = &queryv1.FindCapacityRequest_MachineType{MachineType: ref}
+		f.what = args[0]
+		return nil
+	}
+	for flagName, q := range map[string]string{"--cpu": f.shape.Cpu, "--memory": f.shape.Memory} {
+		if _, err := resource.ParseQuantity(q); q != "" && err != nil {
+			return fail(ExitUsage, "%s %q: not a quantity (e.g. 8, 500m, 32Gi)", flagName, q)
+		}
+	}
+	f.shape.GpuCount = int32(f.gpus)
+	req.Target = &queryv1.FindCapacityRequest_Shape{Shape: &f.shape}
+	f.what = describeShape(&f.shape)
+	return nil
+}
+
+// findCapacity asks the hub req and prints the answer; units that do not
+// fit are an error saying why.
+func (c *command) findCapacity(req *queryv1.FindCapacityRequest, f *capacityFlags) error {
+	ctx, cancel := c.unary()
+	defer cancel()
+	resp, err := c.client.FindCapacity(ctx, req)
+	if err != nil {
+		return c.callError(err)
+	}
+	switch {
+	case c.printer.structured():
+		if err := c.printer.message(resp); err != nil {
+			return err
+		}
+	case c.printer.objectFormat():
+		if err := c.printer.objects(resp, asMessages(resp.GetCandidates()), namesOf("cluster", resp.GetCandidates(), (*queryv1.CapacityCandidate).GetCluster), true); err != nil {
+			return err
+		}
+	default:
+		if err := c.printer.capacity(resp); err != nil {
+			return err
+		}
+	}
+	if !resp.GetSatisfiable() {
+		return fail(ExitFailure, "%s", notFitMessage(resp, f.count, f.what, f.sameCluster))
+	}
+	return nil
 }
 
 func describeShape(s *queryv1.ResourceShape) string {
