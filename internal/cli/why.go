@@ -201,7 +201,10 @@ func hubUsage(ctx context.Context, q queryv1.QueryClient, cluster string) (*quer
 	return nil, fmt.Errorf("the hub knows no cluster %s", cluster)
 }
 
-// explain writes e in plain words.
+// explain writes e in plain words. It is long on purpose: one report read
+// top to bottom, a few lines for each thing that can hold a guest back (the
+// gate, the queue, the gang, the hold, the type's figures, the hub), in the
+// order a user asks about them.
 func (p *printer) explain(e *guestExplanation, cluster string) {
 	pod := e.pod
 	line := func(format string, args ...any) {

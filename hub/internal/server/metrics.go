@@ -85,6 +85,8 @@ type Metrics struct {
 // NewMetrics creates the metrics and registers them on reg, with one read
 // at scrape time: from leading whether this replica leads (nil: the only
 // replica, always leading). The clusters' figures are capacity.NewCollector's.
+// It is long on purpose: one definition per metric, a table kept in one
+// place (deploy/monitoring/metrics.txt lists the same names).
 func NewMetrics(reg prometheus.Registerer, leading func() bool) (*Metrics, error) {
 	m := &Metrics{
 		connectedSpokes: prometheus.NewGauge(prometheus.GaugeOpts{
