@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -33,16 +32,25 @@ const DefaultRefresh = 10 * time.Second
 const ObservationMaxAge = time.Minute
 
 // observationPrefix starts the CA Secret keys where each hub replica
-// reports, during PhasePromoted, the clusters that last connected to it
-// with a certificate of the previous CA.
+// reports, during PhasePromoted, per cluster that connected to it, whether
+// its last certificate there was of the previous CA, and when.
 const observationPrefix = "observed."
 
 // observation is one replica's report.
 type observation struct {
 	At time.Time `json:"at"`
 	// Previous is the fingerprint of the previous CA the report is about.
-	Previous string   `json:"previous"`
-	Clusters []string `json:"clusters"`
+	Previous string `json:"previous"`
+	// Clusters is, per cluster that connected to this replica, its last
+	// handshake here.
+	Clusters map[string]clusterObservation `json:"clusters"`
+}
+
+// clusterObservation is a cluster's last handshake with a replica: when,
+// and whether its certificate was of the previous CA.
+type clusterObservation struct {
+	PreviousCA bool      `json:"previousCA"`
+	At         time.Time `json:"at"`
 }
 
 // presented is the CA that signed the certificate a cluster last
@@ -155,19 +163,16 @@ func (a *Authority) observe(cs tls.ConnectionState) error {
 	return nil
 }
 
-// presentingPrevious is the clusters that last connected here with a
-// certificate of the previous CA.
-func (a *Authority) presentingPrevious(previous string) []string {
+// observed is, per cluster that connected here, its last handshake: when,
+// and whether its certificate was of the previous CA.
+func (a *Authority) observed(previous string) map[string]clusterObservation {
 	a.seenMu.Lock()
 	defer a.seenMu.Unlock()
-	var clusters []string
+	out := make(map[string]clusterObservation, len(a.seen))
 	for cluster, p := range a.seen {
-		if p.root == previous {
-			clusters = append(clusters, cluster)
-		}
+		out[cluster] = clusterObservation{PreviousCA: p.root == previous, At: p.at.UTC()}
 	}
-	sort.Strings(clusters)
-	return clusters
+	return out
 }
 
 // Start reads the CA Secret every Refresh until ctx ends (a
@@ -205,18 +210,22 @@ func (a *Authority) Refresh(ctx context.Context) error {
 	if t.Phase != PhasePromoted {
 		return nil
 	}
-	return a.report(ctx, Fingerprint(t.Previous))
+	return a.report(ctx, Fingerprint(t.Previous), secret.Data)
 }
 
 // report writes this replica's observation into the CA Secret (a merge
-// patch of its own key only: no conflict with the other replicas or with
-// `hub ca rotate`).
-func (a *Authority) report(ctx context.Context, previous string) error {
-	value, err := json.Marshal(observation{At: a.opts.Clock.Now().UTC(), Previous: previous, Clusters: a.presentingPrevious(previous)})
+// patch of its own key, no conflict with the other replicas or with `hub ca
+// rotate`) and removes the reports, in data, older than ObservationMaxAge
+// or unreadable: those of replicas that are gone (each hub process reports
+// under a name of its own), which no finish counts any more.
+func (a *Authority) report(ctx context.Context, previous string, data map[string][]byte) error {
+	now := a.opts.Clock.Now()
+	own := observationKey(a.opts.Replica)
+	value, err := json.Marshal(observation{At: now.UTC(), Previous: previous, Clusters: a.observed(previous)})
 	if err != nil {
 		return err
 	}
-	patch, err := json.Marshal(map[string]any{"data": map[string][]byte{observationKey(a.opts.Replica): value}})
+	patch, err := json.Marshal(map[string]any{"data": reportChanges(data, own, value, now)})
 	if err != nil {
 		return err
 	}
@@ -228,6 +237,23 @@ func (a *Authority) report(ctx context.Context, previous string) error {
 	return nil
 }
 
+// reportChanges is the data of the merge patch that writes value under own
+// and removes (a nil value) every other report in data older than
+// ObservationMaxAge at now, or unreadable.
+func reportChanges(data map[string][]byte, own string, value []byte, now time.Time) map[string]any {
+	changes := map[string]any{own: value}
+	for key, raw := range data {
+		if !strings.HasPrefix(key, observationPrefix) || key == own {
+			continue
+		}
+		var o observation
+		if err := json.Unmarshal(raw, &o); err != nil || now.Sub(o.At) > ObservationMaxAge {
+			changes[key] = nil
+		}
+	}
+	return changes
+}
+
 var notKeyChar = regexp.MustCompile(`[^-._a-zA-Z0-9]`)
 
 // observationKey is the Secret key of replica's report.
@@ -236,8 +262,10 @@ func observationKey(replica string) string {
 }
 
 // OldCAClusters reads the replicas' reports in the CA Secret's data: the
-// clusters that last connected with a certificate of the previous CA, and
-// how many replicas reported within maxAge of now.
+// clusters whose last handshake with any replica (the newest across the
+// reports written within maxAge of now) was with a certificate of the
+// previous CA, and how many replicas reported within maxAge of now. A
+// cluster no replica saw since it started is not known here.
 func OldCAClusters(data map[string][]byte, now time.Time, maxAge time.Duration) (clusters []string, reporting int, err error) {
 	t, err := ParseTrust(data)
 	if err != nil {
@@ -247,6 +275,7 @@ func OldCAClusters(data map[string][]byte, now time.Time, maxAge time.Duration) 
 		return nil, 0, nil
 	}
 	previous := Fingerprint(t.Previous)
+	newest := map[string]clusterObservation{}
 	for key, value := range data {
 		if !strings.HasPrefix(key, observationPrefix) {
 			continue
@@ -259,14 +288,26 @@ func OldCAClusters(data map[string][]byte, now time.Time, maxAge time.Duration) 
 			continue
 		}
 		reporting++
-		clusters = append(clusters, o.Clusters...)
+		for cluster, c := range o.Clusters {
+			if n, ok := newest[cluster]; !ok || c.At.After(n.At) {
+				newest[cluster] = c
+			}
+		}
+	}
+	for cluster, c := range newest {
+		if c.PreviousCA {
+			clusters = append(clusters, cluster)
+		}
 	}
 	slices.Sort(clusters)
-	return slices.Compact(clusters), reporting, nil
+	return clusters, reporting, nil
 }
 
 func sameTrust(a, b *Trust) bool {
 	if a.Phase != b.Phase || len(a.Trusted) != len(b.Trusted) {
+		return false
+	}
+	if (a.Cross == nil) != (b.Cross == nil) || (a.Cross != nil && !a.Cross.Equal(b.Cross)) {
 		return false
 	}
 	for i := range a.Trusted {

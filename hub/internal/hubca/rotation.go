@@ -36,12 +36,12 @@ const (
 type Phase string
 
 const (
-	// PhaseStable: one CA, no rotation under way.
+	// PhaseStable is one CA, no rotation under way.
 	PhaseStable Phase = "Stable"
-	// PhaseStaged: `hub ca rotate` added the next CA; both are trusted and
+	// PhaseStaged is when `hub ca rotate` added the next CA; both are trusted and
 	// handed out as the bundle, the current one still signs.
 	PhaseStaged Phase = "Staged"
-	// PhasePromoted: `hub ca rotate --promote` made the next CA current (it
+	// PhasePromoted is when `hub ca rotate --promote` made the next CA current (it
 	// signs, the serving certificate is re-issued from it); the previous
 	// CA stays trusted until `hub ca rotate --finish`.
 	PhasePromoted Phase = "Promoted"
@@ -141,10 +141,14 @@ func Fingerprint(cert *x509.Certificate) string {
 // Step is one phase of `hub ca rotate`.
 type Step string
 
+// The steps of `hub ca rotate`, in their order.
 const (
-	StepStage   Step = "stage"
+	// StepStage adds a next CA (Stage).
+	StepStage Step = "stage"
+	// StepPromote makes the next CA current (Promote).
 	StepPromote Step = "promote"
-	StepFinish  Step = "finish"
+	// StepFinish drops the previous CA (Finish).
+	StepFinish Step = "finish"
 )
 
 // ErrWrongOrder is returned for a step that the rotation's phase does not
@@ -242,7 +246,7 @@ func Finish(data map[string][]byte, oldCAClusters []string, force bool) (Outcome
 			delete(out, k)
 		}
 	}
-	msg := fmt.Sprintf("finished: previous CA %s is no longer trusted; CA %s is the only one", short(t.Previous), short(t.Current.Cert))
+	msg := fmt.Sprintf("finished: previous CA %s is no longer trusted; CA %s is the only one (checked were the spokes that connected to a running hub replica, as reported within the last %s; a spoke offline since the hub replicas started, whose certificate is of the previous CA, must join again)", short(t.Previous), short(t.Current.Cert), ObservationMaxAge)
 	if len(oldCAClusters) > 0 {
 		msg += fmt.Sprintf(" (forced: %s still presented certificates of the previous CA and must join again)", strings.Join(oldCAClusters, ", "))
 	}

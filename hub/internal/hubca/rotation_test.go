@@ -234,7 +234,11 @@ func TestOldCAClusters(t *testing.T) {
 	}
 	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	report := func(at time.Time, previous string, clusters ...string) []byte {
-		b, err := json.Marshal(observation{At: at, Previous: previous, Clusters: clusters})
+		seen := map[string]clusterObservation{}
+		for _, c := range clusters {
+			seen[c] = clusterObservation{PreviousCA: true, At: at}
+		}
+		b, err := json.Marshal(observation{At: at, Previous: previous, Clusters: seen})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -218,22 +218,22 @@ func (r *router) refusingRevoked(cfg *tls.Config) *tls.Config {
 		return cfg
 	}
 	check := func(next func(tls.ConnectionState) error) func(tls.ConnectionState) error {
+		// The revocation check comes before next (the hub CA's record of
+		// which CA a spoke presents), so that a revoked certificate is
+		// not recorded as a spoke still using the previous CA.
 		return func(cs tls.ConnectionState) error {
-			if next != nil {
-				if err := next(cs); err != nil {
-					return err
+			if len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
+				leaf := cs.VerifiedChains[0][0]
+				if r.revoked(leaf) {
+					r.metrics.rejectedConnections.WithLabelValues(rejectRevoked).Inc()
+					r.log.Info("Refused the handshake of a revoked certificate", "subject", leaf.Subject.CommonName, "serial", identity.SerialOf(leaf))
+					return fmt.Errorf("client certificate %q (serial %s) was revoked", leaf.Subject.CommonName, identity.SerialOf(leaf))
 				}
 			}
-			if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
-				return nil
+			if next != nil {
+				return next(cs)
 			}
-			leaf := cs.VerifiedChains[0][0]
-			if !r.revoked(leaf) {
-				return nil
-			}
-			r.metrics.rejectedConnections.WithLabelValues(rejectRevoked).Inc()
-			r.log.Info("Refused the handshake of a revoked certificate", "subject", leaf.Subject.CommonName, "serial", identity.SerialOf(leaf))
-			return fmt.Errorf("client certificate %q (serial %s) was revoked", leaf.Subject.CommonName, identity.SerialOf(leaf))
+			return nil
 		}
 	}
 	out := cfg.Clone()
