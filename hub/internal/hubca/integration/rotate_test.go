@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"strings"
@@ -119,13 +120,73 @@ func TestRotateAgainstTheAPIServer(t *testing.T) {
 		t.Fatalf("finish while spoke-a presents the previous CA: %v, want ErrOldCAInUse naming spoke-a", err)
 	}
 
-	// spoke-a renewed: a certificate of the new CA and the bundle.
-	newSpoke := spokeCertificate(t, authority.Trust().Current, "spoke-a")
-	if err := handshake(t, hub, authority.TrustBundle(), newSpoke); err != nil {
-		t.Fatalf("the renewed spoke: %v", err)
+	// A report of a replica gone long ago is removed by the next report.
+	var current corev1.Secret
+	if err := env.Client.Get(ctx, key, &current); err != nil {
+		t.Fatal(err)
+	}
+	current.Data["observed.hub-gone"] = []byte(`{"at":"2020-01-01T00:00:00Z","previous":"x","clusters":{}}`)
+	if err := env.Client.Update(ctx, &current); err != nil {
+		t.Fatal(err)
 	}
 	if err := authority.Refresh(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if err := env.Client.Get(ctx, key, &current); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := current.Data["observed.hub-gone"]; ok {
+		t.Error("a report older than ObservationMaxAge stays in the CA Secret")
+	}
+	if _, ok := current.Data["observed.hub-0"]; !ok {
+		t.Error("the replica's own report is missing from the CA Secret")
+	}
+
+	// A changed cross-signed certificate (same CAs) is put in force: the
+	// hub presents it after its serving certificate.
+	cross, err := old.CrossSign(authority.Trust().Current.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current.Data[hubca.CrossCertKey] = cross
+	if err := env.Client.Update(ctx, &current); err != nil {
+		t.Fatal(err)
+	}
+	if err := authority.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	crossCert, err := pki.ParseCertificate(cross)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if presented, err := serving.GetCertificate(nil); err != nil {
+		t.Fatal(err)
+	} else if len(presented.Certificate) != 2 || !crossCert.Equal(mustParse(t, presented.Certificate[1])) {
+		t.Error("the hub does not present the changed cross-signed certificate")
+	}
+
+	// spoke-a renewed: a certificate of the new CA and the bundle; it now
+	// connects to another replica, hub-1, while hub-0 still last saw it
+	// with its certificate of the previous CA. The newest handshake wins.
+	trust1, err := hubca.LoadTrust(ctx, env.Client, namespace, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving1, err := hubca.NewServingRotator(trust1.Current, "imperator-hub", []string{hubName}, time.Hour, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica1 := hubca.NewAuthority(trust1, hubca.AuthorityOptions{
+		Client: env.Client, Secret: types.NamespacedName(key), Replica: "hub-1", Serving: serving1, Log: logr.Discard(),
+	})
+	newSpoke := spokeCertificate(t, authority.Trust().Current, "spoke-a")
+	if err := handshake(t, replica1.TLSConfig(), authority.TrustBundle(), newSpoke); err != nil {
+		t.Fatalf("the renewed spoke: %v", err)
+	}
+	for _, a := range []*hubca.Authority{authority, replica1} {
+		if err := a.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := rotate(hubca.StepFinish, hubca.RotateOptions{}); err != nil {
 		t.Fatalf("finish once spoke-a renewed: %v", err)
@@ -205,4 +266,13 @@ func handshake(t *testing.T, hub *tls.Config, trustPEM []byte, cert *tls.Certifi
 	defer func() { _ = c.Close() }()
 	clientErr := c.Handshake()
 	return errors.Join(<-done, clientErr)
+}
+
+func mustParse(t *testing.T, der []byte) *x509.Certificate {
+	t.Helper()
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
