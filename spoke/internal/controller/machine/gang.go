@@ -116,32 +116,7 @@ type waitingGang struct {
 // groupSize gives the size of a PodGroup's gang whose members carry none
 // (0: none); nil reads none.
 func formGangs(u *typeUsage, machineType string, groupSize func(gangID) int32) {
-	type found struct {
-		members  []*corev1.Pod
-		sizes    []int32
-		problems []string
-	}
-	byID := map[gangID]*found{}
-	var ids []gangID
-	for _, pod := range slices.Concat(u.gated, u.unplaceable) {
-		id, size, problem, ok := gangMembership(pod)
-		if !ok {
-			continue
-		}
-		f := byID[id]
-		if f == nil {
-			f = &found{}
-			byID[id] = f
-			ids = append(ids, id)
-		}
-		f.members = append(f.members, pod)
-		if problem != "" && !slices.Contains(f.problems, problem) {
-			f.problems = append(f.problems, problem)
-		}
-		if size > 0 && !slices.Contains(f.sizes, size) {
-			f.sizes = append(f.sizes, size)
-		}
-	}
+	ids, byID := collectGangs(u)
 	if len(ids) == 0 {
 		return
 	}
@@ -158,33 +133,12 @@ func formGangs(u *typeUsage, machineType string, groupSize func(gangID) int32) {
 		}
 		slices.Sort(f.sizes)
 		holding := u.gangHolding[id]
-		var note, reason string
-		switch kinds := u.gangTypes[id]; {
-		case len(kinds) > 1:
-			reason = reasonMixedGang
-			note = fmt.Sprintf("gang %s: members of machine types %s; Unschedulable (MixedGang): a gang's members share one namespace and one machine type, delete and create again those of the wrong type",
-				id, strings.Join(kinds, ", "))
-		case len(f.problems) > 0:
-			reason = reasonInvalidGang
-			note = fmt.Sprintf("gang %s: %s; Unschedulable (InvalidGang): its members wait, holding no unit, until every member gives its size",
-				id, strings.Join(f.problems, ", "))
-		case len(f.sizes) > 1:
-			reason = reasonInvalidGang
-			note = fmt.Sprintf("gang %s: members give sizes %s; Unschedulable (InvalidGang): its members wait, holding no unit, until they agree",
-				id, joinSizes(f.sizes))
-		case holding >= f.sizes[0]:
-			// Running: the members beyond its size are single guests.
+		reason, note, running := u.gangVerdict(machineType, id, f, holding)
+		switch {
+		case running:
+			// The members beyond its size are single guests.
 			continue
-		case f.sizes[0] > u.Maximum:
-			reason = reasonNotEnoughResources
-			note = fmt.Sprintf("gang %s: %d needed at once, %s has %d available; Unschedulable (NotEnoughResources): never let through while available is below its size, it holds no unit",
-				id, f.sizes[0], machineType, u.Maximum)
-		case holding+int32(len(f.members)) < f.sizes[0]:
-			reason = reasonNotEnoughTasks
-			note = fmt.Sprintf("gang %s: %d of %d members here; Pending (NotEnoughTasks): it holds no unit until every member is created",
-				id, holding+int32(len(f.members)), f.sizes[0])
-		}
-		if note == "" {
+		case note == "":
 			g := &waitingGang{id: id, size: f.sizes[0], need: f.sizes[0] - holding, members: f.members}
 			if u.gangs == nil {
 				u.gangs = map[types.UID]*waitingGang{}
@@ -209,6 +163,67 @@ func formGangs(u *typeUsage, machineType string, groupSize func(gangID) int32) {
 	u.Unplaceable += int32(n - len(u.gated))
 	u.unplaceable = slices.DeleteFunc(u.unplaceable, func(pod *corev1.Pod) bool { return parked[pod.UID] })
 	u.replicas = reservationReplicas(u.Maximum, u.Usage)
+}
+
+// foundGang is what the type's guests at the gate say of one gang.
+type foundGang struct {
+	members  []*corev1.Pod
+	sizes    []int32
+	problems []string
+}
+
+// collectGangs groups the type's gated and unplaceable guests by gang, in
+// the order the gangs were first seen.
+func collectGangs(u *typeUsage) ([]gangID, map[gangID]*foundGang) {
+	byID := map[gangID]*foundGang{}
+	var ids []gangID
+	for _, pod := range slices.Concat(u.gated, u.unplaceable) {
+		id, size, problem, ok := gangMembership(pod)
+		if !ok {
+			continue
+		}
+		f := byID[id]
+		if f == nil {
+			f = &foundGang{}
+			byID[id] = f
+			ids = append(ids, id)
+		}
+		f.members = append(f.members, pod)
+		if problem != "" && !slices.Contains(f.problems, problem) {
+			f.problems = append(f.problems, problem)
+		}
+		if size > 0 && !slices.Contains(f.sizes, size) {
+			f.sizes = append(f.sizes, size)
+		}
+	}
+	return ids, byID
+}
+
+// gangVerdict says whether gang id already holds its size (running), or
+// why it cannot be let through whatever the free units (reason and the
+// note its members are told), or neither (both empty: it waits in line).
+// f.sizes is sorted.
+func (u *typeUsage) gangVerdict(machineType string, id gangID, f *foundGang, holding int32) (reason, note string, running bool) {
+	switch kinds := u.gangTypes[id]; {
+	case len(kinds) > 1:
+		return reasonMixedGang, fmt.Sprintf("gang %s: members of machine types %s; Unschedulable (MixedGang): a gang's members share one namespace and one machine type, delete and create again those of the wrong type",
+			id, strings.Join(kinds, ", ")), false
+	case len(f.problems) > 0:
+		return reasonInvalidGang, fmt.Sprintf("gang %s: %s; Unschedulable (InvalidGang): its members wait, holding no unit, until every member gives its size",
+			id, strings.Join(f.problems, ", ")), false
+	case len(f.sizes) > 1:
+		return reasonInvalidGang, fmt.Sprintf("gang %s: members give sizes %s; Unschedulable (InvalidGang): its members wait, holding no unit, until they agree",
+			id, joinSizes(f.sizes)), false
+	case holding >= f.sizes[0]:
+		return "", "", true
+	case f.sizes[0] > u.Maximum:
+		return reasonNotEnoughResources, fmt.Sprintf("gang %s: %d needed at once, %s has %d available; Unschedulable (NotEnoughResources): never let through while available is below its size, it holds no unit",
+			id, f.sizes[0], machineType, u.Maximum), false
+	case holding+int32(len(f.members)) < f.sizes[0]:
+		return reasonNotEnoughTasks, fmt.Sprintf("gang %s: %d of %d members here; Pending (NotEnoughTasks): it holds no unit until every member is created",
+			id, holding+int32(len(f.members)), f.sizes[0]), false
+	}
+	return "", "", false
 }
 
 func sizeOfGroup(groupSize func(gangID) int32, id gangID) int32 {
