@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/imperator-federation/imperator/hub/internal/registry"
 	"github.com/imperator-federation/imperator/internal/pki"
 )
 
@@ -41,7 +42,9 @@ func Rotate(ctx context.Context, c client.Client, namespace, name string, step S
 		} else if err != nil {
 			return fmt.Errorf("reading hub CA secret %s: %w", key, err)
 		}
-		outcome, err := runStep(secret.Data, step, opts.Force, now)
+		outcome, err := runStep(secret.Data, step, opts.Force, now, func(cluster string) (bool, error) {
+			return registry.Exists(ctx, c, cluster)
+		})
 		if err != nil {
 			return fmt.Errorf("hub CA secret %s: %w", key, err)
 		}
@@ -58,7 +61,11 @@ func Rotate(ctx context.Context, c client.Client, namespace, name string, step S
 	return message, nil
 }
 
-func runStep(data map[string][]byte, step Step, force bool, now time.Time) (Outcome, error) {
+// runStep computes step on data. registered says whether a cluster is
+// registered (its ManagedCluster exists): at finish, a cluster reported as
+// presenting the previous CA but deregistered since does not hold it up
+// (the hub admits no spoke of it, whichever CA its certificate is of).
+func runStep(data map[string][]byte, step Step, force bool, now time.Time, registered func(cluster string) (bool, error)) (Outcome, error) {
 	switch step {
 	case StepStage:
 		return Stage(data, func() (*pki.CA, error) {
@@ -67,9 +74,19 @@ func runStep(data map[string][]byte, step Step, force bool, now time.Time) (Outc
 	case StepPromote:
 		return Promote(data)
 	case StepFinish:
-		clusters, reporting, err := OldCAClusters(data, now, ObservationMaxAge)
+		reported, reporting, err := OldCAClusters(data, now, ObservationMaxAge)
 		if err != nil {
 			return Outcome{}, err
+		}
+		var clusters []string
+		for _, cluster := range reported {
+			ok, err := registered(cluster)
+			if err != nil {
+				return Outcome{}, fmt.Errorf("checking whether cluster %q, reported presenting the previous CA, is still registered: %w", cluster, err)
+			}
+			if ok {
+				clusters = append(clusters, cluster)
+			}
 		}
 		if t, err := ParseTrust(data); err == nil && t.Phase == PhasePromoted && reporting == 0 && !force {
 			return Outcome{}, fmt.Errorf("%w: no hub replica reported in the last %s which CA its spokes present (is the hub running, at a version that reports it?); pass --force to finish without knowing", ErrOldCAInUse, ObservationMaxAge)

@@ -17,8 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
+	"github.com/imperator-federation/imperator/hub/internal/registry"
 	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
+	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/test/util/framework"
 )
 
@@ -32,7 +34,11 @@ const hubName = "hub.imperator.test"
 // connected with one of the new CA.
 func TestRotateAgainstTheAPIServer(t *testing.T) {
 	ctx := context.Background()
-	env, err := framework.Start(ctx, framework.Options{Namespaces: []string{namespace}})
+	scheme, err := schemes.Hub()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := framework.Start(ctx, framework.Options{Scheme: scheme, Namespaces: []string{namespace}, CRDs: framework.HubCRDs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +48,12 @@ func TestRotateAgainstTheAPIServer(t *testing.T) {
 		}
 	})
 	key := client.ObjectKey{Namespace: namespace, Name: secret}
+	// spoke-a is registered; spoke-gone was deregistered (no
+	// ManagedCluster) after it connected with a certificate of the
+	// previous CA, so it does not hold up the finish.
+	if _, err := registry.Register(ctx, env.Client, "spoke-a"); err != nil {
+		t.Fatal(err)
+	}
 
 	for _, step := range []hubca.Step{hubca.StepStage, hubca.StepPromote, hubca.StepFinish} {
 		if _, err := hubca.Rotate(ctx, env.Client, namespace, secret, step, hubca.RotateOptions{}); !errors.Is(err, hubca.ErrNoCA) {
@@ -112,12 +124,18 @@ func TestRotateAgainstTheAPIServer(t *testing.T) {
 	if err := handshake(t, hub, old.CertPEM, oldSpoke); err != nil {
 		t.Fatalf("a spoke of the previous CA after promote: %v", err)
 	}
+	if err := handshake(t, hub, old.CertPEM, spokeCertificate(t, old, "spoke-gone")); err != nil {
+		t.Fatalf("a deregistered spoke of the previous CA after promote: %v", err)
+	}
 	if err := authority.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
 	err = rotate(hubca.StepFinish, hubca.RotateOptions{})
 	if !errors.Is(err, hubca.ErrOldCAInUse) || !strings.Contains(err.Error(), "spoke-a") {
 		t.Fatalf("finish while spoke-a presents the previous CA: %v, want ErrOldCAInUse naming spoke-a", err)
+	}
+	if strings.Contains(err.Error(), "spoke-gone") {
+		t.Errorf("finish names the deregistered spoke-gone: %v", err)
 	}
 
 	// A report of a replica gone long ago is removed by the next report.
