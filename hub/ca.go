@@ -100,7 +100,10 @@ func rotateCommand() *cobra.Command {
                            trusting only the previous CA still verify the hub).
   hub ca rotate --finish   drop the previous CA. Refused, naming the clusters, while
                            a spoke still connects with a certificate of the previous
-                           CA, unless --force.
+                           CA, unless --force. Only spokes a running replica saw
+                           within the last minute are checked: a spoke offline
+                           meanwhile with a certificate of the previous CA must
+                           join again afterwards.
 
 Every hub replica follows each step within 10s, without a restart. Running a
 step twice changes nothing; a step out of order is refused.`,
