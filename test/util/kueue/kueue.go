@@ -28,6 +28,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -78,7 +79,10 @@ func CRDDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kueue")
+	// go mod download, not go list -m: on a machine whose module cache
+	// does not hold the module yet (a fresh one, before the Kueue manager
+	// was built), go list prints no directory.
+	cmd := exec.Command("go", "mod", "download", "-json", "sigs.k8s.io/kueue")
 	cmd.Dir = filepath.Join(root, "hack", "tools", "kueue")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -86,7 +90,14 @@ func CRDDir() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("finding the sigs.k8s.io/kueue module: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	return filepath.Join(strings.TrimSpace(string(out)), "config", "components", "crd", "bases"), nil
+	var module struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &module); err != nil {
+		return "", fmt.Errorf("finding the sigs.k8s.io/kueue module: %w", err)
+	}
+	if module.Dir == "" {
+		return "", fmt.Errorf("finding the sigs.k8s.io/kueue module: not downloaded: %s", module.Error)
+	}
+	return filepath.Join(module.Dir, "config", "components", "crd", "bases"), nil
 }
 
 // InstallCRDs creates the CRDs of the YAML files of dirs (those that exist
