@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
@@ -514,63 +513,49 @@ cluster.`,
 // capacityFlags are capacity's flags, and what the request asks for in
 // words (for the refusal).
 type capacityFlags struct {
+	targetFlags
 	count       int
 	sameCluster bool
-	shape       queryv1.ResourceShape
-	gpus        int
 	what        string
 }
 
 func (f *capacityFlags) add(fs *pflag.FlagSet) {
 	fs.IntVar(&f.count, "count", 1, "Number of units wanted.")
 	fs.BoolVar(&f.sameCluster, "same-cluster", false, "All units in one cluster (default: spread over the fewest clusters).")
-	fs.IntVar(&f.gpus, "gpu", 0, "Shape: GPUs per unit.")
-	fs.StringVar(&f.shape.GpuProduct, "gpu-product", "", "Shape: GPU product (nvidia.com/gpu.product).")
-	fs.StringVar(&f.shape.GpuFamily, "gpu-family", "", "Shape: GPU family (nvidia.com/gpu.family).")
-	fs.StringVar(&f.shape.Cpu, "cpu", "", "Shape: CPU per unit, a quantity (8, 500m).")
-	fs.StringVar(&f.shape.Memory, "memory", "", "Shape: memory per unit, a quantity (32Gi).")
+	f.targetFlags.add(fs)
 }
 
 // request checks the arguments and flags and fills in req from them.
 func (f *capacityFlags) request(args []string, req *queryv1.FindCapacityRequest) error {
-	hasShape := f.gpus != 0 || f.shape.GpuProduct != "" || f.shape.GpuFamily != "" || f.shape.Cpu != "" || f.shape.Memory != ""
 	switch {
 	case len(args) > 1:
 		return fail(ExitUsage, "capacity takes one machine type, got %q", args)
-	case len(args) == 1 && hasShape:
+	case len(args) == 1 && f.hasShape():
 		return fail(ExitUsage, "capacity: give a machine type or a shape (--gpu, --cpu, ...), not both")
-	case len(args) == 0 && !hasShape:
+	case len(args) == 0 && !f.hasShape():
 		return fail(ExitUsage, "capacity: give a machine type (TYPE or GROUP/TYPE) or a shape (--gpu N, --gpu-product P, --cpu Q, --memory Q)")
 	case f.count < 1 || f.count > 100000:
 		return fail(ExitUsage, "--count %d: want 1 to 100000", f.count)
-	case f.gpus < 0 || f.gpus > 1024:
-		return fail(ExitUsage, "--gpu %d: want 0 to 1024", f.gpus)
 	}
-	req.Count = int32(f.count)
-	req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SPREAD
-	if f.sameCluster {
-		req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SAME_CLUSTER
+	if err := f.checkGPUs(); err != nil {
+		return err
 	}
+	req.Count, req.Mode = int32(f.count), capacityMode(f.sameCluster)
 	if len(args) == 1 {
-		ref := &queryv1.MachineTypeRef{Type: args[0]}
-		if group, typ, ok := strings.Cut(args[0], "/"); ok {
-			ref.Group, ref.Type = group, typ
-		}
-		if msgs := validation.IsDNS1123Label(ref.Type); len(msgs) > 0 {
-			return fail(ExitUsage, "machine type %q: %s", ref.Type, strings.Join(msgs, "; "))
+		ref, err := machineTypeRef(args[0])
+		if err != nil {
+			return err
 		}
 		req.Target = &queryv1.FindCapacityRequest_MachineType{MachineType: ref}
 		f.what = args[0]
 		return nil
 	}
-	for flagName, q := range map[string]string{"--cpu": f.shape.Cpu, "--memory": f.shape.Memory} {
-		if _, err := resource.ParseQuantity(q); q != "" && err != nil {
-			return fail(ExitUsage, "%s %q: not a quantity (e.g. 8, 500m, 32Gi)", flagName, q)
-		}
+	shape, err := f.resourceShape()
+	if err != nil {
+		return err
 	}
-	f.shape.GpuCount = int32(f.gpus)
-	req.Target = &queryv1.FindCapacityRequest_Shape{Shape: &f.shape}
-	f.what = describeShape(&f.shape)
+	req.Target = &queryv1.FindCapacityRequest_Shape{Shape: shape}
+	f.what = describeShape(shape)
 	return nil
 }
 

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
@@ -151,11 +150,10 @@ func (p *program) holdCreateCommand() *cobra.Command {
 
 // holdCreateFlags are hold create's flags.
 type holdCreateFlags struct {
+	targetFlags
 	count       int
 	sameCluster bool
 	ttl         time.Duration
-	shape       queryv1.ResourceShape
-	gpus        int
 	namespaces  []string
 	dryRun      bool
 }
@@ -164,60 +162,48 @@ func (f *holdCreateFlags) add(fs *pflag.FlagSet) {
 	fs.IntVar(&f.count, "count", 1, "Number of units to hold (1 to 10000).")
 	fs.BoolVar(&f.sameCluster, "same-cluster", false, "All units in one cluster (default: spread over the fewest clusters).")
 	fs.DurationVar(&f.ttl, "ttl", 15*time.Minute, "How long unclaimed units stay held (1m to 168h).")
-	fs.IntVar(&f.gpus, "gpu", 0, "Shape: GPUs per unit.")
-	fs.StringVar(&f.shape.GpuProduct, "gpu-product", "", "Shape: GPU product (nvidia.com/gpu.product).")
-	fs.StringVar(&f.shape.GpuFamily, "gpu-family", "", "Shape: GPU family (nvidia.com/gpu.family).")
-	fs.StringVar(&f.shape.Cpu, "cpu", "", "Shape: CPU per unit, a quantity (8, 500m).")
-	fs.StringVar(&f.shape.Memory, "memory", "", "Shape: memory per unit, a quantity (32Gi).")
+	f.targetFlags.add(fs)
 	fs.StringSliceVar(&f.namespaces, "namespace", nil, "Only guests of these namespaces may claim the units (repeatable).")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "Show where the hold would go now (the hub's FindCapacity with the same target, count and mode) without booking anything. The hub has no plan call: the spokes are not asked, so a real create can still fail when a spoke refuses its part, and neither the hold's name nor your right to create holds in --namespace is checked.")
 }
 
 // request checks the arguments and flags and fills in req from them.
 func (f *holdCreateFlags) request(args []string, req *queryv1.CreateHoldRequest) error {
-	hasShape := f.gpus != 0 || f.shape.GpuProduct != "" || f.shape.GpuFamily != "" || f.shape.Cpu != "" || f.shape.Memory != ""
 	switch {
 	case len(args) == 0:
 		return fail(ExitUsage, "hold create: give the hold's name, then a machine type or a shape")
 	case len(args) > 2:
 		return fail(ExitUsage, "hold create takes a name and one machine type, got %q", args)
-	case len(args) == 2 && hasShape:
+	case len(args) == 2 && f.hasShape():
 		return fail(ExitUsage, "hold create: give a machine type or a shape (--gpu, --cpu, ...), not both")
-	case len(args) == 1 && !hasShape:
+	case len(args) == 1 && !f.hasShape():
 		return fail(ExitUsage, "hold create: give a machine type (TYPE or GROUP/TYPE) or a shape (--gpu N, --gpu-product P, --cpu Q, --memory Q)")
 	case f.count < 1 || f.count > 10000:
 		return fail(ExitUsage, "--count %d: want 1 to 10000", f.count)
 	case f.ttl < time.Minute || f.ttl > 7*24*time.Hour:
 		return fail(ExitUsage, "--ttl %s: want 1m to 168h", f.ttl)
-	case f.gpus < 0 || f.gpus > 1024:
-		return fail(ExitUsage, "--gpu %d: want 0 to 1024", f.gpus)
+	}
+	if err := f.checkGPUs(); err != nil {
+		return err
 	}
 	if msgs := validation.IsDNS1123Label(args[0]); len(msgs) > 0 {
 		return fail(ExitUsage, "hold name %q: %s", args[0], strings.Join(msgs, "; "))
 	}
 	req.Name, req.Count, req.Ttl, req.Namespaces = args[0], int32(f.count), durationpb.New(f.ttl), f.namespaces
-	req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SPREAD
-	if f.sameCluster {
-		req.Mode = queryv1.CapacityMode_CAPACITY_MODE_SAME_CLUSTER
-	}
+	req.Mode = capacityMode(f.sameCluster)
 	if len(args) == 2 {
-		ref := &queryv1.MachineTypeRef{Type: args[1]}
-		if group, typ, ok := strings.Cut(args[1], "/"); ok {
-			ref.Group, ref.Type = group, typ
-		}
-		if msgs := validation.IsDNS1123Label(ref.Type); len(msgs) > 0 {
-			return fail(ExitUsage, "machine type %q: %s", ref.Type, strings.Join(msgs, "; "))
+		ref, err := machineTypeRef(args[1])
+		if err != nil {
+			return err
 		}
 		req.Target = &queryv1.CreateHoldRequest_MachineType{MachineType: ref}
 		return nil
 	}
-	for flagName, q := range map[string]string{"--cpu": f.shape.Cpu, "--memory": f.shape.Memory} {
-		if _, err := resource.ParseQuantity(q); q != "" && err != nil {
-			return fail(ExitUsage, "%s %q: not a quantity (e.g. 8, 500m, 32Gi)", flagName, q)
-		}
+	shape, err := f.resourceShape()
+	if err != nil {
+		return err
 	}
-	f.shape.GpuCount = int32(f.gpus)
-	req.Target = &queryv1.CreateHoldRequest_Shape{Shape: &f.shape}
+	req.Target = &queryv1.CreateHoldRequest_Shape{Shape: shape}
 	return nil
 }
 
