@@ -76,10 +76,15 @@ func replaced(err error) bool {
 // show yet (grantExpectations.observe). Every grant is remembered in
 // expectations under key. The native PodGroups of the gangs at the gate
 // are told where they stand (podgroup_status.go).
+//
+// Each gate is opened only while fence confirms that the Machine the plan
+// was made from is still in force (grantfence.go); when it is not, the
+// remaining grants are held back and errGrantStale returned among errors.
 func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder events.EventRecorder,
-	machine *imperatorv1alpha1.Machine, usage map[string]*typeUsage, key string, podGroups *groupSizes) error {
+	machine *imperatorv1alpha1.Machine, usage map[string]*typeUsage, key string, podGroups *groupSizes, fence *grantFence) error {
 	log := ctrl.LoggerFrom(ctx)
 	var errs []error
+	var held error
 	for _, t := range machine.Spec.MachineTypes {
 		u := usage[t.Name]
 		if u == nil || len(u.gated)+len(u.unplaceable)+len(u.parked) == 0 {
@@ -109,6 +114,13 @@ func (r *Reconciler) grantSlots(ctx context.Context, c client.Client, recorder e
 			parked:      u.parked,
 		})
 		for _, pod := range plan.grant {
+			if held != nil {
+				break
+			}
+			if held = fence.allow(ctx); held != nil {
+				errs = append(errs, held)
+				break
+			}
 			// The pod comes from the cache: patch a copy of its key only.
 			guest := &corev1.Pod{}
 			guest.Namespace, guest.Name = pod.Namespace, pod.Name

@@ -251,5 +251,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ 
 	if s.untilExpiry > 0 && (requeue == 0 || s.untilExpiry < requeue) {
 		requeue = s.untilExpiry
 	}
+	if s.retryGrants && (requeue == 0 || grantRetry < requeue) {
+		requeue = grantRetry
+	}
 	return ctrl.Result{RequeueAfter: requeue}, errors.Join(s.errs...)
 }

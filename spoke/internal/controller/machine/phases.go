@@ -36,6 +36,9 @@ type scope struct {
 	// conflict is set when another Machine controls one of the group's
 	// reservation objects.
 	conflict *conflictError
+	// retryGrants is set when the grant fence held grants back: the
+	// reconcile runs again within grantRetry.
+	retryGrants bool
 
 	// result and errs are what Reconcile returns: a phase that stops the
 	// reconcile sets result; errs gathers the errors of every phase run.
@@ -185,7 +188,15 @@ func (r *Reconciler) scaleReservations(ctx context.Context, s *scope) bool {
 func (r *Reconciler) openGates(ctx context.Context, s *scope) bool {
 	switch {
 	case s.conflict == nil:
-		s.errs = append(s.errs, r.grantSlots(ctx, s.client, s.recorder, s.machine, s.state.usage, s.seriesKey, s.podGroups))
+		fence := newGrantFence(s.cluster.GetAPIReader(), s.machine)
+		err := r.grantSlots(ctx, s.client, s.recorder, s.machine, s.state.usage, s.seriesKey, s.podGroups, fence)
+		if errors.Is(err, errGrantStale) {
+			// Decided again at once, from what the cache shows by then.
+			ctrl.LoggerFrom(ctx).V(1).Info("Grants held back", "reason", errGrantStale.Error())
+			s.retryGrants = true
+			err = withoutStale(err)
+		}
+		s.errs = append(s.errs, err)
 	case s.conflict.otherMachine == "":
 		s.errs = append(s.errs, tellNotOwner(ctx, s.client, s.recorder, s.machine, s.state.usage, s.conflict))
 	}
