@@ -26,7 +26,7 @@ var _ = Describe("Federation: joining with tokens", func() {
 	BeforeEach(everySpokeReports)
 
 	It("refuses a reused token", func(ctx SpecContext) {
-		_, err := dialHub(nil).Join(ctx, joinRequest("gamma", spokes["alpha"].token))
+		_, err := join(ctx, joinRequest("gamma", spokes["alpha"].token))
 		Expect(status.Code(err)).To(Equal(codes.Unauthenticated), "error: %v", err)
 		Expect(err.Error()).To(ContainSubstring("already used"))
 	})
@@ -34,7 +34,7 @@ var _ = Describe("Federation: joining with tokens", func() {
 	It("lets only a token bound to its name re-join a registered cluster", func(ctx SpecContext) {
 		unbound, err := hubtest.CreateToken(ctx, hubServer.Client, agentNamespace, time.Hour, "")
 		Expect(err).NotTo(HaveOccurred())
-		_, err = dialHub(nil).Join(ctx, joinRequest("alpha", unbound))
+		_, err = join(ctx, joinRequest("alpha", unbound))
 		Expect(status.Code(err)).To(Equal(codes.PermissionDenied), "error: %v", err)
 		Expect(err.Error()).To(ContainSubstring("already registered"))
 
@@ -42,7 +42,7 @@ var _ = Describe("Federation: joining with tokens", func() {
 		before := storedCertificate(ctx, Default, alpha)
 		bound, err := hubtest.CreateToken(ctx, hubServer.Client, agentNamespace, time.Hour, "alpha")
 		Expect(err).NotTo(HaveOccurred())
-		resp, err := dialHub(nil).Join(ctx, joinRequest("alpha", bound))
+		resp, err := join(ctx, joinRequest("alpha", bound))
 		Expect(err).NotTo(HaveOccurred())
 		cert, err := pki.ParseCertificate(resp.GetCertificate())
 		Expect(err).NotTo(HaveOccurred())
@@ -71,7 +71,7 @@ var _ = Describe("Federation: joining with tokens", func() {
 		secret.Data["expiration"] = []byte(time.Now().Add(-time.Minute).UTC().Format(time.RFC3339))
 		Expect(hubServer.Client.Patch(ctx, &secret, patch)).To(Succeed())
 
-		_, err = dialHub(nil).Join(ctx, joinRequest("gamma", token))
+		_, err = join(ctx, joinRequest("gamma", token))
 		Expect(status.Code(err)).To(Equal(codes.Unauthenticated), "error: %v", err)
 		Expect(err.Error()).To(ContainSubstring("expired"))
 	})
