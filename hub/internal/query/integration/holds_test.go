@@ -311,7 +311,14 @@ var _ = Describe("Fleet holds", Ordered, func() {
 		DeferCleanup(func(ctx context.Context) {
 			Expect(old.stop()).To(Succeed())
 			Expect(client.IgnoreNotFound(hubClient.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "epsilon"}}))).To(Succeed())
-			Eventually(func() bool { _, ok := hub.Cluster("epsilon"); return ok }, 30*time.Second, 100*time.Millisecond).Should(BeFalse())
+			// Both replicas must forget epsilon: a later spec's SPREAD
+			// hold on h would otherwise pick its 9 free units and fail
+			// with HoldsUnsupported.
+			Eventually(func() bool {
+				_, onSuiteHub := hub.Cluster("epsilon")
+				_, onH := h.Cluster("epsilon")
+				return onSuiteHub || onH
+			}, 30*time.Second, 100*time.Millisecond).Should(BeFalse())
 		})
 		Eventually(func(g Gomega) {
 			c, ok := h.Cluster("epsilon")
@@ -339,7 +346,11 @@ var _ = Describe("Fleet holds", Ordered, func() {
 		DeferCleanup(func(ctx context.Context) {
 			Expect(sim.stop()).To(Succeed())
 			Expect(client.IgnoreNotFound(hubClient.Delete(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "zeta"}}))).To(Succeed())
-			Eventually(func() bool { _, ok := hub.Cluster("zeta"); return ok }, 30*time.Second, 100*time.Millisecond).Should(BeFalse())
+			Eventually(func() bool {
+				_, onSuiteHub := hub.Cluster("zeta")
+				_, onH := h.Cluster("zeta")
+				return onSuiteHub || onH
+			}, 30*time.Second, 100*time.Millisecond).Should(BeFalse())
 		})
 		Eventually(func(g Gomega) {
 			c, ok := h.Cluster("zeta")
