@@ -13,8 +13,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -104,11 +102,9 @@ func TestRunningHubAndAgentsServeTheMetricsTheAlertsAndDashboardUse(t *testing.T
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	binDir := t.TempDir()
-	build := exec.CommandContext(ctx, "go", "build", "-o", binDir+string(filepath.Separator), "./hub", "./spoke", "./cmd/imperatorctl")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the binaries: %v\n%s", err, out)
+	binDir, err := repo.Binaries(ctx, t.TempDir(), "hub", "spoke", "imperatorctl")
+	if err != nil {
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	f, err := fleet.Start(ctx, fleet.Options{Dir: dir, BinDir: binDir, GracePeriod: 5 * time.Second})

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"crypto/tls"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -30,14 +29,9 @@ func buildImperatorctl() {
 	if imperatorctl != "" {
 		return
 	}
-	bin := filepath.Join(credsDir, "imperatorctl")
-	root, err := repo.Root()
+	binDir, err := repo.Binaries(context.Background(), credsDir, "imperatorctl")
 	Expect(err).NotTo(HaveOccurred())
-	build := exec.Command("go", "build", "-o", bin, "./cmd/imperatorctl")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), string(out))
-	imperatorctl = bin
+	imperatorctl = filepath.Join(binDir, "imperatorctl")
 }
 
 // An admin removes a cluster from the fleet with imperatorctl cluster

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -43,13 +42,9 @@ var _ = Describe("Version skew between the hub and an agent", Ordered, func() {
 		dir := GinkgoT().TempDir()
 
 		By("building the hub as release " + hubRelease)
-		root, err := repo.Root()
+		binDir, err := repo.BinariesOfVersion(ctx, dir, hubRelease, "hub")
 		Expect(err).NotTo(HaveOccurred())
-		bin := filepath.Join(dir, "hub")
-		build := exec.Command("go", "build", "-ldflags", "-X github.com/imperator-federation/imperator/internal/version.version="+hubRelease, "-o", bin, "./hub")
-		build.Dir = root
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), string(out))
+		bin := filepath.Join(binDir, "hub")
 
 		By("running it as another replica of the suite's hub")
 		kubeconfig := filepath.Join(dir, "hub.kubeconfig")

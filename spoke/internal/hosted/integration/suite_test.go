@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -77,11 +76,8 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	framework.SetLogger(0)
 	root, err := repo.Root()
 	Expect(err).NotTo(HaveOccurred())
-	binDir := GinkgoT().TempDir()
-	build := exec.CommandContext(ctx, "go", "build", "-o", binDir+"/", "./spoke")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), string(out))
+	binDir, err := repo.Binaries(ctx, GinkgoT().TempDir(), "spoke")
+	Expect(err).NotTo(HaveOccurred())
 
 	hubCluster, err := hubtest.ClusterOptions()
 	Expect(err).NotTo(HaveOccurred())

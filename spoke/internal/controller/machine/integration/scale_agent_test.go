@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -44,17 +43,11 @@ type scaleAgent struct {
 
 // buildSpoke builds the spoke binary into dir and returns its path.
 func buildSpoke(ctx context.Context, dir string) (string, error) {
-	root, err := repo.Root()
+	binDir, err := repo.Binaries(ctx, dir, "spoke")
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "spoke")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./spoke")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the spoke binary: %w: %s", err, out)
-	}
-	return bin, nil
+	return filepath.Join(binDir, "spoke"), nil
 }
 
 // scaleAuditPolicy records every write of scaleAgentUser (metadata only,
