@@ -62,30 +62,14 @@ func LoadOrCreate(ctx context.Context, c client.Client, namespace, name string) 
 	return ca, nil
 }
 
-// ErrNoCA is returned by Load when the hub cluster has no CA Secret: the hub
-// has never run there, or the kubeconfig names another cluster.
+// ErrNoCA is returned by LoadTrust when the hub cluster has no CA Secret:
+// the hub has never run there, or the kubeconfig names another cluster.
 var ErrNoCA = errors.New("no hub CA")
 
-// Load reads the CA from the Secret namespace/name and never creates one, so
-// that an administrator pointing a command at the wrong cluster leaves no
-// stray CA there.
-func Load(ctx context.Context, c client.Client, namespace, name string) (*pki.CA, error) {
-	key := client.ObjectKey{Namespace: namespace, Name: name}
-	var secret corev1.Secret
-	if err := c.Get(ctx, key, &secret); apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("%w: secret %s not found (is this the hub cluster? the hub creates its CA at its first start, or run `hub ca init`)", ErrNoCA, key)
-	} else if err != nil {
-		return nil, fmt.Errorf("reading hub CA secret %s: %w", key, err)
-	}
-	ca, err := pki.LoadCA(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey])
-	if err != nil {
-		return nil, fmt.Errorf("loading hub CA from secret %s: %w", key, err)
-	}
-	return ca, nil
-}
-
 // LoadTrust reads the whole CA Secret namespace/name (the current CA and,
-// during a rotation, the next or previous one) and never creates it.
+// during a rotation, the next or previous one) and never creates it, so that
+// an administrator pointing a command at the wrong cluster leaves no stray CA
+// there.
 func LoadTrust(ctx context.Context, c client.Reader, namespace, name string) (*Trust, error) {
 	key := client.ObjectKey{Namespace: namespace, Name: name}
 	var secret corev1.Secret

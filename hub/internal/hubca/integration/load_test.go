@@ -18,21 +18,13 @@ import (
 // CA fail and leave no CA there; only `hub ca init` creates one, once.
 func TestOnlyCreateMakesAHubCA(t *testing.T) {
 	ctx := context.Background()
-	env, err := framework.Start(ctx, framework.Options{Namespaces: []string{namespace}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	env := startAPIServer(t, framework.Options{})
 
-	if _, err := hubca.Load(ctx, env.Client, namespace, secret); !errors.Is(err, hubca.ErrNoCA) {
-		t.Fatalf("Load on a cluster without a CA: %v, want ErrNoCA", err)
+	if _, err := hubca.LoadTrust(ctx, env.Client, namespace, secret); !errors.Is(err, hubca.ErrNoCA) {
+		t.Fatalf("LoadTrust on a cluster without a CA: %v, want ErrNoCA", err)
 	}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: secret}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("after Load on a cluster without a CA the Secret: %v, want NotFound", err)
+		t.Fatalf("after LoadTrust on a cluster without a CA the Secret: %v, want NotFound", err)
 	}
 	created, err := hubca.Create(ctx, env.Client, namespace, secret)
 	if err != nil {
@@ -41,11 +33,11 @@ func TestOnlyCreateMakesAHubCA(t *testing.T) {
 	if _, err := hubca.Create(ctx, env.Client, namespace, secret); !errors.Is(err, hubca.ErrCAExists) {
 		t.Fatalf("a second Create: %v, want ErrCAExists", err)
 	}
-	loaded, err := hubca.Load(ctx, env.Client, namespace, secret)
+	loaded, err := hubca.LoadTrust(ctx, env.Client, namespace, secret)
 	if err != nil {
-		t.Fatalf("Load after Create: %v", err)
+		t.Fatalf("LoadTrust after Create: %v", err)
 	}
-	if !bytes.Equal(loaded.CertPEM, created.CertPEM) {
-		t.Error("Load returns another CA than the one Create made (the second Create replaced it?)")
+	if !bytes.Equal(loaded.Current.CertPEM, created.CertPEM) {
+		t.Error("LoadTrust returns another CA than the one Create made (the second Create replaced it?)")
 	}
 }

@@ -25,15 +25,7 @@ const (
 // and one that used its own CA would sign certificates the others refuse.
 func TestTheReplicaLosingTheRaceToCreateTheHubCAUsesTheWinnersCA(t *testing.T) {
 	ctx := context.Background()
-	env, err := framework.Start(ctx, framework.Options{Namespaces: []string{namespace}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	env := startAPIServer(t, framework.Options{})
 	direct, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 	if err != nil {
 		t.Fatal(err)

@@ -5,26 +5,20 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"net"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imperator-federation/imperator/hub/internal/hubca"
+	"github.com/imperator-federation/imperator/hub/internal/hubca/hubcatest"
 	"github.com/imperator-federation/imperator/hub/internal/registry"
-	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
 	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/test/util/framework"
 )
-
-const hubName = "hub.imperator.test"
 
 // TestRotateAgainstTheAPIServer runs `hub ca rotate`'s steps on the CA
 // Secret of a real API server, with a hub replica's Authority following
@@ -38,15 +32,7 @@ func TestRotateAgainstTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := framework.Start(ctx, framework.Options{Scheme: scheme, Namespaces: []string{namespace}, CRDs: framework.HubCRDs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	env := startAPIServer(t, framework.Options{Scheme: scheme, CRDs: framework.HubCRDs})
 	key := client.ObjectKey{Namespace: namespace, Name: secret}
 	// spoke-a is registered; spoke-gone was deregistered (no
 	// ManagedCluster) after it connected with a certificate of the
@@ -68,19 +54,9 @@ func TestRotateAgainstTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trust, err := hubca.LoadTrust(ctx, env.Client, namespace, secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := hubca.NewServingRotator(trust.Current, "imperator-hub", []string{hubName}, time.Hour, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	authority := hubca.NewAuthority(trust, hubca.AuthorityOptions{
-		Client: env.Client, Secret: types.NamespacedName(key), Replica: "hub-0", Serving: serving, Log: logr.Discard(),
-	})
+	authority, serving := startReplica(ctx, t, env.Client, "hub-0")
 	hub := authority.TLSConfig()
-	oldSpoke := spokeCertificate(t, old, "spoke-a")
+	oldSpoke := hubcatest.SpokeCertificate(t, old, "spoke-a")
 
 	rotate := func(step hubca.Step, opts hubca.RotateOptions) error {
 		t.Helper()
@@ -124,7 +100,7 @@ func TestRotateAgainstTheAPIServer(t *testing.T) {
 	if err := handshake(t, hub, old.CertPEM, oldSpoke); err != nil {
 		t.Fatalf("a spoke of the previous CA after promote: %v", err)
 	}
-	if err := handshake(t, hub, old.CertPEM, spokeCertificate(t, old, "spoke-gone")); err != nil {
+	if err := handshake(t, hub, old.CertPEM, hubcatest.SpokeCertificate(t, old, "spoke-gone")); err != nil {
 		t.Fatalf("a deregistered spoke of the previous CA after promote: %v", err)
 	}
 	if err := authority.Refresh(ctx); err != nil {
@@ -186,18 +162,8 @@ func TestRotateAgainstTheAPIServer(t *testing.T) {
 	// spoke-a renewed: a certificate of the new CA and the bundle; it now
 	// connects to another replica, hub-1, while hub-0 still last saw it
 	// with its certificate of the previous CA. The newest handshake wins.
-	trust1, err := hubca.LoadTrust(ctx, env.Client, namespace, secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving1, err := hubca.NewServingRotator(trust1.Current, "imperator-hub", []string{hubName}, time.Hour, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	replica1 := hubca.NewAuthority(trust1, hubca.AuthorityOptions{
-		Client: env.Client, Secret: types.NamespacedName(key), Replica: "hub-1", Serving: serving1, Log: logr.Discard(),
-	})
-	newSpoke := spokeCertificate(t, authority.Trust().Current, "spoke-a")
+	replica1, _ := startReplica(ctx, t, env.Client, "hub-1")
+	newSpoke := hubcatest.SpokeCertificate(t, authority.Trust().Current, "spoke-a")
 	if err := handshake(t, replica1.TLSConfig(), authority.TrustBundle(), newSpoke); err != nil {
 		t.Fatalf("the renewed spoke: %v", err)
 	}
@@ -223,67 +189,13 @@ func TestRotateAgainstTheAPIServer(t *testing.T) {
 	}
 }
 
-func spokeCertificate(t *testing.T, ca *pki.CA, cluster string) *tls.Certificate {
-	t.Helper()
-	csrPEM, keyPEM, err := pki.NewCSR(cluster)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, err := ca.SignClientCSR(csrPEM, cluster, []string{identity.SpokeOrganization}, nil, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &pair
-}
-
 // handshake connects over loopback as a spoke presenting cert and
 // verifying the hub with trustPEM; nil when both sides accept and the hub
 // verified the spoke's certificate.
 func handshake(t *testing.T, hub *tls.Config, trustPEM []byte, cert *tls.Certificate) error {
 	t.Helper()
-	clientCfg, err := identity.ClientTLS(trustPEM, cert, hubName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = lis.Close() }()
-	deadline := time.Now().Add(10 * time.Second)
-	done := make(chan error, 1)
-	go func() {
-		conn, err := lis.Accept()
-		if err != nil {
-			done <- err
-			return
-		}
-		_ = conn.SetDeadline(deadline)
-		server := tls.Server(conn, hub)
-		defer func() { _ = server.Close() }()
-		if err := server.Handshake(); err != nil {
-			done <- err
-			return
-		}
-		if len(server.ConnectionState().VerifiedChains) == 0 {
-			done <- errors.New("the hub verified no client certificate")
-			return
-		}
-		done <- nil
-	}()
-	conn, err := net.DialTimeout("tcp", lis.Addr().String(), 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = conn.SetDeadline(deadline)
-	c := tls.Client(conn, clientCfg)
-	defer func() { _ = c.Close() }()
-	clientErr := c.Handshake()
-	return errors.Join(<-done, clientErr)
+	hubErr, clientErr := hubcatest.Handshake(t, hub, trustPEM, cert)
+	return errors.Join(hubErr, clientErr)
 }
 
 func mustParse(t *testing.T, der []byte) *x509.Certificate {
