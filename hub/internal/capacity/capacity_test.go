@@ -20,13 +20,13 @@ type clusterWrapper struct{ store.Cluster }
 
 func makeCluster(name string) *clusterWrapper {
 	return &clusterWrapper{store.Cluster{
-		Name: name, State: store.StateAvailable, AgentVersion: "v0.1.0",
+		Name: name, Liveness: store.LivenessAvailable, AgentVersion: "v0.1.0",
 		LastHeartbeat: now.Add(-2 * time.Second), ObservedAt: now.Add(-3 * time.Second),
 	}}
 }
 
 func (w *clusterWrapper) Offline(silentFor time.Duration) *clusterWrapper {
-	w.State = store.StateUnknown
+	w.Liveness = store.LivenessUnknown
 	w.LastHeartbeat = now.Add(-silentFor)
 	return w
 }

@@ -102,7 +102,7 @@ func Find(clusters []*store.Cluster, req Request, now time.Time) *queryv1.FindCa
 		free, matched := freeMatching(c, &req)
 		ex := func(reason queryv1.ExclusionReason, msg string) { exclude(resp, c, free, reason, msg) }
 		switch {
-		case c.State != store.StateAvailable:
+		case c.Liveness != store.LivenessAvailable:
 			ex(queryv1.ExclusionReason_EXCLUSION_REASON_OFFLINE, OfflineMessage(c, now))
 		case c.Restored:
 			ex(queryv1.ExclusionReason_EXCLUSION_REASON_STALE, fmt.Sprintf("figures observed %s ago were read back from the hub cluster and are not confirmed yet (the hub restarted or this replica just started)", age(c.ObservedAt, now)))

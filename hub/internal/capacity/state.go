@@ -14,7 +14,7 @@ import (
 // StateOf is the query-API state of a cluster.
 func StateOf(c *store.Cluster) queryv1.ClusterState {
 	switch {
-	case c.State != store.StateAvailable:
+	case c.Liveness != store.LivenessAvailable:
 		return queryv1.ClusterState_CLUSTER_STATE_OFFLINE
 	case c.Stale():
 		return queryv1.ClusterState_CLUSTER_STATE_STALE
@@ -27,7 +27,7 @@ func StateOf(c *store.Cluster) queryv1.ClusterState {
 // is.
 func StateMessage(c *store.Cluster, now time.Time) string {
 	switch {
-	case c.State != store.StateAvailable:
+	case c.Liveness != store.LivenessAvailable:
 		return OfflineMessage(c, now)
 	case c.Restored:
 		return "figures read back from the hub cluster, not confirmed by the spoke since this hub replica started"

@@ -396,7 +396,7 @@ func (c *Coordinator) connectedNowhere(cluster string) bool {
 		return false
 	}
 	cl, ok := c.opts.Store.Get(cluster)
-	return !ok || cl.Replica == "" || cl.State != store.StateAvailable
+	return !ok || cl.Replica == "" || cl.Liveness != store.LivenessAvailable
 }
 
 // holdRequest is the HoldRequest of cl's part of fh, sent at now. The

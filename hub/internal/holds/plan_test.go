@@ -19,7 +19,7 @@ var now = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 // held units.
 func cluster(name, group string, types ...*federationv1.MachineType) *store.Cluster {
 	return &store.Cluster{
-		Name: name, State: store.StateAvailable, LastHeartbeat: now, ObservedAt: now,
+		Name: name, Liveness: store.LivenessAvailable, LastHeartbeat: now, ObservedAt: now,
 		Machines: []*federationv1.Machine{{Name: "m-" + group, Group: group, Types: types}},
 	}
 }
@@ -67,7 +67,7 @@ func TestPlan(t *testing.T) {
 		"offline clusters are never chosen, and the reason says so": {
 			clusters: []*store.Cluster{func() *store.Cluster {
 				c := cluster("a", "g", unitType("x", 1, 8, 0))
-				c.State = store.StateUnknown
+				c.Liveness = store.LivenessUnknown
 				return c
 			}()},
 			req:     capacity.Request{Type: "x", Count: 1},

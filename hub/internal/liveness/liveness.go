@@ -40,7 +40,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	changed, recheck := r.Store.EvaluateLivenessOf(req.Name)
 	if changed {
 		if c, ok := r.Store.Get(req.Name); ok {
-			ctrl.LoggerFrom(ctx).Info("Cluster liveness changed", "cluster", req.Name, "state", c.State, "lastHeartbeat", c.LastHeartbeat)
+			ctrl.LoggerFrom(ctx).Info("Cluster liveness changed", "cluster", req.Name, "liveness", c.Liveness, "lastHeartbeat", c.LastHeartbeat)
 		}
 	}
 	return reconcile.Result{RequeueAfter: recheck}, nil

@@ -29,8 +29,8 @@ func TestASilentClusterTurnsUnknownWhenItsGracePeriodRunsOut(t *testing.T) {
 	if res.RequeueAfter < 10*time.Second || res.RequeueAfter > 11*time.Second {
 		t.Fatalf("RequeueAfter = %s 5s after the last message with a 15s grace period, want about 10s", res.RequeueAfter)
 	}
-	if c, _ := st.Get("a"); c.State != store.StateAvailable {
-		t.Fatalf("state %s within the grace period, want Available", c.State)
+	if c, _ := st.Get("a"); c.Liveness != store.LivenessAvailable {
+		t.Fatalf("liveness %s within the grace period, want Available", c.Liveness)
 	}
 
 	clk.SetTime(clk.Now().Add(res.RequeueAfter))
@@ -38,13 +38,13 @@ func TestASilentClusterTurnsUnknownWhenItsGracePeriodRunsOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := st.Get("a"); c.State != store.StateUnknown || res.RequeueAfter != 0 {
-		t.Fatalf("state %s, RequeueAfter %s once the grace period ran out, want Unknown and no requeue (a message revives it)", c.State, res.RequeueAfter)
+	if c, _ := st.Get("a"); c.Liveness != store.LivenessUnknown || res.RequeueAfter != 0 {
+		t.Fatalf("liveness %s, RequeueAfter %s once the grace period ran out, want Unknown and no requeue (a message revives it)", c.Liveness, res.RequeueAfter)
 	}
 
 	st.Heartbeat("a", 1, &federationv1.Heartbeat{})
-	if c, _ := st.Get("a"); c.State != store.StateAvailable {
-		t.Errorf("state %s after a heartbeat, want Available", c.State)
+	if c, _ := st.Get("a"); c.Liveness != store.LivenessAvailable {
+		t.Errorf("liveness %s after a heartbeat, want Available", c.Liveness)
 	}
 	if res, _ := r.Reconcile(ctx, store.Request("gone")); res.RequeueAfter != 0 {
 		t.Errorf("a cluster not in the store is looked at again after %s, want never", res.RequeueAfter)

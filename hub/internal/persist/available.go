@@ -39,7 +39,7 @@ func (p *Persister) upkeep(ctx context.Context, name string) error {
 	// other replicas take the inventory's condition for the truth. Nothing
 	// is written when they agree. When the ManagedCluster cannot be marked
 	// Unknown, the inventory is all the same (sync; see there).
-	if _, err := registry.SetAvailable(ctx, p.client, name, liveness(c, p.store.GracePeriod())); err != nil && c.State == store.StateAvailable {
+	if _, err := registry.SetAvailable(ctx, p.client, name, availability(c, p.store.GracePeriod())); err != nil && c.Liveness == store.LivenessAvailable {
 		return err
 	}
 	got, err := p.availableInCache(ctx, name)
@@ -56,7 +56,7 @@ func (p *Persister) upkeep(ctx context.Context, name string) error {
 		return err
 	}
 	want := metav1.ConditionTrue
-	if c.State != store.StateAvailable {
+	if c.Liveness != store.LivenessAvailable {
 		want = metav1.ConditionUnknown
 	}
 	if got != "" && got != want {
@@ -81,10 +81,10 @@ func (p *Persister) availableInCache(ctx context.Context, name string) (metav1.C
 	return availableStatus(cached), nil
 }
 
-// liveness is what the ManagedCluster's Available condition says of c.
-func liveness(c *store.Cluster, grace time.Duration) registry.Liveness {
-	available := c.State == store.StateAvailable
-	return registry.Liveness{
+// availability is what the ManagedCluster's Available condition says of c.
+func availability(c *store.Cluster, grace time.Duration) registry.Availability {
+	available := c.Liveness == store.LivenessAvailable
+	return registry.Availability{
 		Heartbeating:         available,
 		Message:              availabilityMessage(available, grace),
 		APIServerUnreachable: c.APIServerUnreachableMessage(),
@@ -96,7 +96,7 @@ func liveness(c *store.Cluster, grace time.Duration) registry.Liveness {
 func (p *Persister) markUnknown(ctx context.Context, c *store.Cluster) error {
 	name := c.Name
 	msg := availabilityMessage(false, p.store.GracePeriod())
-	mc, err := registry.SetAvailable(ctx, p.client, name, registry.Liveness{Message: msg})
+	mc, err := registry.SetAvailable(ctx, p.client, name, registry.Availability{Message: msg})
 	if err != nil || mc == nil {
 		return err
 	}

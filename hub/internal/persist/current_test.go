@@ -208,8 +208,8 @@ func TestLeaseIsReleasedWhileNothingCanBeWritten(t *testing.T) {
 	clk.SetTime(start.Add(51 * time.Second))
 	other.ReplicaRenewed("hub-a")
 	other.EvaluateLiveness()
-	if c, _ := other.Get("a"); c.State != store.StateUnknown {
-		t.Errorf("another replica sees the cluster of a released Lease as %s 41s later, want Unknown", c.State)
+	if c, _ := other.Get("a"); c.Liveness != store.LivenessUnknown {
+		t.Errorf("another replica sees the cluster of a released Lease as %s 41s later, want Unknown", c.Liveness)
 	}
 
 	clk.SetTime(start.Add(60 * time.Second))
@@ -403,7 +403,7 @@ func TestStartingReplicaKeepsTheIdleClustersOfARunningReplicaAvailable(t *testin
 		t.Fatalf("Restore: %v", err)
 	}
 	c, ok := started.Get("a")
-	if !ok || c.State != store.StateAvailable {
+	if !ok || c.Liveness != store.LivenessAvailable {
 		t.Fatalf("restored cluster a: %+v (found %v), want Available: its replica renewed its Lease 2s ago", c, ok)
 	}
 
@@ -414,7 +414,7 @@ func TestStartingReplicaKeepsTheIdleClustersOfARunningReplicaAvailable(t *testin
 	if err := New(api, gone, Options{Log: logr.Discard(), Namespace: "imperator-system", Clock: clk}).Restore(ctx, api); err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
-	if c, _ := gone.Get("a"); c.State == store.StateAvailable {
+	if c, _ := gone.Get("a"); c.Liveness == store.LivenessAvailable {
 		t.Errorf("restored cluster a Available although its replica's Lease was last renewed over a minute ago")
 	}
 }

@@ -55,45 +55,45 @@ func TestFollowerJudgesAnotherReplicaByItsLease(t *testing.T) {
 	cases := map[string]struct {
 		events  []leaseEvent
 		checkAt time.Duration
-		// wantLive: hub-b counts as running; wantState and wantStale are
+		// wantLive: hub-b counts as running; wantLiveness and wantStale are
 		// what queries show of cluster x, which hub-b serves.
-		wantLive  bool
-		wantState store.State
-		wantStale bool
+		wantLive     bool
+		wantLiveness store.Liveness
+		wantStale    bool
 	}{
 		"renewed after this replica started: its clusters are live and current": {
 			events:  []leaseEvent{{at: time.Second, renewed: time.Second}},
-			checkAt: time.Second, wantLive: true, wantState: store.StateAvailable,
+			checkAt: time.Second, wantLive: true, wantLiveness: store.LivenessAvailable,
 		},
 		"renewed only before this replica started: its clusters stay restored": {
 			events:  []leaseEvent{{at: 0, renewed: -2 * time.Second}},
-			checkAt: time.Second, wantState: store.StateUnknown, wantStale: true,
+			checkAt: time.Second, wantLiveness: store.LivenessUnknown, wantStale: true,
 		},
 		"renewed before this replica started, then again: live from the renewal seen": {
 			events:  []leaseEvent{{at: 0, renewed: -2 * time.Second}, {at: 5 * time.Second, renewed: 5 * time.Second}},
-			checkAt: 5 * time.Second, wantLive: true, wantState: store.StateAvailable,
+			checkAt: 5 * time.Second, wantLive: true, wantLiveness: store.LivenessAvailable,
 		},
 		"renewed every 30s: live past the grace period": {
 			events:  []leaseEvent{{at: time.Second, renewed: time.Second}, {at: 31 * time.Second, renewed: 31 * time.Second}, {at: 61 * time.Second, renewed: 61 * time.Second}},
-			checkAt: 100 * time.Second, wantLive: true, wantState: store.StateAvailable,
+			checkAt: 100 * time.Second, wantLive: true, wantLiveness: store.LivenessAvailable,
 		},
 		// The holder's clock runs an hour behind: renewals count when seen.
 		"renewals by a clock an hour behind: live while seen": {
 			events:  []leaseEvent{{at: time.Second, renewed: time.Second}, {at: 31 * time.Second, renewed: -time.Hour}, {at: 61 * time.Second, renewed: -time.Hour + time.Second}},
-			checkAt: 100 * time.Second, wantLive: true, wantState: store.StateAvailable,
+			checkAt: 100 * time.Second, wantLive: true, wantLiveness: store.LivenessAvailable,
 		},
 		// A cache resync hands the same renewal again: it is no new sighting.
 		"no renewal for longer than the grace period: Unknown, although the cache resynced": {
 			events:  []leaseEvent{{at: time.Second, renewed: time.Second}, {at: 30 * time.Second, renewed: time.Second}},
-			checkAt: 42 * time.Second, wantState: store.StateUnknown, wantStale: true,
+			checkAt: 42 * time.Second, wantLiveness: store.LivenessUnknown, wantStale: true,
 		},
 		"deleted (the replica stopped): not live at once, its clusters still on their last sighting": {
 			events:  []leaseEvent{{at: time.Second, renewed: time.Second}, {at: 10 * time.Second, deleted: true}},
-			checkAt: 20 * time.Second, wantState: store.StateAvailable,
+			checkAt: 20 * time.Second, wantLiveness: store.LivenessAvailable,
 		},
 		"deleted: its clusters Unknown a grace period after the last renewal seen": {
 			events:  []leaseEvent{{at: time.Second, renewed: time.Second}, {at: 10 * time.Second, deleted: true}},
-			checkAt: 42 * time.Second, wantState: store.StateUnknown, wantStale: true,
+			checkAt: 42 * time.Second, wantLiveness: store.LivenessUnknown, wantStale: true,
 		},
 	}
 	for name, tc := range cases {
@@ -137,8 +137,8 @@ func TestFollowerJudgesAnotherReplicaByItsLease(t *testing.T) {
 			if got := st.ReplicaLive("hub-b"); got != tc.wantLive {
 				t.Errorf("%s in: hub-b live = %t, want %t", tc.checkAt, got, tc.wantLive)
 			}
-			if x.State != tc.wantState || x.Stale() != tc.wantStale {
-				t.Errorf("%s in: cluster x %s stale=%t (phase %s), want %s stale=%t", tc.checkAt, x.State, x.Stale(), x.Phase, tc.wantState, tc.wantStale)
+			if x.Liveness != tc.wantLiveness || x.Stale() != tc.wantStale {
+				t.Errorf("%s in: cluster x %s stale=%t (phase %s), want %s stale=%t", tc.checkAt, x.Liveness, x.Stale(), x.Phase, tc.wantLiveness, tc.wantStale)
 			}
 		})
 	}

@@ -37,13 +37,13 @@ func (p *Persister) sync(ctx context.Context, name string) error {
 	if moved, err := p.holdLease(ctx, c, mc, state); err != nil || moved {
 		return err
 	}
-	available := c.State == store.StateAvailable
+	available := c.Liveness == store.LivenessAvailable
 	// setErr is a failure to mark the ManagedCluster Unknown. The other
 	// replicas judge the cluster by its inventory's Available condition
 	// (this replica's own Lease keeps being renewed), so the inventory is
 	// written all the same, and the ManagedCluster tried again.
 	var setErr error
-	if _, err := registry.SetAvailable(ctx, p.client, name, liveness(c, p.store.GracePeriod())); err != nil {
+	if _, err := registry.SetAvailable(ctx, p.client, name, availability(c, p.store.GracePeriod())); err != nil {
 		if available {
 			return err
 		}
@@ -71,7 +71,7 @@ func (p *Persister) writtenElsewhere(ctx context.Context, c *store.Cluster) (boo
 		// When that replica went away and the spoke with it, the leader
 		// says so.
 		p.drop(c.Name)
-		if c.State == store.StateUnknown && p.leader() {
+		if c.Liveness == store.LivenessUnknown && p.leader() {
 			return true, p.markUnknown(ctx, c)
 		}
 		return true, nil
@@ -145,7 +145,7 @@ func (p *Persister) writeInventory(ctx context.Context, c *store.Cluster, mc *cl
 // setInventoryStatus sets inv's status to what c says, but for the
 // heartbeat time.
 func (p *Persister) setInventoryStatus(inv *imperatorv1alpha1.ClusterInventory, c *store.Cluster) {
-	available := c.State == store.StateAvailable
+	available := c.Liveness == store.LivenessAvailable
 	setAvailableCondition(inv, available, availabilityMessage(available, p.store.GracePeriod()))
 	inv.Status.AgentVersion = c.AgentVersion
 	inv.Status.AgentMode = c.AgentMode

@@ -131,11 +131,11 @@ const FieldManager = "imperator-hub"
 // agent reaches its API server again.
 const ReasonAPIServerUnreachable = "ImperatorSpokeAPIServerUnreachable"
 
-// Liveness is what the hub knows about a cluster's spoke, from which its
+// Availability is what the hub knows about a cluster's spoke, from which its
 // Available condition follows.
-type Liveness struct {
-	// Heartbeating is true while the spoke's heartbeats arrive within the
-	// grace period.
+type Availability struct {
+	// Heartbeating is true while the cluster's liveness is Available: its
+	// spoke was heard from within the grace period.
 	Heartbeating bool
 	// Message says so, for people.
 	Message string
@@ -144,35 +144,35 @@ type Liveness struct {
 	APIServerUnreachable string
 }
 
-// Condition is the ManagedClusterConditionAvailable condition for l:
+// Condition is the ManagedClusterConditionAvailable condition for a:
 // True while the spoke heartbeats and reaches its API server, False while it
 // heartbeats but cannot reach it, Unknown when it is silent.
-func (l Liveness) Condition(generation int64) metav1.Condition {
+func (a Availability) Condition(generation int64) metav1.Condition {
 	cond := metav1.Condition{
 		Type:               clusterv1.ManagedClusterConditionAvailable,
 		Status:             metav1.ConditionTrue,
 		Reason:             ReasonAvailable,
-		Message:            l.Message,
+		Message:            a.Message,
 		ObservedGeneration: generation,
 	}
 	switch {
-	case !l.Heartbeating:
+	case !a.Heartbeating:
 		cond.Status, cond.Reason = metav1.ConditionUnknown, ReasonUnknown
-	case l.APIServerUnreachable != "":
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonAPIServerUnreachable, l.APIServerUnreachable
+	case a.APIServerUnreachable != "":
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonAPIServerUnreachable, a.APIServerUnreachable
 	}
 	return cond
 }
 
 // SetAvailable sets the ManagedCluster's ManagedClusterConditionAvailable
-// condition from l by server-side apply of that condition alone (field
+// condition from a by server-side apply of that condition alone (field
 // manager FieldManager; status.conditions is a map keyed by type, so the
 // other conditions are left alone), writing only when the condition read
 // (from c's cache) differs, and returns the ManagedCluster; nil when it does
 // not exist (the platform team deregistered the cluster). The hub forces
 // ownership of the Available condition: it is the authority on its spokes'
 // liveness, and a hand edit of it is put right.
-func SetAvailable(ctx context.Context, c client.Client, cluster string, l Liveness) (*clusterv1.ManagedCluster, error) {
+func SetAvailable(ctx context.Context, c client.Client, cluster string, a Availability) (*clusterv1.ManagedCluster, error) {
 	var mc clusterv1.ManagedCluster
 	if err := c.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -180,7 +180,7 @@ func SetAvailable(ctx context.Context, c client.Client, cluster string, l Livene
 		}
 		return nil, fmt.Errorf("reading ManagedCluster %q: %w", cluster, err)
 	}
-	if !meta.SetStatusCondition(&mc.Status.Conditions, l.Condition(mc.Generation)) {
+	if !meta.SetStatusCondition(&mc.Status.Conditions, a.Condition(mc.Generation)) {
 		return &mc, nil
 	}
 	// SetStatusCondition kept LastTransitionTime when only the reason or

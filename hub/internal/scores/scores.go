@@ -152,7 +152,7 @@ func (t *term) sync(ctx context.Context, name string, now time.Time) (time.Durat
 		delete(t.written, name)
 		return 0, nil
 	}
-	if c.Restored && c.State == store.StateAvailable {
+	if c.Restored && c.Liveness == store.LivenessAvailable {
 		// Figures nobody has confirmed since this replica started (it just
 		// took over, or the hub restarted): what was published stays, with
 		// its own validUntil, until the cluster reports or goes silent.

@@ -36,7 +36,7 @@ func TestScores(t *testing.T) {
 	typ := func(name string, maximum, used int32) *federationv1.MachineType {
 		return &federationv1.MachineType{Name: name, Usage: &federationv1.Usage{Maximum: maximum, Used: used, Reserved: maximum - used}}
 	}
-	c := &store.Cluster{Name: "a", State: store.StateAvailable, Machines: []*federationv1.Machine{
+	c := &store.Cluster{Name: "a", Liveness: store.LivenessAvailable, Machines: []*federationv1.Machine{
 		{Name: "cpu", Group: "team-b", Types: []*federationv1.MachineType{typ("compute-xlarge", 2, 0), typ("small", 4, 4)}},
 		{Name: "gpu", Group: "team-a", Types: []*federationv1.MachineType{typ("compute-xlarge", 4, 1)}},
 	}}
@@ -64,7 +64,7 @@ func TestScoresSaturate(t *testing.T) {
 	huge := func() []*federationv1.MachineType {
 		return []*federationv1.MachineType{{Name: "x", Usage: &federationv1.Usage{Maximum: math.MaxInt32, Reserved: math.MaxInt32}}}
 	}
-	c := &store.Cluster{Name: "a", State: store.StateAvailable, Machines: []*federationv1.Machine{
+	c := &store.Cluster{Name: "a", Liveness: store.LivenessAvailable, Machines: []*federationv1.Machine{
 		{Name: "m1", Group: "g1", Types: huge()},
 		{Name: "m2", Group: "g2", Types: huge()},
 	}}

@@ -9,15 +9,17 @@ import (
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
-// State is the liveness of a cluster.
-type State string
+// Liveness is whether a cluster's spoke is heard from: Available or
+// Unknown, moved only by time (the grace period) and the spoke's messages.
+// See the package doc for what derives from it.
+type Liveness string
 
 const (
-	// StateAvailable means the spoke heartbeated within the grace period.
-	StateAvailable State = "Available"
-	// StateUnknown means the spoke has been silent past the grace period (or was
-	// never heard from since the hub started).
-	StateUnknown State = "Unknown"
+	// LivenessAvailable means the spoke heartbeated within the grace period.
+	LivenessAvailable Liveness = "Available"
+	// LivenessUnknown means the spoke has been silent past the grace period
+	// (or was never heard from since the hub started).
+	LivenessUnknown Liveness = "Unknown"
 )
 
 // Cluster is what the hub knows about one spoke cluster. Values returned by
@@ -54,7 +56,7 @@ type Cluster struct {
 
 	// Connected is true while a Report stream of the cluster is open: on this
 	// replica, or on the replica named Replica while its lease renewals
-	// arrive within the grace period. Derived from Phase and State.
+	// arrive within the grace period. Derived from Phase and Liveness.
 	Connected bool
 	// Replica is the hub replica holding (or that last held) the cluster's
 	// Report stream; empty when unknown.
@@ -64,8 +66,8 @@ type Cluster struct {
 	// restarted hub's figures until the spoke reports again. Derived from
 	// Phase.
 	Restored bool
-	// State is the liveness as of the last evaluation.
-	State State
+	// Liveness is the cluster's liveness as of the last evaluation.
+	Liveness Liveness
 	// Outdated is non-empty when the figures held are known to be older
 	// than the spoke's: the hub refused the spoke's last inventory message
 	// (it broke a limit), or the replica serving the cluster could not
@@ -103,7 +105,7 @@ type Cluster struct {
 // its current inventory could not be taken in, or its agent cannot reach its
 // own API server. Stale clusters never count as free capacity.
 func (c *Cluster) Stale() bool {
-	return c.Restored || c.State != StateAvailable || c.Outdated != "" || c.APIServerUnreachable()
+	return c.Restored || c.Liveness != LivenessAvailable || c.Outdated != "" || c.APIServerUnreachable()
 }
 
 // APIServerUnreachable is true while the spoke's heartbeats say that its

@@ -71,8 +71,8 @@ func TestHeartbeatsSayTheAgentCannotReachItsAPIServer(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("cluster after the heartbeats (-want +got):\n%s", diff)
 			}
-			if c.State != StateAvailable {
-				t.Errorf("State = %s, want %s: the spoke heartbeats", c.State, StateAvailable)
+			if c.Liveness != LivenessAvailable {
+				t.Errorf("Liveness = %s, want %s: the spoke heartbeats", c.Liveness, LivenessAvailable)
 			}
 		})
 	}

@@ -21,7 +21,7 @@ func (s *Store) Connect(name string, hello *federationv1.Hello) {
 		c.AgentMode = AgentModeName(hello.GetAgentMode())
 		c.Replica = s.replica
 		c.LastHeartbeat = now
-		c.State = StateAvailable
+		c.Liveness = LivenessAvailable
 		if c.Epoch != hello.GetEpoch() {
 			c.synced = false
 		}
@@ -84,7 +84,7 @@ func (s *Store) ApplySnapshot(name string, epoch uint64, snap *federationv1.Snap
 		c.ObservedAt = snap.GetObservedAt().AsTime()
 		c.Outdated = ""
 		c.synced = true
-		c.State = StateAvailable
+		c.Liveness = LivenessAvailable
 		c.fire(EventSnapshot)
 		return Result{Ack: true, Generation: c.Generation}, true
 	})
@@ -102,9 +102,9 @@ func (s *Store) refuse(name, kind string, err error) Result {
 	now := s.clock.Now()
 	return s.update(name, true, func(c *Cluster, _ bool) (Result, bool) {
 		c.LastHeartbeat = now
-		changed := c.Outdated != msg || c.State != StateAvailable
+		changed := c.Outdated != msg || c.Liveness != LivenessAvailable
 		c.Outdated = msg
-		c.setState(StateAvailable)
+		c.setLiveness(LivenessAvailable)
 		return Result{Refused: err}, changed
 	})
 }
@@ -171,7 +171,7 @@ func (s *Store) ApplyDelta(name string, epoch uint64, delta *federationv1.Delta)
 			if at := delta.GetObservedAt(); at != nil {
 				c.ObservedAt = at.AsTime()
 			}
-			c.setState(StateAvailable)
+			c.setLiveness(LivenessAvailable)
 			return Result{Ack: true, Generation: c.Generation}, true
 		})
 		switch {
@@ -245,8 +245,8 @@ func (s *Store) Heartbeat(name string, epoch uint64, hb *federationv1.Heartbeat)
 	now := s.clock.Now()
 	return s.update(name, true, func(c *Cluster, _ bool) (Result, bool) {
 		c.LastHeartbeat = now
-		changed := c.State != StateAvailable
-		c.setState(StateAvailable)
+		changed := c.Liveness != LivenessAvailable
+		c.setLiveness(LivenessAvailable)
 		if since := unreachableSince(hb, c.APIServerUnreachableSince, now); !since.Equal(c.APIServerUnreachableSince) {
 			c.APIServerUnreachableSince = since
 			changed = true

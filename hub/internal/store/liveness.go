@@ -10,18 +10,18 @@ import (
 const DefaultGracePeriod = 40 * time.Second
 
 // EvaluateLiveness turns clusters silent past the grace period Unknown and
-// returns the names of those whose state changed. Clusters become Available
+// returns the names of those whose liveness changed. Clusters become Available
 // again on their next message.
 func (s *Store) EvaluateLiveness() []string {
 	now := s.clock.Now()
 	var changed []string
 	s.mu.Lock()
 	for name, c := range s.clusters {
-		if st := s.stateAt(c.LastHeartbeat, now); st != c.State {
+		if live := s.livenessAt(c.LastHeartbeat, now); live != c.Liveness {
 			next := *c
 			// Another replica's stream goes with its silence (Connected
 			// derives from it); one open here stays open.
-			next.setState(st)
+			next.setLiveness(live)
 			s.clusters[name] = &next
 			changed = append(changed, name)
 		}
@@ -34,7 +34,7 @@ func (s *Store) EvaluateLiveness() []string {
 }
 
 // EvaluateLivenessOf turns the cluster named name Unknown when it has been
-// silent past the grace period and reports whether its state changed, and
+// silent past the grace period and reports whether its liveness changed, and
 // how long from now it may turn Unknown if nothing is heard from it (zero
 // when it is Unknown already or gone: only a message changes it then).
 func (s *Store) EvaluateLivenessOf(name string) (changed bool, recheck time.Duration) {
@@ -45,10 +45,10 @@ func (s *Store) EvaluateLivenessOf(name string) (changed bool, recheck time.Dura
 		s.mu.Unlock()
 		return false, 0
 	}
-	st := s.stateAt(c.LastHeartbeat, now)
-	if st != c.State {
+	live := s.livenessAt(c.LastHeartbeat, now)
+	if live != c.Liveness {
 		next := *c
-		next.setState(st)
+		next.setLiveness(live)
 		s.clusters[name] = &next
 		changed = true
 	}
@@ -57,8 +57,8 @@ func (s *Store) EvaluateLivenessOf(name string) (changed bool, recheck time.Dura
 	if changed {
 		notify(listeners, name)
 	}
-	if st == StateAvailable {
-		// Just past the grace period: stateAt needs more than grace.
+	if live == LivenessAvailable {
+		// Just past the grace period: livenessAt needs more than grace.
 		recheck = s.grace - now.Sub(c.LastHeartbeat) + livenessSlack
 	}
 	return changed, recheck
@@ -82,9 +82,9 @@ func (s *Store) HeartbeatAge() map[string]time.Duration {
 	return out
 }
 
-func (s *Store) stateAt(lastHeartbeat, now time.Time) State {
+func (s *Store) livenessAt(lastHeartbeat, now time.Time) Liveness {
 	if lastHeartbeat.IsZero() || now.Sub(lastHeartbeat) > s.grace {
-		return StateUnknown
+		return LivenessUnknown
 	}
-	return StateAvailable
+	return LivenessAvailable
 }

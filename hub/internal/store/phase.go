@@ -2,7 +2,7 @@ package store
 
 // Phase is where the figures this replica holds for a cluster come from, and
 // with it what the store does with the spoke's next message. It is one of the
-// two dimensions of a cluster's state; the other is its liveness (State:
+// two dimensions of a cluster's state; the other is its liveness (Liveness:
 // Available or Unknown), which only time and the spoke's messages move.
 //
 // The exported views of a cluster's state derive from the two and are never
@@ -120,17 +120,17 @@ func (c *Cluster) fire(ev Event) bool {
 	return true
 }
 
-// setState sets the cluster's liveness and what derives from it.
-func (c *Cluster) setState(st State) {
-	c.State = st
+// setLiveness sets the cluster's liveness and what derives from it.
+func (c *Cluster) setLiveness(l Liveness) {
+	c.Liveness = l
 	c.derive()
 }
 
 // streaming is true while a Report stream of the cluster is open here.
 func (c *Cluster) streaming() bool { return c.Phase == PhaseStreaming || c.Phase == PhaseResyncing }
 
-// derive sets the views of the cluster's state from Phase and State.
+// derive sets the views of the cluster's state from Phase and Liveness.
 func (c *Cluster) derive() {
 	c.Restored = c.Phase == PhaseRestored
-	c.Connected = c.streaming() || (c.Phase == PhaseRemote && c.State == StateAvailable)
+	c.Connected = c.streaming() || (c.Phase == PhaseRemote && c.Liveness == LivenessAvailable)
 }

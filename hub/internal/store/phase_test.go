@@ -55,7 +55,7 @@ func TestPhaseTransitions(t *testing.T) {
 				} else if !ok || to != wantTo {
 					t.Fatalf("%s in %s: got %q (allowed %t), want %s", ev, from, to, ok, wantTo)
 				}
-				c := &Cluster{Phase: from, State: StateAvailable}
+				c := &Cluster{Phase: from, Liveness: LivenessAvailable}
 				c.derive()
 				fired := c.fire(ev)
 				if fired != ok {
@@ -74,27 +74,27 @@ func TestPhaseTransitions(t *testing.T) {
 func TestPhaseViews(t *testing.T) {
 	cases := []struct {
 		phase         Phase
-		state         State
+		state         Liveness
 		wantConnected bool
 		wantRestored  bool
 		wantStale     bool
 	}{
-		{PhaseIdle, StateAvailable, false, false, false},
-		{PhaseIdle, StateUnknown, false, false, true},
-		{PhaseStreaming, StateAvailable, true, false, false},
+		{PhaseIdle, LivenessAvailable, false, false, false},
+		{PhaseIdle, LivenessUnknown, false, false, true},
+		{PhaseStreaming, LivenessAvailable, true, false, false},
 		// A frozen agent: its stream stays open, it is Unknown.
-		{PhaseStreaming, StateUnknown, true, false, true},
-		{PhaseResyncing, StateAvailable, true, false, false},
-		{PhaseResyncing, StateUnknown, true, false, true},
-		{PhaseRemote, StateAvailable, true, false, false},
+		{PhaseStreaming, LivenessUnknown, true, false, true},
+		{PhaseResyncing, LivenessAvailable, true, false, false},
+		{PhaseResyncing, LivenessUnknown, true, false, true},
+		{PhaseRemote, LivenessAvailable, true, false, false},
 		// Another replica's stream goes with its silence.
-		{PhaseRemote, StateUnknown, false, false, true},
-		{PhaseRestored, StateAvailable, false, true, true},
-		{PhaseRestored, StateUnknown, false, true, true},
+		{PhaseRemote, LivenessUnknown, false, false, true},
+		{PhaseRestored, LivenessAvailable, false, true, true},
+		{PhaseRestored, LivenessUnknown, false, true, true},
 	}
 	for _, tc := range cases {
 		c := &Cluster{Phase: tc.phase}
-		c.setState(tc.state)
+		c.setLiveness(tc.state)
 		if c.Connected != tc.wantConnected || c.Restored != tc.wantRestored || c.Stale() != tc.wantStale {
 			t.Errorf("%s/%s: connected=%t restored=%t stale=%t, want %t %t %t", tc.phase, tc.state,
 				c.Connected, c.Restored, c.Stale(), tc.wantConnected, tc.wantRestored, tc.wantStale)
@@ -162,8 +162,8 @@ func TestEvaluateLivenessOf(t *testing.T) {
 	}
 	clk.SetTime(clk.Now().Add(recheck))
 	changed, recheck = s.EvaluateLivenessOf("a")
-	if c, _ := s.Get("a"); !changed || recheck != 0 || c.State != StateUnknown {
-		t.Fatalf("past the grace period: changed=%t recheck=%s state=%s, want true 0 Unknown", changed, recheck, c.State)
+	if c, _ := s.Get("a"); !changed || recheck != 0 || c.Liveness != LivenessUnknown {
+		t.Fatalf("past the grace period: changed=%t recheck=%s state=%s, want true 0 Unknown", changed, recheck, c.Liveness)
 	}
 	if changed, recheck := s.EvaluateLivenessOf("gone"); changed || recheck != 0 {
 		t.Errorf("a cluster not in the store: changed=%t recheck=%s, want false 0", changed, recheck)
@@ -190,14 +190,14 @@ func TestReplicaClockSkew(t *testing.T) {
 				clk.SetTime(clk.Now().Add(5 * time.Second))
 				renew()
 				s.EvaluateLiveness()
-				if c, _ := s.Get("a"); c.State != StateAvailable || !c.Connected {
-					t.Fatalf("state=%s connected=%t while hub-b renews every 5s, want Available and connected", c.State, c.Connected)
+				if c, _ := s.Get("a"); c.Liveness != LivenessAvailable || !c.Connected {
+					t.Fatalf("state=%s connected=%t while hub-b renews every 5s, want Available and connected", c.Liveness, c.Connected)
 				}
 			}
 			clk.SetTime(clk.Now().Add(16 * time.Second))
 			s.EvaluateLiveness()
-			if c, _ := s.Get("a"); c.State != StateUnknown {
-				t.Errorf("state=%s 16s after hub-b's last renewal, want Unknown", c.State)
+			if c, _ := s.Get("a"); c.Liveness != LivenessUnknown {
+				t.Errorf("state=%s 16s after hub-b's last renewal, want Unknown", c.Liveness)
 			}
 		})
 		t.Run("previous holder "+skew.String()+" off: a late renewal does not end the stream open here", func(t *testing.T) {

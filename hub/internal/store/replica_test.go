@@ -21,11 +21,11 @@ func TestOtherReplicasClustersLiveWhileItsReplicaLeaseIsRenewed(t *testing.T) {
 	for _, name := range []string{"x", "y"} {
 		s.Observe(name, Peer{Inventory: Cluster{Generation: 1, LastHeartbeat: start.Add(-time.Hour)}, Replica: "hub-b", RenewTime: start.Add(-time.Hour)})
 	}
-	state := func(name string) State {
+	state := func(name string) Liveness {
 		c, _ := s.Get(name)
-		return c.State
+		return c.Liveness
 	}
-	if state("x") != StateUnknown {
+	if state("x") != LivenessUnknown {
 		t.Fatalf("before hub-b is seen running: x is %s, want Unknown", state("x"))
 	}
 
@@ -33,7 +33,7 @@ func TestOtherReplicasClustersLiveWhileItsReplicaLeaseIsRenewed(t *testing.T) {
 		clk.SetTime(start.Add(at))
 		s.ReplicaRenewed("hub-b")
 		s.EvaluateLiveness()
-		if state("x") != StateAvailable || state("y") != StateAvailable {
+		if state("x") != LivenessAvailable || state("y") != LivenessAvailable {
 			t.Fatalf("%s in, hub-b renewing every 5s: x %s, y %s, want both Available", at, state("x"), state("y"))
 		}
 	}
@@ -46,20 +46,20 @@ func TestOtherReplicasClustersLiveWhileItsReplicaLeaseIsRenewed(t *testing.T) {
 	s.Observe("y", Peer{Inventory: Cluster{Generation: 1, LastHeartbeat: last.Add(-41 * time.Second)}, Replica: "hub-b", RenewTime: start.Add(-time.Hour), Live: true, Silent: true})
 	s.ReplicaRenewed("hub-b")
 	s.EvaluateLiveness()
-	if state("y") != StateUnknown || state("x") != StateAvailable {
+	if state("y") != LivenessUnknown || state("x") != LivenessAvailable {
 		t.Errorf("after hub-b marked y silent: x %s, y %s, want Available and Unknown", state("x"), state("y"))
 	}
 
 	// hub-b stops renewing: x turns Unknown just after the grace period.
 	clk.SetTime(last.Add(40 * time.Second))
 	s.EvaluateLiveness()
-	if state("x") != StateAvailable {
+	if state("x") != LivenessAvailable {
 		t.Errorf("40s after the last renewal seen: x %s, want Available (the grace period is 40s)", state("x"))
 	}
 	clk.SetTime(last.Add(41 * time.Second))
 	s.EvaluateLiveness()
-	if c, _ := s.Get("x"); c.State != StateUnknown || c.Connected || s.ReplicaLive("hub-b") {
-		t.Errorf("41s after the last renewal seen: x %s connected=%t replicaLive=%t, want Unknown, not connected, not live", c.State, c.Connected, s.ReplicaLive("hub-b"))
+	if c, _ := s.Get("x"); c.Liveness != LivenessUnknown || c.Connected || s.ReplicaLive("hub-b") {
+		t.Errorf("41s after the last renewal seen: x %s connected=%t replicaLive=%t, want Unknown, not connected, not live", c.Liveness, c.Connected, s.ReplicaLive("hub-b"))
 	}
 }
 
@@ -107,8 +107,8 @@ func TestReplicaRenewalCopiesOnlyTheClustersItChanges(t *testing.T) {
 	if silent != silentBefore {
 		t.Errorf("a renewal made a new snapshot of a cluster its replica says is silent")
 	}
-	if silent.State != StateUnknown || !silent.LastHeartbeat.Equal(start.Add(-time.Minute)) {
-		t.Errorf("silent cluster after a renewal: %s, last heartbeat %s, want Unknown and %s", silent.State, silent.LastHeartbeat, start.Add(-time.Minute))
+	if silent.Liveness != LivenessUnknown || !silent.LastHeartbeat.Equal(start.Add(-time.Minute)) {
+		t.Errorf("silent cluster after a renewal: %s, last heartbeat %s, want Unknown and %s", silent.Liveness, silent.LastHeartbeat, start.Add(-time.Minute))
 	}
 	if live == liveBefore || !live.LastHeartbeat.Equal(start.Add(10*time.Second)) || !liveBefore.LastHeartbeat.Equal(start.Add(5*time.Second)) {
 		t.Errorf("live cluster's last heartbeat %s after the renewal (snapshot held before: %s), want %s (and %s unchanged)",

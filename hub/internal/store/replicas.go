@@ -63,7 +63,7 @@ func (s *Store) Observe(name string, p Peer) (superseded bool) {
 		takeInventory(c, p.Inventory, existed)
 		s.observeHeartbeat(c, p, lease, now)
 		c.Replica = p.Replica
-		c.State = s.stateAt(c.LastHeartbeat, now)
+		c.Liveness = s.livenessAt(c.LastHeartbeat, now)
 		c.Outdated = p.Outdated
 		c.synced = false
 		// The holder runs when its Lease was renewed after this replica
@@ -173,7 +173,7 @@ func (s *Store) observeHeartbeat(c *Cluster, p Peer, l leaseSight, now time.Time
 // observedChange reports whether Observe changed what listeners of the
 // cluster see.
 func observedChange(before, c *Cluster) bool {
-	return c.Epoch != before.Epoch || c.Generation != before.Generation || c.State != before.State ||
+	return c.Epoch != before.Epoch || c.Generation != before.Generation || c.Liveness != before.Liveness ||
 		c.Connected != before.Connected || c.Restored != before.Restored || c.Replica != before.Replica ||
 		c.AgentVersion != before.AgentVersion || c.AgentMode != before.AgentMode ||
 		c.InjectionUnavailable != before.InjectionUnavailable || c.Outdated != before.Outdated
@@ -236,9 +236,9 @@ func (s *Store) ReplicaRenewed(replica string) {
 		if !next.holderSilent {
 			next.LastHeartbeat = now
 		}
-		next.setState(s.stateAt(next.LastHeartbeat, now))
-		phaseOrState := next.Phase != c.Phase || next.State != c.State
-		if !phaseOrState && next.LastHeartbeat.Equal(c.LastHeartbeat) {
+		next.setLiveness(s.livenessAt(next.LastHeartbeat, now))
+		phaseOrLiveness := next.Phase != c.Phase || next.Liveness != c.Liveness
+		if !phaseOrLiveness && next.LastHeartbeat.Equal(c.LastHeartbeat) {
 			// Nothing to show (a cluster its replica says is silent):
 			// no new snapshot.
 			continue
@@ -248,7 +248,7 @@ func (s *Store) ReplicaRenewed(replica string) {
 		// renewal that moves it needs a new one.
 		updated := next
 		s.clusters[name] = &updated
-		if phaseOrState {
+		if phaseOrLiveness {
 			changed = append(changed, name)
 		}
 	}

@@ -140,7 +140,7 @@ func (s *Store) List() []*Cluster {
 // whether listeners must hear of the change.
 func (s *Store) update(name string, create bool, fn func(c *Cluster, existed bool) (Result, bool)) Result {
 	s.mu.Lock()
-	next := &Cluster{Name: name, State: StateUnknown, Phase: PhaseIdle}
+	next := &Cluster{Name: name, Liveness: LivenessUnknown, Phase: PhaseIdle}
 	cur, existed := s.clusters[name]
 	if !existed && !create {
 		s.mu.Unlock()

@@ -181,30 +181,30 @@ func TestLiveness(t *testing.T) {
 		connect       bool
 		advance       time.Duration
 		heartbeat     bool
-		wantState     State
+		wantLiveness  Liveness
 		wantStale     bool
 		wantChanged   []string
 		wantConnected bool
 	}{
 		"within grace stays available": {
 			connect: true, advance: 30 * time.Second,
-			wantState: StateAvailable, wantConnected: true,
+			wantLiveness: LivenessAvailable, wantConnected: true,
 		},
 		"silent past grace becomes unknown": {
 			connect: true, advance: 41 * time.Second,
-			wantState: StateUnknown, wantStale: true, wantChanged: []string{"a"}, wantConnected: true,
+			wantLiveness: LivenessUnknown, wantStale: true, wantChanged: []string{"a"}, wantConnected: true,
 		},
 		"heartbeat after silence is available again": {
 			connect: true, advance: 41 * time.Second, heartbeat: true,
-			wantState: StateAvailable, wantChanged: []string{"a"}, wantConnected: true,
+			wantLiveness: LivenessAvailable, wantChanged: []string{"a"}, wantConnected: true,
 		},
 		"restored with an old heartbeat is unknown and stale": {
-			restore:   &Cluster{Name: "a", Generation: 3, LastHeartbeat: start.Add(-time.Hour), Machines: []*federationv1.Machine{machine("m1", 1)}},
-			wantState: StateUnknown, wantStale: true,
+			restore:      &Cluster{Name: "a", Generation: 3, LastHeartbeat: start.Add(-time.Hour), Machines: []*federationv1.Machine{machine("m1", 1)}},
+			wantLiveness: LivenessUnknown, wantStale: true,
 		},
 		"restored with a recent heartbeat is available but stale": {
-			restore:   &Cluster{Name: "a", Generation: 3, LastHeartbeat: start.Add(-time.Second)},
-			wantState: StateAvailable, wantStale: true,
+			restore:      &Cluster{Name: "a", Generation: 3, LastHeartbeat: start.Add(-time.Second)},
+			wantLiveness: LivenessAvailable, wantStale: true,
 		},
 	}
 	for name, tc := range cases {
@@ -226,8 +226,8 @@ func TestLiveness(t *testing.T) {
 			if diff := cmp.Diff(tc.wantChanged, gotChanged, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("changed (-want +got):\n%s", diff)
 			}
-			if c.State != tc.wantState || c.Stale() != tc.wantStale || c.Connected != tc.wantConnected {
-				t.Errorf("state=%s stale=%t connected=%t, want %s %t %t", c.State, c.Stale(), c.Connected, tc.wantState, tc.wantStale, tc.wantConnected)
+			if c.Liveness != tc.wantLiveness || c.Stale() != tc.wantStale || c.Connected != tc.wantConnected {
+				t.Errorf("state=%s stale=%t connected=%t, want %s %t %t", c.Liveness, c.Stale(), c.Connected, tc.wantLiveness, tc.wantStale, tc.wantConnected)
 			}
 		})
 	}
@@ -298,45 +298,45 @@ func TestObserveAnotherReplica(t *testing.T) {
 		wantSuperseded bool
 		wantGeneration uint64
 		wantReplica    string
-		wantState      State
+		wantLiveness   Liveness
 		wantConnected  bool
 		wantStale      bool
 	}{
 		"served by a live replica: current and connected": {
 			peer:           Peer{Inventory: inventory(4, start.Add(-5*time.Second)), Replica: "hub-b", RenewTime: start.Add(-time.Second), Live: true},
-			wantGeneration: 4, wantReplica: "hub-b", wantState: StateAvailable, wantConnected: true,
+			wantGeneration: 4, wantReplica: "hub-b", wantLiveness: LivenessAvailable, wantConnected: true,
 		},
 		"lease renewed before this replica started: stale until confirmed": {
 			peer:           Peer{Inventory: inventory(4, start.Add(-5*time.Second)), Replica: "hub-old", RenewTime: start.Add(-time.Second)},
-			wantGeneration: 4, wantReplica: "hub-old", wantState: StateAvailable, wantStale: true,
+			wantGeneration: 4, wantReplica: "hub-old", wantLiveness: LivenessAvailable, wantStale: true,
 		},
 		"lease not renewed for longer than the grace period: unknown": {
 			peer:           Peer{Inventory: inventory(4, start.Add(-time.Hour)), Replica: "hub-b", RenewTime: start.Add(-time.Minute), Live: true},
-			wantGeneration: 4, wantReplica: "hub-b", wantState: StateUnknown, wantStale: true,
+			wantGeneration: 4, wantReplica: "hub-b", wantLiveness: LivenessUnknown, wantStale: true,
 		},
 		"holder goes silent afterwards: unknown and no longer connected": {
 			peer:    Peer{Inventory: inventory(4, start), Replica: "hub-b", RenewTime: start, Live: true},
-			advance: 41 * time.Second, wantGeneration: 4, wantReplica: "hub-b", wantState: StateUnknown, wantStale: true,
+			advance: 41 * time.Second, wantGeneration: 4, wantReplica: "hub-b", wantLiveness: LivenessUnknown, wantStale: true,
 		},
 		"own open stream wins over an older lease of another replica": {
 			local:          true,
 			peer:           Peer{Inventory: inventory(9, start.Add(-time.Minute)), Replica: "hub-b", RenewTime: start.Add(-time.Minute), Live: true},
-			wantGeneration: 2, wantReplica: "hub-a", wantState: StateAvailable, wantConnected: true,
+			wantGeneration: 2, wantReplica: "hub-a", wantLiveness: LivenessAvailable, wantConnected: true,
 		},
 		"own stream outlived by a newer lease of another replica: superseded": {
 			local:          true,
 			peer:           Peer{Inventory: inventory(9, start.Add(time.Second)), Replica: "hub-b", RenewTime: start.Add(time.Second), Live: true},
-			wantSuperseded: true, wantGeneration: 9, wantReplica: "hub-b", wantState: StateAvailable, wantConnected: true,
+			wantSuperseded: true, wantGeneration: 9, wantReplica: "hub-b", wantLiveness: LivenessAvailable, wantConnected: true,
 		},
 		"stream closed here, spoke now on another replica: its figures are taken": {
 			local: true, disconnect: true,
 			peer:           Peer{Inventory: inventory(9, start.Add(time.Second)), Replica: "hub-b", RenewTime: start.Add(time.Second), Live: true},
-			wantGeneration: 9, wantReplica: "hub-b", wantState: StateAvailable, wantConnected: true,
+			wantGeneration: 9, wantReplica: "hub-b", wantLiveness: LivenessAvailable, wantConnected: true,
 		},
 		"own lease echoed back changes nothing": {
 			local: true, disconnect: true,
 			peer:           Peer{Inventory: inventory(1, start), Replica: "hub-a", RenewTime: start, Live: true},
-			wantGeneration: 2, wantReplica: "hub-a", wantState: StateAvailable,
+			wantGeneration: 2, wantReplica: "hub-a", wantLiveness: LivenessAvailable,
 		},
 	}
 	for name, tc := range cases {
@@ -361,10 +361,10 @@ func TestObserveAnotherReplica(t *testing.T) {
 				s.Connect("a", &federationv1.Hello{Epoch: 1}) // still ours: reopen to compare
 			}
 			c, _ := s.Get("a")
-			if c.Generation != tc.wantGeneration || c.Replica != tc.wantReplica || c.State != tc.wantState || c.Connected != tc.wantConnected || c.Stale() != tc.wantStale {
+			if c.Generation != tc.wantGeneration || c.Replica != tc.wantReplica || c.Liveness != tc.wantLiveness || c.Connected != tc.wantConnected || c.Stale() != tc.wantStale {
 				t.Errorf("generation=%d replica=%q state=%s connected=%t stale=%t, want %d %q %s %t %t",
-					c.Generation, c.Replica, c.State, c.Connected, c.Stale(),
-					tc.wantGeneration, tc.wantReplica, tc.wantState, tc.wantConnected, tc.wantStale)
+					c.Generation, c.Replica, c.Liveness, c.Connected, c.Stale(),
+					tc.wantGeneration, tc.wantReplica, tc.wantLiveness, tc.wantConnected, tc.wantStale)
 			}
 			if s.Local(c) != (tc.wantReplica == "hub-a") {
 				t.Errorf("Local = %t for replica %q", s.Local(c), c.Replica)

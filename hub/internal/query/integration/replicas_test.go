@@ -75,7 +75,7 @@ var _ = Describe("Several hub replicas", Ordered, func() {
 		Eventually(func(g Gomega) {
 			c, ok := hub.Cluster(cluster)
 			g.Expect(ok).To(BeTrue())
-			g.Expect(c.State).To(Equal(store.StateAvailable))
+			g.Expect(c.Liveness).To(Equal(store.LivenessAvailable))
 			g.Expect(c.Connected).To(BeTrue())
 			g.Expect(c.Stale()).To(BeFalse(), "figures of a live replica are current")
 			g.Expect(usedOf(c, group)).To(BeEquivalentTo(0))
@@ -119,7 +119,7 @@ var _ = Describe("Several hub replicas", Ordered, func() {
 			for _, h := range []*hubtest.Hub{hub, second} {
 				c, ok := h.Cluster(cluster)
 				g.Expect(ok).To(BeTrue())
-				g.Expect(c.State).To(Equal(store.StateAvailable))
+				g.Expect(c.Liveness).To(Equal(store.LivenessAvailable))
 				g.Expect(c.Stale()).To(BeFalse())
 			}
 			inventory, managed := availableCondition(ctx, g, cluster)
@@ -147,7 +147,7 @@ var _ = Describe("Several hub replicas", Ordered, func() {
 		Eventually(func(g Gomega) {
 			c, ok := hub.Cluster(cluster)
 			g.Expect(ok).To(BeTrue())
-			g.Expect(c.State).To(Equal(store.StateUnknown))
+			g.Expect(c.Liveness).To(Equal(store.LivenessUnknown))
 			g.Expect(c.Connected).To(BeFalse())
 			inventory, managed := availableCondition(ctx, g, cluster)
 			g.Expect(inventory).To(Equal(metav1.ConditionUnknown))

@@ -175,7 +175,7 @@ func benchmarkHubAPIWrites(b *testing.B, n int, window time.Duration) {
 	live := func(h *hubtest.Hub) int {
 		count := 0
 		for _, name := range names {
-			if c, ok := h.Cluster(name); ok && c.State == store.StateAvailable && !c.Stale() {
+			if c, ok := h.Cluster(name); ok && c.Liveness == store.LivenessAvailable && !c.Stale() {
 				count++
 			}
 		}
@@ -196,8 +196,8 @@ func benchmarkHubAPIWrites(b *testing.B, n int, window time.Duration) {
 				switch {
 				case !ok:
 					why[side+" missing"]++
-				case c.State != store.StateAvailable:
-					why[side+" "+string(c.State)]++
+				case c.Liveness != store.LivenessAvailable:
+					why[side+" "+string(c.Liveness)]++
 				case c.Restored:
 					why[side+" restored"]++
 				case c.Outdated != "":
