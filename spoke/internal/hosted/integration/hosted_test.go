@@ -66,7 +66,7 @@ func expectAtHub(member, group string) {
 	Eventually(func(g Gomega) {
 		c, ok := hub.Cluster(member)
 		g.Expect(ok).To(BeTrue(), "the hub knows %s", member)
-		g.Expect(c.State).To(BeEquivalentTo("Available"))
+		g.Expect(c.Liveness).To(BeEquivalentTo("Available"))
 		g.Expect(c.AgentMode).To(Equal("hosted"))
 		var groups []string
 		for _, m := range c.Machines {
@@ -312,7 +312,7 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 		Eventually(func(g Gomega) {
 			c, _ := hub.Cluster("gamma")
 			g.Expect(c.InjectionUnavailable).To(BeEmpty())
-			g.Expect(c.State).To(BeEquivalentTo("Available"))
+			g.Expect(c.Liveness).To(BeEquivalentTo("Available"))
 		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 
 		By("making gamma's Secret unusable (a plain-http webhook URL): its webhooks leave gamma, so its pods and Machines are not refused 503")
@@ -329,7 +329,7 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 		Eventually(func(g Gomega) {
 			c, _ := hub.Cluster("gamma")
 			g.Expect(c.InjectionUnavailable).To(BeEmpty())
-			g.Expect(c.State).To(BeEquivalentTo("Available"))
+			g.Expect(c.Liveness).To(BeEquivalentTo("Available"))
 			g.Expect(members["gamma"].Client.Get(ctx, client.ObjectKey{Name: "imperator-pod-injector"}, &admissionregistrationv1.MutatingWebhookConfiguration{})).To(Succeed())
 		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 	})
@@ -358,7 +358,7 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 		Expect(percentile(down, 1)).To(BeNumerically("<", 3*time.Second), figures)
 		Eventually(func(g Gomega) {
 			c, _ := hub.Cluster("alpha")
-			g.Expect(c.State).To(BeEquivalentTo("Available"))
+			g.Expect(c.Liveness).To(BeEquivalentTo("Available"))
 		}).WithTimeout(10 * time.Second).Should(Succeed())
 	})
 
@@ -435,7 +435,7 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 		Eventually(func(g Gomega) {
 			c, ok := hub.Cluster("beta")
 			g.Expect(ok).To(BeTrue())
-			g.Expect(c.State).To(BeEquivalentTo("Unknown"))
+			g.Expect(c.Liveness).To(BeEquivalentTo("Unknown"))
 		}).WithTimeout(gracePeriod + 20*time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 		c := members["beta"].Client
 		Eventually(func(g Gomega) {
@@ -453,6 +453,6 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 		// The others are still served.
 		_ = reconcileLatency(ctx, "alpha", "after-beta")
 		view, _ := hub.Cluster("alpha")
-		Expect(view.State).To(BeEquivalentTo("Available"))
+		Expect(view.Liveness).To(BeEquivalentTo("Available"))
 	})
 })

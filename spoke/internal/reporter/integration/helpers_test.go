@@ -257,7 +257,7 @@ func setHubAcceptsClient(ctx context.Context, cluster string, accept bool) {
 func reportsAgainUnder(ctx context.Context, g Gomega, s *spoke, registration string) {
 	c := clusterAtHub(g, s.name)
 	g.Expect(c.Connected).To(BeTrue())
-	g.Expect(string(c.State)).To(Equal("Available"))
+	g.Expect(string(c.Liveness)).To(Equal("Available"))
 	m, ok := c.Machine(machineName)
 	g.Expect(ok).To(BeTrue(), "machine %s at the hub", machineName)
 	g.Expect(m.GetTypes()).To(HaveLen(3))
@@ -276,7 +276,7 @@ func everySpokeReports() {
 		for name := range spokes {
 			c := clusterAtHub(g, name)
 			g.Expect(c.Connected).To(BeTrue(), "%s connected", name)
-			g.Expect(string(c.State)).To(Equal("Available"), "%s available", name)
+			g.Expect(string(c.Liveness)).To(Equal("Available"), "%s available", name)
 		}
 	}).WithTimeout(30*time.Second).Should(Succeed(), "every spoke reports to the hub before the spec")
 }

@@ -21,7 +21,7 @@ var _ = Describe("Federation: liveness and hub restarts", func() {
 		Expect(beta.stopReporter()).To(Succeed())
 		Eventually(func(g Gomega) {
 			c := clusterAtHub(g, "beta")
-			g.Expect(string(c.State)).To(Equal("Unknown"))
+			g.Expect(string(c.Liveness)).To(Equal("Unknown"))
 			g.Expect(c.Stale()).To(BeTrue())
 			m, ok := c.Machine(machineName)
 			g.Expect(ok).To(BeTrue(), "figures are kept")
@@ -34,7 +34,7 @@ var _ = Describe("Federation: liveness and hub restarts", func() {
 		Expect(beta.startReporter(hubAddr)).To(Succeed())
 		Eventually(func(g Gomega) {
 			c := clusterAtHub(g, "beta")
-			g.Expect(string(c.State)).To(Equal("Available"))
+			g.Expect(string(c.Liveness)).To(Equal("Available"))
 			g.Expect(c.Connected).To(BeTrue())
 			g.Expect(managedClusterAvailable(ctx, "beta")).To(Equal(metav1.ConditionTrue))
 		}).WithTimeout(10 * time.Second).Should(Succeed())

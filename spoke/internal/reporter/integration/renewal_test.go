@@ -61,7 +61,7 @@ var _ = Describe("Stream hand-over", Ordered, func() {
 		Eventually(func(g Gomega) {
 			c := clusterAtHub(g, "gamma")
 			g.Expect(c.Connected).To(BeTrue())
-			g.Expect(string(c.State)).To(Equal("Available"))
+			g.Expect(string(c.Liveness)).To(Equal("Available"))
 			g.Expect(managedClusterAvailable(ctx, "gamma")).To(Equal(metav1.ConditionTrue))
 		}).WithTimeout(30 * time.Second).Should(Succeed())
 		first, err := pki.ParseCertificate(storedCertificate(ctx, Default, gamma))
@@ -75,7 +75,7 @@ var _ = Describe("Stream hand-over", Ordered, func() {
 		last := first
 		Eventually(func(g Gomega) {
 			c, ok := hub.Cluster("gamma")
-			if !ok || !c.Connected || string(c.State) != "Available" {
+			if !ok || !c.Connected || string(c.Liveness) != "Available" {
 				StopTrying("gamma is no longer shown connected and Available at the hub while renewing").Now()
 			}
 			if managedClusterAvailable(ctx, "gamma") != metav1.ConditionTrue {
@@ -113,7 +113,7 @@ var _ = Describe("Stream hand-over", Ordered, func() {
 			for name := range spokes {
 				c := clusterAtHub(g, name)
 				g.Expect(c.Connected).To(BeTrue(), "%s connected", name)
-				g.Expect(string(c.State)).To(Equal("Available"), "%s Available", name)
+				g.Expect(string(c.Liveness)).To(Equal("Available"), "%s Available", name)
 			}
 		}
 		Eventually(everyConnected).WithTimeout(15 * time.Second).Should(Succeed())
