@@ -156,18 +156,21 @@ func newCertRotator(cfg config.Config, c client.Client) (*certs.Rotator, error) 
 	if cfg.Webhook.CertManagerCertificate != "" {
 		return nil, nil
 	}
-	var mutating, validating []string
+	var bundles certs.Bundles
 	if !cfg.IsHosted() {
-		mutating, validating = []string{cfg.Webhook.MutatingConfiguration}, []string{cfg.Webhook.ValidatingConfiguration}
+		bundles = &install.CABundles{
+			Client:     c,
+			Mutating:   []string{cfg.Webhook.MutatingConfiguration},
+			Validating: []string{cfg.Webhook.ValidatingConfiguration},
+		}
 	}
 	return certs.New(c, certs.Options{
-		Namespace:          cfg.Namespace,
-		SecretName:         cfg.Webhook.CertSecret,
-		Hosts:              cfg.Webhook.Hosts,
-		MutatingWebhooks:   mutating,
-		ValidatingWebhooks: validating,
-		CAValidity:         cfg.Webhook.CAValidity,
-		CertValidity:       cfg.Webhook.CertValidity,
+		Namespace:    cfg.Namespace,
+		SecretName:   cfg.Webhook.CertSecret,
+		Hosts:        cfg.Webhook.Hosts,
+		Bundles:      bundles,
+		CAValidity:   cfg.Webhook.CAValidity,
+		CertValidity: cfg.Webhook.CertValidity,
 	})
 }
 

@@ -1,10 +1,12 @@
 package certs
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -48,10 +50,14 @@ const (
 // The certificate Secret lives in the agent's namespace.
 // +kubebuilder:rbac:groups="",namespace=imperator-system,resources=secrets,verbs=get;create;update
 
-// The webhook configurations are shipped by deploy/spoke; the agent only sets
-// their CA bundle, and only on the two named ones.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,resourceNames=imperator-pod-injector,verbs=get;patch
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,resourceNames=imperator-machine-validator,verbs=get;patch
+// Bundles are where the CA bundle goes: the webhook configurations, whose
+// package (install.CABundles) reads and patches them.
+type Bundles interface {
+	// Inject sets caBundle on every webhook.
+	Inject(ctx context.Context, caBundle []byte) error
+	// Carry reports whether every webhook trusts caPEM.
+	Carry(ctx context.Context, caPEM []byte) (bool, error)
+}
 
 // Options configure the certificate Rotator.
 type Options struct {
@@ -61,10 +67,10 @@ type Options struct {
 	// Hosts are the DNS names and IPs the serving certificate is valid for,
 	// e.g. imperator-webhook.imperator-system.svc, or 127.0.0.1 locally.
 	Hosts []string
-	// MutatingWebhooks and ValidatingWebhooks name the webhook configurations
-	// whose webhooks get the CA bundle. Missing ones are skipped (and retried).
-	MutatingWebhooks   []string
-	ValidatingWebhooks []string
+	// Bundles get the CA bundle at every check; nil when no webhook
+	// configuration of the cluster points at the agent (hosted mode: package
+	// hosted keeps the members' current).
+	Bundles Bundles
 	// CAValidity and CertValidity default to DefaultCAValidity and
 	// DefaultCertValidity. Certificates are backdated five minutes (package
 	// pki), which counts in their lifetime: below about ten minutes they are
@@ -86,8 +92,8 @@ type Rotator struct {
 	ca     atomic.Pointer[[]byte]
 }
 
-// New returns a Rotator that works through c (which should read Secrets and
-// webhook configurations directly, not from a cache that would list them all).
+// New returns a Rotator that works through c (which should read Secrets
+// directly, not from a cache that would list them all).
 func New(c client.Client, opts Options) (*Rotator, error) {
 	if opts.Namespace == "" || opts.SecretName == "" {
 		return nil, errors.New("certs: namespace and secret name are required")
@@ -140,8 +146,8 @@ func (m *Rotator) TLSOption(cfg *tls.Config) { cfg.GetCertificate = m.GetCertifi
 
 // Ensure makes sure the Secret holds a valid certificate for Hosts (moving a
 // CA rollover on by at most one step), loads it, and injects the CA bundle
-// into the webhook configurations. Call it once before the webhook server
-// starts.
+// into the webhook configurations (Bundles). Call it once before the webhook
+// server starts.
 func (m *Rotator) Ensure(ctx context.Context) error {
 	secret, err := m.ensureSecret(ctx)
 	if err != nil {
@@ -154,7 +160,34 @@ func (m *Rotator) Ensure(ctx context.Context) error {
 	m.cert.Store(&cert)
 	caBundle := bundle(secret.Data)
 	m.ca.Store(&caBundle)
-	return m.injectCABundle(ctx, caBundle)
+	if m.opts.Bundles == nil {
+		return nil
+	}
+	return m.opts.Bundles.Inject(ctx, caBundle)
+}
+
+// bundlesCarry reports whether every webhook of the configurations trusts
+// caPEM; true when there are none to carry it.
+func (m *Rotator) bundlesCarry(ctx context.Context, caPEM []byte) (bool, error) {
+	if m.opts.Bundles == nil {
+		return true, nil
+	}
+	return m.opts.Bundles.Carry(ctx, caPEM)
+}
+
+// bundle is the CA bundle of the Secret's data: the active, next and
+// previous CAs, in a fixed order (by their bytes) so that replicas that read
+// the same CAs write the same bundle.
+func bundle(data map[string][]byte) []byte {
+	var cas [][]byte
+	for _, k := range []string{CACertKey, NextCACertKey, PreviousCACertKey} {
+		if pem := bytes.TrimSpace(data[k]); len(pem) > 0 {
+			// A copy: appending to pem would write into the Secret's data.
+			cas = append(cas, append(slices.Clone(pem), '\n'))
+		}
+	}
+	slices.SortFunc(cas, bytes.Compare)
+	return bytes.Join(cas, nil)
 }
 
 // Start re-runs Ensure every CheckInterval until ctx ends. It runs on every

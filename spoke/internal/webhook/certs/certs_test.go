@@ -18,6 +18,7 @@ import (
 
 	"github.com/imperator-federation/imperator/internal/pki"
 	"github.com/imperator-federation/imperator/internal/schemes"
+	"github.com/imperator-federation/imperator/spoke/internal/webhook/install"
 )
 
 const (
@@ -37,7 +38,7 @@ func newTestRotator(t *testing.T, objs ...client.Object) (*Rotator, client.Clien
 	clk := clocktesting.NewFakeClock(time.Now())
 	m, err := New(c, Options{
 		Namespace: testNamespace, SecretName: testSecret, Hosts: []string{"127.0.0.1"},
-		MutatingWebhooks: []string{testMutating}, ValidatingWebhooks: []string{testValidating},
+		Bundles:    &install.CABundles{Client: c, Mutating: []string{testMutating}, Validating: []string{testValidating}},
 		CAValidity: time.Hour, CertValidity: time.Hour, CheckInterval: time.Second, Clock: clk,
 	})
 	if err != nil {

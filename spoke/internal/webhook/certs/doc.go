@@ -2,9 +2,11 @@
 // keeps it fresh. The CA and serving certificate live in one Secret in the
 // agent's namespace, shared by every replica: the first replica to start
 // creates it, the others read it; any replica renews it when a third of its
-// lifetime is left. The CA bundle is injected into the agent's webhook
-// configurations, and the webhook server takes the certificate from memory
+// lifetime is left. The webhook server takes the certificate from memory
 // (Rotator.GetCertificate), so a renewal needs neither files nor a restart.
+// The CA bundle goes into the agent's webhook configurations through
+// Options.Bundles: package install, which builds those configurations, reads
+// and patches them (install.CABundles); this package only rotates.
 //
 // Renewing the serving certificate with the same CA changes nothing the API
 // server trusts. Renewing the CA is a rollover with an overlap, because the

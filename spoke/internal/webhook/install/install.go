@@ -5,7 +5,9 @@
 // deploy/spoke to ship (make generate); an agent running outside its cluster
 // (the local fleet) applies them itself at start-up with server-side apply,
 // pointing at a URL. Either way they carry the CA bundle of the serving
-// certificate, which the certs package keeps current.
+// certificate: CABundles sets it on the configurations each time the certs
+// package's Rotator checks its certificate, and tells the Rotator whether
+// every webhook trusts a new CA before it is promoted.
 package install
 
 import (
@@ -24,7 +26,8 @@ import (
 // Apply needs create and patch on webhook configurations, which deploy/spoke
 // does not grant: it is for an agent outside its cluster running with its
 // operator's credentials (--webhook-url). In a cluster deploy/spoke ships the
-// configurations (Manifests) and the certs package only sets their CA bundle.
+// configurations (Manifests) and the agent only sets their CA bundle
+// (CABundles).
 
 // FieldOwner is the server-side apply field manager of the configurations.
 const FieldOwner = "imperator-spoke-agent"

@@ -1,6 +1,7 @@
 package install
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,8 +9,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/imperator-federation/imperator/internal/schemes"
 	"github.com/imperator-federation/imperator/test/util/repo"
 )
 
@@ -73,5 +78,49 @@ func TestShippedWebhookConfigurationsMatchTheCode(t *testing.T) {
 	}
 	if diff := cmp.Diff(string(want), string(got)); diff != "" {
 		t.Errorf("deploy/spoke/webhook/manifests.yaml is stale, run make generate (-want +got):\n%s", diff)
+	}
+}
+
+// The agent's replicas put the CA bundle into the shipped configurations:
+// every webhook of both gets it, a configuration not installed yet is
+// skipped (and tried again at the next check), and Carry tells whether the
+// API server would trust a CA through every webhook.
+func TestCABundlesReachEveryWebhook(t *testing.T) {
+	scheme, err := schemes.Spoke()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "imperator-pod-injector"},
+		Webhooks:   []admissionregistrationv1.MutatingWebhook{{Name: "a.example.com"}, {Name: "b.example.com"}},
+	}
+	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "imperator-machine-validator"},
+		Webhooks:   []admissionregistrationv1.ValidatingWebhook{{Name: "c.example.com", ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: []byte("old-ca\n")}}},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mutating, validating).Build()
+	bundles := &CABundles{Client: c, Mutating: []string{mutating.Name, "not-installed"}, Validating: []string{validating.Name}}
+	ctx := context.Background()
+
+	if carried, err := bundles.Carry(ctx, []byte("new-ca")); err != nil || carried {
+		t.Fatalf("Carry(new-ca) before Inject = %v, %v; want false, nil", carried, err)
+	}
+	if err := bundles.Inject(ctx, []byte("new-ca\nold-ca\n")); err != nil {
+		t.Fatalf("Inject() error = %v", err)
+	}
+	if carried, err := bundles.Carry(ctx, []byte("new-ca\n")); err != nil || !carried {
+		t.Fatalf("Carry(new-ca) after Inject = %v, %v; want true, nil", carried, err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(mutating), mutating); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(validating), validating); err != nil {
+		t.Fatal(err)
+	}
+	got := []string{string(mutating.Webhooks[0].ClientConfig.CABundle), string(mutating.Webhooks[1].ClientConfig.CABundle),
+		string(validating.Webhooks[0].ClientConfig.CABundle)}
+	want := []string{"new-ca\nold-ca\n", "new-ca\nold-ca\n", "new-ca\nold-ca\n"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("CA bundles of the webhooks (-want +got):\n%s", diff)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/certs"
+	"github.com/imperator-federation/imperator/spoke/internal/webhook/install"
 	"github.com/imperator-federation/imperator/test/util/harness"
 )
 
@@ -67,8 +68,8 @@ var _ = Describe("A webhook CA rollover", func() {
 		// seconds with a one-second check interval (two-second overlap).
 		opts := certs.Options{
 			Namespace: ns.Name, SecretName: secretName, Hosts: []string{"127.0.0.1"},
-			ValidatingWebhooks: []string{configuration},
-			CAValidity:         2 * time.Minute, CertValidity: time.Hour, CheckInterval: time.Second,
+			Bundles:    &install.CABundles{Client: k8s, Validating: []string{configuration}},
+			CAValidity: 2 * time.Minute, CertValidity: time.Hour, CheckInterval: time.Second,
 		}
 		runCtx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup

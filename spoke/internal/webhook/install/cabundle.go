@@ -1,11 +1,10 @@
-package certs
+package install
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,32 +14,35 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// bundle is the CA bundle of the Secret's data: the active, next and
-// previous CAs, in a fixed order (by their bytes) so that replicas that read
-// the same CAs write the same bundle.
-func bundle(data map[string][]byte) []byte {
-	var cas [][]byte
-	for _, k := range []string{CACertKey, NextCACertKey, PreviousCACertKey} {
-		if pem := bytes.TrimSpace(data[k]); len(pem) > 0 {
-			// A copy: appending to pem would write into the Secret's data.
-			cas = append(cas, append(slices.Clone(pem), '\n'))
-		}
-	}
-	slices.SortFunc(cas, bytes.Compare)
-	return bytes.Join(cas, nil)
+// The webhook configurations are shipped by deploy/spoke; the agent only sets
+// their CA bundle, and only on the two named ones.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,resourceNames=imperator-pod-injector,verbs=get;patch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,resourceNames=imperator-machine-validator,verbs=get;patch
+
+// CABundles puts the CA bundle of the webhook serving certificate into the
+// webhooks of the named configurations, reading and patching each by name
+// (no cluster-wide list or watch). Missing configurations are skipped: the
+// certs package's Rotator calls Inject again at its next check.
+type CABundles struct {
+	// Client should read the configurations directly, not from a cache
+	// that would list them all.
+	Client client.Client
+	// Mutating and Validating name the webhook configurations.
+	Mutating   []string
+	Validating []string
 }
 
-// bundlesCarry reports whether every webhook of the configured (existing)
-// webhook configurations trusts caPEM.
-func (m *Rotator) bundlesCarry(ctx context.Context, caPEM []byte) (bool, error) {
+// Carry reports whether every webhook of the (existing) configurations
+// trusts caPEM.
+func (b *CABundles) Carry(ctx context.Context, caPEM []byte) (bool, error) {
 	want := bytes.TrimSpace(caPEM)
 	carried := true
 	check := func(cc admissionregistrationv1.WebhookClientConfig) {
 		carried = carried && bytes.Contains(cc.CABundle, want)
 	}
-	for _, name := range m.opts.MutatingWebhooks {
+	for _, name := range b.Mutating {
 		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		if found, err := m.get(ctx, name, cfg); err != nil || !found {
+		if found, err := b.get(ctx, name, cfg); err != nil || !found {
 			if err != nil {
 				return false, err
 			}
@@ -50,9 +52,9 @@ func (m *Rotator) bundlesCarry(ctx context.Context, caPEM []byte) (bool, error) 
 			check(w.ClientConfig)
 		}
 	}
-	for _, name := range m.opts.ValidatingWebhooks {
+	for _, name := range b.Validating {
 		cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-		if found, err := m.get(ctx, name, cfg); err != nil || !found {
+		if found, err := b.get(ctx, name, cfg); err != nil || !found {
 			if err != nil {
 				return false, err
 			}
@@ -65,8 +67,8 @@ func (m *Rotator) bundlesCarry(ctx context.Context, caPEM []byte) (bool, error) 
 	return carried, nil
 }
 
-func (m *Rotator) get(ctx context.Context, name string, obj client.Object) (bool, error) {
-	if err := m.client.Get(ctx, types.NamespacedName{Name: name}, obj); err != nil {
+func (b *CABundles) get(ctx context.Context, name string, obj client.Object) (bool, error) {
+	if err := b.Client.Get(ctx, types.NamespacedName{Name: name}, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -75,13 +77,13 @@ func (m *Rotator) get(ctx context.Context, name string, obj client.Object) (bool
 	return true, nil
 }
 
-// injectCABundle sets caBundle on every webhook of the configured
-// configurations that does not carry it yet.
-func (m *Rotator) injectCABundle(ctx context.Context, caBundle []byte) error {
+// Inject sets caBundle on every webhook of the configurations that does not
+// carry it yet.
+func (b *CABundles) Inject(ctx context.Context, caBundle []byte) error {
 	var errs []error
-	for _, name := range m.opts.MutatingWebhooks {
+	for _, name := range b.Mutating {
 		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		errs = append(errs, m.patchWebhooks(ctx, name, cfg, func() bool {
+		errs = append(errs, b.patchWebhooks(ctx, name, cfg, func() bool {
 			changed := false
 			for i := range cfg.Webhooks {
 				changed = setBundle(&cfg.Webhooks[i].ClientConfig, caBundle) || changed
@@ -89,9 +91,9 @@ func (m *Rotator) injectCABundle(ctx context.Context, caBundle []byte) error {
 			return changed
 		}))
 	}
-	for _, name := range m.opts.ValidatingWebhooks {
+	for _, name := range b.Validating {
 		cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-		errs = append(errs, m.patchWebhooks(ctx, name, cfg, func() bool {
+		errs = append(errs, b.patchWebhooks(ctx, name, cfg, func() bool {
 			changed := false
 			for i := range cfg.Webhooks {
 				changed = setBundle(&cfg.Webhooks[i].ClientConfig, caBundle) || changed
@@ -106,9 +108,9 @@ func (m *Rotator) injectCABundle(ctx context.Context, caBundle []byte) error {
 // patches what changed, with an optimistic lock: the patch carries the whole
 // webhooks list, so a concurrent change (another replica's injection, an
 // installer's apply) makes it read and mutate again instead of overwriting.
-func (m *Rotator) patchWebhooks(ctx context.Context, name string, obj client.Object, mutate func() bool) error {
+func (b *CABundles) patchWebhooks(ctx context.Context, name string, obj client.Object, mutate func() bool) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		found, err := m.get(ctx, name, obj)
+		found, err := b.get(ctx, name, obj)
 		if err != nil {
 			return err
 		}
@@ -120,7 +122,7 @@ func (m *Rotator) patchWebhooks(ctx context.Context, name string, obj client.Obj
 		if !mutate() {
 			return nil
 		}
-		if err := m.client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		if err := b.Client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 			if apierrors.IsConflict(err) {
 				return err
 			}
