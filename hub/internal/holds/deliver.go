@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/imperator-federation/imperator/internal/text"
-
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/internal/text"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
@@ -207,5 +208,20 @@ func applyAnswer(cl *imperatorv1alpha1.FleetHoldCluster, phase imperatorv1alpha1
 		cl.Result = ResultTimedOut
 	default:
 		cl.Result = ResultRefused
+	}
+}
+
+// holdRequest is the HoldRequest of cl's part of fh, sent at now. The
+// spoke reads durations only (valid_for, answer_within), so the two clocks
+// are never compared; valid_until and deadline are still set, on the hub's
+// clock, for agents that predate the durations.
+func holdRequest(fh *imperatorv1alpha1.FleetHold, cl imperatorv1alpha1.FleetHoldCluster, release bool, now, deadline time.Time) *federationv1.HoldRequest {
+	return &federationv1.HoldRequest{
+		Name: fh.Name, Group: cl.Group, Type: cl.Type, Count: cl.Count,
+		ValidUntil: timestamppb.New(fh.Spec.ValidUntil.Time), Deadline: timestamppb.New(deadline),
+		ValidFor:     durationpb.New(fh.Spec.ValidUntil.Sub(now)),
+		AnswerWithin: durationpb.New(deadline.Sub(now)),
+		Booking:      string(fh.UID),
+		Release:      release, FleetHold: fh.Namespace + "/" + fh.Name, Namespaces: fh.Spec.Namespaces,
 	}
 }

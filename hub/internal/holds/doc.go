@@ -41,4 +41,12 @@
 // part or did not answer in time, as recent FleetHolds record it; its
 // status message names them and why. When the units fit only with them,
 // they are asked again.
+//
+// Files, one job each: holds.go the Coordinator, its options and errors, and
+// the reads (Get, List, bringing a phase up to date); create.go CreateHold
+// (place, write Pending, wait for the answers, decide); release.go
+// ReleaseHold; deliver.go the Deliverer and the HoldRequests it sends;
+// parts.go the pure decisions over a hold's parts; plan.go and avoid.go the
+// choice of clusters; expiry.go the Expiry controller; reconcile.go the
+// Reconciler of spokes' reports against FleetHolds.
 package holds
