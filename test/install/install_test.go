@@ -228,7 +228,11 @@ func (j *journey) installHub(ctx context.Context) {
 	j.step("helm install the hub chart; its pods become Ready")
 	repoName, tag := splitRef(j.images.hub)
 	start := time.Now()
+	// Into imperator-system, which the previous spoke chart's objects use
+	// too: one cluster holds both. The release goes where its objects go
+	// (-n), as Helm charts do.
 	j.helmRun(ctx, "hub", "install", "imperator-hub", filepath.Join(j.root, "deploy/charts/imperator-hub"),
+		"--namespace", namespace, "--create-namespace",
 		"--set", "image.repository="+repoName, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
 		"--set", "service.type=NodePort",
 		"--set", "servingHosts={"+j.nodeIP+",localhost,127.0.0.1}",
@@ -537,9 +541,15 @@ func (j *journey) upgradeBoth(ctx context.Context) {
 	guestBefore := j.kubectl(ctx, clusterName, "-n", tenantNS, "get", "pod", "guest-1", "-o", "jsonpath={.metadata.uid} {.status.phase}")
 	start := time.Now()
 	_, hubTag := splitRef(j.upgrade.hub)
-	j.helmRun(ctx, "hub", "upgrade", "imperator-hub", filepath.Join(j.root, "deploy/charts/imperator-hub"), "--reuse-values", "--set", "image.tag="+hubTag)
+	j.helmRun(ctx, "hub", "upgrade", "imperator-hub", filepath.Join(j.root, "deploy/charts/imperator-hub"), "--namespace", namespace,
+		"--reuse-values", "--set", "image.tag="+hubTag)
 	_, spokeTag := splitRef(j.upgrade.spoke)
-	j.helmRun(ctx, clusterName, "upgrade", "imperator-spoke", filepath.Join(j.root, "deploy/charts/imperator-spoke"), "--reuse-values", "--set", "image.tag="+spokeTag)
+	// The previous chart put its objects into imperator-system while Helm
+	// recorded the release in the context's namespace (default): the
+	// current chart refuses to move them there, and namespaceOverride keeps
+	// them where they are (UPGRADING.md).
+	j.helmRun(ctx, clusterName, "upgrade", "imperator-spoke", filepath.Join(j.root, "deploy/charts/imperator-spoke"), "--reuse-values",
+		"--set", "namespaceOverride="+namespace, "--set", "image.tag="+spokeTag)
 	j.kubectl(ctx, "hub", "-n", namespace, "rollout", "status", "deploy/imperator-hub", "--timeout=3m")
 	j.kubectl(ctx, clusterName, "-n", namespace, "rollout", "status", "deploy/imperator-spoke", "--timeout=3m")
 	j.figure("helm upgrade of both, rolled out", time.Since(start))
@@ -590,7 +600,7 @@ func (j *journey) uninstallBoth(ctx context.Context) {
 	out := j.helmRun(ctx, clusterName, "uninstall", "imperator-spoke", "--wait")
 	j.figure("helm uninstall of the spoke, hook included", time.Since(start))
 	j.t.Logf("helm uninstall imperator-spoke:\n%s", out)
-	j.helmRun(ctx, "hub", "uninstall", "imperator-hub", "--wait")
+	j.helmRun(ctx, "hub", "uninstall", "imperator-hub", "--namespace", namespace, "--wait")
 	node := j.kubectl(ctx, clusterName, "get", "node", gpuNode, "-o", "json")
 	for _, left := range []string{`"imperator.tenzen-y.io/`} {
 		if strings.Contains(node, left) {

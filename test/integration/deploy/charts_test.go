@@ -85,15 +85,29 @@ func valuesArgs(v chartValueSet) []string {
 	return []string{"-f", filepath.Join(chartDir(v.chart), "ci", v.values)}
 }
 
-// helmTemplate renders chart with the flags extra and decodes the objects,
-// for the harness's Kubernetes version: the charts' kubeVersion refuses the
-// v1.20 a helm built from source assumes without a cluster.
+// helmTemplate renders chart as the kustomize bases install it, into
+// imperator-system with the Namespace itself (namespace.create=true), with
+// the flags extra after those (which may set them otherwise), and decodes
+// the objects.
 func helmTemplate(ctx context.Context, chart string, extra ...string) ([]*unstructured.Unstructured, error) {
-	out, err := helmRun(ctx, append([]string{"template", chart, chartDir(chart), "--kube-version", harness.K8sVersion}, extra...)...)
+	return helmTemplateInto(ctx, chart, namespace, append([]string{"--set", "namespace.create=true"}, extra...)...)
+}
+
+// helmTemplateInto renders chart as `helm install -n ns` does, with the
+// chart's defaults and the flags extra, and decodes the objects, for the
+// harness's Kubernetes version: the charts' kubeVersion refuses the v1.20 a
+// helm built from source assumes without a cluster.
+func helmTemplateInto(ctx context.Context, chart, ns string, extra ...string) ([]*unstructured.Unstructured, error) {
+	out, err := helmTemplateText(ctx, chart, ns, extra...)
 	if err != nil {
 		return nil, err
 	}
 	return decodeObjects([]byte(out), "helm template "+chart)
+}
+
+// helmTemplateText is what helmTemplateInto decodes.
+func helmTemplateText(ctx context.Context, chart, ns string, extra ...string) (string, error) {
+	return helmRun(ctx, append([]string{"template", chart, chartDir(chart), "--namespace", ns, "--kube-version", harness.K8sVersion}, extra...)...)
 }
 
 // helmInstallDryRun runs `helm install --dry-run=client` of chart against the
@@ -103,7 +117,7 @@ func helmTemplate(ctx context.Context, chart string, extra ...string) ([]*unstru
 // adopt; the dry run changes nothing.
 func helmInstallDryRun(ctx context.Context, chart string, extra ...string) (string, error) {
 	return helmRun(ctx, append([]string{"install", chart, chartDir(chart), "--dry-run=client", "--take-ownership",
-		"--kubeconfig", cluster.KubeconfigPath}, extra...)...)
+		"--kubeconfig", cluster.KubeconfigPath, "--namespace", namespace}, extra...)...)
 }
 
 // kustomizeHash matches the suffix kustomize's generators give a ConfigMap's
@@ -736,11 +750,17 @@ spec:
 		}
 	})
 
-	It("leave the namespace to the installer with namespace.create=false, and restart the agent when the hub's address changes", func(ctx context.Context) {
-		for _, chart := range []string{"imperator-hub", "imperator-spoke"} {
-			objs, err := helmTemplate(ctx, chart, append(standalone(chart), "--set", "namespace.create=false")...)
+	It("leave the namespace to the installer by default (helm install --create-namespace), render it labelled with namespace.create=true, and restart the agent when the hub's address changes", func(ctx context.Context) {
+		for _, chart := range []string{"imperator-hub", "imperator-spoke", "imperator-dispatcher"} {
+			objs, err := helmTemplateInto(ctx, chart, "gpu-fleet", standalone(chart)...)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(ofKind(objs, "Namespace")).To(BeEmpty(), chart)
+			objs, err = helmTemplateInto(ctx, chart, "gpu-fleet", append(standalone(chart), "--set", "namespace.create=true")...)
+			Expect(err).NotTo(HaveOccurred())
+			namespaces := ofKind(objs, "Namespace")
+			Expect(namespaces).To(HaveLen(1), chart)
+			Expect(namespaces[0].GetName()).To(Equal("gpu-fleet"), chart)
+			Expect(namespaces[0].GetLabels()).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "restricted"), chart)
 		}
 		checksum := func(address string) string {
 			GinkgoHelper()
@@ -802,6 +822,8 @@ spec:
 		Entry("a volume mount without a path", "imperator-hub", []string{"extraVolumeMounts[0].name=ca"}, "at '/extraVolumeMounts/0': missing property 'mountPath'"),
 		Entry("crds.keep that is not a boolean", "imperator-spoke", []string{"hub.standalone=true", "crds.keep=maybe"}, "at '/crds/keep'"),
 		Entry("an uninstall hook timeout below 10 s", "imperator-spoke", []string{"hub.standalone=true", "uninstall.timeoutSeconds=1"}, "at '/uninstall/timeoutSeconds'"),
+		Entry("a namespaceOverride that is not a namespace name", "imperator-spoke", []string{"hub.standalone=true", "namespaceOverride=GPU_Fleet"}, "at '/namespaceOverride'"),
+		Entry("a namespaceOverride that is not a string", "imperator-hub", []string{"namespaceOverride.name=gpu"}, "at '/namespaceOverride': got object, want string"),
 		Entry("a hosted agent with a cert-manager certificate", "imperator-spoke", []string{"hosted.mode=management", "hosted.webhookURL=https://w.example.com", "webhook.certManager.enabled=true"}, "at '/webhook/certManager/enabled'"),
 	)
 

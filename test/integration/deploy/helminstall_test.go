@@ -31,23 +31,27 @@ var _ = Describe("Installing with Helm as the README says", func() {
 		Expect(os.WriteFile(caFile, []byte("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n"), 0o600)).To(Succeed())
 		Expect(os.WriteFile(tokenFile, []byte("abcdef.0123456789abcdef\n"), 0o600)).To(Succeed())
 
+		// -n imperator-system --create-namespace: the release and its
+		// objects in one namespace, which Helm makes.
 		hubArgs := []string{"imperator-hub", chartDir("imperator-hub"), "--kubeconfig", hubCluster.KubeconfigPath,
+			"--namespace", namespace, "--create-namespace",
 			"-f", filepath.Join(chartDir("imperator-hub"), "ci", "external-values.yaml"),
 			"--set", "image.repository=registry.example.com/imperator/hub", "--set", "image.tag=v0.1.0"}
 		spokeArgs := []string{"imperator-spoke", chartDir("imperator-spoke"), "--kubeconfig", spokeCluster.KubeconfigPath,
+			"--namespace", namespace, "--create-namespace",
 			"--set", "hub.address=hub.example.com:9443", "--set", "hub.clusterName=spoke-a",
 			"--set-file", "hub.ca=" + caFile, "--set-file", "hub.joinToken=" + tokenFile,
 			"--set", "image.repository=registry.example.com/imperator/spoke", "--set", "image.tag=v0.1.0"}
 
 		rollout := func(c *harness.Cluster, deployment string) {
 			GinkgoHelper()
-			out, err := c.Kubectl(ctx, "-n", "imperator-system", "rollout", "status", "deploy/"+deployment, "--timeout=120s")
+			out, err := c.Kubectl(ctx, "-n", namespace, "rollout", "status", "deploy/"+deployment, "--timeout=120s")
 			Expect(err).NotTo(HaveOccurred())
 			Expect(out).To(ContainSubstring("successfully rolled out"))
 		}
 		generation := func(c *harness.Cluster, deployment string) string {
 			GinkgoHelper()
-			out, err := c.Kubectl(ctx, "-n", "imperator-system", "get", "deploy", deployment, "-o", "jsonpath={.metadata.generation}")
+			out, err := c.Kubectl(ctx, "-n", namespace, "get", "deploy", deployment, "-o", "jsonpath={.metadata.generation}")
 			Expect(err).NotTo(HaveOccurred())
 			return out
 		}
@@ -56,7 +60,7 @@ var _ = Describe("Installing with Helm as the README says", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring("STATUS: deployed"))
 		rollout(hubCluster, "imperator-hub")
-		out, err = hubCluster.Kubectl(ctx, "-n", "imperator-system", "get", "service", "imperator-hub", "-o", "jsonpath={.spec.type}")
+		out, err = hubCluster.Kubectl(ctx, "-n", namespace, "get", "service", "imperator-hub", "-o", "jsonpath={.spec.type}")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(Equal("LoadBalancer"))
 
@@ -64,7 +68,7 @@ var _ = Describe("Installing with Helm as the README says", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring("kubectl get managedcluster spoke-a"))
 		rollout(spokeCluster, "imperator-spoke")
-		token, err := spokeCluster.Kubectl(ctx, "-n", "imperator-system", "get", "secret", "imperator-hub-join", "-o", "jsonpath={.data.token}")
+		token, err := spokeCluster.Kubectl(ctx, "-n", namespace, "get", "secret", "imperator-hub-join", "-o", "jsonpath={.data.token}")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(token).To(Equal("YWJjZGVmLjAxMjM0NTY3ODlhYmNkZWYK"), "the join token file, base64")
 
@@ -81,12 +85,12 @@ var _ = Describe("Installing with Helm as the README says", func() {
 		// An upgrade given only a new image tag (the install's hub values
 		// forgotten) is refused, and the spoke stays joined.
 		_, err = helmRun(ctx, "upgrade", "imperator-spoke", chartDir("imperator-spoke"), "--kubeconfig", spokeCluster.KubeconfigPath,
-			"--set", "image.tag=v0.2.0")
+			"--namespace", namespace, "--set", "image.tag=v0.2.0")
 		Expect(err).To(MatchError(ContainSubstring("at '/hub/standalone': value must be true")))
-		address, err := spokeCluster.Kubectl(ctx, "-n", "imperator-system", "get", "configmap", "imperator-hub", "-o", "jsonpath={.data.address}")
+		address, err := spokeCluster.Kubectl(ctx, "-n", namespace, "get", "configmap", "imperator-hub", "-o", "jsonpath={.data.address}")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(address).To(Equal("hub2.example.com:9443"))
-		_, err = spokeCluster.Kubectl(ctx, "-n", "imperator-system", "get", "secret", "imperator-hub-join")
+		_, err = spokeCluster.Kubectl(ctx, "-n", namespace, "get", "secret", "imperator-hub-join")
 		Expect(err).NotTo(HaveOccurred(), "the join Secret is kept")
 
 		for _, c := range []struct {
@@ -99,14 +103,14 @@ var _ = Describe("Installing with Helm as the README says", func() {
 			// --no-hooks: kwok does not run the spoke's post-delete Job
 			// (registry.example.com's image); the install journey
 			// (test/install) runs it on a real node.
-			_, err = helmRun(ctx, "uninstall", c.release, "--kubeconfig", c.cluster.KubeconfigPath, "--no-hooks")
+			_, err = helmRun(ctx, "uninstall", c.release, "--kubeconfig", c.cluster.KubeconfigPath, "--namespace", namespace, "--no-hooks")
 			Expect(err).NotTo(HaveOccurred())
-			_, err = c.cluster.Kubectl(ctx, "get", "namespace", "imperator-system")
+			_, err = c.cluster.Kubectl(ctx, "get", "namespace", namespace)
 			Expect(err).NotTo(HaveOccurred(), "%s: the namespace is kept", c.release)
 			_, err = c.cluster.Kubectl(ctx, "get", "crd", c.crd)
 			Expect(err).NotTo(HaveOccurred(), "%s: the CRD is kept", c.release)
 			Eventually(func() string {
-				out, _ := c.cluster.Kubectl(ctx, "-n", "imperator-system", "get", c.removed, "--ignore-not-found", "-o", "name")
+				out, _ := c.cluster.Kubectl(ctx, "-n", namespace, "get", c.removed, "--ignore-not-found", "-o", "name")
 				return strings.TrimSpace(out)
 			}).WithTimeout(time.Minute).Should(BeEmpty(), "%s: the Deployment goes", c.release)
 		}

@@ -1,10 +1,31 @@
 {{/*
-The namespace every object goes into, as with the kustomize base
-deploy/dispatcher: the Role of its Lease and the Secret of its hub identity
-are there, so it is not a value.
+The namespace every namespaced object goes into: namespaceOverride, else the
+release's namespace (helm install -n). The generated RBAC, webhook
+configurations and admission policies of files/ name imperator-system, as the
+kustomize bases install them; the templates write this namespace into them.
 */}}
 {{- define "imperator-dispatcher.namespace" -}}
-imperator-system
+{{- .Values.namespaceOverride | default .Release.Namespace -}}
+{{- end }}
+
+{{/*
+Refuses a release whose objects the chart of v0.1.0 put into imperator-system
+while Helm recorded the release in another namespace (helm install without
+-n imperator-system): upgraded as it is, the chart would move the dispatcher into
+the release's namespace. Only objects this very release owns count (Helm's
+release-name and release-namespace annotations); helm template, which looks
+nothing up, renders on.
+*/}}
+{{- define "imperator-dispatcher.checkNamespace" -}}
+{{- $legacy := "imperator-system" -}}
+{{- if ne (include "imperator-dispatcher.namespace" .) $legacy -}}
+{{- range $ref := include "imperator-dispatcher.releaseObjects" . | fromJsonArray -}}
+{{- $obj := lookup (index $ref 0) (index $ref 1) $legacy (index $ref 2) -}}
+{{- if and $obj (eq (dig "metadata" "annotations" "meta.helm.sh/release-name" "" $obj) $.Release.Name) (eq (dig "metadata" "annotations" "meta.helm.sh/release-namespace" "" $obj) $.Release.Namespace) -}}
+{{- fail (printf "objects of this release live in %s (%s %s of release %s/%s): pass --set namespaceOverride=%s (UPGRADING.md)" $legacy (index $ref 1) (index $ref 2) $.Release.Namespace $.Release.Name $legacy) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end }}
 
 {{/*
@@ -34,7 +55,7 @@ imperator-dispatcher. Bindings name it.
 nameOverride and fullnameOverride are accepted only empty: the objects'
 names are fixed (the dispatcher's Lease imperator-dispatcher, the roles its
 bindings name, the kustomize base's names), so a renamed object would be
-one nobody uses. One release per cluster, in imperator-system.
+one nobody uses. One release per cluster.
 */}}
 {{- define "imperator-dispatcher.checkNames" -}}
 {{- range $key := list "nameOverride" "fullnameOverride" }}
@@ -93,4 +114,21 @@ sets itself (POD_NAMESPACE) fails the render naming it.
 {{- with $vars -}}
 {{- toYaml . -}}
 {{- end -}}
+{{- end }}
+
+{{/*
+The objects checkNamespace looks for, [apiVersion, kind, name]: what every
+release of this chart has.
+*/}}
+{{- define "imperator-dispatcher.releaseObjects" -}}
+{{- toJson (list (list "apps/v1" "Deployment" "imperator-dispatcher") (list "rbac.authorization.k8s.io/v1" "RoleBinding" "imperator-dispatcher")) -}}
+{{- end }}
+
+{{/*
+The hub's query API the dispatcher asks: hub.address, else the hub's Service
+in the dispatcher's namespace (both charts installed into one namespace of
+a manager cluster that is also the hub cluster).
+*/}}
+{{- define "imperator-dispatcher.hubAddress" -}}
+{{- .Values.hub.address | default (printf "imperator-hub.%s.svc:9443" (include "imperator-dispatcher.namespace" .)) -}}
 {{- end }}

@@ -1,10 +1,31 @@
 {{/*
-The namespace every object goes into: the agent's generated Role, its
-webhook configurations and their namespace exclusions name it, so it is not
-a value.
+The namespace every namespaced object goes into: namespaceOverride, else the
+release's namespace (helm install -n). The generated RBAC, webhook
+configurations and admission policies of files/ name imperator-system, as the
+kustomize bases install them; the templates write this namespace into them.
 */}}
 {{- define "imperator-spoke.namespace" -}}
-imperator-system
+{{- .Values.namespaceOverride | default .Release.Namespace -}}
+{{- end }}
+
+{{/*
+Refuses a release whose objects the chart of v0.1.0 put into imperator-system
+while Helm recorded the release in another namespace (helm install without
+-n imperator-system): upgraded as it is, the chart would move the agent into
+the release's namespace. Only objects this very release owns count (Helm's
+release-name and release-namespace annotations); helm template, which looks
+nothing up, renders on.
+*/}}
+{{- define "imperator-spoke.checkNamespace" -}}
+{{- $legacy := "imperator-system" -}}
+{{- if ne (include "imperator-spoke.namespace" .) $legacy -}}
+{{- range $ref := include "imperator-spoke.releaseObjects" . | fromJsonArray -}}
+{{- $obj := lookup (index $ref 0) (index $ref 1) $legacy (index $ref 2) -}}
+{{- if and $obj (eq (dig "metadata" "annotations" "meta.helm.sh/release-name" "" $obj) $.Release.Name) (eq (dig "metadata" "annotations" "meta.helm.sh/release-namespace" "" $obj) $.Release.Namespace) -}}
+{{- fail (printf "objects of this release live in %s (%s %s of release %s/%s): pass --set namespaceOverride=%s (UPGRADING.md)" $legacy (index $ref 1) (index $ref 2) $.Release.Namespace $.Release.Name $legacy) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end }}
 
 {{/*
@@ -35,7 +56,7 @@ nameOverride and fullnameOverride are accepted only empty: the objects'
 names are part of the contract (docs/contract.md) and fixed in the spoke's
 code and generated manifests (webhook configurations, Secrets, Leases, the
 Service the agent writes its certificate for), so a renamed object would be
-one nobody uses. One release per cluster, in imperator-system.
+one nobody uses. One release per cluster.
 */}}
 {{- define "imperator-spoke.checkNames" -}}
 {{- range $key := list "nameOverride" "fullnameOverride" }}
@@ -108,4 +129,28 @@ which they are missing): the pods stay restricted rather than lose it.
 {{- end }}
 {{- define "imperator-spoke.securityContext" -}}
 {{- toYaml (.Values.securityContext | default (dict "allowPrivilegeEscalation" false "readOnlyRootFilesystem" true "capabilities" (dict "drop" (list "ALL")))) -}}
+{{- end }}
+
+{{/*
+The objects checkNamespace looks for, [apiVersion, kind, name]: what every
+release of this chart has, in any hosted.mode.
+*/}}
+{{- define "imperator-spoke.releaseObjects" -}}
+{{- toJson (list (list "apps/v1" "Deployment" "imperator-spoke") (list "apps/v1" "Deployment" "imperator-spoke-hosted") (list "rbac.authorization.k8s.io/v1" "RoleBinding" "imperator-spoke")) -}}
+{{- end }}
+
+{{/*
+imperator-spoke.policyInNamespace returns, as JSON, the admission policy
+.obj of files/policy with the agent's namespace and identity of .root
+written into its CEL in place of deploy/spoke's: the quoted username
+'system:serviceaccount:imperator-system:imperator-spoke' (the ServiceAccount
+pool-guests-only lets through) and the quoted namespace literal
+'imperator-system' (the namespace the policies leave alone, as the webhook
+does, and where reservations live). Only these exact quoted literals change:
+text that merely contains imperator-system stays as it is.
+*/}}
+{{- define "imperator-spoke.policyInNamespace" -}}
+{{- $namespace := include "imperator-spoke.namespace" .root -}}
+{{- $user := printf "'system:serviceaccount:%s:%s'" $namespace (include "imperator-spoke.serviceAccountName" .root) -}}
+{{- toJson .obj | replace "'system:serviceaccount:imperator-system:imperator-spoke'" $user | replace "'imperator-system'" (printf "'%s'" $namespace) -}}
 {{- end }}
