@@ -15,7 +15,6 @@ import (
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/admissionpolicy"
 	"github.com/imperator-federation/imperator/test/util/framework"
-	"github.com/imperator-federation/imperator/test/util/webhookenv"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -50,7 +49,7 @@ func BenchmarkPodCreateByPath(b *testing.B) {
 		}
 	}
 	installPoliciesForBenchmark(b, webhookEnv)
-	installPoliciesForBenchmark(b, &webhookenv.Environment{Environment: policyEnv})
+	installPoliciesForBenchmark(b, policyEnv)
 
 	// One loop creates the four pods in turn, so that every case sees the
 	// same load of this (shared) machine.

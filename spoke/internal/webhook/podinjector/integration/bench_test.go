@@ -17,8 +17,8 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/webhook/podinjector"
+	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/harness"
-	"github.com/imperator-federation/imperator/test/util/webhookenv"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -97,7 +97,7 @@ func BenchmarkPodCreate(b *testing.B) {
 // (harness.ProfileWindow), and logs where a creation's time goes: the mean
 // of each stage the API server and the webhook server measure, over the
 // window.
-func profilePodCreate(b *testing.B, e *webhookenv.Environment, dir, name string, template *corev1.Pod) {
+func profilePodCreate(b *testing.B, e *framework.Environment, dir, name string, template *corev1.Pod) {
 	b.Helper()
 	ctx := context.Background()
 	before, err := harness.ReadStages(ctx, e.Config, creationStages)
@@ -159,7 +159,7 @@ func ctxErrOrNil(ctx context.Context, err error) error {
 // installPoliciesForBenchmark creates every policy of deploy/spoke/policy
 // and its binding, and waits until the API server enforces them: until a
 // pod tolerating a pool taint outside any opted-in namespace is refused.
-func installPoliciesForBenchmark(b *testing.B, e *webhookenv.Environment) {
+func installPoliciesForBenchmark(b *testing.B, e *framework.Environment) {
 	b.Helper()
 	ctx := context.Background()
 	for _, file := range []string{"pool-guests-only.yaml", "guest-one-unit.yaml", "pool-nodes-by-scheduler.yaml"} {
@@ -211,7 +211,7 @@ func BenchmarkHandleFromCache(b *testing.B) {
 	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 		UID: "bench", Operation: admissionv1.Create, Namespace: "team-a", Object: runtime.RawExtension{Raw: raw},
 	}}
-	h := podinjector.NewHandler(e.Cache, e.Scheme)
+	h := podinjector.NewHandler(e.Manager.Cache, e.Scheme)
 
 	b.ReportAllocs()
 	for b.Loop() {
@@ -224,7 +224,7 @@ func BenchmarkHandleFromCache(b *testing.B) {
 // startWithGeneralMachine starts the injector's environment until the
 // benchmark ends, with the sample general-machine created and in the
 // webhook's cache.
-func startWithGeneralMachine(b *testing.B) *webhookenv.Environment {
+func startWithGeneralMachine(b *testing.B) *framework.Environment {
 	b.Helper()
 	e, err := startEnvironment()
 	if err != nil {

@@ -70,7 +70,7 @@ var _ = Describe("One contract, two paths: the injector webhook and the admissio
 			Expect(k8s.Create(ctx, machine.DeepCopy())).To(Succeed())
 			DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, machine))).To(Succeed()) })
 			Eventually(func() error {
-				return env.Cache.Get(ctx, client.ObjectKeyFromObject(machine), &imperatorv1alpha1.Machine{})
+				return env.Manager.Cache.Get(ctx, client.ObjectKeyFromObject(machine), &imperatorv1alpha1.Machine{})
 			}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Succeed())
 		}
 

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
-	"github.com/imperator-federation/imperator/test/util/webhookenv"
+	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -32,7 +32,7 @@ const (
 )
 
 var (
-	env *webhookenv.Environment
+	env *framework.Environment
 	k8s client.Client
 )
 
@@ -47,7 +47,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	Expect(k8s.Create(ctx, machine)).To(Succeed())
 	// The webhook reads Machines from the manager's cache.
 	Eventually(func() error {
-		return env.Cache.Get(ctx, client.ObjectKeyFromObject(machine), &imperatorv1alpha1.Machine{})
+		return env.Manager.Cache.Get(ctx, client.ObjectKeyFromObject(machine), &imperatorv1alpha1.Machine{})
 	}).WithTimeout(10 * time.Second).Should(Succeed())
 
 	// The sample's team-a Namespace, injection enabled: most specs create
