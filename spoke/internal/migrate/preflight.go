@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/reservation"
 )
 
 // AdoptAnnotation is the annotation that, set to "true" on a Machine, asks
@@ -288,7 +289,7 @@ func isOriginalReservation(obj client.Object) bool {
 
 func reservationFindings(ctx context.Context, c client.Reader, agentNamespace string) ([]Finding, error) {
 	list := &appsv1.StatefulSetList{}
-	if err := c.List(ctx, list, client.MatchingLabels{imperatorv1alpha1.PodRoleKey: string(imperatorv1alpha1.PodRoleReservation)}); err != nil {
+	if err := c.List(ctx, list, reservation.Selector()); err != nil {
 		return nil, fmt.Errorf("listing reservation StatefulSets: %w", err)
 	}
 	var out []Finding

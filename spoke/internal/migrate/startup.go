@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +18,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/nodepool"
+	"github.com/imperator-federation/imperator/spoke/internal/reservation"
 )
 
 // Startup runs the preflight before the agent's controllers start: it logs
@@ -142,21 +141,9 @@ func createAgentPools(ctx context.Context, c client.Client, group string) error 
 // with it) but no longer controls them, and the agent's Machine controller
 // leaves objects it does not control alone.
 func Detach(ctx context.Context, c client.Client, namespace string) error {
-	selector := client.MatchingLabels{imperatorv1alpha1.PodRoleKey: string(imperatorv1alpha1.PodRoleReservation)}
-	statefulSets := &appsv1.StatefulSetList{}
-	if err := c.List(ctx, statefulSets, client.InNamespace(namespace), selector); err != nil {
-		return fmt.Errorf("listing reservation StatefulSets: %w", err)
-	}
-	services := &corev1.ServiceList{}
-	if err := c.List(ctx, services, client.InNamespace(namespace), selector); err != nil {
-		return fmt.Errorf("listing reservation Services: %w", err)
-	}
-	var objects []client.Object
-	for i := range statefulSets.Items {
-		objects = append(objects, &statefulSets.Items[i])
-	}
-	for i := range services.Items {
-		objects = append(objects, &services.Items[i])
+	objects, err := reservation.Objects(ctx, c, namespace)
+	if err != nil {
+		return err
 	}
 	var errs []error
 	for _, obj := range objects {

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -19,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/spoke/internal/reservation"
 )
 
 // AgentNameLabel and AgentName select the agent's pods (the Deployment
@@ -242,24 +242,12 @@ func removeFinalizers(ctx context.Context, c client.Client, log io.Writer) (remo
 // their pods would keep holding the GPUs for nobody. The garbage collector
 // deletes the StatefulSets' pods.
 func deleteReservations(ctx context.Context, c client.Client, namespace string, log io.Writer) ([]string, error) {
-	selector := client.MatchingLabels{imperatorv1alpha1.PodRoleKey: string(imperatorv1alpha1.PodRoleReservation)}
+	objs, err := reservation.Objects(ctx, c, namespace)
+	if err != nil {
+		return nil, err
+	}
 	var deleted []string
 	var errs []error
-	var sets appsv1.StatefulSetList
-	if err := c.List(ctx, &sets, client.InNamespace(namespace), selector); err != nil {
-		return nil, fmt.Errorf("listing reservation StatefulSets in %s: %w", namespace, err)
-	}
-	var services corev1.ServiceList
-	if err := c.List(ctx, &services, client.InNamespace(namespace), selector); err != nil {
-		return nil, fmt.Errorf("listing reservation Services in %s: %w", namespace, err)
-	}
-	objs := make([]client.Object, 0, len(sets.Items)+len(services.Items))
-	for i := range sets.Items {
-		objs = append(objs, &sets.Items[i])
-	}
-	for i := range services.Items {
-		objs = append(objs, &services.Items[i])
-	}
 	for _, obj := range objs {
 		if obj.GetDeletionTimestamp() != nil {
 			continue

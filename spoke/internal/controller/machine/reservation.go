@@ -25,6 +25,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/machinetype"
+	"github.com/imperator-federation/imperator/spoke/internal/reservation"
 )
 
 const (
@@ -347,21 +348,9 @@ func getControlled(ctx context.Context, c client.Client, key client.ObjectKey, o
 // of 50 StatefulSets per reconcile was a fifth of the agent's CPU while
 // 1,000 nodes converged.
 func (r *Reconciler) prune(ctx context.Context, c client.Client, machine *imperatorv1alpha1.Machine, keep map[string]bool) error {
-	selector := client.MatchingLabels{imperatorv1alpha1.PodRoleKey: string(imperatorv1alpha1.PodRoleReservation)}
-	statefulSets := &appsv1.StatefulSetList{}
-	if err := c.List(ctx, statefulSets, client.InNamespace(r.opts.Namespace), selector, client.UnsafeDisableDeepCopy); err != nil {
-		return fmt.Errorf("listing reservation StatefulSets: %w", err)
-	}
-	services := &corev1.ServiceList{}
-	if err := c.List(ctx, services, client.InNamespace(r.opts.Namespace), selector, client.UnsafeDisableDeepCopy); err != nil {
-		return fmt.Errorf("listing reservation Services: %w", err)
-	}
-	var stale []client.Object
-	for i := range statefulSets.Items {
-		stale = append(stale, &statefulSets.Items[i])
-	}
-	for i := range services.Items {
-		stale = append(stale, &services.Items[i])
+	stale, err := reservation.Objects(ctx, c, r.opts.Namespace, client.UnsafeDisableDeepCopy)
+	if err != nil {
+		return err
 	}
 	stale = slices.DeleteFunc(stale, func(obj client.Object) bool {
 		return keep[obj.GetName()] || (!metav1.IsControlledBy(obj, machine) && !ownedByEarlier(obj, machine)) || !obj.GetDeletionTimestamp().IsZero()
