@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -71,12 +72,15 @@ func (a *Adopter) Start(ctx context.Context) error {
 }
 
 // Pass adopts, one step each, every Machine annotated AdoptAnnotation=true
-// whose adoption is not done.
+// whose adoption is not done. The original's reservations of the namespace
+// are detached from their Machines (Detach) once in the pass, before the
+// first Machine's step, and only when some Machine takes one.
 func (a *Adopter) Pass(ctx context.Context) error {
 	items, err := machines(ctx, a.Client)
 	if err != nil {
 		return err
 	}
+	detach := sync.OnceValue(func() error { return Detach(ctx, a.Client, a.Namespace) })
 	var errs []error
 	for i := range items {
 		m := &items[i]
@@ -84,7 +88,7 @@ func (a *Adopter) Pass(ctx context.Context) error {
 			!m.GetDeletionTimestamp().IsZero() {
 			continue
 		}
-		progress, err := a.adopt(ctx, m)
+		progress, err := a.adopt(ctx, m, detach)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("adopting Machine %s: %w", m.GetName(), err))
 			if progress == "" {
@@ -99,12 +103,14 @@ func (a *Adopter) Pass(ctx context.Context) error {
 }
 
 // adopt makes one step of a Machine's adoption and says where it stands.
-func (a *Adopter) adopt(ctx context.Context, m *unstructured.Unstructured) (string, error) {
+// detach is Detach of the agent's namespace, made once per pass: every
+// Machine's step runs after it, and its error fails each Machine's step.
+func (a *Adopter) adopt(ctx context.Context, m *unstructured.Unstructured, detach func() error) (string, error) {
 	group := m.GetLabels()[imperatorv1alpha1.MachineGroupKey]
 	if group == "" {
 		return "the Machine has no " + imperatorv1alpha1.MachineGroupKey + " label", nil
 	}
-	if err := Detach(ctx, a.Client, a.Namespace); err != nil {
+	if err := detach(); err != nil {
 		return "", err
 	}
 	pools, err := a.originalPools(ctx, group)
