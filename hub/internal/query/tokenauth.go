@@ -2,31 +2,20 @@ package query
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
-
-	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/lru"
-	ctrl "sigs.k8s.io/controller-runtime"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 )
@@ -241,85 +230,6 @@ func NewTokenAuthorizer(c kubernetes.Interface, opts TokenAuthOptions) (*TokenAu
 	}, nil
 }
 
-// allowReview reports whether the caller in ctx may have a token reviewed
-// now: within its source's rate first, then within the hub's.
-func (a *TokenAuthorizer) allowReview(ctx context.Context) error {
-	source := reviewSourceOf(ctx)
-	a.sourcesMu.Lock()
-	limiter, ok := a.sources.Get(source)
-	if !ok {
-		limiter = rate.NewLimiter(a.sourceRate, a.sourceBurst)
-		a.sources.Add(source, limiter)
-	}
-	a.sourcesMu.Unlock()
-	if !limiter.(*rate.Limiter).Allow() {
-		return status.Errorf(codes.ResourceExhausted, "too many new bearer tokens from %s (more than %g a second): retry later with a token the hub has seen", source, float64(a.sourceRate))
-	}
-	if !a.reviews.Allow() {
-		return status.Errorf(codes.ResourceExhausted, "the hub is authenticating more than %g new bearer tokens a second: retry later", float64(a.reviews.Limit()))
-	}
-	return nil
-}
-
-// allowAccessReview reports whether u's call may ask a SubjectAccessReview
-// the decision cache does not answer.
-func (a *TokenAuthorizer) allowAccessReview(u *tokenUser) error {
-	key := strconv.Itoa(len(u.name)) + ":" + u.name + u.uid
-	a.usersMu.Lock()
-	limiter, ok := a.userReviews.Get(key)
-	if !ok {
-		limiter = rate.NewLimiter(DefaultUserAccessReviewRate, DefaultUserAccessReviewBurst)
-		a.userReviews.Add(key, limiter)
-	}
-	a.usersMu.Unlock()
-	if !limiter.(*rate.Limiter).Allow() {
-		return status.Errorf(codes.ResourceExhausted, "%q asks the hub more than %d new authorization decisions a second: retry later", u.name, DefaultUserAccessReviewRate)
-	}
-	return nil
-}
-
-// reviewSourceOf is the source of the call in ctx as the hub's connection
-// limits count it: an IPv4 address, the /64 of an IPv6 one ("" when
-// unknown: all such calls share one source).
-func reviewSourceOf(ctx context.Context) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return ""
-	}
-	host := p.Addr.String()
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return host
-	}
-	ip = ip.Unmap()
-	if ip.Is6() {
-		return netip.PrefixFrom(ip.WithZone(""), 64).Masked().String()
-	}
-	return ip.String()
-}
-
-// tokenUser is who a bearer token authenticates as.
-type tokenUser struct {
-	name   string
-	uid    string
-	groups []string
-	extra  map[string]authorizationv1.ExtraValue
-}
-
-type authentication struct {
-	user *tokenUser
-	// refusal is why the token was refused (user is nil then).
-	refusal string
-}
-
-type decision struct {
-	allowed bool
-	reason  string
-}
-
 type callerKey struct{}
 
 // tokenCaller is the authenticated token caller of a call, in its context.
@@ -390,165 +300,8 @@ func (a *TokenAuthorizer) Authorize(ctx context.Context, fullMethod string) (con
 	return context.WithValue(ctx, callerKey{}, caller), nil
 }
 
-func (a *TokenAuthorizer) authenticate(ctx context.Context, token string) (*tokenUser, error) {
-	key := sha256.Sum256([]byte(token))
-	if cached, ok := a.users.Get(key); ok {
-		return cached.(authentication).user, nil
-	}
-	if cached, ok := a.refused.Get(key); ok {
-		return nil, status.Errorf(codes.Unauthenticated, "the bearer token was refused by the hub cluster: %s", cached.(authentication).refusal)
-	}
-	if _, known := a.accepted.Get(key); !known {
-		if err := a.allowReview(ctx); err != nil {
-			return nil, err
-		}
-	}
-	reviewCtx, cancel := context.WithTimeout(ctx, reviewTimeout)
-	defer cancel()
-	review, err := a.client.AuthenticationV1().TokenReviews().Create(reviewCtx, &authenticationv1.TokenReview{
-		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		// Not cached: the hub cluster's API may be back at the next call.
-		// Logged: an operator sees a missing right (forbidden) here.
-		// The caller is not authenticated yet: the API server's words
-		// (its address, the hub's own identity and rights) are for the
-		// hub's log, the caller learns only that it may retry.
-		ctrl.LoggerFrom(ctx).Error(err, "Authenticating a bearer token failed")
-		return nil, status.Error(codes.Unavailable, errReviewUnavailable)
-	}
-	auth := authentication{refusal: review.Status.Error}
-	if review.Status.Authenticated {
-		u := review.Status.User
-		user := &tokenUser{name: u.Username, uid: u.UID, groups: slices.Clone(u.Groups)}
-		if len(u.Extra) > 0 {
-			user.extra = make(map[string]authorizationv1.ExtraValue, len(u.Extra))
-			for k, v := range u.Extra {
-				user.extra[k] = authorizationv1.ExtraValue(v)
-			}
-		}
-		auth.user = user
-	} else if auth.refusal == "" {
-		auth.refusal = "not authenticated"
-	}
-	if auth.user == nil {
-		a.accepted.Remove(key)
-		a.refused.Add(key, auth, a.ttl)
-		return nil, status.Errorf(codes.Unauthenticated, "the bearer token was refused by the hub cluster: %s", auth.refusal)
-	}
-	a.users.Add(key, auth, a.ttl)
-	a.accepted.Add(key, struct{}{}, max(acceptedMemory, a.ttl))
-	return auth.user, nil
-}
-
-// reviewKey identifies one decision: the user as the API server sees it
-// and the access asked. Every field is written with its length first, so
-// that no name, group or extra value can be crafted to read as another
-// user's fields (a separator byte can appear in an OIDC claim).
-func (u *tokenUser) reviewKey(verb, resource, namespace string) string {
-	var b strings.Builder
-	field := func(s string) {
-		b.WriteString(strconv.Itoa(len(s)))
-		b.WriteByte(':')
-		b.WriteString(s)
-	}
-	for _, part := range []string{u.name, u.uid, verb, resource, namespace} {
-		field(part)
-	}
-	groups := slices.Clone(u.groups)
-	slices.Sort(groups)
-	b.WriteString(strconv.Itoa(len(groups)))
-	b.WriteByte('g')
-	for _, g := range groups {
-		field(g)
-	}
-	keys := make([]string, 0, len(u.extra))
-	for k := range u.extra {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	b.WriteString(strconv.Itoa(len(keys)))
-	b.WriteByte('x')
-	for _, k := range keys {
-		field(k)
-		b.WriteString(strconv.Itoa(len(u.extra[k])))
-		b.WriteByte('v')
-		for _, v := range u.extra[k] {
-			field(v)
-		}
-	}
-	return b.String()
-}
-
-// allowed asks (or reuses) the SubjectAccessReview of verb on resource in
-// namespace ("" for the whole fleet) and returns PermissionDenied, naming
-// the access, when RBAC does not grant it.
-func (c *tokenCaller) allowed(ctx context.Context, verb, resource, namespace string) error {
-	key := c.user.reviewKey(verb, resource, namespace)
-	d, ok := c.auth.decisions.Get(key)
-	if !ok {
-		if err := c.auth.allowAccessReview(c.user); err != nil {
-			return err
-		}
-		reviewCtx, cancel := context.WithTimeout(ctx, reviewTimeout)
-		defer cancel()
-		review, err := c.auth.client.AuthorizationV1().SubjectAccessReviews().Create(reviewCtx, &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{
-				User:   c.user.name,
-				UID:    c.user.uid,
-				Groups: c.user.groups,
-				Extra:  c.user.extra,
-				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Group:     FleetGroup,
-					Resource:  resource,
-					Verb:      verb,
-					Namespace: namespace,
-				},
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Authorizing a bearer token's call failed", "user", c.user.name)
-			return status.Errorf(codes.Unavailable, "authorizing %q with the hub cluster (SubjectAccessReview): %v", c.user.name, err)
-		}
-		d = decision{allowed: review.Status.Allowed && !review.Status.Denied, reason: review.Status.Reason}
-		c.auth.decisions.Add(key, d, c.auth.decisionTTL)
-	}
-	if got := d.(decision); !got.allowed {
-		where := "across the fleet (a ClusterRoleBinding)"
-		if namespace != "" {
-			where = "in namespace " + namespace
-		}
-		msg := fmt.Sprintf("%q may not %s %s.%s %s", c.user.name, verb, resource, FleetGroup, where)
-		if got.reason != "" {
-			msg += ": " + got.reason
-		}
-		return status.Error(codes.PermissionDenied, msg)
-	}
-	return nil
-}
-
 // tokenCallerOf returns the token caller of the call in ctx, if any.
 func tokenCallerOf(ctx context.Context) (*tokenCaller, bool) {
 	c, ok := ctx.Value(callerKey{}).(*tokenCaller)
 	return c, ok
-}
-
-// authorizeHoldNamespaces asks, for a token caller, verb on holds in each
-// of namespaces (across the fleet when there are none): a holder bound in
-// one namespace books and releases holds for it only. Certificate callers
-// were decided by their role.
-func authorizeHoldNamespaces(ctx context.Context, verb string, namespaces []string) error {
-	caller, ok := tokenCallerOf(ctx)
-	if !ok {
-		return nil
-	}
-	if len(namespaces) == 0 {
-		return caller.allowed(ctx, verb, ResourceHolds, "")
-	}
-	for _, ns := range namespaces {
-		if err := caller.allowed(ctx, verb, ResourceHolds, ns); err != nil {
-			return err
-		}
-	}
-	return nil
 }
