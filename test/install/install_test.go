@@ -547,7 +547,7 @@ func (j *journey) upgradeBoth(ctx context.Context) {
 	// The previous chart put its objects into imperator-system while Helm
 	// recorded the release in the context's namespace (default): the
 	// current chart refuses to move them there, and namespaceOverride keeps
-	// them where they are (UPGRADING.md).
+	// them where they are (docs/upgrading.md).
 	j.helmRun(ctx, clusterName, "upgrade", "imperator-spoke", filepath.Join(j.root, "deploy/charts/imperator-spoke"), "--reuse-values",
 		"--set", "namespaceOverride="+namespace, "--set", "image.tag="+spokeTag)
 	j.kubectl(ctx, "hub", "-n", namespace, "rollout", "status", "deploy/imperator-hub", "--timeout=3m")

@@ -242,7 +242,7 @@ spec:
 		By("helm upgrade with this chart refuses to move them into default, naming namespaceOverride")
 		upgrade := []string{"upgrade", "imperator-hub", chartDir("imperator-hub"), "--kubeconfig", c.KubeconfigPath, "--namespace", "default", "--reset-then-reuse-values"}
 		_, err = helmRun(ctx, upgrade...)
-		Expect(err).To(MatchError(ContainSubstring("objects of this release live in imperator-system (Deployment imperator-hub of release default/imperator-hub): pass --set namespaceOverride=imperator-system (UPGRADING.md)")))
+		Expect(err).To(MatchError(ContainSubstring("objects of this release live in imperator-system (Deployment imperator-hub of release default/imperator-hub): pass --set namespaceOverride=imperator-system (docs/upgrading.md)")))
 		out, err = c.Kubectl(ctx, "-n", "default", "get", "deploy,roles,rolebindings,serviceaccounts", "-o", "name")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).NotTo(ContainSubstring("imperator"), "nothing of the hub in default")

@@ -22,7 +22,7 @@ nothing up, renders on.
 {{- range $ref := include "imperator-spoke.releaseObjects" . | fromJsonArray -}}
 {{- $obj := lookup (index $ref 0) (index $ref 1) $legacy (index $ref 2) -}}
 {{- if and $obj (eq (dig "metadata" "annotations" "meta.helm.sh/release-name" "" $obj) $.Release.Name) (eq (dig "metadata" "annotations" "meta.helm.sh/release-namespace" "" $obj) $.Release.Namespace) -}}
-{{- fail (printf "objects of this release live in %s (%s %s of release %s/%s): pass --set namespaceOverride=%s (UPGRADING.md)" $legacy (index $ref 1) (index $ref 2) $.Release.Namespace $.Release.Name $legacy) -}}
+{{- fail (printf "objects of this release live in %s (%s %s of release %s/%s): pass --set namespaceOverride=%s (docs/upgrading.md)" $legacy (index $ref 1) (index $ref 2) $.Release.Namespace $.Release.Name $legacy) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
