@@ -209,3 +209,21 @@ func (r *Reconciler) tellStrandedGuests(ctx context.Context, s *scope) bool {
 	s.errs = append(s.errs, r.tellStranded(ctx, s.client, s.recorder, s.machine, s.state.usage, s.typeGone))
 	return false
 }
+
+// servedTypes are the machine types of the spec that a node pool entry
+// serves, in the order of spec.machineTypes.
+func servedTypes(machine *imperatorv1alpha1.Machine) []string {
+	referenced := map[string]bool{}
+	for _, pool := range machine.Spec.NodePool {
+		for _, ref := range pool.MachineType {
+			referenced[ref.Name] = true
+		}
+	}
+	var served []string
+	for _, t := range machine.Spec.MachineTypes {
+		if referenced[t.Name] {
+			served = append(served, t.Name)
+		}
+	}
+	return served
+}

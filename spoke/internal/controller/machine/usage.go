@@ -1,25 +1,19 @@
 package machine
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/spoke/internal/controller/capacityhold"
 )
+
+// The count itself: per machine type of a group, what the Machine's pods
+// hold, wait for and release (podCounts), a pure function of the pods and
+// of what countUsage (usage_reads.go) reads of the cluster for it.
 
 // typeUsage is what the agent observed of one machine type of a group.
 type typeUsage struct {
@@ -173,42 +167,6 @@ type lookups struct {
 	reservationSets map[types.UID]string
 }
 
-// maxRecordBytes bounds the injector's record a guest may carry: the
-// injector writes a few hundred bytes, and a longer value is not one it
-// wrote, so it is not parsed.
-const maxRecordBytes = 16 << 10
-
-// injectionRecord is the part of the Pod Resource Injector's record
-// (imperatorv1alpha1.InjectedAnnotation, written as the podinjector
-// package's Record) that the count reads.
-type injectionRecord struct {
-	MachineGroup string `json:"machineGroup"`
-	MachineType  string `json:"machineType"`
-}
-
-// admittedGuest tells whether a pod labelled as a guest went through the
-// agent's admission path: it carries the injector's record, naming the
-// machine group and type of its labels. The API server lets only a guest
-// the injector held at the slot gate in an opted-in namespace carry the
-// record at creation, and only the agent change it later
-// (docs/contract.md), so a pod without it was never made a guest: anyone
-// who may create pods can put the three labels on one, in any namespace.
-// A record naming another group or type is one whose labels were changed
-// after admission: the unit it was admitted for is not the one its labels
-// now ask for.
-func admittedGuest(pod *corev1.Pod) bool {
-	raw, ok := pod.Annotations[imperatorv1alpha1.InjectedAnnotation]
-	if !ok || len(raw) > maxRecordBytes {
-		return false
-	}
-	var record injectionRecord
-	if err := json.Unmarshal([]byte(raw), &record); err != nil {
-		return false
-	}
-	return record.MachineGroup != "" && record.MachineGroup == pod.Labels[imperatorv1alpha1.MachineGroupKey] &&
-		record.MachineType == pod.Labels[imperatorv1alpha1.MachineTypeKey]
-}
-
 // podCounts counts the pods of one machine group per machine type of
 // available (the spec's available units by type name). Reservation pods
 // count only when ownReservation says they are the Machine's: the original
@@ -306,54 +264,6 @@ func podCounts(pods []corev1.Pod, group, agentNamespace string, look lookups, av
 		slices.Sort(u.stuck)
 	}
 	return usage
-}
-
-// ownReservation tells whether a pod labelled as a reservation of group is
-// one of the Machine's: in the agent's namespace and controlled by the
-// reservation StatefulSet of its machine type, <machine-type>-<machine-group>,
-// that the Machine controls (statefulSets, by UID). The original Imperator's
-// reservation pods carry the same labels in the same namespace (its default
-// one is the agent's), but their StatefulSet is <machine-group>-<machine-type>
-// and the Machine is not its controller (package migrate detaches it), so
-// they hold units the agent does not: counted, they would make the Machine
-// report the original's units as its own while its own reservation pods
-// wait for them. The StatefulSet controller sets the controller reference
-// when it creates a pod (k8s.io/kubernetes pkg/controller/statefulset
-// newStatefulSetPod), so none of the Machine's pods is ever seen without
-// it, and it only adopts orphans named after the StatefulSet (isMemberOf).
-func ownReservation(pod *corev1.Pod, group, agentNamespace string, statefulSets map[types.UID]string) bool {
-	if pod.Namespace != agentNamespace {
-		return false
-	}
-	ref := metav1.GetControllerOfNoCopy(pod)
-	if ref == nil || ref.Kind != "StatefulSet" {
-		return false
-	}
-	name, ok := statefulSets[ref.UID]
-	return ok && ref.Name == name && name == imperatorv1alpha1.ReservationName(pod.Labels[imperatorv1alpha1.MachineTypeKey], group)
-}
-
-// controlledReservationSets are the reservation StatefulSets of group in
-// namespace that the Machine controls, or takes over from an earlier
-// Machine of its name (getControlled), name by UID: those whose pods are
-// its reservation pods. They are read from the cache without copies: only
-// their names and owners are read.
-func controlledReservationSets(ctx context.Context, c client.Client, namespace, group string, machine *imperatorv1alpha1.Machine) (map[types.UID]string, error) {
-	statefulSets := &appsv1.StatefulSetList{}
-	if err := c.List(ctx, statefulSets, client.InNamespace(namespace), client.MatchingLabels{
-		imperatorv1alpha1.MachineGroupKey: group,
-		imperatorv1alpha1.PodRoleKey:      string(imperatorv1alpha1.PodRoleReservation),
-	}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing reservation StatefulSets of machine group %s: %w", group, err)
-	}
-	controlled := make(map[types.UID]string, len(statefulSets.Items))
-	for i := range statefulSets.Items {
-		sts := &statefulSets.Items[i]
-		if metav1.IsControlledBy(sts, machine) || ownedByEarlier(sts, machine) {
-			controlled[sts.UID] = sts.Name
-		}
-	}
-	return controlled, nil
 }
 
 // countInactive counts a pod that is terminating or finished: a bound one
@@ -457,157 +367,4 @@ func (u *typeUsage) countGuest(pod *corev1.Pod, look lookups) {
 // empty the reservation.
 func reservationReplicas(available int32, u imperatorv1alpha1.Usage) int32 {
 	return max(0, available-u.Used-(u.Waiting-u.Unplaceable))
-}
-
-// active is a pod that holds or will hold its node's resources: neither
-// terminating nor finished.
-func active(pod *corev1.Pod) bool {
-	return pod.DeletionTimestamp == nil && !finished(pod)
-}
-
-// finished is a pod whose containers have all stopped for good.
-func finished(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-}
-
-// bound is a pod the scheduler placed on a node (Running or ContainerCreating
-// in the original design's words; docs/contract.md, Counting).
-func bound(pod *corev1.Pod) bool { return pod.Spec.NodeName != "" }
-
-// unschedulable is a pod the scheduler tried and failed to place.
-func unschedulable(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodScheduled {
-			return c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
-		}
-	}
-	return false
-}
-
-// podOrdinal is the StatefulSet ordinal of a pod: the pod-index label the
-// StatefulSet controller sets, else the number after "<statefulset>-".
-func podOrdinal(pod *corev1.Pod, statefulSet string) (int32, bool) {
-	value, ok := pod.Labels[appsv1.PodIndexLabel]
-	if !ok {
-		value, ok = strings.CutPrefix(pod.Name, statefulSet+"-")
-		if !ok {
-			return 0, false
-		}
-	}
-	ordinal, err := strconv.ParseInt(value, 10, 32)
-	if err != nil || ordinal < 0 {
-		return 0, false
-	}
-	return int32(ordinal), true
-}
-
-// injectionEnabled tells whether guest pods of a namespace with these labels
-// are injected, under either spelling of the label.
-func injectionEnabled(labels map[string]string) bool {
-	return labels[imperatorv1alpha1.InjectResourceKey] == imperatorv1alpha1.InjectResourceEnabled ||
-		labels[imperatorv1alpha1.LegacyInjectResourceKey] == imperatorv1alpha1.InjectResourceEnabled
-}
-
-// servedTypes are the machine types of the spec that a node pool entry
-// serves, in the order of spec.machineTypes.
-func servedTypes(machine *imperatorv1alpha1.Machine) []string {
-	referenced := map[string]bool{}
-	for _, pool := range machine.Spec.NodePool {
-		for _, ref := range pool.MachineType {
-			referenced[ref.Name] = true
-		}
-	}
-	var served []string
-	for _, t := range machine.Spec.MachineTypes {
-		if referenced[t.Name] {
-			served = append(served, t.Name)
-		}
-	}
-	return served
-}
-
-// countUsage reads the pods of the Machine's group from the cache, through
-// the machine-group index, and counts them per machine type of the spec. The
-// nodes that reservation pods are bound to are read from the cache too, for
-// their node-pool label, and so are the ready nodes of each type with guests
-// at the gate, to tell which of them a node can take. typeGone are the
-// guests at the slot gate whose machine type the Machine no longer offers
-// (pods the injector did not admit are not told anything: they are no
-// guests, and a write to each would let anyone make the agent write).
-func (r *Reconciler) countUsage(ctx context.Context, c client.Client, machine *imperatorv1alpha1.Machine, group string) (_ map[string]*typeUsage, typeGone []*corev1.Pod, _ error) {
-	pods := &corev1.PodList{}
-	// The pods are only read: no need to copy every one out of the cache.
-	if err := c.List(ctx, pods, client.MatchingFields{PodMachineGroupIndex: group}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, nil, fmt.Errorf("listing pods of machine group %s: %w", group, err)
-	}
-	enabledByNamespace := map[string]bool{}
-	var lookupErr error
-	enabled := func(name string) bool {
-		if v, ok := enabledByNamespace[name]; ok {
-			return v
-		}
-		ns := &corev1.Namespace{}
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
-			if !apierrors.IsNotFound(err) {
-				lookupErr = errors.Join(lookupErr, fmt.Errorf("getting namespace %s: %w", name, err))
-			}
-			enabledByNamespace[name] = false
-			return false
-		}
-		enabledByNamespace[name] = injectionEnabled(ns.Labels) && name != r.opts.Namespace
-		return enabledByNamespace[name]
-	}
-	stateByNode := map[string]string{}
-	nodeState := func(name string) string {
-		if v, ok := stateByNode[name]; ok {
-			return v
-		}
-		node := &corev1.Node{}
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
-			if !apierrors.IsNotFound(err) {
-				lookupErr = errors.Join(lookupErr, fmt.Errorf("getting node %s: %w", name, err))
-			}
-			stateByNode[name] = nodeStateMissing
-			return nodeStateMissing
-		}
-		stateByNode[name] = node.Labels[imperatorv1alpha1.NodePoolKey]
-		return stateByNode[name]
-	}
-	// The ready nodes of a type are read once per reconcile, and only for a
-	// type with guests at the gate.
-	readyByType := map[string][]*corev1.Node{}
-	readyNodes := func(name string) []*corev1.Node {
-		nodes, ok := readyByType[name]
-		if !ok {
-			var err error
-			if nodes, err = readyNodesOf(ctx, c, group, machine.MachineType(name)); err != nil {
-				lookupErr = errors.Join(lookupErr, err)
-			}
-			readyByType[name] = nodes
-		}
-		return nodes
-	}
-	reservationSets, err := controlledReservationSets(ctx, c, r.opts.Namespace, group, machine)
-	if err != nil {
-		return nil, nil, err
-	}
-	available := make(map[string]int32, len(machine.Spec.MachineTypes))
-	for _, t := range machine.Spec.MachineTypes {
-		available[t.Name] = t.Available
-	}
-	usage := podCounts(pods.Items, group, r.opts.Namespace,
-		lookups{enabled: enabled, nodeState: nodeState, readyNodes: readyNodes, reservationSets: reservationSets},
-		available, time.Now().Add(-stuckReservationAfter))
-	if lookupErr != nil {
-		return nil, nil, lookupErr
-	}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		if _, offered := available[pod.Labels[imperatorv1alpha1.MachineTypeKey]]; !offered &&
-			pod.Labels[imperatorv1alpha1.PodRoleKey] == string(imperatorv1alpha1.PodRoleGuest) &&
-			pod.Labels[imperatorv1alpha1.MachineGroupKey] == group && active(pod) && gated(pod) && admittedGuest(pod) {
-			typeGone = append(typeGone, pod)
-		}
-	}
-	return usage, typeGone, nil
 }
