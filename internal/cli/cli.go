@@ -1,9 +1,3 @@
-// Package cli implements imperatorctl: its cobra commands and their flags,
-// the configuration file, the connection to the hub and the output formats.
-// It also builds the token command the hub binary embeds (NewHubTokenCommand),
-// so that `imperatorctl token` and `hub token` are one implementation with
-// two transports. Run is the whole of imperatorctl, so that tests drive it
-// like a user.
 package cli
 
 import (
