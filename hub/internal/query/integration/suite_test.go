@@ -20,8 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imperator-federation/imperator/hub/hubtest"
-	"github.com/imperator-federation/imperator/hub/internal/config"
-	"github.com/imperator-federation/imperator/hub/internal/hubca"
 	"github.com/imperator-federation/imperator/hub/internal/query"
 	"github.com/imperator-federation/imperator/test/util/framework"
 )
@@ -53,14 +51,12 @@ var (
 
 var _ = BeforeSuite(func(ctx context.Context) {
 	framework.SetLogger(0)
-	stop, err := startHubCluster(ctx)
-	DeferCleanup(stop)
-	Expect(err).NotTo(HaveOccurred())
+	suite := hubtest.StartSuite(ctx, hubtest.SuiteOptions{Hub: hubtest.Options{Namespace: hubNamespace, GracePeriod: gracePeriod}})
+	hubClient, hubClientConfig, hub, caPEM = suite.Env.Client, suite.Env.Config, suite.Hub, suite.CA.CertPEM
 
 	// Credentials for people: certificates of the hub CA with the admin and
 	// viewer organizations, and an imperatorctl configuration for each.
-	ca, err := hubca.LoadOrCreate(ctx, hubClient, hubNamespace, config.Default().CASecret)
-	Expect(err).NotTo(HaveOccurred())
+	ca := suite.CA
 	credsDir = GinkgoT().TempDir()
 	Expect(os.WriteFile(filepath.Join(credsDir, "hub-ca.crt"), ca.CertPEM, 0o600)).To(Succeed())
 	for name, org := range map[string]string{"admin": query.AdminOrganization, "viewer": query.ViewerOrganization} {
@@ -69,34 +65,20 @@ var _ = BeforeSuite(func(ctx context.Context) {
 		Expect(os.WriteFile(filepath.Join(credsDir, name+".crt"), certPEM, 0o600)).To(Succeed())
 		Expect(os.WriteFile(filepath.Join(credsDir, name+".key"), keyPEM, 0o600)).To(Succeed())
 	}
-
-	hub, err = hubtest.Start(hubClientConfig, hubtest.Options{Namespace: hubNamespace, GracePeriod: gracePeriod})
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() error { return hub.Stop() })
 	adminConf = writeConfig("admin")
 	viewerConf = writeConfig("viewer")
 }, NodeTimeout(3*time.Minute))
 
-// startHubCluster starts the hub cluster's API server (test/util/framework
-// with the hub's CRDs, scheme and namespace) and sets hubClient,
-// hubClientConfig and caPEM (the hub CA, created in hubNamespace). stop
-// undoes it, also after an error.
+// startHubCluster starts the hub cluster's API server and its CA
+// (hubtest.StartCluster) for a benchmark, and sets hubClient,
+// hubClientConfig and caPEM. stop undoes it, also after an error.
 func startHubCluster(ctx context.Context) (stop func() error, err error) {
-	opts, err := hubtest.ClusterOptions()
+	hubCluster, ca, err := hubtest.StartCluster(ctx, hubNamespace)
 	if err != nil {
+		// StartCluster stopped what it had started.
 		return func() error { return nil }, err
 	}
-	hubCluster, err := framework.Start(ctx, opts)
-	if err != nil {
-		// Start stopped what it had started.
-		return func() error { return nil }, fmt.Errorf("starting the hub cluster: %w", err)
-	}
-	hubClient, hubClientConfig = hubCluster.Client, hubCluster.Config
-	ca, err := hubca.LoadOrCreate(ctx, hubClient, hubNamespace, config.Default().CASecret)
-	if err != nil {
-		return hubCluster.Stop, err
-	}
-	caPEM = ca.CertPEM
+	hubClient, hubClientConfig, caPEM = hubCluster.Client, hubCluster.Config, ca.CertPEM
 	return hubCluster.Stop, nil
 }
 

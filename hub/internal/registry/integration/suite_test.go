@@ -16,13 +16,9 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imperator-federation/imperator/hub/hubtest"
-	"github.com/imperator-federation/imperator/hub/internal/config"
-	"github.com/imperator-federation/imperator/hub/internal/hubca"
-	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
 	"github.com/imperator-federation/imperator/test/util/framework"
 )
@@ -46,28 +42,19 @@ var (
 	hubClient client.Client
 	hub       *hubtest.Hub
 	ca        *pki.CA
+	suite     *hubtest.Suite
 )
 
 var _ = BeforeSuite(func(ctx context.Context) {
 	framework.SetLogger(0)
-	hubCluster, err := hubtest.ClusterOptions()
-	Expect(err).NotTo(HaveOccurred())
-	env = framework.StartSuite(ctx, hubCluster)
-	hubClient = env.Client
-	ca, err = hubca.LoadOrCreate(ctx, hubClient, hubNamespace, config.Default().CASecret)
-	Expect(err).NotTo(HaveOccurred())
-	hub, err = hubtest.Start(env.Config, hubtest.Options{Namespace: hubNamespace, GracePeriod: gracePeriod, PersistInterval: 200 * time.Millisecond})
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() error { return hub.Stop() })
+	suite = hubtest.StartSuite(ctx, hubtest.SuiteOptions{Hub: hubtest.Options{
+		Namespace: hubNamespace, GracePeriod: gracePeriod, PersistInterval: 200 * time.Millisecond,
+	}})
+	env, hubClient, hub, ca = suite.Env, suite.Env.Client, suite.Hub, suite.CA
 }, NodeTimeout(2*time.Minute))
 
 // dial connects to the hub with cert as client certificate (nil: anonymous).
 func dial(cert *tls.Certificate) *grpc.ClientConn {
 	GinkgoHelper()
-	cfg, err := identity.ClientTLS(ca.CertPEM, cert, "127.0.0.1")
-	Expect(err).NotTo(HaveOccurred())
-	conn, err := grpc.NewClient(hub.Address(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(conn.Close)
-	return conn
+	return suite.Dial(cert)
 }

@@ -19,14 +19,10 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imperator-federation/imperator/hub/hubtest"
 	"github.com/imperator-federation/imperator/hub/internal/config"
-	"github.com/imperator-federation/imperator/hub/internal/hubca"
-	"github.com/imperator-federation/imperator/internal/identity"
 	"github.com/imperator-federation/imperator/internal/pki"
 	"github.com/imperator-federation/imperator/test/util/framework"
 )
@@ -56,7 +52,8 @@ var (
 	hubClient  client.Client
 	hub        *hubtest.Hub
 	ca         *pki.CA
-	serverName = "127.0.0.1"
+	suite      *hubtest.Suite
+	serverName = hubtest.ServerName
 	// apiReads counts the hub's reads of ManagedClusters and bootstrap
 	// token Secrets by name: what a Join reads.
 	apiReads atomic.Int64
@@ -79,29 +76,22 @@ func (c countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 
 var _ = BeforeSuite(func(ctx context.Context) {
 	framework.SetLogger(0)
-	hubCluster, err := hubtest.ClusterOptions()
-	Expect(err).NotTo(HaveOccurred())
-	env = framework.StartSuite(ctx, hubCluster)
-	hubClient = env.Client
-	ca, err = hubca.LoadOrCreate(ctx, hubClient, hubNamespace, config.Default().CASecret)
-	Expect(err).NotTo(HaveOccurred())
-
-	hubConfig := rest.CopyConfig(env.Config)
-	hubConfig.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt} })
-	hub, err = hubtest.Start(hubConfig, hubtest.Options{
-		Namespace:   hubNamespace,
-		GracePeriod: 10 * time.Second,
-		Configure: func(c *config.Config) {
-			c.Limits.AnonymousIdleTimeout = anonymousIdle
-			c.Limits.MaxAnonymousConnections = maxAnonymous
-			c.RenewalOverlap = renewalOverlap
-			c.RevocationsRefresh = 200 * time.Millisecond
-			c.Limits.MaxConnectionAge = connectionAge
-			c.Limits.MaxConnectionAgeGrace = connectionAgeGrace
+	suite = hubtest.StartSuite(ctx, hubtest.SuiteOptions{
+		Hub: hubtest.Options{
+			Namespace:   hubNamespace,
+			GracePeriod: 10 * time.Second,
+			Configure: func(c *config.Config) {
+				c.Limits.AnonymousIdleTimeout = anonymousIdle
+				c.Limits.MaxAnonymousConnections = maxAnonymous
+				c.RenewalOverlap = renewalOverlap
+				c.RevocationsRefresh = 200 * time.Millisecond
+				c.Limits.MaxConnectionAge = connectionAge
+				c.Limits.MaxConnectionAgeGrace = connectionAgeGrace
+			},
 		},
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt} },
 	})
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() error { return hub.Stop() })
+	env, hubClient, hub, ca = suite.Env, suite.Env.Client, suite.Hub, suite.CA
 }, NodeTimeout(2*time.Minute))
 
 // dialFrom connects to the hub from the loopback address source (each
@@ -109,25 +99,23 @@ var _ = BeforeSuite(func(ctx context.Context) {
 // limits), with cert as client certificate (nil: anonymous).
 func dialFrom(source string, cert *tls.Certificate) *grpc.ClientConn {
 	GinkgoHelper()
-	conn := dialOnce(source, cert)
-	DeferCleanup(conn.Close)
-	return conn
+	return suite.Dial(cert, fromSource(source))
 }
 
 // dialOnce is dialFrom for a connection the caller closes.
 func dialOnce(source string, cert *tls.Certificate) *grpc.ClientConn {
 	GinkgoHelper()
-	cfg, err := identity.ClientTLS(ca.CertPEM, cert, serverName)
-	Expect(err).NotTo(HaveOccurred())
-	conn, err := grpc.NewClient(hub.Address(),
-		grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(source)}}
-			return d.DialContext(ctx, "tcp", addr)
-		}),
-	)
+	conn, err := suite.Connect(cert, fromSource(source))
 	Expect(err).NotTo(HaveOccurred())
 	return conn
+}
+
+// fromSource dials from the loopback address source.
+func fromSource(source string) grpc.DialOption {
+	return grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(source)}}
+		return d.DialContext(ctx, "tcp", addr)
+	})
 }
 
 // sources hands out loopback source addresses, a fresh one per call, so
