@@ -1,15 +1,12 @@
-// Package ingest decides what the hub accepts from a spoke. Every Snapshot
-// and Delta is checked against the limits the spoke's own CRDs enforce
-// (api/v1alpha1: names are DNS-1123, counts are never negative, list entries
-// are unique by name, enums hold known values, quantities parse) and against
-// per-cluster caps that keep one spoke from exhausting the hub's memory, its
-// aggregation time or the 1.5 MiB an object may take in etcd. A refused
-// message is reported as an *Error naming the field; the store keeps the
-// last good inventory.
-//
-// The checks are pure functions over the wire messages: the store runs them
-// before it takes its lock.
 package ingest
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+)
 
 // Limits bound what one spoke cluster may report. The per-Machine ones are
 // the spoke CRDs' own; the per-cluster ones are set far above real clusters
@@ -90,4 +87,52 @@ func DefaultLimits() Limits {
 		EntriesPerSecond:   DefaultEntriesPerSecond,
 		EntryBurst:         DefaultEntryBurst,
 	}
+}
+
+// Totals counts what an inventory holds, for the per-cluster caps.
+type Totals struct {
+	Machines, Types, Nodes int
+}
+
+// Add adds the counts of m.
+func (t *Totals) Add(m *federationv1.Machine) {
+	t.Machines++
+	t.Types += len(m.GetTypes())
+	t.Nodes += len(m.GetNodes())
+}
+
+// Entries is how much a message carries for the stream's entry budget: one
+// per Machine (upserted or removed), machine type and pool node.
+func Entries(msg *federationv1.SpokeMessage) int {
+	var machines []*federationv1.Machine
+	n := 0
+	switch {
+	case msg.GetSnapshot() != nil:
+		machines = msg.GetSnapshot().GetMachines()
+	case msg.GetDelta() != nil:
+		machines = msg.GetDelta().GetUpserts()
+		n = len(msg.GetDelta().GetRemovals())
+	}
+	for _, m := range machines {
+		n += 1 + len(m.GetTypes()) + len(m.GetNodes())
+	}
+	return n
+}
+
+// Check refuses totals over the per-cluster caps; path names the message
+// whose result they are.
+func (t Totals) Check(path *field.Path, l Limits) error {
+	var errs errorList
+	if t.Machines > l.MaxMachines {
+		errs.add(field.TooMany(path.Child("machines"), t.Machines, l.MaxMachines))
+	}
+	if t.Types > l.MaxTypes {
+		errs.add(field.Invalid(path.Child("machines").Child("types"), t.Types,
+			fmt.Sprintf("the cluster would hold %d machine types, more than the hub's limit of %d per cluster", t.Types, l.MaxTypes)))
+	}
+	if t.Nodes > l.MaxNodes {
+		errs.add(field.Invalid(path.Child("machines").Child("nodes"), t.Nodes,
+			fmt.Sprintf("the cluster would hold %d pool nodes, more than the hub's limit of %d per cluster", t.Nodes, l.MaxNodes)))
+	}
+	return errs.err()
 }

@@ -13,105 +13,6 @@ import (
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
 )
 
-// Error is a refused spoke message: the problems found (at most
-// maxReportedErrors of them), the first of which names the field a refusal
-// reports.
-type Error struct {
-	Errs field.ErrorList
-	// More is true when further problems were not listed.
-	More bool
-}
-
-func (e *Error) Error() string {
-	msg := e.Errs.ToAggregate().Error()
-	if e.More {
-		msg += ", and more"
-	}
-	return msg
-}
-
-// Reason is the machine-readable kind of the first problem, e.g.
-// FieldValueInvalid, FieldValueDuplicate or FieldValueTooMany.
-func (e *Error) Reason() string { return string(e.Errs[0].Type) }
-
-// Field is the path of the first problem, e.g. snapshot.machines[3].types[0].name.
-func (e *Error) Field() string { return e.Errs[0].Field }
-
-// errorList collects problems up to maxReportedErrors.
-type errorList struct {
-	errs field.ErrorList
-	more bool
-}
-
-func (l *errorList) add(errs ...*field.Error) {
-	for _, err := range errs {
-		if len(l.errs) == maxReportedErrors {
-			l.more = true
-			return
-		}
-		l.errs = append(l.errs, err)
-	}
-}
-
-// full is true once no further problem would be listed: checking on is
-// wasted work.
-func (l *errorList) full() bool { return l.more }
-
-func (l *errorList) err() error {
-	if len(l.errs) == 0 {
-		return nil
-	}
-	return &Error{Errs: l.errs, More: l.more}
-}
-
-// Totals counts what an inventory holds, for the per-cluster caps.
-type Totals struct {
-	Machines, Types, Nodes int
-}
-
-// Add adds the counts of m.
-func (t *Totals) Add(m *federationv1.Machine) {
-	t.Machines++
-	t.Types += len(m.GetTypes())
-	t.Nodes += len(m.GetNodes())
-}
-
-// Entries is how much a message carries for the stream's entry budget: one
-// per Machine (upserted or removed), machine type and pool node.
-func Entries(msg *federationv1.SpokeMessage) int {
-	var machines []*federationv1.Machine
-	n := 0
-	switch {
-	case msg.GetSnapshot() != nil:
-		machines = msg.GetSnapshot().GetMachines()
-	case msg.GetDelta() != nil:
-		machines = msg.GetDelta().GetUpserts()
-		n = len(msg.GetDelta().GetRemovals())
-	}
-	for _, m := range machines {
-		n += 1 + len(m.GetTypes()) + len(m.GetNodes())
-	}
-	return n
-}
-
-// Check refuses totals over the per-cluster caps; path names the message
-// whose result they are.
-func (t Totals) Check(path *field.Path, l Limits) error {
-	var errs errorList
-	if t.Machines > l.MaxMachines {
-		errs.add(field.TooMany(path.Child("machines"), t.Machines, l.MaxMachines))
-	}
-	if t.Types > l.MaxTypes {
-		errs.add(field.Invalid(path.Child("machines").Child("types"), t.Types,
-			fmt.Sprintf("the cluster would hold %d machine types, more than the hub's limit of %d per cluster", t.Types, l.MaxTypes)))
-	}
-	if t.Nodes > l.MaxNodes {
-		errs.add(field.Invalid(path.Child("machines").Child("nodes"), t.Nodes,
-			fmt.Sprintf("the cluster would hold %d pool nodes, more than the hub's limit of %d per cluster", t.Nodes, l.MaxNodes)))
-	}
-	return errs.err()
-}
-
 // SnapshotPath and DeltaPath are the roots of the field paths refusals name.
 var (
 	SnapshotPath = field.NewPath("snapshot")
@@ -120,60 +21,12 @@ var (
 
 // The validators below walk a message with a fieldPath, which becomes a
 // *field.Path only when a problem is reported: building the path of every
-// field checked was a third of the hub's CPU per Delta (issue 21), and
-// nearly every message is valid.
+// field checked would cost a third of the hub's CPU per Delta, and nearly
+// every message is valid.
 var (
 	snapshotRoot = fieldPath{}.Child("snapshot")
 	deltaRoot    = fieldPath{}.Child("delta")
 )
-
-// fieldPath is a field path held by value, in a fixed array: passing and
-// extending it allocates nothing. Paths deeper than its array (none the
-// validators build) keep their first maxPathDepth segments.
-type fieldPath struct {
-	n   int
-	seg [maxPathDepth]pathSegment
-}
-
-// maxPathDepth is the depth of the deepest path the validators name, e.g.
-// delta.upserts[3].types[0].usage.held: six segments, the indexes included.
-const maxPathDepth = 8
-
-// pathSegment is a field name, or an index when name is empty.
-type pathSegment struct {
-	name  string
-	index int
-}
-
-// Child is p extended by the field name.
-func (p fieldPath) Child(name string) fieldPath { return p.with(pathSegment{name: name}) }
-
-// Index is p extended by the list index i.
-func (p fieldPath) Index(i int) fieldPath { return p.with(pathSegment{index: i}) }
-
-func (p fieldPath) with(s pathSegment) fieldPath {
-	if p.n < maxPathDepth {
-		p.seg[p.n] = s
-		p.n++
-	}
-	return p
-}
-
-// Path is p as the API machinery's field path.
-func (p fieldPath) Path() *field.Path {
-	var path *field.Path
-	for _, s := range p.seg[:p.n] {
-		switch {
-		case s.name == "":
-			path = path.Index(s.index)
-		case path == nil:
-			path = field.NewPath(s.name)
-		default:
-			path = path.Child(s.name)
-		}
-	}
-	return path
-}
 
 // ValidateSnapshot checks snap on its own and against the per-cluster caps.
 func ValidateSnapshot(snap *federationv1.Snapshot, l Limits) error {
