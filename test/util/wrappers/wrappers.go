@@ -33,14 +33,7 @@ func (w *MachineWrapper) Obj() *imperatorv1alpha1.Machine { return w.DeepCopy() 
 
 // Label sets a label; an empty value removes it.
 func (w *MachineWrapper) Label(key, value string) *MachineWrapper {
-	if value == "" {
-		delete(w.Labels, key)
-		return w
-	}
-	if w.Labels == nil {
-		w.Labels = map[string]string{}
-	}
-	w.Labels[key] = value
+	w.Labels = setOrDelete(w.Labels, key, value)
 	return w
 }
 
@@ -243,11 +236,7 @@ func (w *PodWrapper) InjectedGuest(group, machineType string) *PodWrapper {
 
 // Label sets a label; an empty value removes it.
 func (w *PodWrapper) Label(key, value string) *PodWrapper {
-	if value == "" {
-		delete(w.Labels, key)
-		return w
-	}
-	w.Labels[key] = value
+	w.Labels = setOrDelete(w.Labels, key, value)
 	return w
 }
 
@@ -363,15 +352,22 @@ func (w *PodWrapper) Gang(name string, size int) *PodWrapper {
 
 // Annotation sets an annotation; an empty value removes it.
 func (w *PodWrapper) Annotation(key, value string) *PodWrapper {
-	if value == "" {
-		delete(w.Annotations, key)
-		return w
-	}
-	if w.Annotations == nil {
-		w.Annotations = map[string]string{}
-	}
-	w.Annotations[key] = value
+	w.Annotations = setOrDelete(w.Annotations, key, value)
 	return w
+}
+
+// setOrDelete sets key to value in m, made when nil; an empty value removes
+// key. It returns m.
+func setOrDelete(m map[string]string, key, value string) map[string]string {
+	if value == "" {
+		delete(m, key)
+		return m
+	}
+	if m == nil {
+		m = map[string]string{}
+	}
+	m[key] = value
+	return m
 }
 
 // ClaimsHold makes the pod ask for hold by name (the label
@@ -403,14 +399,7 @@ func (w *NamespaceWrapper) Obj() *corev1.Namespace { return w.DeepCopy() }
 
 // Label sets a label; an empty value removes it.
 func (w *NamespaceWrapper) Label(key, value string) *NamespaceWrapper {
-	if value == "" {
-		delete(w.Labels, key)
-		return w
-	}
-	if w.Labels == nil {
-		w.Labels = map[string]string{}
-	}
-	w.Labels[key] = value
+	w.Labels = setOrDelete(w.Labels, key, value)
 	return w
 }
 
