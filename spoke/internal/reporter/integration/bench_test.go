@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	"github.com/imperator-federation/imperator/hub/hubtest"
+	"github.com/imperator-federation/imperator/test/util/benchstat"
 	"github.com/imperator-federation/imperator/test/util/framework"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
@@ -129,9 +129,9 @@ func BenchmarkReportPropagation(b *testing.B) {
 		latencies = append(latencies, time.Since(began))
 	}
 	b.StopTimer()
-	slices.Sort(latencies)
-	b.ReportMetric(float64(latencies[len(latencies)/2].Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(latencies[len(latencies)*99/100].Microseconds())/1000, "p99-ms")
+	latencies = benchstat.Sorted(latencies)
+	b.ReportMetric(float64(benchstat.Percentile(latencies, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(benchstat.Percentile(latencies, 0.99).Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(latencies[len(latencies)-1].Microseconds())/1000, "max-ms")
 	b.ReportMetric(0, "ns/op")
 }
