@@ -18,17 +18,10 @@ package harness
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"embed"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -36,14 +29,9 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/imperator-federation/imperator/internal/pki"
 )
@@ -64,16 +52,12 @@ const (
 
 	defaultReadyTimeout = 90 * time.Second
 	startAttempts       = 3
-	certValidity        = 24 * time.Hour * 365
 )
 
 // WorkloadAPIFeatureGates turn on Kubernetes 1.36's alpha Workload API
 // (KEP-4671): pods name a PodGroup in spec.schedulingGroup, and the
 // scheduler's GangScheduling plugin binds a gang's pods only together.
 var WorkloadAPIFeatureGates = []string{"GenericWorkload=true", "GangScheduling=true"}
-
-//go:embed stages/*.yaml
-var stages embed.FS
 
 // Options configure a cluster.
 type Options struct {
@@ -510,199 +494,4 @@ func (c *Cluster) Logs(lines int) string {
 	return out
 }
 
-// Kubernetes returns a typed client with admin rights.
-func (c *Cluster) Kubernetes() kubernetes.Interface { return c.kube }
-
-// Kubectl runs the cached kubectl against the cluster and returns its
-// combined output.
-func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, c.bin("kubectl"), append([]string{"--kubeconfig=" + c.KubeconfigPath}, args...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("kubectl %v: %w: %s", args, err, out)
-	}
-	return string(out), nil
-}
-
-// InstallCRDs installs the CRDs found in dirs (files or directories) and waits
-// until they are served.
-func (c *Cluster) InstallCRDs(ctx context.Context, dirs ...string) error {
-	_, err := envtest.InstallCRDs(c.Config, envtest.CRDInstallOptions{Paths: dirs, ErrorIfPathMissing: true})
-	if err != nil {
-		return fmt.Errorf("installing CRDs from %v in %s: %w", dirs, c.Name, err)
-	}
-	return nil
-}
-
-// AddNode creates node as a kwok-simulated node and waits until it is Ready
-// and schedulable (the controller-manager has lifted the not-ready taint the
-// API server puts on new nodes).
-func (c *Cluster) AddNode(ctx context.Context, node *corev1.Node) error {
-	node = node.DeepCopy()
-	if node.Annotations == nil {
-		node.Annotations = map[string]string{}
-	}
-	node.Annotations[KwokNodeAnnotation] = "fake"
-	if node.Labels == nil {
-		node.Labels = map[string]string{}
-	}
-	node.Labels["type"] = "kwok"
-	if _, err := c.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating node %s in %s: %w", node.Name, c.Name, err)
-	}
-	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	return waitFor(waitCtx, "node "+node.Name+" to become Ready", 100*time.Millisecond, c.processes(), func(ctx context.Context) bool {
-		n, err := c.kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		for _, t := range n.Spec.Taints {
-			if t.Key == corev1.TaintNodeNotReady {
-				return false
-			}
-		}
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady {
-				return cond.Status == corev1.ConditionTrue
-			}
-		}
-		return false
-	})
-}
-
-// DeleteNode deletes a node and waits until it is gone.
-func (c *Cluster) DeleteNode(ctx context.Context, name string) error {
-	err := c.kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting node %s in %s: %w", name, c.Name, err)
-	}
-	return nil
-}
-
 func (c *Cluster) bin(name string) string { return filepath.Join(c.binDir, name) }
-
-// writeCertificates creates the cluster CA, the API server's serving
-// certificate (for advertise too, when set), the admin client certificate and
-// the service-account key.
-func (c *Cluster) writeCertificates(advertise string) error {
-	ca, err := pki.NewCA(c.Name+"-ca", certValidity)
-	if err != nil {
-		return fmt.Errorf("harness: %w", err)
-	}
-	c.CA = ca
-	caKey, err := ca.KeyPEM()
-	if err != nil {
-		return fmt.Errorf("harness: %w", err)
-	}
-	hosts := []string{"127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "10.96.0.1"}
-	if advertise != "" {
-		hosts = append(hosts, advertise)
-	}
-	serving, servingKey, err := ca.IssueServer("kube-apiserver", hosts, certValidity)
-	if err != nil {
-		return fmt.Errorf("harness: %w", err)
-	}
-	admin, adminKey, err := ca.IssueClient("admin", []string{"system:masters"}, certValidity)
-	if err != nil {
-		return fmt.Errorf("harness: %w", err)
-	}
-	kubeletClient, kubeletClientKey, err := ca.IssueClient("kube-apiserver-kubelet-client", nil, certValidity)
-	if err != nil {
-		return fmt.Errorf("harness: %w", err)
-	}
-	// The API server reads the service-account key as a public key too, which
-	// it only accepts in the SEC 1 "EC PRIVATE KEY" form, not PKCS#8.
-	sa, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return fmt.Errorf("harness: generating service-account key: %w", err)
-	}
-	saDER, err := x509.MarshalECPrivateKey(sa)
-	if err != nil {
-		return fmt.Errorf("harness: encoding service-account key: %w", err)
-	}
-	saKey := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: saDER})
-	for name, data := range map[string][]byte{
-		"ca.crt": ca.CertPEM, "ca.key": caKey,
-		"apiserver.crt": serving, "apiserver.key": servingKey,
-		"admin.crt": admin, "admin.key": adminKey,
-		"apiserver-kubelet-client.crt": kubeletClient, "apiserver-kubelet-client.key": kubeletClientKey,
-		"sa.key": saKey,
-	} {
-		if err := os.WriteFile(filepath.Join(c.Dir, name), data, 0o600); err != nil {
-			return fmt.Errorf("harness: writing %s: %w", name, err)
-		}
-	}
-	return nil
-}
-
-func (c *Cluster) writeKubeconfig() error {
-	c.KubeconfigPath = filepath.Join(c.Dir, "kubeconfig")
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[c.Name] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthority: c.Config.CAFile}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificate: c.Config.CertFile, ClientKey: c.Config.KeyFile}
-	cfg.Contexts[c.Name] = &clientcmdapi.Context{Cluster: c.Name, AuthInfo: "admin"}
-	cfg.CurrentContext = c.Name
-	if err := clientcmd.WriteToFile(*cfg, c.KubeconfigPath); err != nil {
-		return fmt.Errorf("writing kubeconfig: %w", err)
-	}
-	return nil
-}
-
-// writeKwokConfig writes kwok's configuration into one file: the embedded
-// Stages the harness runs with and, when parallelism is set, a
-// KwokConfiguration with it.
-func writeKwokConfig(path string, parallelism uint) error {
-	entries, err := stages.ReadDir("stages")
-	if err != nil {
-		return fmt.Errorf("reading embedded kwok stages: %w", err)
-	}
-	var all []byte
-	for _, e := range entries {
-		data, err := stages.ReadFile("stages/" + e.Name())
-		if err != nil {
-			return fmt.Errorf("reading embedded kwok stage %s: %w", e.Name(), err)
-		}
-		all = append(all, "---\n"...)
-		all = append(all, data...)
-	}
-	if parallelism > 0 {
-		// kwok defaults its options only when no KwokConfiguration is
-		// given: the others keep their defaults here.
-		all = fmt.Appendf(all, `---
-apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokConfiguration
-options:
-  podPlayStageParallelism: %[1]d
-  nodePlayStageParallelism: %[1]d
-  nodeLeaseParallelism: %[1]d
-  podsOnNodeSyncParallelism: 1
-  enablePodsOnNodeSyncListPager: true
-`, parallelism)
-	}
-	if err := os.WriteFile(path, all, 0o644); err != nil {
-		return fmt.Errorf("writing kwok stages: %w", err)
-	}
-	return nil
-}
-
-// FreePorts returns n distinct free TCP ports on 127.0.0.1. They are free when
-// chosen; Start retries when one was taken before it was bound.
-func FreePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	listeners := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("choosing a free port: %w", err)
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
