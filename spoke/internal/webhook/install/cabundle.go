@@ -37,34 +37,74 @@ type CABundles struct {
 func (b *CABundles) Carry(ctx context.Context, caPEM []byte) (bool, error) {
 	want := bytes.TrimSpace(caPEM)
 	carried := true
-	check := func(cc admissionregistrationv1.WebhookClientConfig) {
-		carried = carried && bytes.Contains(cc.CABundle, want)
-	}
-	for _, name := range b.Mutating {
-		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		if found, err := b.get(ctx, name, cfg); err != nil || !found {
-			if err != nil {
-				return false, err
-			}
+	for _, cfg := range b.configurations() {
+		found, err := b.get(ctx, cfg.name, cfg.obj)
+		if err != nil {
+			return false, err
+		}
+		if !found {
 			continue
 		}
-		for _, w := range cfg.Webhooks {
-			check(w.ClientConfig)
-		}
-	}
-	for _, name := range b.Validating {
-		cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-		if found, err := b.get(ctx, name, cfg); err != nil || !found {
-			if err != nil {
-				return false, err
-			}
-			continue
-		}
-		for _, w := range cfg.Webhooks {
-			check(w.ClientConfig)
+		for _, cc := range cfg.clientConfigs() {
+			carried = carried && bytes.Contains(cc.CABundle, want)
 		}
 	}
 	return carried, nil
+}
+
+// Inject sets caBundle on every webhook of the configurations that does not
+// carry it yet.
+func (b *CABundles) Inject(ctx context.Context, caBundle []byte) error {
+	var errs []error
+	for _, cfg := range b.configurations() {
+		errs = append(errs, b.patchWebhooks(ctx, cfg.name, cfg.obj, func() bool {
+			changed := false
+			for _, cc := range cfg.clientConfigs() {
+				changed = setBundle(cc, caBundle) || changed
+			}
+			return changed
+		}))
+	}
+	return errors.Join(errs...)
+}
+
+// configuration is one named webhook configuration: an object of its kind
+// to read it into, and the client configurations of the webhooks read.
+type configuration struct {
+	name          string
+	obj           client.Object
+	clientConfigs func() []*admissionregistrationv1.WebhookClientConfig
+}
+
+// configurations are the mutating ones, then the validating ones.
+func (b *CABundles) configurations() []configuration {
+	out := make([]configuration, 0, len(b.Mutating)+len(b.Validating))
+	for _, name := range b.Mutating {
+		obj := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		out = append(out, configuration{name: name, obj: obj, clientConfigs: func() []*admissionregistrationv1.WebhookClientConfig {
+			return clientConfigsOf(obj.Webhooks, func(w *admissionregistrationv1.MutatingWebhook) *admissionregistrationv1.WebhookClientConfig {
+				return &w.ClientConfig
+			})
+		}})
+	}
+	for _, name := range b.Validating {
+		obj := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		out = append(out, configuration{name: name, obj: obj, clientConfigs: func() []*admissionregistrationv1.WebhookClientConfig {
+			return clientConfigsOf(obj.Webhooks, func(w *admissionregistrationv1.ValidatingWebhook) *admissionregistrationv1.WebhookClientConfig {
+				return &w.ClientConfig
+			})
+		}})
+	}
+	return out
+}
+
+// clientConfigsOf points at the client configuration of each of webhooks.
+func clientConfigsOf[W any](webhooks []W, clientConfig func(*W) *admissionregistrationv1.WebhookClientConfig) []*admissionregistrationv1.WebhookClientConfig {
+	out := make([]*admissionregistrationv1.WebhookClientConfig, 0, len(webhooks))
+	for i := range webhooks {
+		out = append(out, clientConfig(&webhooks[i]))
+	}
+	return out
 }
 
 func (b *CABundles) get(ctx context.Context, name string, obj client.Object) (bool, error) {
@@ -75,33 +115,6 @@ func (b *CABundles) get(ctx context.Context, name string, obj client.Object) (bo
 		return false, fmt.Errorf("reading webhook configuration %s: %w", name, err)
 	}
 	return true, nil
-}
-
-// Inject sets caBundle on every webhook of the configurations that does not
-// carry it yet.
-func (b *CABundles) Inject(ctx context.Context, caBundle []byte) error {
-	var errs []error
-	for _, name := range b.Mutating {
-		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		errs = append(errs, b.patchWebhooks(ctx, name, cfg, func() bool {
-			changed := false
-			for i := range cfg.Webhooks {
-				changed = setBundle(&cfg.Webhooks[i].ClientConfig, caBundle) || changed
-			}
-			return changed
-		}))
-	}
-	for _, name := range b.Validating {
-		cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-		errs = append(errs, b.patchWebhooks(ctx, name, cfg, func() bool {
-			changed := false
-			for i := range cfg.Webhooks {
-				changed = setBundle(&cfg.Webhooks[i].ClientConfig, caBundle) || changed
-			}
-			return changed
-		}))
-	}
-	return errors.Join(errs...)
 }
 
 // patchWebhooks reads the configuration name into obj, applies mutate and
