@@ -62,6 +62,27 @@ func GuestSpec(ctx context.Context, in GuestInput) {
 	By(fmt.Sprintf("a team deploys %s/%s asking for %d × %s/%s", w.Deployment.Namespace, w.Deployment.Name, replicas, group, typ))
 	applied := time.Now()
 	Expect(ApplyGuestWorkload(ctx, spoke.Client, w)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) {
+		By(fmt.Sprintf("deleting the guest Deployment %s/%s the journey deployed", w.Deployment.Namespace, w.Deployment.Name))
+		Expect(client.IgnoreNotFound(spoke.Client.Delete(ctx, w.Deployment.DeepCopy()))).To(Succeed())
+		// Its pods go at once rather than after their 30 s grace period:
+		// each round deletes those left, once their ReplicaSet is gone
+		// too, with no grace (a shorter grace overrides a longer one).
+		selector := client.MatchingLabels(w.Deployment.Spec.Selector.MatchLabels)
+		Eventually(ctx, func(g Gomega) {
+			sets := &appsv1.ReplicaSetList{}
+			g.Expect(spoke.Client.List(ctx, sets, client.InNamespace(w.Deployment.Namespace), selector)).To(Succeed())
+			pods := &corev1.PodList{}
+			g.Expect(spoke.Client.List(ctx, pods, client.InNamespace(w.Deployment.Namespace), selector)).To(Succeed())
+			if len(sets.Items) == 0 {
+				for i := range pods.Items {
+					g.Expect(client.IgnoreNotFound(spoke.Client.Delete(ctx, &pods.Items[i], client.GracePeriodSeconds(0)))).To(Succeed())
+				}
+			}
+			g.Expect(sets.Items).To(BeEmpty(), "ReplicaSets of the guest Deployment left")
+			g.Expect(pods.Items).To(BeEmpty(), "guest pods left: %v", describePods(pods.Items))
+		}).WithTimeout(spokeTimeout).WithPolling(poll).Should(Succeed())
+	})
 
 	By("the guest pods are injected and run on the type's nodes")
 	Eventually(ctx, func(g Gomega) {
@@ -160,7 +181,8 @@ func QueueSpec(ctx context.Context, in QueueInput) {
 	By(fmt.Sprintf("scaling %s/%s to %d guests for %d %s units", w.Deployment.Namespace, w.Deployment.Name, scaled, mt.Available, typ))
 	scale(scaled)
 	DeferCleanup(func(ctx SpecContext) {
-		// Later journeys expect GuestSpec's guests, whatever happened here.
+		// GuestSpec's figures again, whatever happened here, before its own
+		// clean-up deletes the guests.
 		d := &appsv1.Deployment{}
 		if err := spoke.Client.Get(ctx, client.ObjectKeyFromObject(w.Deployment), d); err == nil && ptr.Deref(d.Spec.Replicas, 1) != replicas {
 			patch := client.MergeFrom(d.DeepCopy())

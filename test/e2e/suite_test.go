@@ -160,6 +160,7 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 	}, SpecTimeout(5*time.Minute))
 
 	It("5: capacity compute-xlarge --count 2 --same-cluster picks spoke-b once its H100 Machine is in", func(ctx SpecContext) {
+		useSampleMachine(ctx, env, spokeA, env.Sample("general-machine.yaml"), generalReserved)
 		MachineSpec(ctx, MachineInput{
 			Env: env, Spoke: spokeB, MachineFile: env.Sample("hopper-machine.yaml"),
 			WantReserved: map[string]int32{"compute-xlarge": 4, "compute-h100x8": 1},
@@ -171,7 +172,7 @@ var _ = Describe("Imperator Federation", Ordered, ContinueOnFailure, func() {
 		})
 		CapacitySpec(ctx, CapacityInput{
 			Env: env, Type: "compute-xlarge", Count: 2, WantCluster: spokeB, TooMany: 100,
-			// spoke-a's only compute-xlarge is taken by the guest of journey 3.
+			// spoke-a's general-machine has one compute-xlarge: not two in one cluster.
 			WantExcluded: map[string]queryv1.ExclusionReason{spokeA: queryv1.ExclusionReason_EXCLUSION_REASON_NOT_ENOUGH},
 		})
 	}, SpecTimeout(4*time.Minute))
