@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/util/benchstat"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -306,10 +306,10 @@ func reportLatencies(b *testing.B, name string, d []time.Duration) {
 	if len(d) == 0 {
 		return
 	}
-	slices.Sort(d)
-	b.ReportMetric(float64(d[len(d)/2].Milliseconds()), name+"-p50-ms")
-	b.ReportMetric(float64(d[len(d)*9/10].Milliseconds()), name+"-p90-ms")
-	b.ReportMetric(float64(d[(len(d)*99+99)/100-1].Milliseconds()), name+"-p99-ms")
+	d = benchstat.Sorted(d)
+	b.ReportMetric(float64(benchstat.Percentile(d, 0.5).Milliseconds()), name+"-p50-ms")
+	b.ReportMetric(float64(benchstat.Percentile(d, 0.9).Milliseconds()), name+"-p90-ms")
+	b.ReportMetric(float64(benchstat.NearestRank(d, 0.99).Milliseconds()), name+"-p99-ms")
 	b.ReportMetric(float64(d[len(d)-1].Milliseconds()), name+"-max-ms")
 	b.ReportMetric(float64(len(d)), name+"-samples")
 }

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -19,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/imperator-federation/imperator/test/util/benchstat"
 	"github.com/imperator-federation/imperator/test/util/harness"
 	"github.com/imperator-federation/imperator/test/util/repo"
 )
@@ -224,4 +228,49 @@ func (a *scaleAgent) writes() (map[string]int, error) {
 		return nil, fmt.Errorf("reading %s: %w", a.auditLog, err)
 	}
 	return out, nil
+}
+
+// reconcileHistogram is controller-runtime's reconcile-time histogram of
+// the agent, summed over every controller.
+func (a *scaleAgent) reconcileHistogram(ctx context.Context) (benchstat.Histogram, error) {
+	families, err := a.metrics(ctx)
+	if err != nil {
+		return benchstat.Histogram{}, err
+	}
+	return benchstat.HistogramOf(families["controller_runtime_reconcile_time_seconds"]), nil
+}
+
+// reconcileCounts lists controller-runtime's reconcile count of each of
+// the agent's controllers, with the workqueue adds, as
+// "name=reconciles/adds".
+func (a *scaleAgent) reconcileCounts(ctx context.Context) string {
+	families, err := a.metrics(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	reconciles, adds := map[string]float64{}, map[string]float64{}
+	for _, f := range families {
+		var into map[string]float64
+		var label string
+		switch f.GetName() {
+		case "controller_runtime_reconcile_total":
+			into, label = reconciles, "controller"
+		case "workqueue_adds_total":
+			into, label = adds, "name"
+		default:
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label {
+					into[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(reconciles)) {
+		out = append(out, fmt.Sprintf("%s=%.0f/%.0f", name, reconciles[name], adds[name]))
+	}
+	return strings.Join(out, " ")
 }
