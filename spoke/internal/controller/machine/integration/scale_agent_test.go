@@ -45,7 +45,8 @@ type scaleAgent struct {
 	auditLog   string
 }
 
-// buildSpoke builds the spoke binary into dir and returns its path.
+// buildSpoke returns the path of the spoke binary: $IMPERATOR_BIN_DIR's, or
+// one built into dir (repo.Binaries).
 func buildSpoke(ctx context.Context, dir string) (string, error) {
 	binDir, err := repo.Binaries(ctx, dir, "spoke")
 	if err != nil {
