@@ -3,9 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
-	"strconv"
 
 	"github.com/imperator-federation/imperator/test/util/harness"
 )
@@ -55,23 +53,10 @@ func (f *Fleet) RestartReplica(ctx context.Context, r *Replica) error {
 	if err != nil {
 		return err
 	}
-	args := []string{
-		"--kubeconfig", f.Hub.KubeconfigPath,
-		"--namespace", Namespace,
-		"--listen-address", r.Address(),
-		"--serving-hosts", "127.0.0.1,localhost",
-		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(ports[0]),
-		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(ports[1]),
-		"--grace-period", f.opts.GracePeriod.String(),
-	}
-	args = append(args, f.opts.HubArgs...)
-	proc, err := harness.StartProcess("imperator-"+r.Name, filepath.Join(f.opts.BinDir, "hub"), args, filepath.Join(f.opts.Dir, r.Name))
+	args := f.replicaArgs(r, ports[0], ports[1])
+	proc, err := f.startReplicaProcess(ctx, r.Name, args, filepath.Join(f.opts.Dir, r.Name), ports[0])
 	if err != nil {
-		return fmt.Errorf("fleet: %w", err)
-	}
-	if err := waitReady(ctx, proc, ports[0]); err != nil {
-		_ = proc.Stop()
-		return fmt.Errorf("fleet: replica %s: %w\n%s", r.Name, err, proc.Tail(30))
+		return err
 	}
 	r.proc = proc
 	return nil

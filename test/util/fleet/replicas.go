@@ -57,27 +57,13 @@ func (f *Fleet) StartReplica(ctx context.Context, name string, args ...string) (
 		return nil, err
 	}
 	r := &Replica{Name: name, grpcPort: ports[2], metricsPort: ports[1]}
-	full := []string{
-		"--kubeconfig", f.Hub.KubeconfigPath,
-		"--namespace", Namespace,
-		"--listen-address", r.Address(),
-		"--serving-hosts", "127.0.0.1,localhost",
-		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(ports[0]),
-		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(ports[1]),
-		"--grace-period", f.opts.GracePeriod.String(),
-	}
-	full = append(append(full, f.opts.HubArgs...), args...)
+	full := f.replicaArgs(r, ports[0], ports[1], args...)
 	dir := filepath.Join(f.opts.Dir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	r.proc, err = harness.StartProcess("imperator-"+name, filepath.Join(f.opts.BinDir, "hub"), full, dir)
-	if err != nil {
-		return nil, fmt.Errorf("fleet: %w", err)
-	}
-	if err := waitReady(ctx, r.proc, ports[0]); err != nil {
-		_ = r.proc.Stop()
-		return nil, fmt.Errorf("fleet: replica %s: %w\n%s", name, err, r.proc.Tail(30))
+	if r.proc, err = f.startReplicaProcess(ctx, name, full, dir, ports[0]); err != nil {
+		return nil, err
 	}
 	// The admin configuration, pointed at this replica.
 	data, err := os.ReadFile(f.ImperatorctlConfig())
@@ -199,4 +185,35 @@ func (f *Fleet) Replicas() []*Replica {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]*Replica(nil), f.replicas...)
+}
+
+// replicaArgs are the flags of hub replica r: the fleet's hub cluster and
+// namespace, r's gRPC address, health probes on healthPort and metrics on
+// metricsPort, the fleet's grace period and hub flags, then extra.
+func (f *Fleet) replicaArgs(r *Replica, healthPort, metricsPort int, extra ...string) []string {
+	args := []string{
+		"--kubeconfig", f.Hub.KubeconfigPath,
+		"--namespace", Namespace,
+		"--listen-address", r.Address(),
+		"--serving-hosts", "127.0.0.1,localhost",
+		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(healthPort),
+		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metricsPort),
+		"--grace-period", f.opts.GracePeriod.String(),
+	}
+	return append(append(args, f.opts.HubArgs...), extra...)
+}
+
+// startReplicaProcess runs the hub binary as replica name in dir with args
+// and waits until its health probes on healthPort answer; a replica that
+// does not get there is stopped.
+func (f *Fleet) startReplicaProcess(ctx context.Context, name string, args []string, dir string, healthPort int) (*harness.Process, error) {
+	proc, err := harness.StartProcess("imperator-"+name, filepath.Join(f.opts.BinDir, "hub"), args, dir)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	if err := waitReady(ctx, proc, healthPort); err != nil {
+		_ = proc.Stop()
+		return nil, fmt.Errorf("fleet: replica %s: %w\n%s", name, err, proc.Tail(30))
+	}
+	return proc, nil
 }
