@@ -1,12 +1,8 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 
@@ -14,13 +10,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/yaml"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
+	"github.com/imperator-federation/imperator/test/util/repo"
 )
 
 // fieldOwner names the e2e suite as the writer of what it changes.
@@ -33,24 +29,11 @@ func ReadDocuments(path string) ([][]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var docs [][]byte
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return docs, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", path, err)
-		}
-		var probe map[string]any
-		if err := yaml.Unmarshal(doc, &probe); err != nil {
-			return nil, fmt.Errorf("reading %s: %w", path, err)
-		}
-		if len(probe) > 0 {
-			docs = append(docs, doc)
-		}
+	docs, err := repo.SplitDocuments(data)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
+	return docs, nil
 }
 
 // ReadMachine reads the single Machine of a sample file.

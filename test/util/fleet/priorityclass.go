@@ -1,19 +1,14 @@
 package fleet
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/imperator-federation/imperator/test/util/harness"
@@ -47,23 +42,9 @@ func ReservationPriorityClass() (*schedulingv1.PriorityClass, error) {
 // decodePriorityClass decodes the one PriorityClass of the manifest data,
 // read from path (named in errors).
 func decodePriorityClass(path string, data []byte) (*schedulingv1.PriorityClass, error) {
-	var docs [][]byte
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("decoding the PriorityClass of %s: %w", path, err)
-		}
-		var content map[string]any
-		if err := yaml.Unmarshal(doc, &content); err != nil {
-			return nil, fmt.Errorf("decoding the PriorityClass of %s: %w", path, err)
-		}
-		if len(content) > 0 {
-			docs = append(docs, doc)
-		}
+	docs, err := repo.SplitDocuments(data)
+	if err != nil {
+		return nil, fmt.Errorf("decoding the PriorityClass of %s: %w", path, err)
 	}
 	if len(docs) != 1 {
 		return nil, fmt.Errorf("decoding the PriorityClass of %s: %d YAML documents, want 1", path, len(docs))
