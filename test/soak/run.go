@@ -385,6 +385,11 @@ func checkGrowth(c *Checker, start, end map[string]Sample, res *Result) {
 			continue
 		}
 		c.Count(InvariantGrowth, 1)
+		if s.Goroutines > 0 && e.Goroutines < 0 {
+			// Every fault healed before the end: a process that served
+			// /metrics at the start serves it now, or its growth is unknown.
+			c.Report(Violation{InvariantGrowth, n, time.Now(), fmt.Sprintf("no goroutine count at the end (its /metrics did not answer), %d at the start", s.Goroutines)})
+		}
 		if s.Goroutines > 0 && e.Goroutines > growthFactor*s.Goroutines+goroutineSlack {
 			c.Report(Violation{InvariantGrowth, n, time.Now(), fmt.Sprintf("goroutines %d at the end, %d at the start", e.Goroutines, s.Goroutines)})
 		}

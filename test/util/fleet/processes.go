@@ -38,8 +38,8 @@ func (r *Replica) Pid() int { return r.proc.Pid() }
 func (r *Replica) Kill() error { return r.proc.Kill() }
 
 // RestartReplica starts the replica r again after Kill or Stop, on the same
-// gRPC address (agents and their fault proxies dial it), and waits until it
-// is ready. A running replica is left alone.
+// gRPC address (agents and their fault proxies dial it) and with the flags
+// it was started with, and waits until it is ready. A running replica is left alone.
 func (f *Fleet) RestartReplica(ctx context.Context, r *Replica) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -59,5 +59,6 @@ func (f *Fleet) RestartReplica(ctx context.Context, r *Replica) error {
 		return err
 	}
 	r.proc = proc
+	r.metricsPort.Store(int64(ports[1]))
 	return nil
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/imperator-federation/imperator/test/util/faultproxy"
 	"github.com/imperator-federation/imperator/test/util/harness"
@@ -16,10 +18,15 @@ import (
 // Replica is a further hub process of the fleet: another replica of the
 // hub against the same hub cluster, with its own ports.
 type Replica struct {
-	Name        string
-	proc        *harness.Process
-	grpcPort    int
-	metricsPort int
+	Name     string
+	proc     *harness.Process
+	grpcPort int
+	// metricsPort changes when the replica restarts; the soak's sampler
+	// reads it meanwhile.
+	metricsPort atomic.Int64
+	// extra are the flags the replica was started with after the fleet's
+	// hub flags (a clock offset, for instance); a restart passes them again.
+	extra []string
 	// ctlConfig is an imperatorctl configuration for this replica.
 	ctlConfig string
 }
@@ -28,7 +35,7 @@ type Replica struct {
 func (r *Replica) Address() string { return "127.0.0.1:" + strconv.Itoa(r.grpcPort) }
 
 // MetricsURL is the replica's Prometheus endpoint.
-func (r *Replica) MetricsURL() string { return metricsURL(r.metricsPort) }
+func (r *Replica) MetricsURL() string { return metricsURL(int(r.metricsPort.Load())) }
 
 // ImperatorctlConfig is an imperatorctl configuration with the fleet's admin
 // certificate for this replica.
@@ -56,8 +63,9 @@ func (f *Fleet) StartReplica(ctx context.Context, name string, args ...string) (
 	if err != nil {
 		return nil, err
 	}
-	r := &Replica{Name: name, grpcPort: ports[2], metricsPort: ports[1]}
-	full := f.replicaArgs(r, ports[0], ports[1], args...)
+	r := &Replica{Name: name, grpcPort: ports[2], extra: slices.Clone(args)}
+	r.metricsPort.Store(int64(ports[1]))
+	full := f.replicaArgs(r, ports[0], ports[1])
 	dir := filepath.Join(f.opts.Dir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
@@ -189,8 +197,9 @@ func (f *Fleet) Replicas() []*Replica {
 
 // replicaArgs are the flags of hub replica r: the fleet's hub cluster and
 // namespace, r's gRPC address, health probes on healthPort and metrics on
-// metricsPort, the fleet's grace period and hub flags, then extra.
-func (f *Fleet) replicaArgs(r *Replica, healthPort, metricsPort int, extra ...string) []string {
+// metricsPort, the fleet's grace period and hub flags, then the flags r was
+// started with.
+func (f *Fleet) replicaArgs(r *Replica, healthPort, metricsPort int) []string {
 	args := []string{
 		"--kubeconfig", f.Hub.KubeconfigPath,
 		"--namespace", Namespace,
@@ -200,7 +209,7 @@ func (f *Fleet) replicaArgs(r *Replica, healthPort, metricsPort int, extra ...st
 		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metricsPort),
 		"--grace-period", f.opts.GracePeriod.String(),
 	}
-	return append(append(args, f.opts.HubArgs...), extra...)
+	return append(append(args, f.opts.HubArgs...), r.extra...)
 }
 
 // startReplicaProcess runs the hub binary as replica name in dir with args
