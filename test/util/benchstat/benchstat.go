@@ -34,6 +34,19 @@ func NearestRank(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
+// RoundedRank is the q-quantile (0 < q ≤ 1) of sorted at rank q·n rounded
+// half up, index ⌊q·n+½⌋-1; 0 for no samples. It is the nearest rank
+// except where q·n has a fraction below ½ (p99 of 60: index 58, where
+// NearestRank takes 59): the dispatch benchmark reports it so, and keeps it
+// for figures comparable with earlier runs.
+func RoundedRank(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
 // Sorted is a sorted copy of samples.
 func Sorted(samples []time.Duration) []time.Duration {
 	s := slices.Clone(samples)

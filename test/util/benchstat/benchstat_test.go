@@ -66,6 +66,46 @@ func TestPercentilesMatchIntegerRanks(t *testing.T) {
 	}
 }
 
+func TestRoundedRank(t *testing.T) {
+	cases := map[string]struct {
+		samples []time.Duration
+		q       float64
+		want    time.Duration
+	}{
+		"no samples":   {samples: nil, q: 0.99, want: 0},
+		"one sample":   {samples: ms(1), q: 0.5, want: time.Millisecond},
+		"median of 20": {samples: ms(20), q: 0.5, want: 10 * time.Millisecond},
+		"p99 of 20":    {samples: ms(20), q: 0.99, want: 20 * time.Millisecond},
+		// 59.4 rounds down to rank 59, where the nearest rank is 60.
+		"p99 of 60":           {samples: ms(60), q: 0.99, want: 59 * time.Millisecond},
+		"p99 of 200":          {samples: ms(200), q: 0.99, want: 198 * time.Millisecond},
+		"p100 is the maximum": {samples: ms(7), q: 1, want: 7 * time.Millisecond},
+		"p0 is the minimum":   {samples: ms(7), q: 0, want: time.Millisecond},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := RoundedRank(tc.samples, tc.q); got != tc.want {
+				t.Errorf("RoundedRank(%d samples, %v) = %v, want %v", len(tc.samples), tc.q, got, tc.want)
+			}
+		})
+	}
+}
+
+// The dispatch benchmark's integer rank, q·n rounded half up, agrees with
+// RoundedRank for every size up to 2,000, and with NearestRank for the
+// median.
+func TestRoundedRankMatchesIntegerRanks(t *testing.T) {
+	for n := 1; n <= 2000; n++ {
+		s := ms(n)
+		if got, want := RoundedRank(s, 0.99), s[max((n*99+50)/100-1, 0)]; got != want {
+			t.Fatalf("n=%d: RoundedRank(0.99) = %v, want s[(n*99+50)/100-1] = %v", n, got, want)
+		}
+		if got, want := RoundedRank(s, 0.5), NearestRank(s, 0.5); got != want {
+			t.Fatalf("n=%d: RoundedRank(0.5) = %v, NearestRank(0.5) = %v", n, got, want)
+		}
+	}
+}
+
 func TestSortedLeavesItsInputAlone(t *testing.T) {
 	in := []time.Duration{3, 1, 2}
 	if diff := cmp.Diff([]time.Duration{1, 2, 3}, Sorted(in)); diff != "" {
