@@ -69,21 +69,12 @@ var _ = BeforeSuite(func(ctx context.Context) {
 		helmBuilt <- err
 	}()
 	built := make(chan error, 1)
-	binDir = os.Getenv("IMPERATOR_BIN_DIR")
-	if binDir != "" && fileExists(filepath.Join(binDir, "spoke")) && fileExists(filepath.Join(binDir, "hub")) {
-		built <- nil
-	} else {
-		binDir = GinkgoT().TempDir()
-		go func() {
-			cmd := exec.Command("go", "build", "-o", binDir+string(filepath.Separator), "./spoke", "./hub")
-			cmd.Dir = root
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				err = fmt.Errorf("building spoke and hub: %w: %s", err, out)
-			}
-			built <- err
-		}()
-	}
+	buildDir := GinkgoT().TempDir()
+	go func() {
+		var err error
+		binDir, err = repo.Binaries(ctx, buildDir, "spoke", "hub")
+		built <- err
+	}()
 	cluster, err = harness.Start(ctx, harness.Options{
 		Name: "deploy",
 		// As some distributions do: owner references that block deletion
@@ -123,11 +114,6 @@ var _ = ReportAfterEach(func(report SpecReport) {
 		AddReportEntry("log of "+p.Name(), p.Tail(60))
 	}
 })
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}
 
 // render runs `kustomize build dir` and decodes the objects.
 func render(ctx context.Context, dir string) ([]*unstructured.Unstructured, error) {
