@@ -860,6 +860,22 @@ spec:
 		out, err = helmInstallDryRun(ctx, "imperator-spoke", "-f", filepath.Join(chartDir("imperator-spoke"), "ci", "join-values.yaml"))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring("kubectl get managedcluster spoke-a"))
+
+		By("the dispatcher: the hub's client-cert command runs in the hub's namespace, which its address names or the reader fills in")
+		for address, want := range map[string]string{
+			"":                            "kubectl -n " + namespace + " exec deploy/imperator-hub",
+			"imperator-hub.hubs.svc:9443": "kubectl -n hubs exec deploy/imperator-hub",
+			"imperator-hub.hubs.svc.cluster.local:9443": "kubectl -n hubs exec deploy/imperator-hub",
+			"hub.example.com:9443":                      "kubectl -n HUB_NAMESPACE exec deploy/imperator-hub",
+		} {
+			args := []string{}
+			if address != "" {
+				args = append(args, "--set", "hub.address="+address)
+			}
+			out, err = helmInstallDryRun(ctx, "imperator-dispatcher", args...)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(out).To(ContainSubstring(want), "hub.address=%q", address)
+		}
 	})
 })
 

@@ -159,6 +159,25 @@ var _ = Describe("The charts' namespace is the release's (helm install -n)", fun
 		}
 	})
 
+	It("refuse a shared namespace (default, kube-*) and a namespace that is not a name, which would be written into CEL, naming the way out", func(ctx context.Context) {
+		for _, chart := range []string{"imperator-hub", "imperator-spoke", "imperator-dispatcher"} {
+			for _, ns := range []string{"default", "kube-system", "kube-public", "kube-node-lease"} {
+				_, err := helmTemplateText(ctx, chart, ns, standalone(chart)...)
+				Expect(err).To(MatchError(ContainSubstring(`namespace "`+ns+`" is shared`)), "%s -n %s", chart, ns)
+				Expect(err).To(MatchError(ContainSubstring("-n imperator-system --create-namespace")), "%s -n %s", chart, ns)
+			}
+			for _, ns := range []string{"x' || true || 'y", `x"y`, "Upper", strings.Repeat("a", 64)} {
+				_, err := helmTemplateText(ctx, chart, ns, standalone(chart)...)
+				Expect(err).To(MatchError(ContainSubstring("is not a namespace name")), "%s -n %q", chart, ns)
+			}
+			By("namespaceOverride is checked the same way, and rescues a release recorded in default")
+			_, err := helmTemplateText(ctx, chart, "gpu-fleet", append(standalone(chart), "--set", "namespaceOverride=kube-system")...)
+			Expect(err).To(MatchError(ContainSubstring(`namespace "kube-system" is shared`)), chart)
+			_, err = helmTemplateText(ctx, chart, "default", append(standalone(chart), "--set", "namespaceOverride=imperator-system")...)
+			Expect(err).NotTo(HaveOccurred(), chart)
+		}
+	})
+
 	It("install the agent into a namespace of the user's (-n gpu-fleet --create-namespace) whose admission policies let the agent itself through and still refuse a tenant; refuse to move a previous chart's release out of imperator-system", func(ctx context.Context) {
 		clusters, err := harness.StartN(ctx, "helm-namespace")
 		Expect(err).NotTo(HaveOccurred())

@@ -15,8 +15,16 @@ while Helm recorded the release in another namespace (helm install without
 the release's namespace. Only objects this very release owns count (Helm's
 release-name and release-namespace annotations); helm template, which looks
 nothing up, renders on.
+
+It also refuses a namespace that is not a namespace name (it is written
+into CEL and JSON) and the shared ones (default, kube-*): the chart's
+namespace must be one that only administrators write to.
 */}}
 {{- define "imperator-hub.checkNamespace" -}}
+{{- $namespace := include "imperator-hub.namespace" . -}}
+{{- if or (gt (len $namespace) 63) (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $namespace)) -}}
+{{- fail (printf "namespace %q (helm -n, or namespaceOverride) is not a namespace name: lower-case letters, digits and '-', at most 63" $namespace) -}}
+{{- end -}}
 {{- $legacy := "imperator-system" -}}
 {{- if ne (include "imperator-hub.namespace" .) $legacy -}}
 {{- range $ref := include "imperator-hub.releaseObjects" . | fromJsonArray -}}
@@ -25,6 +33,9 @@ nothing up, renders on.
 {{- fail (printf "objects of this release live in %s (%s %s of release %s/%s): pass --set namespaceOverride=%s (docs/upgrading.md)" $legacy (index $ref 1) (index $ref 2) $.Release.Namespace $.Release.Name $legacy) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{- if has $namespace (list "default" "kube-system" "kube-public" "kube-node-lease") -}}
+{{- fail (printf "namespace %q is shared: install into a namespace of its own that only administrators write to (helm install -n imperator-system --create-namespace, or --set namespaceOverride=imperator-system): %s" $namespace "its Secrets hold the hub's CA key and the join tokens") -}}
 {{- end -}}
 {{- end }}
 
