@@ -36,6 +36,9 @@ func Binaries(ctx context.Context, dir string, names ...string) (string, error) 
 		return "", err
 	}
 	if prebuilt := os.Getenv(BinDirEnv); prebuilt != "" && holdsAll(prebuilt, names) {
+		// Said on every use: binaries older than the checkout would test
+		// old code without a word.
+		fmt.Fprintf(os.Stderr, "repo: %s from %s=%s, not built from this checkout\n", strings.Join(names, ", "), BinDirEnv, prebuilt)
 		return prebuilt, nil
 	}
 	return dir, build(ctx, dir, nil, packages)
@@ -82,11 +85,12 @@ func knownBinaries() string {
 	return strings.Join(known, ", ")
 }
 
-// holdsAll reports whether dir holds a regular file for every name.
+// holdsAll reports whether dir holds an executable regular file for every
+// name.
 func holdsAll(dir string, names []string) bool {
 	for _, name := range names {
 		info, err := os.Stat(filepath.Join(dir, name))
-		if err != nil || !info.Mode().IsRegular() {
+		if err != nil || !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 {
 			return false
 		}
 	}

@@ -50,4 +50,10 @@ func TestBinariesTakesACompleteBinDir(t *testing.T) {
 	if holdsAll(prebuilt, []string{"hub", "imperatorctl"}) {
 		t.Fatal("holdsAll says a directory without imperatorctl holds it")
 	}
+	if err := os.WriteFile(filepath.Join(prebuilt, "imperatorctl"), []byte("not a program"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if holdsAll(prebuilt, []string{"hub", "imperatorctl"}) {
+		t.Fatal("holdsAll takes a file nobody may execute for imperatorctl")
+	}
 }
