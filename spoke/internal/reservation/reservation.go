@@ -30,7 +30,9 @@ func Selector() client.MatchingLabels {
 // apply to both lists: client.UnsafeDisableDeepCopy for a caller that only
 // reads what a cache returns.
 func Objects(ctx context.Context, c client.Reader, namespace string, opts ...client.ListOption) ([]client.Object, error) {
-	opts = append([]client.ListOption{client.InNamespace(namespace), Selector()}, opts...)
+	// Ours last: a caller's options cannot widen the list beyond namespace
+	// and the reservation label.
+	opts = append(append([]client.ListOption(nil), opts...), client.InNamespace(namespace), Selector())
 	statefulSets := &appsv1.StatefulSetList{}
 	if err := c.List(ctx, statefulSets, opts...); err != nil {
 		return nil, fmt.Errorf("listing reservation StatefulSets in %s: %w", namespace, err)
