@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/pem"
 	"errors"
@@ -29,28 +30,7 @@ var _ = Describe("Hub CA rotation", Ordered, func() {
 		// Renewal 12s after each certificate: few enough renewals in the
 		// spec for the hub's per-cluster budget (5, then one a minute).
 		const validity = 18 * time.Second
-		Expect(client.IgnoreAlreadyExists(hubServer.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rotationNamespace}}))).To(Succeed())
-		// The spoke trusts only the first CA through its --hub-ca-file,
-		// which nobody updates during the rotation.
-		caFile, err := hubtest.WriteCAFile(ctx, hubServer.Client, rotationNamespace, GinkgoT().TempDir())
-		Expect(err).NotTo(HaveOccurred())
-		rotationHub, err := hubtest.Start(hubServer.Config, hubtest.Options{
-			Namespace: rotationNamespace, GracePeriod: gracePeriod, PersistInterval: persistInterval, ClientCertValidity: validity,
-		})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(rotationHub.Stop)
-
-		delta := startSpoke(ctx, "delta", caFile)
-		delta.token, err = hubtest.CreateToken(ctx, hubServer.Client, rotationNamespace, time.Hour, "")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(deregister, "delta")
-		Expect(delta.startReporter(rotationHub.Address())).To(Succeed())
-		DeferCleanup(delta.stopReporter)
-		Eventually(func(g Gomega) {
-			c, ok := rotationHub.Cluster("delta")
-			g.Expect(ok).To(BeTrue())
-			g.Expect(c.Connected).To(BeTrue())
-		}).WithTimeout(30 * time.Second).Should(Succeed())
+		rotationHub, delta, caFile := startRotation(ctx, "delta", hubtest.Options{Namespace: rotationNamespace, ClientCertValidity: validity})
 
 		// From now on delta must be connected at every look.
 		whileConnected := func(what string, check func(g Gomega)) {
@@ -140,27 +120,9 @@ var _ = Describe("Hub CA rotation with long-lived spoke certificates", func() {
 			// within caRenewalJitter (1m).
 			moveBound = 10*time.Second + age*11/10 + grace + time.Minute + 15*time.Second
 		)
-		Expect(client.IgnoreAlreadyExists(hubServer.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: earlyRotationNamespace}}))).To(Succeed())
-		caFile, err := hubtest.WriteCAFile(ctx, hubServer.Client, earlyRotationNamespace, GinkgoT().TempDir())
-		Expect(err).NotTo(HaveOccurred())
-		rotationHub, err := hubtest.Start(hubServer.Config, hubtest.Options{
-			Namespace: earlyRotationNamespace, GracePeriod: gracePeriod, PersistInterval: persistInterval,
-			ClientCertValidity: validity, MaxConnectionAge: age, MaxConnectionAgeGrace: grace,
+		rotationHub, echo, _ := startRotation(ctx, "echo", hubtest.Options{
+			Namespace: earlyRotationNamespace, ClientCertValidity: validity, MaxConnectionAge: age, MaxConnectionAgeGrace: grace,
 		})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(rotationHub.Stop)
-
-		echo := startSpoke(ctx, "echo", caFile)
-		echo.token, err = hubtest.CreateToken(ctx, hubServer.Client, earlyRotationNamespace, time.Hour, "")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(deregister, "echo")
-		Expect(echo.startReporter(rotationHub.Address())).To(Succeed())
-		DeferCleanup(echo.stopReporter)
-		Eventually(func(g Gomega) {
-			c, ok := rotationHub.Cluster("echo")
-			g.Expect(ok).To(BeTrue())
-			g.Expect(c.Connected).To(BeTrue())
-		}).WithTimeout(30 * time.Second).Should(Succeed())
 		isConnected := func() bool {
 			c, ok := rotationHub.Cluster("echo")
 			return ok && c.Connected
@@ -216,6 +178,36 @@ var _ = Describe("Hub CA rotation with long-lived spoke certificates", func() {
 		}).WithTimeout(10*time.Second + 2*(age*11/10+grace)).WithPolling(500 * time.Millisecond).Should(Succeed())
 	})
 })
+
+// startRotation starts the hub of a rotation spec, with the suite's grace
+// period and persist interval, in its own namespace opts.Namespace (whose
+// CA the suite's spokes know nothing of), and spoke cluster joined to it and
+// reporting; the node's DeferCleanup stops both. The spoke trusts only the
+// hub's first CA through its --hub-ca-file, caFile, which nobody updates
+// during the rotation.
+func startRotation(ctx context.Context, cluster string, opts hubtest.Options) (rotationHub *hubtest.Hub, s *spoke, caFile string) {
+	GinkgoHelper()
+	Expect(client.IgnoreAlreadyExists(hubServer.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.Namespace}}))).To(Succeed())
+	caFile, err := hubtest.WriteCAFile(ctx, hubServer.Client, opts.Namespace, GinkgoT().TempDir())
+	Expect(err).NotTo(HaveOccurred())
+	opts.GracePeriod, opts.PersistInterval = gracePeriod, persistInterval
+	rotationHub, err = hubtest.Start(hubServer.Config, opts)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(rotationHub.Stop)
+
+	s = startSpoke(ctx, cluster, caFile)
+	s.token, err = hubtest.CreateToken(ctx, hubServer.Client, opts.Namespace, time.Hour, "")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(deregister, cluster)
+	Expect(s.startReporter(rotationHub.Address())).To(Succeed())
+	DeferCleanup(s.stopReporter)
+	Eventually(func(g Gomega) {
+		c, ok := rotationHub.Cluster(cluster)
+		g.Expect(ok).To(BeTrue())
+		g.Expect(c.Connected).To(BeTrue())
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	return rotationHub, s, caFile
+}
 
 // certificatesIn counts the certificates of a PEM bundle.
 func certificatesIn(bundle []byte) int {
