@@ -10,7 +10,10 @@
 //
 // Invariants are checked continuously from watches on every spoke and the
 // hub, each a named check that reports the object and the time it broke
-// (invariants.go). One number, SOAK_SEED, replays a run: the schedule and
+// (invariants.go names them and holds the Checker; watches.go judges
+// invariants 1 to 3 from the spokes' pod and Machine watches; settled.go
+// reads invariants 4 and 5 once a round is calm; faults.go keeps invariant
+// 6's account of the processes the schedule took down). One number, SOAK_SEED, replays a run: the schedule and
 // the generator's choices are drawn from it. docs/soak.md says how to run it
 // and what a run measured.
 package soak
