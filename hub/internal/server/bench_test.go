@@ -10,6 +10,7 @@ import (
 
 	"github.com/imperator-federation/imperator/internal/identity"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+	"github.com/imperator-federation/imperator/test/util/benchstat"
 	"github.com/imperator-federation/imperator/test/util/harness"
 	"github.com/imperator-federation/imperator/test/util/loadgen"
 )
@@ -106,22 +107,13 @@ func benchmarkFleet(b *testing.B, n int) {
 	slices.Sort(connectTimes)
 	slices.Sort(latencies)
 	b.ReportMetric(connectTotal.Seconds(), "connect-all-s")
-	b.ReportMetric(ms(percentile(connectTimes, 0.99)), "connect-p99-ms")
+	b.ReportMetric(benchstat.Milliseconds(benchstat.Percentile(connectTimes, 0.99)), "connect-p99-ms")
 	b.ReportMetric(connectCPU.Seconds(), "connect-cpu-s")
-	b.ReportMetric(ms(percentile(latencies, 0.50)), "propagation-p50-ms")
-	b.ReportMetric(ms(percentile(latencies, 0.99)), "propagation-p99-ms")
+	b.ReportMetric(benchstat.Milliseconds(benchstat.Percentile(latencies, 0.50)), "propagation-p50-ms")
+	b.ReportMetric(benchstat.Milliseconds(benchstat.Percentile(latencies, 0.99)), "propagation-p99-ms")
 	b.ReportMetric(roundCPU.Seconds()/float64(b.N), "cpu-s/round")
 	b.ReportMetric(float64(rssBytes())/(1<<20), "rss-MiB")
 }
-
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[min(len(sorted)-1, int(float64(len(sorted))*p))]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func cpuTime() time.Duration {
 	var ru syscall.Rusage

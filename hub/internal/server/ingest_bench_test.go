@@ -14,6 +14,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/internal/store"
 	"github.com/imperator-federation/imperator/internal/identity"
 	federationv1 "github.com/imperator-federation/imperator/proto/imperator/federation/v1"
+	"github.com/imperator-federation/imperator/test/util/benchstat"
 )
 
 // BenchmarkQueriesWhileOneSpokeStreams measures what one spoke streaming
@@ -134,7 +135,7 @@ func BenchmarkQueriesWhileOneSpokeStreams(b *testing.B) {
 
 	slices.Sort(idle)
 	slices.Sort(loaded)
-	idleP99, loadedP99 := percentile(idle, 0.99), percentile(loaded, 0.99)
+	idleP99, loadedP99 := benchstat.Percentile(idle, 0.99), benchstat.Percentile(loaded, 0.99)
 	b.ReportMetric(float64(idleP99.Nanoseconds()), "idle-p99-ns")
 	b.ReportMetric(float64(loadedP99.Nanoseconds()), "loaded-p99-ns")
 	b.ReportMetric(float64(loadedP99)/float64(idleP99), "p99-ratio")
