@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imperator-federation/imperator/dispatcher/internal/controller"
+	"github.com/imperator-federation/imperator/test/util/benchstat"
 )
 
 // BenchmarkDispatchLatency measures, per Workload, the time from Kueue's
@@ -41,8 +42,8 @@ func BenchmarkDispatchLatency(b *testing.B) {
 			b.StopTimer()
 			slices.Sort(latencies)
 			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-			b.ReportMetric(ms(quantile(latencies, 0.50)), "p50-ms")
-			b.ReportMetric(ms(quantile(latencies, 0.99)), "p99-ms")
+			b.ReportMetric(ms(benchstat.RoundedRank(latencies, 0.50)), "p50-ms")
+			b.ReportMetric(ms(benchstat.RoundedRank(latencies, 0.99)), "p99-ms")
 			b.ReportMetric(ms(latencies[len(latencies)-1]), "max-ms")
 			b.ReportMetric(float64(n), "workloads/op")
 		})
@@ -116,13 +117,4 @@ func dispatchBurst(ctx context.Context, b *testing.B, c client.Client, wc client
 		out = append(out, max(t1.Sub(t0), 0))
 	}
 	return out
-}
-
-// quantile is the q-quantile of sorted (nearest rank).
-func quantile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(q*float64(len(sorted))+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
 }
