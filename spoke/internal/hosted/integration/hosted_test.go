@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
-	"slices"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -27,6 +26,7 @@ import (
 	"github.com/imperator-federation/imperator/hub/hubtest"
 	"github.com/imperator-federation/imperator/internal/pki"
 	"github.com/imperator-federation/imperator/spoke/internal/hosted"
+	"github.com/imperator-federation/imperator/test/util/benchstat"
 	"github.com/imperator-federation/imperator/test/util/faultproxy"
 	"github.com/imperator-federation/imperator/test/util/repo"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
@@ -91,12 +91,6 @@ func reconcileLatency(ctx context.Context, member, group string) time.Duration {
 		g.Expect(meta.FindStatusCondition(m.Status.Conditions, imperatorv1alpha1.ConditionReady)).NotTo(BeNil())
 	}).WithContext(ctx).WithTimeout(60 * time.Second).WithPolling(10 * time.Millisecond).Should(Succeed())
 	return time.Since(start)
-}
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
 var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
@@ -348,14 +342,15 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 		for i := range samples {
 			down = append(down, reconcileLatency(ctx, "alpha", fmt.Sprintf("down-%d", i)))
 		}
+		up, down = benchstat.Sorted(up), benchstat.Sorted(down)
 		figures := fmt.Sprintf("a new Machine in alpha reconciled (status observes it, Ready set), %d samples each: all members up p50 %s max %s; gamma's API server stopped p50 %s max %s",
-			samples, percentile(up, 0.5).Round(time.Millisecond), percentile(up, 1).Round(time.Millisecond),
-			percentile(down, 0.5).Round(time.Millisecond), percentile(down, 1).Round(time.Millisecond))
+			samples, benchstat.Percentile(up, 0.5).Round(time.Millisecond), benchstat.Percentile(up, 1).Round(time.Millisecond),
+			benchstat.Percentile(down, 0.5).Round(time.Millisecond), benchstat.Percentile(down, 1).Round(time.Millisecond))
 		AddReportEntry("isolation", figures)
 		GinkgoWriter.Println(figures)
 		// The request timeout is 5 s: a member waiting on gamma would
 		// show it.
-		Expect(percentile(down, 1)).To(BeNumerically("<", 3*time.Second), figures)
+		Expect(benchstat.Percentile(down, 1)).To(BeNumerically("<", 3*time.Second), figures)
 		Eventually(func(g Gomega) {
 			c, _ := hub.Cluster("alpha")
 			g.Expect(c.Liveness).To(BeEquivalentTo("Available"))
@@ -422,12 +417,13 @@ var _ = Describe("One hosted agent serving member clusters", Ordered, func() {
 		for i := range samples {
 			others = append(others, reconcileLatency(ctx, "alpha", fmt.Sprintf("beside-slow-%d", i)))
 		}
+		others = benchstat.Sorted(others)
 		figures := fmt.Sprintf("gamma's API server %s slower each way: a new Machine in gamma reconciled in %s; in alpha, %d samples, p50 %s max %s",
-			latency, slow.Round(time.Millisecond), samples, percentile(others, 0.5).Round(time.Millisecond), percentile(others, 1).Round(time.Millisecond))
+			latency, slow.Round(time.Millisecond), samples, benchstat.Percentile(others, 0.5).Round(time.Millisecond), benchstat.Percentile(others, 1).Round(time.Millisecond))
 		AddReportEntry("isolation from a slow member", figures)
 		GinkgoWriter.Println(figures)
 		// alpha does not wait for gamma.
-		Expect(percentile(others, 1)).To(BeNumerically("<", latency), figures)
+		Expect(benchstat.Percentile(others, 1)).To(BeNumerically("<", latency), figures)
 	})
 
 	It("stops serving a member whose Secret is removed; the hub shows it Unknown after the grace period", func(ctx context.Context) {
