@@ -83,53 +83,13 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 	state := p.state(c.Name)
 	cur := state.lease
 	if cur == nil {
-		key := client.ObjectKey{Namespace: c.Name, Name: LeaseName}
-		// The holder is read from the API server, not the cache. A new
-		// cluster's Lease, which the cache does not hold either, is
-		// created at once: the create fails if it exists after all.
-		err := p.client.Get(ctx, key, &coordinationv1.Lease{}, client.UnsafeDisableDeepCopy)
-		cur = &coordinationv1.Lease{}
-		if err == nil {
-			err = p.reader.Get(ctx, key, cur)
+		var created bool
+		if cur, created, err = p.readOrCreateLease(ctx, c, mc, self, renew, duration); err != nil {
+			return false, err
 		}
-		if apierrors.IsNotFound(err) {
-			lease := &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{
-					Namespace:       c.Name,
-					Name:            LeaseName,
-					Labels:          map[string]string{imperatorv1alpha1.Prefix + "cluster": c.Name},
-					OwnerReferences: ownedBy(mc),
-				},
-				Spec: coordinationv1.LeaseSpec{
-					HolderIdentity:       ptr.To(self),
-					LeaseDurationSeconds: duration,
-					AcquireTime:          ptr.To(renew),
-					RenewTime:            ptr.To(renew),
-				},
-			}
-			err = p.client.Create(ctx, lease)
-			if apierrors.IsNotFound(err) {
-				// The cluster's namespace is missing (deleted by hand):
-				// registration made it, and the Lease and the inventory
-				// live in it.
-				if err := registry.EnsureNamespace(ctx, p.client, c.Name); err != nil {
-					return false, err
-				}
-				err = p.client.Create(ctx, lease)
-			}
-			if err == nil {
-				state.lease = lease
-				return false, nil
-			}
-			if !apierrors.IsAlreadyExists(err) {
-				return false, fmt.Errorf("creating Lease %s/%s: %w", c.Name, LeaseName, err)
-			}
-			// Another replica made it, or the cache had not seen it yet.
-			cur = &coordinationv1.Lease{}
-			err = p.reader.Get(ctx, key, cur)
-		}
-		if err != nil {
-			return false, fmt.Errorf("getting Lease %s/%s: %w", c.Name, LeaseName, err)
+		if created {
+			state.lease = cur
+			return false, nil
 		}
 	}
 	holder, renewed := leaseHolder(cur)
@@ -161,6 +121,60 @@ func (p *Persister) renewLease(ctx context.Context, c *store.Cluster, mc *cluste
 	}
 	state.lease = next
 	return false, nil
+}
+
+// readOrCreateLease reads the cluster's Lease from the API server, or
+// creates it held by self when there is none (created is then true), for
+// renewLease when this replica holds no copy of it.
+func (p *Persister) readOrCreateLease(ctx context.Context, c *store.Cluster, mc *clusterv1.ManagedCluster, self string, renew metav1.MicroTime, duration *int32) (cur *coordinationv1.Lease, created bool, err error) {
+	key := client.ObjectKey{Namespace: c.Name, Name: LeaseName}
+	// The holder is read from the API server, not the cache. A new
+	// cluster's Lease, which the cache does not hold either, is
+	// created at once: the create fails if it exists after all.
+	err = p.client.Get(ctx, key, &coordinationv1.Lease{}, client.UnsafeDisableDeepCopy)
+	cur = &coordinationv1.Lease{}
+	if err == nil {
+		err = p.reader.Get(ctx, key, cur)
+	}
+	if apierrors.IsNotFound(err) {
+		lease := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace:       c.Name,
+				Name:            LeaseName,
+				Labels:          map[string]string{imperatorv1alpha1.Prefix + "cluster": c.Name},
+				OwnerReferences: ownedBy(mc),
+			},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity:       ptr.To(self),
+				LeaseDurationSeconds: duration,
+				AcquireTime:          ptr.To(renew),
+				RenewTime:            ptr.To(renew),
+			},
+		}
+		err = p.client.Create(ctx, lease)
+		if apierrors.IsNotFound(err) {
+			// The cluster's namespace is missing (deleted by hand):
+			// registration made it, and the Lease and the inventory
+			// live in it.
+			if err := registry.EnsureNamespace(ctx, p.client, c.Name); err != nil {
+				return nil, false, err
+			}
+			err = p.client.Create(ctx, lease)
+		}
+		if err == nil {
+			return lease, true, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, false, fmt.Errorf("creating Lease %s/%s: %w", c.Name, LeaseName, err)
+		}
+		// Another replica made it, or the cache had not seen it yet.
+		cur = &coordinationv1.Lease{}
+		err = p.reader.Get(ctx, key, cur)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("getting Lease %s/%s: %w", c.Name, LeaseName, err)
+	}
+	return cur, false, nil
 }
 
 // releaseLease frees the cluster's Lease when this replica holds it, so that
