@@ -62,7 +62,7 @@ var runs = []run{
 		env: []string{"IMPERATOR_BENCH_SPOKES=200,1000"}, fullEnv: []string{"IMPERATOR_BENCH_SPOKES=10000"}},
 	{pkg: "./spoke/internal/webhook/podinjector/", bench: "^BenchmarkHandle$", times: "2000x"},
 	{pkg: "./spoke/internal/webhook/podinjector/integration/", bench: "^(BenchmarkPodCreate|BenchmarkHandleFromCache)$", times: "300x"},
-	// The two injection paths side by side (issue 36): a webhook API server
+	// The two injection paths side by side: a webhook API server
 	// and a policy-only one, each iteration four pod creations.
 	{pkg: "./spoke/internal/webhook/podinjector/integration/", bench: "^BenchmarkPodCreateByPath$", times: "500x"},
 	{pkg: "./spoke/internal/webhook/machinevalidator/integration/", bench: "^Benchmark", times: "300x"},
@@ -71,7 +71,7 @@ var runs = []run{
 	// BenchmarkSpokeAtScale: 100 nodes, 5 Machines, 1,000 pods; BENCH_FULL 1,000 nodes, 50 Machines, 10,000 pods.
 	{pkg: "./spoke/internal/controller/machine/integration/", bench: "^Benchmark", times: "1x", fullEnv: []string{"IMPERATOR_BENCH_SPOKE_NODES=1000"}},
 	{pkg: "./spoke/internal/reporter/integration/", bench: "^BenchmarkReportPropagation$", times: "50x"},
-	// MultiKueue dispatch (issue 35): a burst of pending Workloads → nominated.
+	// MultiKueue dispatch: a burst of pending Workloads → nominated.
 	{pkg: "./dispatcher/internal/controller/integration/", bench: "^BenchmarkDispatchLatency$/workloads=200$", times: "1x", smoke: "^BenchmarkDispatchLatency$/workloads=20$"},
 }
 

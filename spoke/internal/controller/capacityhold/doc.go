@@ -56,8 +56,8 @@
 //     of active holds not claimed; with an active hold, reservation pods that
 //     hold no usable unit (on a node that is not node-pool=ready, or that
 //     cannot be scheduled) come off that first, so that ordinary guests never
-//     take the units that back a hold. Without an active hold the queue is
-//     exactly issue 18's.
+//     take the units that back a hold. Without an active hold the queue works
+//     as it does in a cluster without holds (docs/contract.md).
 //   - A hold is made only from units nobody else is owed: free = available −
 //     lost reservation pods − units held by guests − units of earlier active
 //     holds not claimed − queued ordinary guests; while some reservation
