@@ -10,6 +10,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
@@ -47,6 +49,9 @@ var env *Env
 var fleetVariant string
 
 func TestE2E(t *testing.T) {
+	// The clients log the API server's warnings through controller-runtime
+	// (the tenant journey's refused pods bring some).
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter)))
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Imperator Federation e2e")
 }
