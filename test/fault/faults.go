@@ -12,6 +12,8 @@ package fault
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -24,6 +26,7 @@ import (
 	imperatorv1alpha1 "github.com/imperator-federation/imperator/api/v1alpha1"
 	queryv1 "github.com/imperator-federation/imperator/proto/imperator/query/v1"
 	"github.com/imperator-federation/imperator/test/e2e"
+	"github.com/imperator-federation/imperator/test/util/fleet"
 	"github.com/imperator-federation/imperator/test/util/wrappers"
 )
 
@@ -180,6 +183,36 @@ func WaitRecovered(ctx context.Context, env *e2e.Env, since time.Time) time.Dura
 	Eventually(ctx, func() error { return HubMatchesSpokes(ctx, env) }).
 		WithTimeout(settle).WithPolling(poll).Should(Succeed(), "the hub's answer equals the spokes' truth again")
 	return time.Since(since)
+}
+
+// WaitReporting waits until the agent of spoke that runs now reports to the
+// hub (its imperator_spoke_reporter_state is "reporting"): after a restart
+// the hub may still match the spoke from the figures of the agent before,
+// while the new one has not opened its stream, and a fleet hold asked then
+// finds nobody to answer it.
+func WaitReporting(ctx context.Context, f *fleet.Fleet, spoke string) {
+	httpClient := &http.Client{Timeout: 5 * time.Second}
+	Eventually(ctx, func() error {
+		url := f.AgentMetricsURL(spoke)
+		if url == "" {
+			return fmt.Errorf("the agent of %s serves no metrics", spoke)
+		}
+		resp, err := httpClient.Get(url)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "imperator_spoke_reporter_state{") && strings.Contains(line, `state="reporting"`) && strings.HasSuffix(line, " 1") {
+				return nil
+			}
+		}
+		return fmt.Errorf("the agent of %s does not report to the hub yet", spoke)
+	}).WithTimeout(settle).WithPolling(poll).Should(Succeed())
 }
 
 // WaitState waits until the hub shows cluster in state and returns how long

@@ -78,9 +78,11 @@ func ClockSkewHoldSpec(ctx context.Context, in ClockSkewHoldInput) {
 		Expect(in.Fleet.StopAgent(in.Spoke)).To(Succeed())
 		in.Fleet.SetAgentClockOffset(in.Spoke, 0)
 		Expect(in.Fleet.StartAgent(ctx, in.Spoke)).To(Succeed())
+		WaitReporting(ctx, in.Fleet, in.Spoke)
 		WaitRecovered(ctx, env, time.Now())
 	})
 	Expect(in.Fleet.StartAgent(ctx, in.Spoke)).To(Succeed())
+	WaitReporting(ctx, in.Fleet, in.Spoke)
 	WaitRecovered(ctx, env, time.Now())
 	waitFits(ctx, ctls, 5)
 	for _, name := range []string{spokeA, spokeB} {
