@@ -109,7 +109,8 @@ func TestRelease(t *testing.T) {
 	t.Run("the packaged charts render the released images", func(t *testing.T) {
 		for chart, image := range charts {
 			file := filepath.Join(out, "charts", chart+"-"+chartVersion+".tgz")
-			args := []string{"template", chart, file, "--kube-version", "v1.30.0"}
+			// Into imperator-system: the charts refuse the shared default.
+			args := []string{"template", chart, file, "--kube-version", "v1.30.0", "--namespace", "imperator-system"}
 			if chart == "imperator-spoke" {
 				args = append(args, "--set", "hub.standalone=true")
 			}
