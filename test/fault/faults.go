@@ -134,7 +134,7 @@ func HubMatchesSpokes(ctx context.Context, env *e2e.Env) error {
 		}
 		for i := range machines.Items {
 			m := &machines.Items[i]
-			if !statusCurrent(m) {
+			if !StatusCurrent(m) {
 				return fmt.Errorf("the status of Machine %s/%s has not caught up with its spec", name, m.Name)
 			}
 			for _, am := range m.Status.AvailableMachines {
@@ -154,9 +154,9 @@ func HubMatchesSpokes(ctx context.Context, env *e2e.Env) error {
 	return nil
 }
 
-// statusCurrent reports whether the agent has written m's status for its
+// StatusCurrent reports whether the agent has written m's status for its
 // current spec: every condition observed the current generation.
-func statusCurrent(m *imperatorv1alpha1.Machine) bool {
+func StatusCurrent(m *imperatorv1alpha1.Machine) bool {
 	if len(m.Status.Conditions) == 0 {
 		return false
 	}

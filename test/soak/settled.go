@@ -77,7 +77,7 @@ func HoldsProblems(ctx context.Context, env *e2e.Env) ([]string, error) {
 			return nil, err
 		}
 		for _, m := range machines.Items {
-			if !statusCurrent(&m) {
+			if !fault.StatusCurrent(&m) {
 				problems = append(problems, fmt.Sprintf("%s/Machine %s: status not caught up with its spec", name, m.Name))
 				continue
 			}
@@ -99,18 +99,6 @@ func HoldsProblems(ctx context.Context, env *e2e.Env) ([]string, error) {
 	}
 	sort.Strings(problems)
 	return problems, nil
-}
-
-func statusCurrent(m *imperatorv1alpha1.Machine) bool {
-	if len(m.Status.Conditions) == 0 {
-		return false
-	}
-	for _, c := range m.Status.Conditions {
-		if c.ObservedGeneration != m.Generation {
-			return false
-		}
-	}
-	return true
 }
 
 // HubProblem is invariant 5 now: nil when the hub shows every spoke
