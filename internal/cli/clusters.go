@@ -72,10 +72,6 @@ func (p *program) clustersCommand() *cobra.Command {
 	return p.leaf(cmd, subcommand{objects: true, validate: clusterNames, run: func(c *command) error {
 		if c.g.watch {
 			return c.watch(func(t *table, ev *queryv1.ClusterEvent) error {
-				if ev.GetType() == queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_REMOVED {
-					t.add(ev.GetCluster().GetName(), "Removed")
-					return nil
-				}
 				c.printer.clusterRow(t, ev.GetCluster())
 				return nil
 			}, clusterColumns, c.args...)

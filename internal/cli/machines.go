@@ -91,10 +91,6 @@ func (p *program) machinesCommand() *cobra.Command {
 				// The hub's Watch says which cluster changed; its machine
 				// types are asked again then, with the same filters.
 				return c.watch(func(t *table, ev *queryv1.ClusterEvent) error {
-					if ev.GetType() == queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_REMOVED {
-						t.add(ev.GetCluster().GetName(), "Removed")
-						return nil
-					}
 					one := proto.Clone(&req).(*queryv1.ListMachinesRequest)
 					one.Cluster = ev.GetCluster().GetName()
 					ctx, cancel := c.unary()

@@ -52,10 +52,6 @@ sum the clusters that are neither offline nor stale.`,
 		run: func(c *command) error {
 			if c.g.watch {
 				return c.watch(func(t *table, ev *queryv1.ClusterEvent) error {
-					if ev.GetType() == queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_REMOVED {
-						t.add(ev.GetCluster().GetName(), "Removed")
-						return nil
-					}
 					c.printer.usageRows(t, only.usage(ev.GetUsage()))
 					return nil
 				}, usageColumns, req.Cluster)

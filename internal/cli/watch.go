@@ -18,7 +18,8 @@ import (
 const reopenAfter = 5 * time.Second
 
 // watch streams cluster events; table output prints the header once and
-// rows as events arrive, json/yaml print each event. The hub recycles
+// rows as events arrive (rows for a cluster's change, a "Removed" row of
+// watch's own when it leaves), json/yaml print each event. The hub recycles
 // connections every half hour or so: a stream that was working and ends
 // Unavailable is opened again (the hub resends the current state); one that
 // fails at once ends the watch with "hub unreachable".
@@ -64,7 +65,10 @@ func (c *command) watch(rows func(*table, *queryv1.ClusterEvent) error, columns 
 				continue
 			}
 			t := &table{columns: columns}
-			if err := rows(t, ev); err != nil {
+			if ev.GetType() == queryv1.ClusterEventType_CLUSTER_EVENT_TYPE_REMOVED {
+				// One row for every command: the cluster is gone.
+				t.add(ev.GetCluster().GetName(), "Removed")
+			} else if err := rows(t, ev); err != nil {
 				return err
 			}
 			if err := c.printer.table(t, header); err != nil {
